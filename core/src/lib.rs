@@ -1,1 +1,15 @@
+//! gpu-quota core: everything the runtime shim, the OCI hook and the
+//! operator CLI share. Pure planning lives here; effects (mounts, writes,
+//! exec) are behind small traits so planning is unit-tested without root.
+pub mod config;
+pub mod fsutil;
+pub mod inventory;
+pub mod ledger;
+pub mod placement;
+pub mod request;
+pub mod units;
 
+pub use config::Config;
+pub use inventory::{Gpu, Inventory};
+pub use ledger::{Ledger, LedgerError, Reservation};
+pub use request::{Request, RequestError};

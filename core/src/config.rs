@@ -1,0 +1,265 @@
+//! `/etc/gpu-quota/config.toml` (path overridable with `GPU_QUOTA_CONFIG`).
+//! A missing file means defaults; every key is documented in docs/config.md.
+use crate::units;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_PATH: &str = "/etc/gpu-quota/config.toml";
+pub const ENV_PATH: &str = "GPU_QUOTA_CONFIG";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Fill the most-used GPU that still fits (keeps whole GPUs free).
+    #[default]
+    Binpack,
+    /// Use the GPU with the most free memory.
+    Spread,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum InventorySource {
+    /// NVML when it loads, else the static list, else no GPUs.
+    #[default]
+    Auto,
+    Nvml,
+    Static,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StaticGpu {
+    pub index: u32,
+    pub uuid: String,
+    #[serde(default = "default_gpu_name")]
+    pub name: String,
+    /// Total memory: a size string like "16g".
+    pub memory: String,
+    /// Minor number of /dev/nvidiaN; defaults to the index.
+    pub minor: Option<u32>,
+}
+
+fn default_gpu_name() -> String {
+    "Simulated GPU".into()
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct InventoryConfig {
+    pub source: InventorySource,
+    /// GPUs declared by hand (hosts without NVML: tests, CI, demos).
+    /// Shown as "simulated" everywhere.
+    pub gpu: Vec<StaticGpu>,
+}
+
+impl Default for InventoryConfig {
+    fn default() -> Self {
+        Self { source: InventorySource::Auto, gpu: vec![] }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriverConfig {
+    /// Where the host's NVIDIA device nodes are.
+    pub dev_root: PathBuf,
+    /// The host's loader cache, used to find driver libraries.
+    pub ldcache: PathBuf,
+    /// When non-empty: search these directories instead of the ldcache.
+    pub lib_dirs: Vec<PathBuf>,
+    /// Library name prefixes (before `.so`) to inject.
+    pub libraries: Vec<String>,
+    /// Driver programs to inject into /usr/bin.
+    pub binaries: Vec<String>,
+    /// Directories searched for `binaries`.
+    pub bin_dirs: Vec<PathBuf>,
+    /// The host's ldconfig, run chrooted into the container rootfs.
+    pub ldconfig: PathBuf,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        Self {
+            dev_root: "/dev".into(),
+            ldcache: "/etc/ld.so.cache".into(),
+            lib_dirs: vec![],
+            libraries: [
+                "libcuda",
+                "libcudadebugger",
+                "libnvidia-ml",
+                "libnvidia-ptxjitcompiler",
+                "libnvidia-nvvm",
+                "libnvidia-gpucomp",
+                "libnvidia-allocator",
+                "libnvidia-cfg",
+                "libnvidia-opencl",
+            ]
+            .map(String::from)
+            .to_vec(),
+            binaries: vec!["nvidia-smi".into()],
+            bin_dirs: ["/usr/bin", "/usr/local/bin", "/usr/local/nvidia/bin", "/usr/sbin", "/bin"]
+                .map(PathBuf::from)
+                .to_vec(),
+            ldconfig: "/sbin/ldconfig".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Directory of the host ledger (ledger.json + ledger.lock) and caches.
+    pub ledger_dir: PathBuf,
+    /// Directory of per-container state (limits, usage) on the host.
+    pub state_dir: PathBuf,
+    /// The real runc: a path, or a name looked up in PATH.
+    pub runc: PathBuf,
+    /// gpu-quota-hook; default: next to gpu-quota-runtime.
+    pub hook: Option<PathBuf>,
+    /// libgpuquota.so; default: ../lib/gpu-quota/libgpuquota.so from the binaries.
+    pub interceptor: Option<PathBuf>,
+    /// Memory kept free on every GPU (never handed out), e.g. "1g".
+    pub reserve: String,
+    pub placement: Policy,
+    /// GPUs that may be sliced (indices or UUIDs); empty = all.
+    pub gpus: Vec<String>,
+    /// Seconds a reservation may stay without a container process before
+    /// it counts as abandoned (a create that crashed).
+    pub create_grace_secs: u64,
+    pub driver: DriverConfig,
+    pub inventory: InventoryConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            ledger_dir: "/var/lib/gpu-quota".into(),
+            state_dir: "/run/gpu-quota".into(),
+            runc: "runc".into(),
+            hook: None,
+            interceptor: None,
+            reserve: "0".into(),
+            placement: Policy::Binpack,
+            gpus: vec![],
+            create_grace_secs: 120,
+            driver: DriverConfig::default(),
+            inventory: InventoryConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+impl Config {
+    /// The path in use: `$GPU_QUOTA_CONFIG`, else the default.
+    pub fn path_from_env() -> PathBuf {
+        std::env::var_os(ENV_PATH).map(PathBuf::from).unwrap_or_else(|| DEFAULT_PATH.into())
+    }
+
+    /// Load `path`; a missing file yields defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(s) => Self::parse(&s, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(ConfigError::Read { path: path.into(), source: e }),
+        }
+    }
+
+    pub fn load_default() -> Result<Config, ConfigError> {
+        Self::load(&Self::path_from_env())
+    }
+
+    pub fn parse(s: &str, path: &Path) -> Result<Config, ConfigError> {
+        let bad = |message: String| ConfigError::Parse { path: path.into(), message };
+        let c: Config = toml::from_str(s).map_err(|e| bad(e.to_string()))?;
+        c.reserve_bytes().map_err(|e| bad(format!("reserve = {:?}: {e}", c.reserve)))?;
+        for g in &c.inventory.gpu {
+            g.memory_bytes().map_err(|e| bad(format!("inventory.gpu {}: memory = {:?}: {e}", g.index, g.memory)))?;
+        }
+        Ok(c)
+    }
+
+    /// Per-GPU reserve in bytes ("0" allowed here).
+    pub fn reserve_bytes(&self) -> Result<u64, units::SizeError> {
+        match units::parse_size(&self.reserve) {
+            Ok(units::Size::Bytes(b)) => Ok(b),
+            Ok(units::Size::Ppm(_)) => Err(units::SizeError::UnknownUnit("%".into())),
+            Err(units::SizeError::Zero) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn ledger_path(&self) -> PathBuf {
+        self.ledger_dir.join("ledger.json")
+    }
+
+    /// Per-container state directory on the host.
+    pub fn container_state_dir(&self, id: &str) -> PathBuf {
+        self.state_dir.join("containers").join(id)
+    }
+}
+
+impl StaticGpu {
+    pub fn memory_bytes(&self) -> Result<u64, units::SizeError> {
+        match units::parse_size(&self.memory)? {
+            units::Size::Bytes(b) => Ok(b),
+            units::Size::Ppm(_) => Err(units::SizeError::UnknownUnit("%".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_file_is_defaults() {
+        let c = Config::load(Path::new("/nonexistent/gpu-quota.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.placement, Policy::Binpack);
+    }
+
+    #[test]
+    fn full_file() {
+        let s = r#"
+ledger_dir = "/tmp/l"
+state_dir = "/tmp/s"
+runc = "/usr/sbin/runc"
+reserve = "1g"
+placement = "spread"
+gpus = ["0", "GPU-abc"]
+[driver]
+dev_root = "/tmp/dev"
+lib_dirs = ["/tmp/lib"]
+[inventory]
+source = "static"
+[[inventory.gpu]]
+index = 0
+uuid = "GPU-0000"
+memory = "16g"
+"#;
+        let c = Config::parse(s, Path::new("x.toml")).unwrap();
+        assert_eq!(c.placement, Policy::Spread);
+        assert_eq!(c.reserve_bytes().unwrap(), 1 << 30);
+        assert_eq!(c.inventory.gpu[0].memory_bytes().unwrap(), 16 << 30);
+        assert_eq!(c.driver.dev_root, PathBuf::from("/tmp/dev"));
+        assert_eq!(c.driver.ldconfig, PathBuf::from("/sbin/ldconfig"));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_key() {
+        let e = Config::parse("placement = \"random\"", Path::new("/etc/x.toml")).unwrap_err().to_string();
+        assert!(e.contains("/etc/x.toml") && e.contains("random"), "{e}");
+        let e = Config::parse("reserve = \"lots\"", Path::new("/etc/x.toml")).unwrap_err().to_string();
+        assert!(e.contains("reserve"), "{e}");
+        let e = Config::parse("unknown_key = 1", Path::new("/etc/x.toml")).unwrap_err().to_string();
+        assert!(e.contains("unknown_key"), "{e}");
+    }
+}

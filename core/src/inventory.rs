@@ -1,0 +1,196 @@
+//! The GPUs of this host: from NVML (cached across container starts), or a
+//! static list declared in the config (labelled simulated wherever shown).
+use crate::config::{Config, InventorySource};
+use crate::fsutil;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    /// `GPU-…`, lower case.
+    pub uuid: String,
+    pub name: String,
+    pub total_bytes: u64,
+    /// Minor number of `/dev/nvidia<minor>`.
+    pub minor: u32,
+    /// Declared in the config, not read from a driver.
+    pub simulated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub gpus: Vec<Gpu>,
+    /// Driver version, or "simulated".
+    pub driver_version: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("NVML is not usable ({0}); install the NVIDIA driver, or declare [[inventory.gpu]] entries in the config for a simulated inventory")]
+    Nvml(String),
+    #[error("invalid [[inventory.gpu]] entry {index}: {message}")]
+    Static { index: u32, message: String },
+}
+
+impl Inventory {
+    pub fn find_uuid(&self, uuid: &str) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(uuid))
+    }
+    pub fn find_index(&self, index: u32) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.index == index)
+    }
+
+    /// The inventory the config asks for.
+    pub fn load(cfg: &Config) -> Result<Inventory, InventoryError> {
+        match cfg.inventory.source {
+            InventorySource::Static => Self::from_static(cfg),
+            InventorySource::Nvml => Self::from_nvml_cached(cfg),
+            InventorySource::Auto => {
+                if !cfg.inventory.gpu.is_empty() {
+                    Self::from_static(cfg)
+                } else {
+                    Self::from_nvml_cached(cfg)
+                }
+            }
+        }
+    }
+
+    pub fn from_static(cfg: &Config) -> Result<Inventory, InventoryError> {
+        let mut gpus: Vec<Gpu> = Vec::new();
+        for g in &cfg.inventory.gpu {
+            let bad = |message: String| InventoryError::Static { index: g.index, message };
+            let total = g.memory_bytes().map_err(|e| bad(format!("memory: {e}")))?;
+            if !g.uuid.starts_with("GPU-") {
+                return Err(bad(format!("uuid {:?} must start with GPU-", g.uuid)));
+            }
+            if gpus.iter().any(|o| o.index == g.index || o.uuid.eq_ignore_ascii_case(&g.uuid)) {
+                return Err(bad("duplicate index or uuid".into()));
+            }
+            gpus.push(Gpu {
+                index: g.index,
+                uuid: g.uuid.to_ascii_lowercase().replacen("gpu-", "GPU-", 1),
+                name: g.name.clone(),
+                total_bytes: total,
+                minor: g.minor.unwrap_or(g.index),
+                simulated: true,
+            });
+        }
+        gpus.sort_by_key(|g| g.index);
+        Ok(Inventory { gpus, driver_version: "simulated".into() })
+    }
+
+    /// NVML, but only when something changed since the last read: the cache
+    /// key is the kernel driver's version text, the boot id and the set of
+    /// `/dev/nvidiaN` nodes, all cheap to read.
+    pub fn from_nvml_cached(cfg: &Config) -> Result<Inventory, InventoryError> {
+        let key = cache_key(&cfg.driver.dev_root);
+        let cache = cfg.ledger_dir.join("inventory.json");
+        if let Some(key) = &key {
+            if let Ok(bytes) = std::fs::read(&cache) {
+                if let Ok(c) = serde_json::from_slice::<Cached>(&bytes) {
+                    if &c.key == key {
+                        return Ok(c.inventory);
+                    }
+                }
+            }
+        }
+        let inv = Self::from_nvml()?;
+        if let Some(key) = key {
+            let c = Cached { key, inventory: inv.clone() };
+            if let Ok(bytes) = serde_json::to_vec_pretty(&c) {
+                let _ = std::fs::create_dir_all(&cfg.ledger_dir);
+                let _ = fsutil::write_atomic(&cache, &bytes, 0o644);
+            }
+        }
+        Ok(inv)
+    }
+
+    /// Full NVML read (loads libnvidia-ml.so.1 at run time).
+    pub fn from_nvml() -> Result<Inventory, InventoryError> {
+        use nvml_wrapper::Nvml;
+        let e = |x: nvml_wrapper::error::NvmlError| InventoryError::Nvml(x.to_string());
+        let nvml = Nvml::init().map_err(e)?;
+        let n = nvml.device_count().map_err(e)?;
+        let mut gpus = Vec::new();
+        for i in 0..n {
+            let d = nvml.device_by_index(i).map_err(e)?;
+            gpus.push(Gpu {
+                index: i,
+                uuid: d.uuid().map_err(e)?.to_ascii_lowercase().replacen("gpu-", "GPU-", 1),
+                name: d.name().map_err(e)?,
+                total_bytes: d.memory_info().map_err(e)?.total,
+                minor: d.minor_number().map_err(e)?,
+                simulated: false,
+            });
+        }
+        let driver_version = nvml.sys_driver_version().map_err(e)?;
+        Ok(Inventory { gpus, driver_version })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Cached {
+    key: String,
+    inventory: Inventory,
+}
+
+fn cache_key(dev_root: &Path) -> Option<String> {
+    let version = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let mut nodes: Vec<String> = std::fs::read_dir(dev_root)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nvidia") && n[6..].bytes().all(|b| b.is_ascii_digit()) && n.len() > 6)
+        .collect();
+    nodes.sort();
+    Some(format!("{}|{}|{}", version.trim(), boot.trim(), nodes.join(",")))
+}
+
+/// For messages: "GPU 0 (GPU-…, Simulated GPU, simulated)".
+pub fn describe(g: &Gpu) -> String {
+    format!("GPU {} ({}, {}{})", g.index, g.uuid, g.name, if g.simulated { ", simulated" } else { "" })
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_inventory() {
+        let cfg = Config::parse(
+            r#"
+[[inventory.gpu]]
+index = 1
+uuid = "GPU-BBBB"
+memory = "16g"
+[[inventory.gpu]]
+index = 0
+uuid = "GPU-aaaa"
+memory = "16g"
+minor = 3
+"#,
+            Path::new("t"),
+        )
+        .unwrap();
+        let inv = Inventory::load(&cfg).unwrap();
+        assert_eq!(inv.gpus.len(), 2);
+        assert_eq!(inv.gpus[0].index, 0);
+        assert_eq!(inv.gpus[0].minor, 3);
+        assert_eq!(inv.gpus[1].uuid, "GPU-bbbb");
+        assert!(inv.gpus.iter().all(|g| g.simulated));
+        assert!(describe(&inv.gpus[0]).contains("simulated"));
+    }
+
+    #[test]
+    fn duplicate_static_refused() {
+        let cfg = Config::parse(
+            "[[inventory.gpu]]\nindex = 0\nuuid = \"GPU-a\"\nmemory = \"1g\"\n[[inventory.gpu]]\nindex = 0\nuuid = \"GPU-b\"\nmemory = \"1g\"\n",
+            Path::new("t"),
+        )
+        .unwrap();
+        assert!(Inventory::load(&cfg).is_err());
+    }
+}

@@ -1,0 +1,429 @@
+//! The host ledger: one JSON file of reservations per host.
+//!
+//! Every read-modify-write holds an exclusive `flock` on `ledger.lock`
+//! (never on the data file, which is replaced by rename). Writes are atomic
+//! (temp, fsync, rename, fsync dir). The schema is versioned; a file that
+//! does not parse is kept in place, copied aside for inspection, and every
+//! operation refuses with an error naming both paths — never silently reset.
+use crate::config::Config;
+use crate::fsutil::{self, WriteStep};
+use crate::inventory::Inventory;
+use crate::placement::{PlacementError, Placer, Slice, Usage};
+use crate::request::Request;
+use crate::units::human;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResState {
+    /// Admitted by the runtime at `create`; no container process yet.
+    Reserved,
+    /// Confirmed by the hook with the container's pid.
+    Running,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub container_id: String,
+    /// runc `--root` of the engine that created it (None: runc's default).
+    pub runtime_root: Option<String>,
+    pub bundle: String,
+    pub slices: Vec<Slice>,
+    /// The request as the user wrote it, for `gpu-quota ls`.
+    pub request: String,
+    pub created_unix: u64,
+    pub started_unix: Option<u64>,
+    pub pid: Option<u32>,
+    pub pid_start: Option<u64>,
+    pub state: ResState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerData {
+    pub version: u32,
+    pub reservations: Vec<Reservation>,
+}
+
+impl Default for LedgerData {
+    fn default() -> Self {
+        Self { version: SCHEMA_VERSION, reservations: vec![] }
+    }
+}
+
+impl LedgerData {
+    /// Bytes held and number of holders per GPU uuid.
+    pub fn usage(&self) -> Usage {
+        let mut u = Usage::new();
+        for r in &self.reservations {
+            for s in &r.slices {
+                let e = u.entry(s.uuid.clone()).or_insert((0, 0));
+                e.0 += s.bytes;
+                e.1 += 1;
+            }
+        }
+        u
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("ledger {path} is corrupt ({message}); it was left in place and a copy saved as {saved}. Check which containers still run, then move the file away (or run `gpu-quota gc --reset-corrupt`) to start a new ledger")]
+    Corrupt { path: PathBuf, saved: PathBuf, message: String },
+    #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({SCHEMA_VERSION}); upgrade gpu-quota")]
+    TooNew { path: PathBuf, found: u32 },
+    #[error("cannot start container {id}: {source}")]
+    Refused { id: String, source: PlacementError },
+    #[error("container {id} already holds a reservation in this ledger ({slices}); delete it first (runc delete {id}) or run `gpu-quota gc`")]
+    Duplicate { id: String, slices: String },
+    #[error("container {id} (bundle {bundle}) asks for GPU memory but has no reservation; it must be created through gpu-quota-runtime")]
+    NoReservation { id: String, bundle: String },
+}
+
+/// Handle on the ledger files in `dir`.
+pub struct Ledger {
+    pub dir: PathBuf,
+    pub grace_secs: u64,
+}
+
+/// Which reservation an operation is about.
+#[derive(Debug, Clone)]
+pub enum Key<'a> {
+    /// From the runtime: id + runc root.
+    Root { id: &'a str, root: Option<&'a str> },
+    /// From a hook: id + bundle directory.
+    Bundle { id: &'a str, bundle: &'a str },
+}
+
+impl Key<'_> {
+    fn matches(&self, r: &Reservation) -> bool {
+        match self {
+            Key::Root { id, root } => r.container_id == *id && r.runtime_root.as_deref() == *root,
+            Key::Bundle { id, bundle } => r.container_id == *id && same_path(&r.bundle, bundle),
+        }
+    }
+}
+
+fn same_path(a: &str, b: &str) -> bool {
+    a == b || {
+        let ca = std::fs::canonicalize(a);
+        let cb = std::fs::canonicalize(b);
+        matches!((ca, cb), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+impl Ledger {
+    pub fn new(cfg: &Config) -> Ledger {
+        Ledger { dir: cfg.ledger_dir.clone(), grace_secs: cfg.create_grace_secs }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join("ledger.json")
+    }
+
+    fn io(&self, p: &Path) -> impl Fn(std::io::Error) -> LedgerError + '_ {
+        let p = p.to_path_buf();
+        move |source| LedgerError::Io { path: p.clone(), source }
+    }
+
+    fn load_unlocked(&self) -> Result<LedgerData, LedgerError> {
+        let path = self.path();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LedgerData::default()),
+            Err(e) => return Err(self.io(&path)(e)),
+        };
+        #[derive(Deserialize)]
+        struct Version {
+            version: u32,
+        }
+        let corrupt = |message: String| {
+            let saved = self.dir.join(format!("ledger.json.corrupt-{}", fsutil::now_unix()));
+            if !saved.exists() {
+                let _ = std::fs::write(&saved, &bytes);
+            }
+            LedgerError::Corrupt { path: path.clone(), saved, message }
+        };
+        let v: Version = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if v.version > SCHEMA_VERSION {
+            return Err(LedgerError::TooNew { path, found: v.version });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))
+    }
+
+    /// A consistent snapshot (taken under the lock).
+    pub fn read(&self) -> Result<LedgerData, LedgerError> {
+        let _g = self.lock()?;
+        self.load_unlocked()
+    }
+
+    fn lock(&self) -> Result<fsutil::LockGuard, LedgerError> {
+        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
+        let lp = self.dir.join("ledger.lock");
+        fsutil::lock_exclusive(&lp).map_err(self.io(&lp))
+    }
+
+    /// Read-modify-write under the lock. `f` returns a value and whether it
+    /// changed the data; only changed data is written.
+    pub fn transact<T>(
+        &self,
+        f: impl FnOnce(&mut LedgerData) -> Result<(T, bool), LedgerError>,
+    ) -> Result<T, LedgerError> {
+        self.transact_observed(f, &mut |_| {})
+    }
+
+    /// As `transact`, calling `observe` at each step of the write (tests
+    /// inject crashes there).
+    pub fn transact_observed<T>(
+        &self,
+        f: impl FnOnce(&mut LedgerData) -> Result<(T, bool), LedgerError>,
+        observe: &mut dyn FnMut(WriteStep),
+    ) -> Result<T, LedgerError> {
+        let _g = self.lock()?;
+        let mut data = self.load_unlocked()?;
+        let (out, changed) = f(&mut data)?;
+        if changed {
+            data.version = SCHEMA_VERSION;
+            let mut bytes = serde_json::to_vec_pretty(&data).expect("ledger serializes");
+            bytes.push(b'\n');
+            let path = self.path();
+            fsutil::write_atomic_observed(&path, &bytes, 0o644, observe).map_err(self.io(&path))?;
+        }
+        Ok(out)
+    }
+
+    /// Whether the container behind `r` is gone.
+    pub fn is_stale(&self, r: &Reservation, now: u64) -> bool {
+        match (r.pid, r.pid_start) {
+            (Some(pid), Some(start)) => !fsutil::process_alive(pid, start),
+            _ => {
+                let old = now.saturating_sub(r.created_unix) > self.grace_secs;
+                let state_dir_exists = r
+                    .runtime_root
+                    .as_ref()
+                    .map(|root| Path::new(root).join(&r.container_id).exists())
+                    .unwrap_or(false);
+                old && !state_dir_exists
+            }
+        }
+    }
+
+    fn reclaim(&self, d: &mut LedgerData) -> Vec<Reservation> {
+        let now = fsutil::now_unix();
+        let (stale, keep): (Vec<_>, Vec<_>) = d.reservations.drain(..).partition(|r| self.is_stale(r, now));
+        d.reservations = keep;
+        stale
+    }
+
+    /// Reclaim reservations whose container is gone; returns them.
+    pub fn gc(&self) -> Result<Vec<Reservation>, LedgerError> {
+        self.transact(|d| {
+            let s = self.reclaim(d);
+            let changed = !s.is_empty();
+            Ok((s, changed))
+        })
+    }
+
+    /// Admission: place `req` and record it, atomically with respect to
+    /// every other admission on this host.
+    pub fn admit(
+        &self,
+        cfg: &Config,
+        inv: &Inventory,
+        req: &Request,
+        id: &str,
+        root: Option<&str>,
+        bundle: &str,
+    ) -> Result<Reservation, LedgerError> {
+        let reserve = cfg.reserve_bytes().unwrap_or(0);
+        let placer = Placer { inventory: inv, policy: cfg.placement, reserve, sliceable: &cfg.gpus };
+        self.transact(|d| {
+            if let Some(r) = d.reservations.iter().find(|r| Key::Root { id, root }.matches(r)) {
+                if !self.is_stale(r, fsutil::now_unix()) {
+                    return Err(LedgerError::Duplicate { id: id.into(), slices: describe_slices(&r.slices) });
+                }
+            }
+            let slices = match placer.place(req, &d.usage()) {
+                Ok(s) => s,
+                Err(_) => {
+                    // Before refusing, reclaim what dead containers still hold.
+                    let changed = !self.reclaim(d).is_empty();
+                    match placer.place(req, &d.usage()) {
+                        Ok(s) => s,
+                        Err(source) => {
+                            if changed {
+                                // keep the reclaim; the refusal is reported after the write
+                                return Ok((Err(LedgerError::Refused { id: id.into(), source }), true));
+                            }
+                            return Err(LedgerError::Refused { id: id.into(), source });
+                        }
+                    }
+                }
+            };
+            d.reservations.retain(|r| !Key::Root { id, root }.matches(r));
+            let r = Reservation {
+                container_id: id.into(),
+                runtime_root: root.map(str::to_string),
+                bundle: bundle.into(),
+                slices,
+                request: describe_request(req),
+                created_unix: fsutil::now_unix(),
+                started_unix: None,
+                pid: None,
+                pid_start: None,
+                state: ResState::Reserved,
+            };
+            d.reservations.push(r.clone());
+            Ok((Ok(r), true))
+        })?
+    }
+
+    /// The hook confirms a reservation with the container's process.
+    pub fn confirm(&self, id: &str, bundle: &str, pid: u32) -> Result<Reservation, LedgerError> {
+        let start = fsutil::process_start_time(pid);
+        self.transact(|d| {
+            let Some(r) = d.reservations.iter_mut().find(|r| Key::Bundle { id, bundle }.matches(r)) else {
+                return Err(LedgerError::NoReservation { id: id.into(), bundle: bundle.into() });
+            };
+            r.pid = Some(pid);
+            r.pid_start = start;
+            r.state = ResState::Running;
+            r.started_unix = Some(fsutil::now_unix());
+            Ok((r.clone(), true))
+        })
+    }
+
+    /// Release; idempotent (releasing twice, or something never admitted,
+    /// is not an error). Returns what was released.
+    pub fn release(&self, key: Key<'_>) -> Result<Vec<Reservation>, LedgerError> {
+        self.transact(|d| {
+            let (gone, keep): (Vec<_>, Vec<_>) = d.reservations.drain(..).partition(|r| key.matches(r));
+            d.reservations = keep;
+            let changed = !gone.is_empty();
+            Ok((gone, changed))
+        })
+    }
+
+    /// Find a reservation without changing anything.
+    pub fn find(&self, key: Key<'_>) -> Result<Option<Reservation>, LedgerError> {
+        self.transact(|d| Ok((d.reservations.iter().find(|r| key.matches(r)).cloned(), false)))
+    }
+
+    /// Move a corrupt ledger aside and start empty (operator action).
+    pub fn reset_corrupt(&self) -> Result<Option<PathBuf>, LedgerError> {
+        let _g = self.lock()?;
+        match self.load_unlocked() {
+            Err(LedgerError::Corrupt { path, .. }) => {
+                let aside = self.dir.join(format!("ledger.json.reset-{}", fsutil::now_unix()));
+                std::fs::rename(&path, &aside).map_err(self.io(&path))?;
+                Ok(Some(aside))
+            }
+            Err(e) => Err(e),
+            Ok(_) => Ok(None),
+        }
+    }
+}
+
+pub fn describe_slices(s: &[Slice]) -> String {
+    s.iter().map(|s| format!("{} on GPU {}", human(s.bytes), s.index)).collect::<Vec<_>>().join(", ")
+}
+
+fn describe_request(req: &Request) -> String {
+    use crate::request::GpuSelector;
+    let v = match req.vram {
+        crate::units::Size::Bytes(b) => human(b),
+        crate::units::Size::Ppm(p) => format!("{}%", p as f64 / 10_000.0),
+    };
+    let g = match &req.gpus {
+        GpuSelector::Count(1) => String::new(),
+        GpuSelector::Count(n) => format!(" gpus={n}"),
+        GpuSelector::All => " gpus=all".into(),
+        GpuSelector::List(l) => format!(" gpu={}", l.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")),
+    };
+    format!("vram={v}{g}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::Gpu;
+    use crate::request::{GpuRef, GpuSelector, Origin};
+    use crate::units::Size;
+    const G: u64 = 1 << 30;
+
+    fn setup() -> (tempfile::TempDir, Config, Inventory) {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config { ledger_dir: d.path().into(), ..Config::default() };
+        let inv = Inventory {
+            gpus: (0..2)
+                .map(|i| Gpu { index: i, uuid: format!("GPU-{i}"), name: "t".into(), total_bytes: 16 * G, minor: i, simulated: true })
+                .collect(),
+            driver_version: "simulated".into(),
+        };
+        (d, cfg, inv)
+    }
+    fn req(b: u64, gpu: Option<u32>) -> Request {
+        Request {
+            vram: Size::Bytes(b),
+            gpus: gpu.map(|g| GpuSelector::List(vec![GpuRef::Index(g)])).unwrap_or(GpuSelector::Count(1)),
+            origin: Origin::Annotation("vram".into()),
+        }
+    }
+
+    #[test]
+    fn admit_refuse_release() {
+        let (_d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "a", None, "/b/a").unwrap();
+        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "b", None, "/b/b").unwrap();
+        let before = std::fs::read(l.path()).unwrap();
+        let e = l.admit(&cfg, &inv, &req(8 * G, Some(0)), "c", None, "/b/c").unwrap_err().to_string();
+        assert!(e.contains("8.00 GiB") && e.contains("GPU 0") && e.contains("only 0 B"), "{e}");
+        assert_eq!(std::fs::read(l.path()).unwrap(), before, "a refusal leaves the ledger untouched");
+        let r = l.admit(&cfg, &inv, &req(8 * G, None), "c", None, "/b/c").unwrap();
+        assert_eq!(r.slices[0].index, 1);
+        assert!(matches!(l.admit(&cfg, &inv, &req(G, None), "c", None, "/b/c"), Err(LedgerError::Duplicate { .. })));
+        assert_eq!(l.release(Key::Root { id: "a", root: None }).unwrap().len(), 1);
+        assert_eq!(l.release(Key::Root { id: "a", root: None }).unwrap().len(), 0, "idempotent");
+        assert_eq!(l.read().unwrap().reservations.len(), 2);
+    }
+
+    #[test]
+    fn confirm_and_stale_pid_reclaimed() {
+        let (_d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "a", None, "/b/a").unwrap();
+        // a child that exits: its reservation becomes stale
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let r = l.confirm("a", "/b/a", pid).unwrap();
+        assert_eq!(r.state, ResState::Running);
+        child.wait().unwrap();
+        // GPU 0 is full by a dead container: admission reclaims it
+        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "b", None, "/b/b").unwrap();
+        let d = l.read().unwrap();
+        assert_eq!(d.reservations.len(), 1);
+        assert_eq!(d.reservations[0].container_id, "b");
+        assert!(matches!(l.confirm("zzz", "/b/zzz", 1), Err(LedgerError::NoReservation { .. })));
+    }
+
+    #[test]
+    fn corrupt_is_kept_and_reported() {
+        let (_d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        std::fs::write(l.path(), b"{\"version\":1,\"reserv").unwrap();
+        let e = l.admit(&cfg, &inv, &req(G, None), "a", None, "/b").unwrap_err();
+        assert!(matches!(e, LedgerError::Corrupt { .. }), "{e}");
+        assert_eq!(std::fs::read(l.path()).unwrap(), b"{\"version\":1,\"reserv", "left in place");
+        assert!(e.to_string().contains("corrupt"));
+        let aside = l.reset_corrupt().unwrap().unwrap();
+        assert!(aside.exists());
+        l.admit(&cfg, &inv, &req(G, None), "a", None, "/b").unwrap();
+        std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
+        assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
+    }
+}

@@ -1,0 +1,389 @@
+//! The request model: what a container asks for, read from OCI annotations
+//! (`vram`, `gpu`, `gpus`, and the `gpu-quota.io/…` aliases) with the
+//! process environment (`GPU_QUOTA_VRAM`, `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`)
+//! as a fallback for engines that cannot set annotations.
+//!
+//! Parsing is pure: it never looks at the host. Checks that need the
+//! inventory (unknown index, slice larger than the GPU) happen in placement.
+use crate::units::{self, Size, SizeError};
+use serde_json::{Map, Value};
+
+/// A request field and where its value may come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Vram,
+    Gpu,
+    Gpus,
+}
+
+impl Field {
+    pub fn annotations(self) -> [&'static str; 2] {
+        match self {
+            Field::Vram => ["vram", "gpu-quota.io/vram"],
+            Field::Gpu => ["gpu", "gpu-quota.io/gpu"],
+            Field::Gpus => ["gpus", "gpu-quota.io/gpus"],
+        }
+    }
+    pub fn env(self) -> &'static str {
+        match self {
+            Field::Vram => "GPU_QUOTA_VRAM",
+            Field::Gpu => "GPU_QUOTA_GPU",
+            Field::Gpus => "GPU_QUOTA_GPUS",
+        }
+    }
+    fn accepted(self) -> &'static str {
+        match self {
+            Field::Vram => units::SIZE_FORMS,
+            Field::Gpu => "a GPU index (0), a UUID (GPU-8f6c…), or a comma-separated list of distinct GPUs (0,1)",
+            Field::Gpus => "a count of GPUs (1, 2, …) or \"all\"",
+        }
+    }
+}
+
+/// Every annotation key the product reads (for engine allowlists).
+pub const ANNOTATION_KEYS: [&str; 6] =
+    ["vram", "gpu", "gpus", "gpu-quota.io/vram", "gpu-quota.io/gpu", "gpu-quota.io/gpus"];
+
+/// Where a value was found, as the user wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    Annotation(String),
+    Env(&'static str),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Annotation(k) => write!(f, "annotation {k}"),
+            Origin::Env(k) => write!(f, "environment variable {k}"),
+        }
+    }
+}
+
+/// A request the user made that we refuse, with everything needed to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid GPU request: {origin}={value:?}: {reason}; accepted: {accepted}")]
+pub struct RequestError {
+    pub origin: String,
+    pub value: String,
+    pub reason: String,
+    pub accepted: &'static str,
+}
+
+/// A GPU named by the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuRef {
+    Index(u32),
+    Uuid(String),
+}
+
+impl std::fmt::Display for GpuRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuRef::Index(i) => write!(f, "{i}"),
+            GpuRef::Uuid(u) => f.write_str(u),
+        }
+    }
+}
+
+/// Which GPUs the container wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuSelector {
+    /// Let placement choose this many GPUs.
+    Count(u32),
+    /// Every GPU that may be sliced.
+    All,
+    /// Exactly these GPUs.
+    List(Vec<GpuRef>),
+}
+
+/// A parsed, syntactically valid request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Per-GPU slice.
+    pub vram: Size,
+    pub gpus: GpuSelector,
+    /// Where `vram` came from (for messages).
+    pub origin: Origin,
+}
+
+/// Upper bound on `gpus=N` and on list lengths: no host has more.
+pub const MAX_GPUS: u32 = 64;
+
+struct Raw {
+    origin: Origin,
+    value: String,
+}
+
+fn err(field: Field, origin: &Origin, value: &str, reason: impl Into<String>) -> RequestError {
+    RequestError {
+        origin: origin.to_string(),
+        value: value.chars().take(units::MAX_VALUE_LEN).collect(),
+        reason: reason.into(),
+        accepted: field.accepted(),
+    }
+}
+
+fn lookup(
+    field: Field,
+    annotations: Option<&Map<String, Value>>,
+    env: &[String],
+) -> Result<Option<Raw>, RequestError> {
+    let mut found: Option<Raw> = None;
+    if let Some(ann) = annotations {
+        for key in field.annotations() {
+            let Some(v) = ann.get(key) else { continue };
+            let origin = Origin::Annotation(key.to_string());
+            let Some(s) = v.as_str() else {
+                return Err(err(field, &origin, &v.to_string(), "annotation values must be strings"));
+            };
+            if let Some(prev) = &found {
+                if prev.value != s {
+                    return Err(err(
+                        field,
+                        &origin,
+                        s,
+                        format!("contradicts {}={:?}; set only one of them", prev.origin, prev.value),
+                    ));
+                }
+                continue;
+            }
+            found = Some(Raw { origin, value: s.to_string() });
+        }
+    }
+    if found.is_some() {
+        return Ok(found); // annotations win over the environment
+    }
+    let prefix = format!("{}=", field.env());
+    Ok(env.iter().find_map(|e| {
+        e.strip_prefix(&prefix).map(|v| Raw { origin: Origin::Env(field.env()), value: v.to_string() })
+    }))
+}
+
+fn parse_vram(raw: &Raw) -> Result<Size, RequestError> {
+    units::parse_size(&raw.value).map_err(|e: SizeError| err(Field::Vram, &raw.origin, &raw.value, e.to_string()))
+}
+
+fn parse_gpu_list(raw: &Raw) -> Result<Vec<GpuRef>, RequestError> {
+    let bad = |reason: String| err(Field::Gpu, &raw.origin, &raw.value, reason);
+    if raw.value.len() > 1024 {
+        return Err(bad("value is too long".into()));
+    }
+    if raw.value.trim().is_empty() {
+        return Err(bad("empty value".into()));
+    }
+    let mut out: Vec<GpuRef> = Vec::new();
+    for part in raw.value.split(',') {
+        let p = part.trim();
+        let r = if p.is_empty() {
+            return Err(bad("empty element in the list".into()));
+        } else if p.bytes().all(|b| b.is_ascii_digit()) {
+            match p.parse::<u32>() {
+                Ok(i) if i < MAX_GPUS => GpuRef::Index(i),
+                _ => return Err(bad(format!("GPU index {p} is out of range"))),
+            }
+        } else if p.len() > 4 && p[..4].eq_ignore_ascii_case("GPU-") {
+            let u = &p[4..];
+            if u.len() > 64 || !u.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+                return Err(bad(format!("{p:?} is not a GPU UUID")));
+            }
+            GpuRef::Uuid(format!("GPU-{}", u.to_ascii_lowercase()))
+        } else if p.len() > 4 && p[..4].eq_ignore_ascii_case("MIG-") {
+            return Err(bad("MIG devices are not supported; name the whole GPU".into()));
+        } else if p.starts_with('-') {
+            return Err(bad(format!("negative GPU index {p}")));
+        } else {
+            return Err(bad(format!("{p:?} is neither a GPU index nor a GPU UUID")));
+        };
+        if out.contains(&r) {
+            return Err(bad(format!("GPU {p} is listed twice")));
+        }
+        if out.len() as u32 >= MAX_GPUS {
+            return Err(bad("too many GPUs in the list".into()));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn parse_gpus(raw: &Raw) -> Result<GpuSelector, RequestError> {
+    let v = raw.value.trim();
+    if v.eq_ignore_ascii_case("all") {
+        return Ok(GpuSelector::All);
+    }
+    let bad = |reason: &str| err(Field::Gpus, &raw.origin, &raw.value, reason);
+    if v.is_empty() {
+        return Err(bad("empty value"));
+    }
+    if v.starts_with('-') {
+        return Err(bad("negative count"));
+    }
+    if !v.bytes().all(|b| b.is_ascii_digit()) || v.len() > 8 {
+        return Err(bad("not a whole number"));
+    }
+    match v.parse::<u32>() {
+        Ok(0) => Err(bad("count is zero")),
+        Ok(n) if n <= MAX_GPUS => Ok(GpuSelector::Count(n)),
+        _ => Err(bad("more GPUs than any host has")),
+    }
+}
+
+impl Request {
+    /// Read the request from a container's annotations and process env.
+    /// `Ok(None)` means the container asked for nothing and must be left
+    /// untouched.
+    pub fn from_parts(
+        annotations: Option<&Map<String, Value>>,
+        env: &[String],
+    ) -> Result<Option<Request>, RequestError> {
+        let vram = lookup(Field::Vram, annotations, env)?;
+        let gpu = lookup(Field::Gpu, annotations, env)?;
+        let gpus = lookup(Field::Gpus, annotations, env)?;
+        let Some(vram) = vram else {
+            if let Some(r) = gpu.as_ref().or(gpus.as_ref()) {
+                let field = if gpu.is_some() { Field::Gpu } else { Field::Gpus };
+                return Err(err(
+                    field,
+                    &r.origin,
+                    &r.value,
+                    "a GPU was named without a memory slice; add vram=SIZE (for example vram=8g, or vram=100% for the whole GPU)",
+                ));
+            }
+            return Ok(None);
+        };
+        let size = parse_vram(&vram)?;
+        let selector = match (&gpu, &gpus) {
+            (None, None) => GpuSelector::Count(1),
+            (None, Some(n)) => parse_gpus(n)?,
+            (Some(g), None) => GpuSelector::List(parse_gpu_list(g)?),
+            (Some(g), Some(n)) => {
+                let list = parse_gpu_list(g)?;
+                match parse_gpus(n)? {
+                    GpuSelector::Count(c) if c as usize == list.len() => GpuSelector::List(list),
+                    GpuSelector::All => {
+                        return Err(err(Field::Gpus, &n.origin, &n.value, format!(
+                            "contradicts {}={:?}; use one of them", g.origin, g.value)))
+                    }
+                    _ => {
+                        return Err(err(Field::Gpus, &n.origin, &n.value, format!(
+                            "contradicts {}={:?}, which names {} GPU(s)", g.origin, g.value, list.len())))
+                    }
+                }
+            }
+        };
+        Ok(Some(Request { vram: size, gpus: selector, origin: vram.origin }))
+    }
+
+    /// Convenience: read from a parsed OCI config.json.
+    pub fn from_config(config: &Value) -> Result<Option<Request>, RequestError> {
+        let ann = config.get("annotations").and_then(Value::as_object);
+        let env: Vec<String> = config
+            .pointer("/process/env")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        Request::from_parts(ann, &env)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    const G: u64 = 1 << 30;
+
+    fn ann(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn no_request() {
+        assert_eq!(Request::from_parts(Some(&ann(json!({"foo": "bar"}))), &["PATH=/bin".into()]), Ok(None));
+        assert_eq!(Request::from_parts(None, &[]), Ok(None));
+    }
+
+    #[test]
+    fn annotation_and_aliases() {
+        let r = Request::from_parts(Some(&ann(json!({"vram": "4g"}))), &[]).unwrap().unwrap();
+        assert_eq!(r.vram, Size::Bytes(4 * G));
+        assert_eq!(r.gpus, GpuSelector::Count(1));
+        let r = Request::from_parts(Some(&ann(json!({"gpu-quota.io/vram": "2g", "gpu-quota.io/gpu": "1"}))), &[])
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.vram, Size::Bytes(2 * G));
+        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
+        // same value under both keys is fine
+        assert!(Request::from_parts(Some(&ann(json!({"vram": "2g", "gpu-quota.io/vram": "2g"}))), &[]).is_ok());
+    }
+
+    #[test]
+    fn annotation_wins_over_env() {
+        let env = vec!["GPU_QUOTA_VRAM=8g".to_string(), "GPU_QUOTA_GPUS=2".to_string()];
+        let r = Request::from_parts(Some(&ann(json!({"vram": "1g"}))), &env).unwrap().unwrap();
+        assert_eq!(r.vram, Size::Bytes(G));
+        assert_eq!(r.gpus, GpuSelector::Count(2));
+        let r = Request::from_parts(None, &env).unwrap().unwrap();
+        assert_eq!(r.vram, Size::Bytes(8 * G));
+        assert_eq!(r.origin, Origin::Env("GPU_QUOTA_VRAM"));
+    }
+
+    #[test]
+    fn gpu_forms() {
+        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpu": "0, GPU-ABCDEF01-2345"}))), &[]).unwrap().unwrap();
+        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(0), GpuRef::Uuid("GPU-abcdef01-2345".into())]));
+        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpus": "all"}))), &[]).unwrap().unwrap();
+        assert_eq!(r.gpus, GpuSelector::All);
+        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpus": "2", "gpu": "0,1"}))), &[]).unwrap().unwrap();
+        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(0), GpuRef::Index(1)]));
+    }
+
+    /// Table of malformed requests: each is refused with a message naming the
+    /// key, the value and what is accepted.
+    #[test]
+    fn malformed_table() {
+        let long = "9".repeat(100);
+        let cases: Vec<(Value, &str, &str)> = vec![
+            (json!({"vram": ""}), "annotation vram", "empty value"),
+            (json!({"vram": "0"}), "annotation vram", "zero"),
+            (json!({"vram": "-4g"}), "annotation vram", "negative"),
+            (json!({"vram": "NaN"}), "annotation vram", "not a number"),
+            (json!({"vram": "99999999999999999999g"}), "annotation vram", "64 bits"),
+            (json!({"vram": "4q"}), "annotation vram", "unknown unit"),
+            (json!({"vram": long}), "annotation vram", "longer than"),
+            (json!({"vram": 4}), "annotation vram", "must be strings"),
+            (json!({"vram": "1g", "gpu-quota.io/vram": "2g"}), "annotation gpu-quota.io/vram", "contradicts"),
+            (json!({"vram": "1g", "gpu": "0,0"}), "annotation gpu", "listed twice"),
+            (json!({"vram": "1g", "gpu": "GPU-abc,gpu-ABC"}), "annotation gpu", "listed twice"),
+            (json!({"vram": "1g", "gpu": ""}), "annotation gpu", "empty"),
+            (json!({"vram": "1g", "gpu": "0,,1"}), "annotation gpu", "empty element"),
+            (json!({"vram": "1g", "gpu": "-1"}), "annotation gpu", "negative"),
+            (json!({"vram": "1g", "gpu": "first"}), "annotation gpu", "neither"),
+            (json!({"vram": "1g", "gpu": "MIG-1234"}), "annotation gpu", "MIG"),
+            (json!({"vram": "1g", "gpu": "99999999999"}), "annotation gpu", "out of range"),
+            (json!({"vram": "1g", "gpus": "0"}), "annotation gpus", "zero"),
+            (json!({"vram": "1g", "gpus": "-2"}), "annotation gpus", "negative"),
+            (json!({"vram": "1g", "gpus": "two"}), "annotation gpus", "whole number"),
+            (json!({"vram": "1g", "gpus": "1000"}), "annotation gpus", "more GPUs"),
+            (json!({"vram": "1g", "gpus": "2", "gpu": "0"}), "annotation gpus", "contradicts"),
+            (json!({"vram": "1g", "gpus": "all", "gpu": "0"}), "annotation gpus", "contradicts"),
+            (json!({"gpu": "0"}), "annotation gpu", "without a memory slice"),
+        ];
+        for (a, origin, reason) in cases {
+            let e = Request::from_parts(Some(&ann(a.clone())), &[]).expect_err(&a.to_string());
+            let msg = e.to_string();
+            assert!(msg.contains(origin), "{msg} should name {origin}");
+            assert!(msg.contains(reason), "{msg} should say {reason}");
+            assert!(msg.contains("accepted:"), "{msg}");
+        }
+        let e = Request::from_parts(None, &["GPU_QUOTA_VRAM=lots".into()]).unwrap_err();
+        assert!(e.to_string().contains("environment variable GPU_QUOTA_VRAM"), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_annotation_never_panics(v in ".{0,80}", g in ".{0,40}", n in ".{0,12}") {
+            let a = ann(json!({"vram": v, "gpu": g, "gpus": n}));
+            let _ = Request::from_parts(Some(&a), &[]);
+        }
+    }
+}
