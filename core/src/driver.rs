@@ -1,0 +1,196 @@
+//! Finding the host's driver files the way a host tool must: libraries from
+//! the loader cache (or configured directories), keeping driver-versioned
+//! file names, and driver programs such as nvidia-smi.
+use crate::config::DriverConfig;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One real library file to mount, and the names that must point at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverLib {
+    /// Canonical host path of the real file (e.g. …/libcuda.so.580.159.04).
+    pub host_path: PathBuf,
+    /// Its file name, kept in the container.
+    pub name: String,
+    /// Other names (SONAME, dev link) to create as symlinks to `name`.
+    pub aliases: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverFiles {
+    pub libs: Vec<DriverLib>,
+    /// (program name, canonical host path)
+    pub bins: Vec<(String, PathBuf)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("cannot read loader cache {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("loader cache {path} has an unknown format ({what}); set [driver] lib_dirs in the config")]
+    Format { path: PathBuf, what: &'static str },
+    #[error("no NVIDIA driver library found (looked for {wanted} in {searched}); is the driver installed? check [driver] in the config")]
+    NoCuda { wanted: String, searched: String },
+}
+
+const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
+
+#[cfg(target_arch = "x86_64")]
+const ARCH_FLAGS: i32 = 0x0303; // FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
+#[cfg(target_arch = "aarch64")]
+const ARCH_FLAGS: i32 = 0x0a03; // FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const ARCH_FLAGS: i32 = 0x0003;
+
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
+}
+
+fn cstr_at(b: &[u8], off: usize) -> Option<&str> {
+    let rest = b.get(off..)?;
+    let end = rest.iter().position(|&c| c == 0)?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+/// Parse glibc's `ld.so.cache` (new format, possibly after the old one):
+/// (name, path) pairs for this machine's architecture, in cache order.
+pub fn parse_ldcache(bytes: &[u8]) -> Result<Vec<(String, String)>, &'static str> {
+    let mut start = 0usize;
+    if bytes.starts_with(OLD_MAGIC) {
+        let n = u32_at(bytes, 12).ok_or("truncated old header")? as usize;
+        start = 16 + n.checked_mul(12).ok_or("bad count")?;
+        start = (start + 7) & !7;
+    }
+    let b = bytes.get(start..).ok_or("truncated")?;
+    if !b.starts_with(NEW_MAGIC) {
+        return Err("no glibc-ld.so.cache1.1 header");
+    }
+    let nlibs = u32_at(b, 20).ok_or("truncated header")? as usize;
+    const HDR: usize = 48;
+    const ENTRY: usize = 24;
+    if nlibs > 1_000_000 || HDR + nlibs * ENTRY > b.len() {
+        return Err("entry table past end of file");
+    }
+    let mut out = Vec::with_capacity(nlibs);
+    for i in 0..nlibs {
+        let e = HDR + i * ENTRY;
+        let flags = u32_at(b, e).ok_or("truncated entry")? as i32;
+        let key = u32_at(b, e + 4).ok_or("truncated entry")? as usize;
+        let val = u32_at(b, e + 8).ok_or("truncated entry")? as usize;
+        if flags != ARCH_FLAGS {
+            continue;
+        }
+        if let (Some(k), Some(v)) = (cstr_at(b, key), cstr_at(b, val)) {
+            out.push((k.to_string(), v.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+fn wanted(prefixes: &[String], name: &str) -> bool {
+    prefixes.iter().any(|p| name.strip_prefix(p.as_str()).is_some_and(|r| r.starts_with(".so")))
+}
+
+/// Group (name, path) candidates by their real file.
+fn group(cands: Vec<(String, PathBuf)>) -> Vec<DriverLib> {
+    let mut by_real: BTreeMap<PathBuf, DriverLib> = BTreeMap::new();
+    for (name, path) in cands {
+        let Ok(real) = std::fs::canonicalize(&path) else { continue };
+        if !real.is_file() {
+            continue;
+        }
+        let real_name = real.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let e = by_real.entry(real.clone()).or_insert_with(|| DriverLib { host_path: real, name: real_name.clone(), aliases: vec![] });
+        for n in [name, path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()] {
+            if n != e.name && !n.is_empty() && !e.aliases.contains(&n) {
+                e.aliases.push(n);
+            }
+        }
+    }
+    by_real.into_values().collect()
+}
+
+/// Find the driver's libraries and programs on this host.
+pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
+    let mut cands: Vec<(String, PathBuf)> = Vec::new();
+    let searched;
+    if cfg.lib_dirs.is_empty() {
+        let bytes = std::fs::read(&cfg.ldcache).map_err(|source| DriverError::Read { path: cfg.ldcache.clone(), source })?;
+        let entries = parse_ldcache(&bytes).map_err(|what| DriverError::Format { path: cfg.ldcache.clone(), what })?;
+        for (name, path) in entries {
+            if wanted(&cfg.libraries, &name) {
+                cands.push((name, PathBuf::from(path)));
+            }
+        }
+        searched = cfg.ldcache.display().to_string();
+    } else {
+        for d in &cfg.lib_dirs {
+            let Ok(rd) = std::fs::read_dir(d) else { continue };
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if wanted(&cfg.libraries, &name) {
+                    cands.push((name, e.path()));
+                }
+            }
+        }
+        searched = cfg.lib_dirs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    }
+    let libs = group(cands);
+    if !libs.iter().any(|l| l.name.starts_with("libcuda.so") || l.aliases.iter().any(|a| a == "libcuda.so.1")) {
+        return Err(DriverError::NoCuda { wanted: "libcuda.so.1".into(), searched });
+    }
+    let mut bins = Vec::new();
+    for b in &cfg.binaries {
+        if let Some(p) = cfg.bin_dirs.iter().map(|d| d.join(b)).find(|p| is_executable(p)) {
+            if let Ok(real) = std::fs::canonicalize(&p) {
+                bins.push((b.clone(), real));
+            }
+        }
+    }
+    Ok(DriverFiles { libs, bins })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ldcache_parses() {
+        // Every glibc host has a cache listing libc.so.6.
+        let Ok(bytes) = std::fs::read("/etc/ld.so.cache") else { return };
+        let e = parse_ldcache(&bytes).unwrap();
+        assert!(e.iter().any(|(k, v)| k == "libc.so.6" && v.ends_with("libc.so.6")), "{e:?}");
+    }
+
+    #[test]
+    fn ldcache_garbage_refused() {
+        assert!(parse_ldcache(b"").is_err());
+        assert!(parse_ldcache(b"glibc-ld.so.cache1.1\xff\xff\xff\x7f").is_err());
+        assert!(parse_ldcache(&[0u8; 100]).is_err());
+    }
+
+    #[test]
+    fn lib_dirs_keep_versioned_names() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        std::fs::write(p.join("libcuda.so.580.1"), b"x").unwrap();
+        std::os::unix::fs::symlink("libcuda.so.580.1", p.join("libcuda.so.1")).unwrap();
+        std::fs::write(p.join("libnvidia-ml.so.580.1"), b"y").unwrap();
+        std::os::unix::fs::symlink("libnvidia-ml.so.580.1", p.join("libnvidia-ml.so.1")).unwrap();
+        std::fs::write(p.join("libcudart.so.12"), b"not the driver").unwrap();
+        let cfg = DriverConfig { lib_dirs: vec![p.into()], bin_dirs: vec![], ..DriverConfig::default() };
+        let f = discover(&cfg).unwrap();
+        assert_eq!(f.libs.len(), 2, "{f:?}");
+        let cuda = f.libs.iter().find(|l| l.name == "libcuda.so.580.1").unwrap();
+        assert_eq!(cuda.aliases, vec!["libcuda.so.1".to_string()]);
+        let empty = tempfile::tempdir().unwrap();
+        let cfg = DriverConfig { lib_dirs: vec![empty.path().into()], ..DriverConfig::default() };
+        assert!(matches!(discover(&cfg), Err(DriverError::NoCuda { .. })));
+    }
+}

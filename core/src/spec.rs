@@ -1,0 +1,152 @@
+//! Reading and patching a bundle's `config.json` as JSON: fields we do not
+//! know are kept as they are (key order included), and a config without a
+//! request is never rewritten.
+use crate::devices::DeviceNode;
+use serde_json::{json, Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Annotation the runtime adds with the GPUs it assigned (informational).
+pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not valid JSON: {source}")]
+    Json { path: PathBuf, source: serde_json::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {what}")]
+    Shape { path: PathBuf, what: String },
+}
+
+pub fn config_path(bundle: &Path) -> PathBuf {
+    bundle.join("config.json")
+}
+
+pub fn read_config(bundle: &Path) -> Result<(Vec<u8>, Value), SpecError> {
+    let path = config_path(bundle);
+    let bytes = std::fs::read(&path).map_err(|source| SpecError::Read { path: path.clone(), source })?;
+    let v = serde_json::from_slice(&bytes).map_err(|source| SpecError::Json { path: path.clone(), source })?;
+    Ok((bytes, v))
+}
+
+/// The container's rootfs directory on the host.
+pub fn rootfs_path(bundle: &Path, config: &Value) -> PathBuf {
+    let p = config.pointer("/root/path").and_then(Value::as_str).unwrap_or("rootfs");
+    let p = Path::new(p);
+    if p.is_absolute() { p.into() } else { bundle.join(p) }
+}
+
+/// How the hook must be called from the config.
+#[derive(Debug, Clone)]
+pub struct HookSpec {
+    pub path: PathBuf,
+    /// Environment for the hook (runc gives it nothing else).
+    pub env: Vec<String>,
+    pub timeout_secs: u64,
+}
+
+fn obj<'a>(v: &'a mut Value, key: &str) -> Result<&'a mut Map<String, Value>, String> {
+    let m = v.as_object_mut().ok_or_else(|| "expected an object".to_string())?;
+    let e = m.entry(key.to_string()).or_insert_with(|| json!({}));
+    if e.is_null() {
+        *e = json!({});
+    }
+    e.as_object_mut().ok_or_else(|| format!("`{key}` is not an object"))
+}
+
+fn arr<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value>, String> {
+    let e = m.entry(key.to_string()).or_insert_with(|| json!([]));
+    if e.is_null() {
+        *e = json!([]);
+    }
+    e.as_array_mut().ok_or_else(|| format!("`{key}` is not an array"))
+}
+
+/// Add device nodes, their cgroup allow rules, the hooks and the
+/// assignment annotation. Idempotent: entries already present are kept.
+pub fn patch(config: &mut Value, nodes: &[DeviceNode], hook: &HookSpec, assigned: &str) -> Result<(), String> {
+    {
+        let linux = obj(config, "linux")?;
+        let devices = arr(linux, "devices")?;
+        for n in nodes {
+            if devices.iter().any(|d| d.get("path").and_then(Value::as_str) == Some(&n.container_path)) {
+                continue;
+            }
+            devices.push(json!({
+                "path": n.container_path, "type": "c", "major": n.major, "minor": n.minor,
+                "fileMode": 0o666, "uid": 0, "gid": 0
+            }));
+        }
+    }
+    {
+        let linux = config.get_mut("linux").expect("created above");
+        let resources = obj(linux, "resources")?;
+        let rules = arr(resources, "devices")?;
+        for n in nodes {
+            let rule = json!({"allow": true, "type": "c", "major": n.major, "minor": n.minor, "access": "rwm"});
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+    }
+    {
+        let hooks = obj(config, "hooks")?;
+        for (stage, arg) in [("createRuntime", "create-runtime"), ("poststop", "poststop")] {
+            let list = arr(hooks, stage)?;
+            let path = hook.path.to_string_lossy().into_owned();
+            if list.iter().any(|h| h.get("path").and_then(Value::as_str) == Some(&path)) {
+                continue;
+            }
+            list.push(json!({
+                "path": path, "args": ["gpu-quota-hook", arg], "env": hook.env, "timeout": hook.timeout_secs
+            }));
+        }
+    }
+    let ann = obj(config, "annotations")?;
+    ann.insert(ASSIGNED_ANNOTATION.into(), Value::String(assigned.into()));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook() -> HookSpec {
+        HookSpec { path: "/usr/local/bin/gpu-quota-hook".into(), env: vec!["PATH=/usr/bin".into()], timeout_secs: 30 }
+    }
+    fn nodes() -> Vec<DeviceNode> {
+        vec![DeviceNode { host_path: "/dev/nvidia1".into(), container_path: "/dev/nvidia1".into(), major: 195, minor: 1 }]
+    }
+
+    #[test]
+    fn patch_keeps_unknown_fields_and_is_idempotent() {
+        let mut v: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","zzz":{"keep":[1,2]},"process":{"args":["sh"]},"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}},"hooks":{"prestart":[{"path":"/x"}]}}"#,
+        )
+        .unwrap();
+        patch(&mut v, &nodes(), &hook(), "GPU-1").unwrap();
+        let once = v.clone();
+        patch(&mut v, &nodes(), &hook(), "GPU-1").unwrap();
+        assert_eq!(v, once, "idempotent");
+        assert_eq!(v["zzz"]["keep"], json!([1, 2]));
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(&keys[..4], &["ociVersion", "zzz", "process", "linux"], "order kept");
+        let rules = v.pointer("/linux/resources/devices").unwrap().as_array().unwrap();
+        assert_eq!(rules[0]["allow"], false, "deny-all stays first");
+        assert_eq!(rules[1]["major"], 195);
+        assert_eq!(v.pointer("/linux/devices/0/path").unwrap(), "/dev/nvidia1");
+        assert_eq!(v.pointer("/hooks/prestart/0/path").unwrap(), "/x");
+        assert_eq!(v.pointer("/hooks/createRuntime/0/args/1").unwrap(), "create-runtime");
+        assert_eq!(v.pointer("/hooks/poststop/0/env/0").unwrap(), "PATH=/usr/bin");
+        assert_eq!(v["annotations"][ASSIGNED_ANNOTATION], "GPU-1");
+    }
+
+    #[test]
+    fn rootfs_relative_and_absolute() {
+        let b = Path::new("/b");
+        assert_eq!(rootfs_path(b, &json!({"root":{"path":"rootfs"}})), PathBuf::from("/b/rootfs"));
+        assert_eq!(rootfs_path(b, &json!({"root":{"path":"/r"}})), PathBuf::from("/r"));
+    }
+}
