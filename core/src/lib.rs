@@ -19,3 +19,4 @@ pub mod mountplan;
 pub mod rootfs;
 pub mod spec;
 pub mod state;
+pub mod paths;

@@ -1,1 +1,106 @@
-fn main() {}
+//! `gpu-quota-hook`: the OCI hook injected by gpu-quota-runtime.
+//!
+//! * `create-runtime` (or `prestart`): runs after runc made the container's
+//!   namespaces and mounts, before pivot_root. Confirms the ledger
+//!   reservation with the container's pid, prepares the per-container state
+//!   directory on the host, enters the container's mount namespace and
+//!   carries out the mount plan (driver libraries, nvidia-smi, the
+//!   interceptor, /etc/ld.so.preload, the loader cache).
+//! * `poststop`: releases the reservation and removes the state directory.
+//!
+//! The hook reads only the OCI state on stdin, the bundle's config.json and
+//! its own config; runc gives it a clean environment, and nothing of the
+//! container's environment is ever used.
+use anyhow::{anyhow, bail, Context, Result};
+use gpuquota_core::{
+    config::Config,
+    driver,
+    ledger::Key,
+    mountplan,
+    paths,
+    rootfs::{MountEffects, Rootfs},
+    spec, state, Ledger, Request,
+};
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+
+fn main() {
+    let stage = std::env::args().nth(1).unwrap_or_default();
+    if let Err(e) = run(&stage) {
+        eprintln!("gpu-quota-hook: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+struct Ctx {
+    id: String,
+    pid: Option<u32>,
+    bundle: PathBuf,
+    config: serde_json::Value,
+}
+
+fn read_state() -> Result<Ctx> {
+    let mut buf = Vec::new();
+    std::io::stdin().take(1 << 20).read_to_end(&mut buf).context("reading the OCI state from stdin")?;
+    let st: oci_spec::runtime::State = serde_json::from_slice(&buf).context("the OCI state on stdin is not valid")?;
+    let bundle = st.bundle().clone();
+    let (_, config) = spec::read_config(&bundle)?;
+    Ok(Ctx { id: st.id().clone(), pid: st.pid().filter(|p| *p > 0).map(|p| p as u32), bundle, config })
+}
+
+fn run(stage: &str) -> Result<()> {
+    match stage {
+        "create-runtime" | "prestart" => create_runtime(),
+        "poststop" => poststop(),
+        other => bail!("unknown stage {other:?}; expected create-runtime, prestart or poststop"),
+    }
+}
+
+fn create_runtime() -> Result<()> {
+    let ctx = read_state()?;
+    if Request::from_config(&ctx.config)?.is_none() {
+        return Ok(()); // nothing asked: nothing to do
+    }
+    if !state::valid_container_id(&ctx.id) {
+        bail!("container id {:?} has characters gpu-quota does not accept", ctx.id);
+    }
+    let pid = ctx.pid.ok_or_else(|| anyhow!("the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"))?;
+    let cfg = Config::load_default()?;
+    let ledger = Ledger::new(&cfg);
+    let r = ledger.confirm(&ctx.id, &ctx.bundle.to_string_lossy(), pid)?;
+    let files = driver::discover(&cfg.driver)?;
+    let interceptor = paths::interceptor(&cfg).ok_or_else(|| {
+        anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
+    })?;
+    let dir = cfg.container_state_dir(&ctx.id);
+    state::prepare(&dir, &r, &files).with_context(|| format!("preparing {}", dir.display()))?;
+    let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
+    let ops = mountplan::plan(&dir, &files, &interceptor);
+    enter_mount_ns(pid)?;
+    let mut fx = MountEffects { rootfs: Rootfs::open(&rootfs)?, ldconfig: cfg.driver.ldconfig.clone() };
+    mountplan::execute(&ops, &mut fx).with_context(|| format!("setting up container {} (rootfs {})", ctx.id, rootfs.display()))?;
+    Ok(())
+}
+
+/// Join the container's mount namespace (the hook is single-threaded).
+fn enter_mount_ns(pid: u32) -> Result<()> {
+    let p = format!("/proc/{pid}/ns/mnt");
+    let f = std::fs::File::open(&p).with_context(|| format!("opening {p}"))?;
+    nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNS).with_context(|| format!("entering {p}"))?;
+    Ok(())
+}
+
+fn poststop() -> Result<()> {
+    let ctx = read_state()?;
+    if Request::from_config(&ctx.config).ok().flatten().is_none() {
+        return Ok(());
+    }
+    let cfg = Config::load_default()?;
+    Ledger::new(&cfg).release(Key::Bundle { id: &ctx.id, bundle: &ctx.bundle.to_string_lossy() })?;
+    if state::valid_container_id(&ctx.id) {
+        state::remove(&cfg.container_state_dir(&ctx.id))?;
+    }
+    Ok(())
+}
+

@@ -1,1 +1,190 @@
-fn main() {}
+//! `gpu-quota-runtime`: a runc-compatible wrapper.
+//!
+//! Every command goes to the real runc with its arguments unchanged. On
+//! `create` (and foreground `run`) of a container that asks for GPU memory,
+//! the runtime first admits the request into the host ledger, then edits the
+//! bundle's config.json (device nodes, cgroup device rules, hooks); if runc
+//! then fails, the slice is released. `delete` releases the slice once the
+//! container is gone. Containers without a request are never touched.
+mod args;
+mod report;
+
+use anyhow::{anyhow, Context, Result};
+use gpuquota_core::{config::Config, devices, fsutil, ledger::Key, paths, spec, state, Inventory, Ledger, Request};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// runc's default state root for root.
+const DEFAULT_RUNC_ROOT: &str = "/run/runc";
+
+fn main() {
+    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let a = args::parse(&argv);
+    let code = match run(&argv, &a) {
+        Ok(code) => code,
+        Err(e) => {
+            report::error(&a, &format!("{e:#}"));
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn runc_path(cfg_runc: &Path) -> Result<PathBuf> {
+    let p = paths::which(cfg_runc).ok_or_else(|| {
+        anyhow!("cannot find runc ({}); install runc or set `runc = \"/path/to/runc\"` in {}", cfg_runc.display(), Config::path_from_env().display())
+    })?;
+    let me = std::env::current_exe().ok().and_then(|p| std::fs::canonicalize(p).ok());
+    if std::fs::canonicalize(&p).ok() == me {
+        return Err(anyhow!("`runc` resolves to gpu-quota-runtime itself ({}); set `runc` in the config to the real runc", p.display()));
+    }
+    Ok(p)
+}
+
+/// The config, tolerating a missing file; only needed once a container
+/// asks for something (pass-through never depends on it).
+fn load_config() -> Result<Config> {
+    Ok(Config::load_default()?)
+}
+
+/// runc for pass-through commands: the configured one if the config loads,
+/// else `runc` from PATH (a broken config must not break other containers).
+fn passthrough(argv: &[OsString]) -> Result<i32> {
+    let runc = Config::load_default().map(|c| c.runc).unwrap_or_else(|_| "runc".into());
+    let runc = runc_path(&runc)?;
+    let e = Command::new(&runc).args(argv).exec();
+    Err(anyhow!("cannot run {}: {e}", runc.display()))
+}
+
+fn run(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
+    match a.command.as_deref() {
+        Some("create") => create(argv, a),
+        Some("run") if !a.detach => create(argv, a),
+        Some("run") => create(argv, a),
+        Some("delete") => delete(argv, a),
+        _ => passthrough(argv),
+    }
+}
+
+fn effective_root(a: &args::RuncArgs) -> String {
+    a.root.clone().unwrap_or_else(|| DEFAULT_RUNC_ROOT.into())
+}
+
+fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
+    let bundle = match &a.bundle {
+        Some(b) => PathBuf::from(b),
+        None => std::env::current_dir().context("current directory")?,
+    };
+    let bundle = std::fs::canonicalize(&bundle).unwrap_or(bundle);
+    let cfg_path = spec::config_path(&bundle);
+    let bytes = match std::fs::read(&cfg_path) {
+        Ok(b) => b,
+        Err(_) => return passthrough(argv), // runc reports a missing bundle itself
+    };
+    let mut config: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            // Never fail open: a config we cannot read that mentions a request is refused.
+            if contains_request_key(&bytes) {
+                return Err(anyhow!("{} is not valid JSON ({e}) and seems to request GPU memory; refusing", cfg_path.display()));
+            }
+            return passthrough(argv);
+        }
+    };
+    let Some(req) = Request::from_config(&config)? else {
+        return passthrough(argv);
+    };
+    let id = a.id.clone().ok_or_else(|| anyhow!("runc {} without a container id", a.command.as_deref().unwrap_or("")))?;
+    if !state::valid_container_id(&id) {
+        return Err(anyhow!("container id {id:?} has characters gpu-quota does not accept"));
+    }
+    let cfg = load_config()?;
+    let runc = runc_path(&cfg.runc)?;
+    let inv = Inventory::load(&cfg)?;
+    let ledger = Ledger::new(&cfg);
+    let root = effective_root(a);
+    let r = ledger.admit(&cfg, &inv, &req, &id, Some(&root), &bundle.to_string_lossy())?;
+    let key = Key::Root { id: &id, root: Some(&root) };
+    let patched = (|| -> Result<()> {
+        let nodes = devices::nodes_for(&cfg.driver.dev_root, &inv, &r.slices)?;
+        let hook = paths::hook(&cfg).filter(|p| p.is_file()).ok_or_else(|| {
+            anyhow!("gpu-quota-hook not found next to gpu-quota-runtime; set `hook` in {}", Config::path_from_env().display())
+        })?;
+        let hook = std::fs::canonicalize(&hook).unwrap_or(hook);
+        let mut env = vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()];
+        let cp = Config::path_from_env();
+        let cp = std::fs::canonicalize(&cp).unwrap_or(cp);
+        env.push(format!("{}={}", gpuquota_core::config::ENV_PATH, cp.display()));
+        let hs = spec::HookSpec { path: hook, env, timeout_secs: 60 };
+        let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
+        spec::patch(&mut config, &nodes, &hs, &assigned.join(",")).map_err(|w| anyhow!("{}: {w}", cfg_path.display()))?;
+        let mode = std::fs::metadata(&cfg_path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777).unwrap_or(0o644);
+        let mut out = serde_json::to_vec(&config)?;
+        out.push(b'\n');
+        fsutil::write_atomic(&cfg_path, &out, mode).with_context(|| format!("writing {}", cfg_path.display()))?;
+        Ok(())
+    })();
+    if let Err(e) = patched {
+        let _ = ledger.release(key.clone());
+        return Err(e);
+    }
+    let code = spawn_forwarding(&runc, argv)?;
+    let foreground_run = a.command.as_deref() == Some("run") && !a.detach;
+    if code != 0 || foreground_run {
+        // the container never started, or `runc run` already deleted it
+        let _ = ledger.release(key);
+        let _ = state::remove(&cfg.container_state_dir(&id));
+    }
+    Ok(code)
+}
+
+fn contains_request_key(b: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(b);
+    s.contains("\"vram\"") || s.contains("gpu-quota.io/") || s.contains("GPU_QUOTA_VRAM")
+}
+
+fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
+    let Ok(cfg) = Config::load_default() else { return passthrough(argv) };
+    let runc = runc_path(&cfg.runc)?;
+    let code = spawn_forwarding(&runc, argv)?;
+    if let Some(id) = &a.id {
+        let root = effective_root(a);
+        // release only once runc no longer knows the container
+        if !Path::new(&root).join(id).exists() {
+            let ledger = Ledger::new(&cfg);
+            if let Ok(gone) = ledger.release(Key::Root { id, root: Some(&root) }) {
+                if !gone.is_empty() {
+                    let _ = state::remove(&cfg.container_state_dir(id));
+                }
+            }
+        }
+    }
+    Ok(code)
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Run runc as a child, forwarding the usual signals, and return its exit
+/// code (128+signal when it was killed).
+fn spawn_forwarding(runc: &Path, argv: &[OsString]) -> Result<i32> {
+    let mut child = Command::new(runc).args(argv).spawn().with_context(|| format!("cannot run {}", runc.display()))?;
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGWINCH] {
+        // SAFETY: installing a handler that only calls kill.
+        unsafe { libc::signal(sig, forward as *const () as libc::sighandler_t) };
+    }
+    let status = child.wait().context("waiting for runc")?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}

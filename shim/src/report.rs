@@ -1,0 +1,46 @@
+//! Errors reach the user on stderr and, when the engine gave runc a `--log`
+//! file, as a runc-format log entry there (Docker and containerd show the
+//! last error of that file).
+use crate::args::RuncArgs;
+use std::io::Write;
+
+fn rfc3339_now() -> String {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = t.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // civil-from-days (Howard Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z", rem / 3600, rem / 60 % 60, rem % 60, t.subsec_nanos())
+}
+
+pub fn error(a: &RuncArgs, msg: &str) {
+    let msg = format!("gpu-quota: {msg}");
+    eprintln!("{msg}");
+    let Some(path) = &a.log else { return };
+    let line = if a.log_format.as_deref() == Some("json") {
+        serde_json::json!({"level": "error", "msg": msg, "time": rfc3339_now()}).to_string()
+    } else {
+        format!("time=\"{}\" level=error msg={:?}", rfc3339_now(), msg)
+    };
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn time_format() {
+        let t = super::rfc3339_now();
+        assert_eq!(t.len(), 30, "{t}");
+        assert!(t.starts_with("20") && t.ends_with('Z'));
+    }
+}
