@@ -1,0 +1,241 @@
+//! Admission / release against the region, device selection.
+
+use crate::config;
+use crate::msg;
+use crate::ptrtable::Rec;
+use crate::region::{self, Region};
+use crate::state::{self, config};
+use crate::symbols::{real_fn, S};
+use libc::c_int;
+use core::sync::atomic::Ordering::*;
+
+pub const UNTRACKED: usize = usize::MAX;
+
+#[derive(Clone, Copy)]
+pub struct Dev {
+    pub ordinal: c_int,
+    pub idx: usize,
+}
+
+#[derive(Clone, Copy)]
+pub enum DevSel {
+    Current,
+    Ordinal(c_int),
+}
+
+#[derive(Clone, Copy)]
+pub struct Charge {
+    pub slot: usize,
+    pub dev: Dev,
+    pub n: u64,
+    region: Region,
+}
+
+/// Region device index of a CUDA ordinal: position of the device UUID in the
+/// region's UUID table (pre-filled from the hook's `gpus` list, otherwise
+/// filled in first-use order), falling back to the ordinal.
+pub fn dev_index(ordinal: c_int) -> usize {
+    if !(0..64).contains(&ordinal) {
+        return UNTRACKED;
+    }
+    let m = &state::devmap()[ordinal as usize];
+    let v = m.load(Relaxed);
+    if v != 0xff {
+        return if v == 0xfe { UNTRACKED } else { v as usize };
+    }
+    let idx = compute_index(ordinal);
+    m.store(if idx == UNTRACKED { 0xfe } else { idx as u8 }, Relaxed);
+    idx
+}
+
+#[cold]
+fn compute_index(ordinal: c_int) -> usize {
+    let mut uuid = [0u8; 16];
+    let mut have = false;
+    type GetUuid = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
+    if let Some(f) = real_fn!(S::cuDeviceGetUuid_v2, GetUuid) {
+        have = unsafe { f(uuid.as_mut_ptr(), ordinal) } == 0;
+    }
+    if !have {
+        if let Some(f) = real_fn!(S::cuDeviceGetUuid, GetUuid) {
+            have = unsafe { f(uuid.as_mut_ptr(), ordinal) } == 0;
+        }
+    }
+    if have {
+        if let Some(r) = state::region() {
+            if let Some(i) = r.uuid_index(&uuid, true) {
+                return i;
+            }
+        }
+    }
+    if (ordinal as usize) < config::MAX_GPUS {
+        ordinal as usize
+    } else {
+        UNTRACKED
+    }
+}
+
+/// The current context's device.
+#[inline]
+pub fn current_dev() -> Dev {
+    let dc = state::devcount();
+    let mut n = dc.load(Relaxed);
+    if n < 0 {
+        type F = unsafe extern "C" fn(*mut c_int) -> c_int;
+        let mut cnt: c_int = 0;
+        if let Some(f) = real_fn!(S::cuDeviceGetCount, F) {
+            if unsafe { f(&mut cnt) } == 0 && cnt > 0 {
+                dc.store(cnt, Relaxed);
+                n = cnt;
+            }
+        }
+    }
+    let mut ordinal: c_int = 0;
+    if n != 1 {
+        type F = unsafe extern "C" fn(*mut c_int) -> c_int;
+        if let Some(f) = real_fn!(S::cuCtxGetDevice, F) {
+            if unsafe { f(&mut ordinal) } != 0 {
+                ordinal = 0;
+            }
+        }
+    }
+    Dev { ordinal, idx: dev_index(ordinal) }
+}
+
+pub fn select(sel: DevSel) -> Dev {
+    match sel {
+        DevSel::Current => current_dev(),
+        DevSel::Ordinal(o) => Dev { ordinal: o, idx: dev_index(o) },
+    }
+}
+
+/// Real total memory of a CUDA ordinal.
+pub fn real_total(ordinal: c_int) -> Option<u64> {
+    type F = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
+    let f = real_fn!(S::cuDeviceTotalMem_v2, F)?;
+    let mut t: usize = 0;
+    if unsafe { f(&mut t, ordinal) } == 0 {
+        Some(t as u64)
+    } else {
+        None
+    }
+}
+
+/// Everything admission needs, or None when this call is not enforced.
+#[inline]
+fn ctx(dev: &Dev) -> Option<(Region, u64)> {
+    let c = config()?;
+    if !c.enforce || dev.idx == UNTRACKED {
+        return None;
+    }
+    let r = state::region()?;
+    let ord = dev.ordinal;
+    let limit = state::limit_for(c, dev.idx, &|| real_total(ord));
+    if limit == 0 && !matches!(c.limit, config::Size::Bytes(0)) {
+        return None; // percent of an unknown total: cannot enforce
+    }
+    Some((r, limit))
+}
+
+/// Reserve n bytes on a device. Ok(None): not enforced (pass through,
+/// untracked). Ok(Some): reserved. Err: refused (message printed).
+#[inline]
+pub fn admit(api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, ()> {
+    let (r, limit) = match ctx(&dev) {
+        Some(x) => x,
+        None => return Ok(None),
+    };
+    let slot = match state::my_slot(&r) {
+        Some(s) => s,
+        None => {
+            msg::refused(api, n, limit, dev.ordinal, r.used(dev.idx));
+            return Err(());
+        }
+    };
+    match r.try_admit(slot, dev.idx, n, limit) {
+        Ok(()) => Ok(Some(Charge { slot, dev, n, region: r })),
+        Err(_) => admit_slow(api, r, slot, dev, n, limit),
+    }
+}
+
+#[cold]
+fn admit_slow(api: &[u8], r: Region, slot: usize, dev: Dev, n: u64, limit: u64) -> Result<Option<Charge>, ()> {
+    // reclaim the slots of dead processes, then try once more
+    if r.reclaim_dead(slot, &region::owner_alive) > 0 && r.try_admit(slot, dev.idx, n, limit).is_ok() {
+        return Ok(Some(Charge { slot, dev, n, region: r }));
+    }
+    r.count_refusal();
+    msg::refused(api, n, limit, dev.ordinal, r.used(dev.idx));
+    Err(())
+}
+
+/// Does n more bytes fit right now (no reservation; graph memory nodes)?
+pub fn fits(api: &[u8], dev: Dev, n: u64) -> bool {
+    let (r, limit) = match ctx(&dev) {
+        Some(x) => x,
+        None => return true,
+    };
+    let used = r.used(dev.idx);
+    if used.saturating_add(n) <= limit {
+        return true;
+    }
+    if let Some(s) = state::my_slot(&r) {
+        r.reclaim_dead(s, &region::owner_alive);
+    }
+    let used = r.used(dev.idx);
+    if used.saturating_add(n) <= limit {
+        return true;
+    }
+    r.count_refusal();
+    msg::refused(api, n, limit, dev.ordinal, used);
+    false
+}
+
+impl Charge {
+    pub fn rollback(self) {
+        self.region.release(self.slot, self.dev.idx, self.n);
+    }
+    /// Grow (Ok) or fail (Err, nothing changed) — used when the real size
+    /// turns out larger than estimated.
+    pub fn grow(&mut self, api: &[u8], extra: u64) -> Result<(), ()> {
+        let c = match config() {
+            Some(c) => c,
+            None => return Ok(()),
+        };
+        let ord = self.dev.ordinal;
+        let limit = state::limit_for(c, self.dev.idx, &|| real_total(ord));
+        match self.region.try_admit(self.slot, self.dev.idx, extra, limit) {
+            Ok(()) => {
+                self.n += extra;
+                Ok(())
+            }
+            Err(used) => {
+                self.region.count_refusal();
+                msg::refused(api, extra, limit, self.dev.ordinal, used);
+                Err(())
+            }
+        }
+    }
+    pub fn shrink(&mut self, less: u64) {
+        let less = less.min(self.n);
+        self.region.release(self.slot, self.dev.idx, less);
+        self.n -= less;
+    }
+}
+
+/// Give back a tracked allocation's bytes.
+#[inline]
+pub fn release(rec: Rec) {
+    if let Some(r) = state::region() {
+        if let Some(s) = state::my_slot(&r) {
+            r.release(s, rec.dev as usize, rec.size);
+        }
+    }
+}
+
+/// Container usage of a region device (reclaiming dead slots first).
+pub fn container_used(r: &Region, idx: usize) -> u64 {
+    let me = state::my_slot_if_any();
+    r.reclaim_dead(me, &region::owner_alive);
+    r.used(idx)
+}

@@ -1,0 +1,748 @@
+//! CUDA driver API wrappers. Each is exported (direct-link interposition)
+//! and handed out by the dlsym / cuGetProcAddress paths.
+//!
+//! Producers reserve before the driver call and roll back when it fails;
+//! frees always reach the driver and release only after it succeeded.
+
+use crate::account::{self, Charge, Dev, DevSel, UNTRACKED};
+use crate::ptrtable::{KIND_ARRAY, KIND_DPTR, KIND_MIPMAP, KIND_VMM};
+use crate::state::{self, config, TABLE};
+use crate::symbols::{real_fn, S};
+use libc::{c_int, c_uint, c_void};
+use core::sync::atomic::Ordering::*;
+
+pub type CUresult = c_int;
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+
+type CUstream = *mut c_void;
+type CUdeviceptr = u64;
+
+macro_rules! real_or {
+    ($s:expr, $t:ty) => {
+        match real_fn!($s, $t) {
+            Some(f) => f,
+            None => return CUDA_ERROR_NOT_INITIALIZED,
+        }
+    };
+}
+
+/// Common shape of a charged producer.
+#[inline(always)]
+unsafe fn produce(
+    api: &[u8],
+    sel: DevSel,
+    n: u64,
+    kind: u32,
+    call: impl FnOnce() -> CUresult,
+    key: impl FnOnce() -> Option<u64>,
+    undo: impl FnOnce(u64),
+) -> CUresult {
+    let enforce = match config() {
+        Some(c) => c.enforce,
+        None => false,
+    };
+    if !enforce {
+        return call();
+    }
+    let dev = account::select(sel);
+    let ch = match account::admit(api, dev, n) {
+        Ok(c) => c,
+        Err(()) => return CUDA_ERROR_OUT_OF_MEMORY,
+    };
+    let r = call();
+    let ch = match ch {
+        Some(c) => c,
+        None => return r,
+    };
+    if r != CUDA_SUCCESS {
+        ch.rollback();
+        return r;
+    }
+    record(ch, kind, key(), undo, r)
+}
+
+#[inline(always)]
+fn record(ch: Charge, kind: u32, key: Option<u64>, undo: impl FnOnce(u64), r: CUresult) -> CUresult {
+    match key {
+        Some(k) => {
+            if TABLE.insert(k, kind, ch.n, ch.dev.idx as u32) {
+                r
+            } else {
+                // cannot remember it, so cannot release it later: give it back
+                undo(k);
+                ch.rollback();
+                CUDA_ERROR_OUT_OF_MEMORY
+            }
+        }
+        None => {
+            ch.rollback();
+            r
+        }
+    }
+}
+
+/// Common shape of a free: forget, call the driver, release on success
+/// (restore the record if the driver refused).
+#[inline(always)]
+fn consume(k: u64, kind: u32, call: impl FnOnce() -> CUresult) -> CUresult {
+    let rec = TABLE.remove(k, kind);
+    let r = call();
+    if let Some(rec) = rec {
+        if r == CUDA_SUCCESS {
+            account::release(rec);
+        } else {
+            TABLE.insert(k, kind, rec.size, rec.dev);
+        }
+    }
+    r
+}
+
+unsafe fn free_dptr(p: u64) {
+    type F = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
+    if let Some(f) = real_fn!(S::cuMemFree_v2, F) {
+        f(p);
+    }
+}
+
+// ------------------------------------------------------------ cuMemAlloc
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+    let f = real_or!(S::cuMemAlloc_v2, unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult);
+    produce(
+        b"cuMemAlloc",
+        DevSel::Current,
+        size as u64,
+        KIND_DPTR,
+        || f(dptr, size),
+        || if dptr.is_null() { None } else { Some(*dptr) },
+        |k| free_dptr(k),
+    )
+}
+
+/// Legacy 32-bit cuMemAlloc.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc(dptr: *mut c_uint, size: c_uint) -> CUresult {
+    let f = real_or!(S::cuMemAlloc, unsafe extern "C" fn(*mut c_uint, c_uint) -> CUresult);
+    produce(
+        b"cuMemAlloc",
+        DevSel::Current,
+        size as u64,
+        KIND_DPTR,
+        || f(dptr, size),
+        || if dptr.is_null() { None } else { Some(*dptr as u64) },
+        |k| free_dptr(k),
+    )
+}
+
+// ------------------------------------------------------------ pitch
+
+const PITCH_EST_ALIGN: u64 = 512;
+
+#[inline(always)]
+unsafe fn pitch_common(
+    width: u64,
+    height: u64,
+    call: impl FnOnce() -> CUresult,
+    result: impl FnOnce() -> Option<(u64, u64)>, // (ptr, pitch)
+) -> CUresult {
+    let enforce = config().map(|c| c.enforce).unwrap_or(false);
+    if !enforce {
+        return call();
+    }
+    let api = b"cuMemAllocPitch";
+    let est = width.div_ceil(PITCH_EST_ALIGN).saturating_mul(PITCH_EST_ALIGN).saturating_mul(height);
+    let dev = account::current_dev();
+    let mut ch = match account::admit(api, dev, est) {
+        Ok(Some(c)) => c,
+        Ok(None) => return call(),
+        Err(()) => return CUDA_ERROR_OUT_OF_MEMORY,
+    };
+    let r = call();
+    if r != CUDA_SUCCESS {
+        ch.rollback();
+        return r;
+    }
+    let (p, pitch) = match result() {
+        Some(x) => x,
+        None => {
+            ch.rollback();
+            return r;
+        }
+    };
+    let actual = pitch.saturating_mul(height);
+    if actual > ch.n {
+        if ch.grow(api, actual - ch.n).is_err() {
+            free_dptr(p);
+            ch.rollback();
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    } else if actual < ch.n {
+        ch.shrink(ch.n - actual);
+    }
+    record(ch, KIND_DPTR, Some(p), |k| free_dptr(k), r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: c_uint,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult;
+    let f = real_or!(S::cuMemAllocPitch_v2, F);
+    pitch_common(
+        width as u64,
+        height as u64,
+        || f(dptr, pitch, width, height, elem),
+        || if dptr.is_null() || pitch.is_null() { None } else { Some((*dptr, *pitch as u64)) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch(
+    dptr: *mut c_uint,
+    pitch: *mut c_uint,
+    width: c_uint,
+    height: c_uint,
+    elem: c_uint,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut c_uint, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult;
+    let f = real_or!(S::cuMemAllocPitch, F);
+    pitch_common(
+        width as u64,
+        height as u64,
+        || f(dptr, pitch, width, height, elem),
+        || if dptr.is_null() || pitch.is_null() { None } else { Some((*dptr as u64, *pitch as u64)) },
+    )
+}
+
+// ------------------------------------------------------------ frees
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(p: CUdeviceptr) -> CUresult {
+    let f = real_or!(S::cuMemFree_v2, unsafe extern "C" fn(CUdeviceptr) -> CUresult);
+    consume(p, KIND_DPTR, || f(p))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree(p: c_uint) -> CUresult {
+    let f = real_or!(S::cuMemFree, unsafe extern "C" fn(c_uint) -> CUresult);
+    consume(p as u64, KIND_DPTR, || f(p))
+}
+
+// ------------------------------------------------------------ managed
+
+/// Managed memory is charged in full to the current device (conservative:
+/// it can all become resident there).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> CUresult {
+    let f = real_or!(S::cuMemAllocManaged, unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult);
+    produce(
+        b"cuMemAllocManaged",
+        DevSel::Current,
+        size as u64,
+        KIND_DPTR,
+        || f(dptr, size, flags),
+        || if dptr.is_null() { None } else { Some(*dptr) },
+        |k| free_dptr(k),
+    )
+}
+
+// ------------------------------------------------------------ async / pools
+
+type AllocAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
+type AllocFromPool = unsafe extern "C" fn(*mut CUdeviceptr, usize, *mut c_void, CUstream) -> CUresult;
+type FreeAsync = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
+
+#[inline(always)]
+unsafe fn alloc_async(f: AllocAsync, dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+    produce(
+        b"cuMemAllocAsync",
+        DevSel::Current,
+        size as u64,
+        KIND_DPTR,
+        || f(dptr, size, s),
+        || if dptr.is_null() { None } else { Some(*dptr) },
+        |k| free_dptr(k),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+    alloc_async(real_or!(S::cuMemAllocAsync, AllocAsync), dptr, size, s)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+    alloc_async(real_or!(S::cuMemAllocAsync_ptsz, AllocAsync), dptr, size, s)
+}
+
+#[inline(always)]
+unsafe fn alloc_pool(f: AllocFromPool, dptr: *mut CUdeviceptr, size: usize, pool: *mut c_void, s: CUstream) -> CUresult {
+    produce(
+        b"cuMemAllocFromPoolAsync",
+        DevSel::Current,
+        size as u64,
+        KIND_DPTR,
+        || f(dptr, size, pool, s),
+        || if dptr.is_null() { None } else { Some(*dptr) },
+        |k| free_dptr(k),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: *mut c_void,
+    s: CUstream,
+) -> CUresult {
+    alloc_pool(real_or!(S::cuMemAllocFromPoolAsync, AllocFromPool), dptr, size, pool, s)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: *mut c_void,
+    s: CUstream,
+) -> CUresult {
+    alloc_pool(real_or!(S::cuMemAllocFromPoolAsync_ptsz, AllocFromPool), dptr, size, pool, s)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(p: CUdeviceptr, s: CUstream) -> CUresult {
+    let f = real_or!(S::cuMemFreeAsync, FreeAsync);
+    consume(p, KIND_DPTR, || f(p, s))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(p: CUdeviceptr, s: CUstream) -> CUresult {
+    let f = real_or!(S::cuMemFreeAsync_ptsz, FreeAsync);
+    consume(p, KIND_DPTR, || f(p, s))
+}
+
+// ------------------------------------------------------------ VMM
+
+const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+
+#[repr(C)]
+pub struct CUmemAllocationProp {
+    pub type_: c_int,
+    pub requested_handle_types: c_int,
+    pub loc_type: c_int,
+    pub loc_id: c_int,
+    pub win32: *mut c_void,
+    pub alloc_flags: u64,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut u64,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut u64, usize, *const CUmemAllocationProp, u64) -> CUresult;
+    let f = real_or!(S::cuMemCreate, F);
+    if prop.is_null() || (*prop).loc_type != CU_MEM_LOCATION_TYPE_DEVICE {
+        return f(handle, size, prop, flags); // host memory: not charged
+    }
+    let ord = (*prop).loc_id;
+    produce(
+        b"cuMemCreate",
+        DevSel::Ordinal(ord),
+        size as u64,
+        KIND_VMM,
+        || f(handle, size, prop, flags),
+        || if handle.is_null() { None } else { Some(*handle) },
+        |k| {
+            type R = unsafe extern "C" fn(u64) -> CUresult;
+            if let Some(r) = real_fn!(S::cuMemRelease, R) {
+                r(k);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
+    let f = real_or!(S::cuMemRelease, unsafe extern "C" fn(u64) -> CUresult);
+    consume(handle, KIND_VMM, || f(handle))
+}
+
+// ------------------------------------------------------------ arrays
+
+#[repr(C)]
+pub struct ArrayDesc {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_uint,
+    pub channels: c_uint,
+}
+#[repr(C)]
+pub struct ArrayDescV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub format: c_uint,
+    pub channels: c_uint,
+}
+#[repr(C)]
+pub struct Array3DDesc {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_uint,
+    pub channels: c_uint,
+    pub flags: c_uint,
+}
+#[repr(C)]
+pub struct Array3DDescV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub depth: c_uint,
+    pub format: c_uint,
+    pub channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// Bytes per channel of a CUarray_format (4 for anything unknown).
+pub fn format_bytes(f: c_uint) -> u64 {
+    match f {
+        0x01 | 0x08 => 1,        // (UN)SIGNED_INT8
+        0x02 | 0x09 | 0x10 => 2, // INT16, HALF
+        0x03 | 0x0a | 0x20 => 4, // INT32, FLOAT
+        0xb0 => 2,               // NV12 (1.5, rounded up)
+        0xc0..=0xc2 | 0xc6..=0xc8 => 1,
+        0xc3..=0xc5 | 0xc9..=0xcb => 2,
+        0x91..=0x9e => 1, // block-compressed: <= 1 byte/texel
+        _ => 4,
+    }
+}
+
+const ARRAY_ROUND: u64 = 64 << 10;
+
+pub fn array_bytes(w: u64, h: u64, d: u64, format: c_uint, channels: c_uint) -> u64 {
+    let texels = w.max(1).saturating_mul(h.max(1)).saturating_mul(d.max(1));
+    let b = texels.saturating_mul(format_bytes(format)).saturating_mul((channels as u64).max(1));
+    b.div_ceil(ARRAY_ROUND).saturating_mul(ARRAY_ROUND)
+}
+
+const CUDA_ARRAY3D_LAYERED: c_uint = 0x01;
+const CUDA_ARRAY3D_CUBEMAP: c_uint = 0x04;
+
+pub fn mipmap_bytes(w: u64, h: u64, d: u64, format: c_uint, channels: c_uint, flags: c_uint, levels: u32) -> u64 {
+    let layered = flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP) != 0;
+    let mut total: u64 = 0;
+    for l in 0..levels.clamp(1, 64) {
+        let lw = (w >> l).max(1);
+        let lh = if h == 0 { 0 } else { (h >> l).max(1) };
+        let ld = if d == 0 || layered { d } else { (d >> l).max(1) };
+        let texels = lw.saturating_mul(lh.max(1)).saturating_mul(ld.max(1));
+        total = total.saturating_add(texels.saturating_mul(format_bytes(format)).saturating_mul((channels as u64).max(1)));
+        if lw == 1 && lh <= 1 && (ld <= 1 || layered) {
+            break;
+        }
+    }
+    total.div_ceil(ARRAY_ROUND).saturating_mul(ARRAY_ROUND)
+}
+
+type Handle = *mut c_void;
+
+unsafe fn destroy_array(k: u64) {
+    type F = unsafe extern "C" fn(Handle) -> CUresult;
+    if let Some(f) = real_fn!(S::cuArrayDestroy, F) {
+        f(k as Handle);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate_v2(h: *mut Handle, d: *const ArrayDesc) -> CUresult {
+    let f = real_or!(S::cuArrayCreate_v2, unsafe extern "C" fn(*mut Handle, *const ArrayDesc) -> CUresult);
+    if d.is_null() {
+        return f(h, d);
+    }
+    let n = array_bytes((*d).width as u64, (*d).height as u64, 1, (*d).format, (*d).channels);
+    produce(b"cuArrayCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate(h: *mut Handle, d: *const ArrayDescV1) -> CUresult {
+    let f = real_or!(S::cuArrayCreate, unsafe extern "C" fn(*mut Handle, *const ArrayDescV1) -> CUresult);
+    if d.is_null() {
+        return f(h, d);
+    }
+    let n = array_bytes((*d).width as u64, (*d).height as u64, 1, (*d).format, (*d).channels);
+    produce(b"cuArrayCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate_v2(h: *mut Handle, d: *const Array3DDesc) -> CUresult {
+    let f = real_or!(S::cuArray3DCreate_v2, unsafe extern "C" fn(*mut Handle, *const Array3DDesc) -> CUresult);
+    if d.is_null() {
+        return f(h, d);
+    }
+    let n = array_bytes((*d).width as u64, (*d).height as u64, (*d).depth as u64, (*d).format, (*d).channels);
+    produce(b"cuArray3DCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate(h: *mut Handle, d: *const Array3DDescV1) -> CUresult {
+    let f = real_or!(S::cuArray3DCreate, unsafe extern "C" fn(*mut Handle, *const Array3DDescV1) -> CUresult);
+    if d.is_null() {
+        return f(h, d);
+    }
+    let n = array_bytes((*d).width as u64, (*d).height as u64, (*d).depth as u64, (*d).format, (*d).channels);
+    produce(b"cuArray3DCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayDestroy(h: Handle) -> CUresult {
+    let f = real_or!(S::cuArrayDestroy, unsafe extern "C" fn(Handle) -> CUresult);
+    consume(h as u64, KIND_ARRAY, || f(h))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(h: *mut Handle, d: *const Array3DDesc, levels: c_uint) -> CUresult {
+    type F = unsafe extern "C" fn(*mut Handle, *const Array3DDesc, c_uint) -> CUresult;
+    let f = real_or!(S::cuMipmappedArrayCreate, F);
+    if d.is_null() {
+        return f(h, d, levels);
+    }
+    let n = mipmap_bytes((*d).width as u64, (*d).height as u64, (*d).depth as u64, (*d).format, (*d).channels, (*d).flags, levels);
+    produce(b"cuMipmappedArrayCreate", DevSel::Current, n, KIND_MIPMAP, || f(h, d, levels),
+        || if h.is_null() { None } else { Some(*h as u64) },
+        |k| {
+            type D = unsafe extern "C" fn(Handle) -> CUresult;
+            if let Some(g) = real_fn!(S::cuMipmappedArrayDestroy, D) {
+                g(k as Handle);
+            }
+        })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(h: Handle) -> CUresult {
+    let f = real_or!(S::cuMipmappedArrayDestroy, unsafe extern "C" fn(Handle) -> CUresult);
+    consume(h as u64, KIND_MIPMAP, || f(h))
+}
+
+// ------------------------------------------------------------ reporting
+
+/// (slice, free) to report for a device given the real numbers.
+fn report(dev: Dev, real_free: u64, real_total: u64) -> Option<(u64, u64)> {
+    let c = config()?;
+    if !c.enforce || dev.idx == UNTRACKED {
+        return None;
+    }
+    let limit = state::limit_for(c, dev.idx, &|| Some(real_total));
+    let slice = limit.min(real_total);
+    let used = match state::region() {
+        Some(r) => account::container_used(&r, dev.idx),
+        None => 0,
+    };
+    Some((slice, slice.saturating_sub(used).min(real_free)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    type F = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;
+    let f = real_or!(S::cuMemGetInfo_v2, F);
+    let r = f(free, total);
+    if r != CUDA_SUCCESS || (free.is_null() && total.is_null()) {
+        return r;
+    }
+    if !config().map(|c| c.enforce).unwrap_or(false) {
+        return r;
+    }
+    let (mut rf, mut rt) = (0usize, 0usize);
+    if free.is_null() || total.is_null() {
+        if f(&mut rf, &mut rt) != CUDA_SUCCESS {
+            return r;
+        }
+    }
+    if !free.is_null() {
+        rf = *free;
+    }
+    if !total.is_null() {
+        rt = *total;
+    }
+    if let Some((slice, fr)) = report(account::current_dev(), rf as u64, rt as u64) {
+        if !free.is_null() {
+            *free = fr as usize;
+        }
+        if !total.is_null() {
+            *total = slice as usize;
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
+    type F = unsafe extern "C" fn(*mut c_uint, *mut c_uint) -> CUresult;
+    let f = real_or!(S::cuMemGetInfo, F);
+    let r = f(free, total);
+    if r != CUDA_SUCCESS || (free.is_null() && total.is_null()) {
+        return r;
+    }
+    if !config().map(|c| c.enforce).unwrap_or(false) {
+        return r;
+    }
+    // real numbers from the 64-bit call when there is one
+    type F2 = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;
+    let (mut rf, mut rt) = (0usize, 0usize);
+    let ok = match real_fn!(S::cuMemGetInfo_v2, F2) {
+        Some(g) => g(&mut rf, &mut rt) == CUDA_SUCCESS,
+        None => false,
+    };
+    if !ok {
+        let (mut a, mut b) = (0 as c_uint, 0 as c_uint);
+        if f(&mut a, &mut b) != CUDA_SUCCESS {
+            return r;
+        }
+        rf = a as usize;
+        rt = b as usize;
+    }
+    if let Some((slice, fr)) = report(account::current_dev(), rf as u64, rt as u64) {
+        if !free.is_null() {
+            *free = fr.min(c_uint::MAX as u64) as c_uint;
+        }
+        if !total.is_null() {
+            *total = slice.min(c_uint::MAX as u64) as c_uint;
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
+    let f = real_or!(S::cuDeviceTotalMem_v2, unsafe extern "C" fn(*mut usize, c_int) -> CUresult);
+    let r = f(bytes, dev);
+    if r != CUDA_SUCCESS || bytes.is_null() {
+        return r;
+    }
+    if let Some((slice, _)) = report(account::select(DevSel::Ordinal(dev)), u64::MAX, *bytes as u64) {
+        *bytes = slice as usize;
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: c_int) -> CUresult {
+    let f = real_or!(S::cuDeviceTotalMem, unsafe extern "C" fn(*mut c_uint, c_int) -> CUresult);
+    let r = f(bytes, dev);
+    if r != CUDA_SUCCESS || bytes.is_null() {
+        return r;
+    }
+    if !config().map(|c| c.enforce).unwrap_or(false) {
+        return r;
+    }
+    let rt = account::real_total(dev).unwrap_or(*bytes as u64);
+    if let Some((slice, _)) = report(account::select(DevSel::Ordinal(dev)), u64::MAX, rt) {
+        *bytes = slice.min(c_uint::MAX as u64) as c_uint;
+    }
+    r
+}
+
+// ------------------------------------------------------------ contexts
+
+/// Context overhead: charged once per process and device on the first
+/// successful context creation / primary-context retain (0 = off).
+#[inline(always)]
+unsafe fn with_ctx_charge(api: &[u8], ordinal: c_int, call: impl FnOnce() -> CUresult) -> CUresult {
+    let ov = match config() {
+        Some(c) if c.enforce => c.ctx_overhead,
+        _ => 0,
+    };
+    if ov == 0 {
+        return call();
+    }
+    let dev = account::select(DevSel::Ordinal(ordinal));
+    if dev.idx == UNTRACKED {
+        return call();
+    }
+    let flag = &state::CTX_CHARGED[dev.idx];
+    if flag.compare_exchange(0, 1, AcqRel, Acquire).is_err() {
+        return call();
+    }
+    let ch = match account::admit(api, dev, ov) {
+        Ok(c) => c,
+        Err(()) => {
+            flag.store(0, Release);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    };
+    let r = call();
+    if r != CUDA_SUCCESS {
+        if let Some(c) = ch {
+            c.rollback();
+        }
+        flag.store(0, Release);
+    }
+    r
+}
+
+type Ctx = *mut c_void;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CUresult {
+    let f = real_or!(S::cuCtxCreate_v2, unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult);
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, flags, dev))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CUresult {
+    let f = real_or!(S::cuCtxCreate, unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult);
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, flags, dev))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut Ctx, params: *mut c_void, n: c_int, flags: c_uint, dev: c_int) -> CUresult {
+    type F = unsafe extern "C" fn(*mut Ctx, *mut c_void, c_int, c_uint, c_int) -> CUresult;
+    let f = real_or!(S::cuCtxCreate_v3, F);
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, params, n, flags, dev))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut Ctx, params: *mut c_void, flags: c_uint, dev: c_int) -> CUresult {
+    type F = unsafe extern "C" fn(*mut Ctx, *mut c_void, c_uint, c_int) -> CUresult;
+    let f = real_or!(S::cuCtxCreate_v4, F);
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, params, flags, dev))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) -> CUresult {
+    let f = real_or!(S::cuDevicePrimaryCtxRetain, unsafe extern "C" fn(*mut Ctx, c_int) -> CUresult);
+    with_ctx_charge(b"cuDevicePrimaryCtxRetain (context overhead)", dev, || f(pctx, dev))
+}
+
+// ------------------------------------------------------------ graphs
+
+/// Graph memory nodes: admission check only (the bytes must fit in what is
+/// left now); the graph's pool is not charged. See docs/interceptor.md.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+    node: *mut *mut c_void,
+    graph: *mut c_void,
+    deps: *const *mut c_void,
+    ndeps: usize,
+    params: *mut u8,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const *mut c_void, usize, *mut u8) -> CUresult;
+    let f = real_or!(S::cuGraphAddMemAllocNode, F);
+    if !params.is_null() && config().map(|c| c.enforce).unwrap_or(false) {
+        // CUDA_MEM_ALLOC_NODE_PARAMS: poolProps.location at 8/12, bytesize at 104
+        let loc_type = *(params.add(8) as *const c_int);
+        let loc_id = *(params.add(12) as *const c_int);
+        let bytes = *(params.add(104) as *const usize) as u64;
+        if loc_type == CU_MEM_LOCATION_TYPE_DEVICE
+            && !account::fits(b"cuGraphAddMemAllocNode", account::select(DevSel::Ordinal(loc_id)), bytes)
+        {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    f(node, graph, deps, ndeps, params)
+}

@@ -1,0 +1,98 @@
+//! NVML memory reporting: nvidia-smi and friends see the slice.
+
+use crate::account;
+use crate::config;
+use crate::state::{self, config};
+use crate::symbols::{real_fn, S};
+use libc::{c_char, c_int, c_uint, c_void};
+
+pub type NvmlReturn = c_int;
+const NVML_ERROR_UNINITIALIZED: NvmlReturn = 1;
+
+#[repr(C)]
+pub struct NvmlMemory {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+#[repr(C)]
+pub struct NvmlMemoryV2 {
+    pub version: c_uint,
+    pub total: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// (slice, used by the container) for an NVML device.
+unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
+    let c = config()?;
+    if !c.enforce {
+        return None;
+    }
+    let mut idx: Option<usize> = None;
+    type U = unsafe extern "C" fn(*mut c_void, *mut c_char, c_uint) -> NvmlReturn;
+    if let Some(f) = real_fn!(S::nvmlDeviceGetUUID, U) {
+        let mut buf = [0u8; 96];
+        if f(dev, buf.as_mut_ptr() as *mut c_char, buf.len() as c_uint) == 0 {
+            let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            if let Some(u) = config::parse_uuid(&buf[..n]) {
+                if let Some(r) = state::region() {
+                    idx = r.uuid_index(&u, false);
+                }
+            }
+        }
+    }
+    let limit = match idx {
+        Some(i) => state::limit_for(c, i, &|| Some(real_total)),
+        None => c.limit.bytes_of(real_total),
+    };
+    let used = match (idx, state::region()) {
+        (Some(i), Some(r)) => account::container_used(&r, i),
+        _ => 0, // no process of this container has used the device yet
+    };
+    Some((limit.min(real_total), used))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: *mut c_void, mem: *mut NvmlMemory) -> NvmlReturn {
+    type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> NvmlReturn;
+    let f = match real_fn!(S::nvmlDeviceGetMemoryInfo, F) {
+        Some(f) => f,
+        None => return NVML_ERROR_UNINITIALIZED,
+    };
+    let r = f(dev, mem);
+    if r != 0 || mem.is_null() {
+        return r;
+    }
+    if let Some((slice, used)) = slice_of(dev, (*mem).total) {
+        let free = slice.saturating_sub(used).min((*mem).free);
+        (*mem).total = slice;
+        (*mem).free = free;
+        (*mem).used = slice - free;
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(dev: *mut c_void, mem: *mut NvmlMemoryV2) -> NvmlReturn {
+    type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemoryV2) -> NvmlReturn;
+    let f = match real_fn!(S::nvmlDeviceGetMemoryInfo_v2, F) {
+        Some(f) => f,
+        None => return NVML_ERROR_UNINITIALIZED,
+    };
+    let r = f(dev, mem);
+    if r != 0 || mem.is_null() {
+        return r;
+    }
+    if let Some((slice, used)) = slice_of(dev, (*mem).total) {
+        let free = slice.saturating_sub(used).min((*mem).free);
+        let reserved = (*mem).reserved.min(slice - free);
+        (*mem).total = slice;
+        (*mem).free = free;
+        (*mem).reserved = reserved;
+        (*mem).used = slice - free - reserved;
+    }
+    r
+}

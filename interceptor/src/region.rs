@@ -1,0 +1,530 @@
+//! The container-wide accounting region (the `usage` file, or a private
+//! anonymous mapping). Layout is documented in docs/interceptor.md and
+//! interceptor/include/gpuquota_usage.h; all integers little-endian (the
+//! native order of every supported target), 8-byte fields accessed atomically.
+//!
+//! Admission is lock-free: a process adds n to its own slot's `used[dev]`
+//! (SeqCst) and then sums every slot up to the high-water mark; if the sum is
+//! above the limit it subtracts n again and fails. Two racers can both fail,
+//! never both succeed past the limit.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUQUOTA");
+pub const VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 4096;
+pub const SLOT_COUNT: usize = 1024;
+pub const DEV_COUNT: usize = 16;
+pub const SLOT_SIZE: usize = 256;
+pub const SLOT_USED_OFFSET: usize = 64;
+pub const TOTAL_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
+
+// header offsets
+pub const H_MAGIC: usize = 0;
+pub const H_VERSION: usize = 8;
+pub const H_HEADER_SIZE: usize = 12;
+pub const H_SLOT_COUNT: usize = 16;
+pub const H_DEV_COUNT: usize = 20;
+pub const H_SLOT_SIZE: usize = 24;
+pub const H_SLOT_USED_OFFSET: usize = 28;
+pub const H_SLOTS_OFFSET: usize = 32;
+pub const H_HIGH_WATER: usize = 40;
+pub const H_FLAGS: usize = 44;
+pub const H_LIMIT: usize = 48; // u64[16]
+pub const H_UUID: usize = 176; // u8[16][16]
+pub const H_UUID_STATE: usize = 432; // u32[16]
+pub const H_CTX_OVERHEAD: usize = 496;
+pub const H_REFUSALS: usize = 504;
+pub const H_CONTAINER_ID: usize = 512; // u8[64]
+
+// slot offsets
+pub const S_OWNER: usize = 0;
+pub const S_START_TIME: usize = 8;
+pub const S_PID: usize = 16;
+
+pub const FLAG_CONTAINER: u32 = 1;
+pub const FLAG_PERCENT: u32 = 2;
+
+pub const OWNER_FREE: u64 = 0;
+pub const OWNER_RECLAIMING: u64 = u64::MAX;
+
+pub fn owner_word(pid: i32, start_time: u64) -> u64 {
+    ((start_time & 0xffff_ffff) << 32) | (pid as u32 as u64)
+}
+
+#[derive(Clone, Copy)]
+pub struct Region {
+    base: *mut u8,
+    nslots: usize,
+    ndev: usize,
+    pub shared: bool,
+}
+
+unsafe impl Sync for Region {}
+unsafe impl Send for Region {}
+
+/// Values the first opener writes into a fresh header.
+pub struct HeaderInit<'a> {
+    pub flags: u32,
+    /// per-device limit; 0 where unknown yet (percent mode)
+    pub limit: u64,
+    pub ctx_overhead: u64,
+    pub container_id: &'a [u8],
+    pub uuids: &'a [[u8; 16]],
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum OpenError {
+    Open,
+    Map,
+    Incompatible,
+}
+
+impl Region {
+    #[inline]
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+    #[inline]
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+    #[inline]
+    fn slot_off(&self, slot: usize) -> usize {
+        HEADER_SIZE + slot * SLOT_SIZE
+    }
+    #[inline]
+    pub fn used_cell(&self, slot: usize, dev: usize) -> &AtomicU64 {
+        self.u64_at(self.slot_off(slot) + SLOT_USED_OFFSET + dev * 8)
+    }
+    pub fn owner(&self, slot: usize) -> &AtomicU64 {
+        self.u64_at(self.slot_off(slot) + S_OWNER)
+    }
+    pub fn ndev(&self) -> usize {
+        self.ndev
+    }
+    pub fn nslots(&self) -> usize {
+        self.nslots
+    }
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    unsafe fn write_header(base: *mut u8, init: &HeaderInit) {
+        let r = Region { base, nslots: SLOT_COUNT, ndev: DEV_COUNT, shared: false };
+        r.u32_at(H_VERSION).store(VERSION, Relaxed);
+        r.u32_at(H_HEADER_SIZE).store(HEADER_SIZE as u32, Relaxed);
+        r.u32_at(H_SLOT_COUNT).store(SLOT_COUNT as u32, Relaxed);
+        r.u32_at(H_DEV_COUNT).store(DEV_COUNT as u32, Relaxed);
+        r.u32_at(H_SLOT_SIZE).store(SLOT_SIZE as u32, Relaxed);
+        r.u32_at(H_SLOT_USED_OFFSET).store(SLOT_USED_OFFSET as u32, Relaxed);
+        r.u64_at(H_SLOTS_OFFSET).store(HEADER_SIZE as u64, Relaxed);
+        r.u32_at(H_HIGH_WATER).store(0, Relaxed);
+        r.u32_at(H_FLAGS).store(init.flags, Relaxed);
+        for d in 0..DEV_COUNT {
+            r.u64_at(H_LIMIT + 8 * d).store(init.limit, Relaxed);
+        }
+        for (i, u) in init.uuids.iter().take(DEV_COUNT).enumerate() {
+            core::ptr::copy_nonoverlapping(u.as_ptr(), base.add(H_UUID + 16 * i), 16);
+            r.u32_at(H_UUID_STATE + 4 * i).store(2, Relaxed);
+        }
+        r.u64_at(H_CTX_OVERHEAD).store(init.ctx_overhead, Relaxed);
+        let n = core::cmp::min(init.container_id.len(), 63);
+        core::ptr::copy_nonoverlapping(init.container_id.as_ptr(), base.add(H_CONTAINER_ID), n);
+        r.u64_at(H_MAGIC).store(MAGIC, SeqCst);
+    }
+
+    unsafe fn validate(base: *mut u8, shared: bool) -> Result<Region, OpenError> {
+        let r = Region { base, nslots: 0, ndev: 0, shared };
+        if r.u64_at(H_MAGIC).load(Acquire) != MAGIC
+            || r.u32_at(H_VERSION).load(Relaxed) != VERSION
+            || r.u32_at(H_HEADER_SIZE).load(Relaxed) as usize != HEADER_SIZE
+            || r.u32_at(H_SLOT_SIZE).load(Relaxed) as usize != SLOT_SIZE
+            || r.u32_at(H_SLOT_USED_OFFSET).load(Relaxed) as usize != SLOT_USED_OFFSET
+            || r.u64_at(H_SLOTS_OFFSET).load(Relaxed) as usize != HEADER_SIZE
+        {
+            return Err(OpenError::Incompatible);
+        }
+        let nslots = r.u32_at(H_SLOT_COUNT).load(Relaxed) as usize;
+        let ndev = r.u32_at(H_DEV_COUNT).load(Relaxed) as usize;
+        if nslots != SLOT_COUNT || ndev != DEV_COUNT {
+            return Err(OpenError::Incompatible);
+        }
+        Ok(Region { base, nslots, ndev, shared })
+    }
+
+    /// A private region (per-process budget).
+    pub fn anonymous(init: &HeaderInit) -> Option<Region> {
+        unsafe {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                TOTAL_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            Self::write_header(p as *mut u8, init);
+            Self::validate(p as *mut u8, false).ok()
+        }
+    }
+
+    /// Open (and if empty, initialise under flock) a shared usage file.
+    pub fn open_file(path: *const libc::c_char, create: bool, init: &HeaderInit) -> Result<Region, OpenError> {
+        unsafe {
+            let mut flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+            if create {
+                flags |= libc::O_CREAT;
+            }
+            let fd = libc::open(path, flags, 0o666 as libc::c_uint);
+            if fd < 0 {
+                return Err(OpenError::Open);
+            }
+            let res = Self::open_fd(fd, create, init);
+            libc::close(fd);
+            res
+        }
+    }
+
+    unsafe fn open_fd(fd: i32, created: bool, init: &HeaderInit) -> Result<Region, OpenError> {
+        if created {
+            // best effort: the file is shared among users of one container
+            libc::fchmod(fd, 0o666);
+        }
+        let map = |fd: i32| {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                TOTAL_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                None
+            } else {
+                Some(p as *mut u8)
+            }
+        };
+        let size = libc::lseek(fd, 0, libc::SEEK_END);
+        if size >= TOTAL_SIZE as i64 {
+            let p = map(fd).ok_or(OpenError::Map)?;
+            if (*(p as *const AtomicU64)).load(Acquire) == MAGIC {
+                return match Self::validate(p, true) {
+                    Ok(r) => Ok(r),
+                    Err(e) => {
+                        libc::munmap(p as *mut _, TOTAL_SIZE);
+                        Err(e)
+                    }
+                };
+            }
+            libc::munmap(p as *mut _, TOTAL_SIZE);
+        }
+        // Not (yet) initialised: take the lock, look again, initialise.
+        while libc::flock(fd, libc::LOCK_EX) != 0 {
+            if crate::sys::errno() != libc::EINTR {
+                return Err(OpenError::Open);
+            }
+        }
+        let res = (|| {
+            let size = libc::lseek(fd, 0, libc::SEEK_END);
+            if size > 0 && size < TOTAL_SIZE as i64 {
+                // someone else's file of another size: only adopt if all zero
+                let mut buf = [0u8; 8];
+                let n = libc::pread(fd, buf.as_mut_ptr() as *mut _, 8, 0);
+                if n == 8 && buf != [0u8; 8] {
+                    return Err(OpenError::Incompatible);
+                }
+            }
+            if size < TOTAL_SIZE as i64 && libc::ftruncate(fd, TOTAL_SIZE as i64) != 0 {
+                return Err(OpenError::Map);
+            }
+            let p = map(fd).ok_or(OpenError::Map)?;
+            let magic = (*(p as *const AtomicU64)).load(Acquire);
+            if magic == 0 {
+                Self::write_header(p, init);
+            }
+            match Self::validate(p, true) {
+                Ok(r) => Ok(r),
+                Err(e) => {
+                    libc::munmap(p as *mut _, TOTAL_SIZE);
+                    Err(e)
+                }
+            }
+        })();
+        libc::flock(fd, libc::LOCK_UN);
+        res
+    }
+
+    /// Rebuild a handle to a region validated earlier in this process.
+    pub unsafe fn from_validated(base: *mut u8, shared: bool) -> Region {
+        Region { base, nslots: SLOT_COUNT, ndev: DEV_COUNT, shared }
+    }
+
+    pub unsafe fn unmap(&self) {
+        libc::munmap(self.base as *mut _, TOTAL_SIZE);
+    }
+
+    pub fn high_water(&self) -> usize {
+        core::cmp::min(self.u32_at(H_HIGH_WATER).load(SeqCst) as usize, self.nslots)
+    }
+
+    pub fn limit(&self, dev: usize) -> u64 {
+        self.u64_at(H_LIMIT + 8 * dev).load(Relaxed)
+    }
+    pub fn set_limit(&self, dev: usize, v: u64) {
+        if dev < self.ndev {
+            let _ = self.u64_at(H_LIMIT + 8 * dev).compare_exchange(0, v, Relaxed, Relaxed);
+        }
+    }
+    pub fn flags(&self) -> u32 {
+        self.u32_at(H_FLAGS).load(Relaxed)
+    }
+    pub fn count_refusal(&self) {
+        self.u64_at(H_REFUSALS).fetch_add(1, Relaxed);
+    }
+    pub fn refusals(&self) -> u64 {
+        self.u64_at(H_REFUSALS).load(Relaxed)
+    }
+
+    /// Claim a free slot for (pid, start_time). Dead slots are reclaimed
+    /// first. None when all slots hold live processes.
+    pub fn claim_slot(&self, pid: i32, start_time: u64, alive: &dyn Fn(u64) -> bool) -> Option<usize> {
+        self.reclaim_dead(usize::MAX, alive);
+        let word = owner_word(pid, start_time);
+        for s in 0..self.nslots {
+            let o = self.owner(s);
+            if o.load(Relaxed) != OWNER_FREE {
+                continue;
+            }
+            if o.compare_exchange(OWNER_FREE, word, SeqCst, Relaxed).is_ok() {
+                let off = self.slot_off(s);
+                self.u64_at(off + S_START_TIME).store(start_time, Relaxed);
+                self.u64_at(off + S_PID).store(pid as u32 as u64, Relaxed);
+                for d in 0..self.ndev {
+                    // a reclaimed slot is zero already; be defensive
+                    self.used_cell(s, d).store(0, SeqCst);
+                }
+                self.u32_at(H_HIGH_WATER).fetch_max((s + 1) as u32, SeqCst);
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Give a slot back (process exit of a known owner; tests).
+    pub fn free_slot(&self, slot: usize) {
+        for d in 0..self.ndev {
+            self.used_cell(slot, d).store(0, SeqCst);
+        }
+        self.owner(slot).store(OWNER_FREE, SeqCst);
+    }
+
+    /// Reclaim every slot whose owner is dead (per `alive`). Returns the
+    /// number reclaimed.
+    pub fn reclaim_dead(&self, my_slot: usize, alive: &dyn Fn(u64) -> bool) -> usize {
+        let mut n = 0;
+        for s in 0..self.high_water() {
+            if s == my_slot {
+                continue;
+            }
+            let o = self.owner(s);
+            let w = o.load(SeqCst);
+            if w == OWNER_FREE || w == OWNER_RECLAIMING {
+                continue;
+            }
+            if alive(w) {
+                continue;
+            }
+            if o.compare_exchange(w, OWNER_RECLAIMING, SeqCst, Relaxed).is_ok() {
+                for d in 0..self.ndev {
+                    self.used_cell(s, d).store(0, SeqCst);
+                }
+                o.store(OWNER_FREE, SeqCst);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Sum of all slots' usage of `dev` (the container's usage).
+    #[inline]
+    pub fn used(&self, dev: usize) -> u64 {
+        let hw = self.high_water();
+        let mut sum: u64 = 0;
+        for s in 0..hw {
+            sum = sum.saturating_add(self.used_cell(s, dev).load(SeqCst));
+        }
+        sum
+    }
+
+    /// Atomic reservation: Ok(()) when n fits under `limit` (including n),
+    /// Err(used by others) otherwise (nothing stays reserved).
+    #[inline]
+    pub fn try_admit(&self, slot: usize, dev: usize, n: u64, limit: u64) -> Result<(), u64> {
+        let cell = self.used_cell(slot, dev);
+        cell.fetch_add(n, SeqCst);
+        let total = self.used(dev);
+        if total > limit || total < n {
+            cell.fetch_sub(n, SeqCst);
+            return Err(total.saturating_sub(n));
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub fn release(&self, slot: usize, dev: usize, n: u64) {
+        let cell = self.used_cell(slot, dev);
+        // never wrap below zero (defensive: mismatched bookkeeping)
+        let mut cur = cell.load(Relaxed);
+        loop {
+            let new = cur.saturating_sub(n);
+            match cell.compare_exchange_weak(cur, new, SeqCst, Relaxed) {
+                Ok(_) => return,
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    #[inline]
+    pub fn charge(&self, slot: usize, dev: usize, n: u64) {
+        self.used_cell(slot, dev).fetch_add(n, SeqCst);
+    }
+
+    /// Index of a device UUID in the header table; inserted (in order) when
+    /// absent and `insert`. None when the table is full or a writer stalls.
+    pub fn uuid_index(&self, uuid: &[u8; 16], insert: bool) -> Option<usize> {
+        for i in 0..self.ndev {
+            let st = self.u32_at(H_UUID_STATE + 4 * i);
+            let mut spins = 0u32;
+            loop {
+                match st.load(Acquire) {
+                    2 => {
+                        let mut cur = [0u8; 16];
+                        unsafe {
+                            core::ptr::copy_nonoverlapping(self.base.add(H_UUID + 16 * i), cur.as_mut_ptr(), 16)
+                        };
+                        if &cur == uuid {
+                            return Some(i);
+                        }
+                        break;
+                    }
+                    0 => {
+                        if !insert {
+                            return None;
+                        }
+                        if st.compare_exchange(0, 1, SeqCst, Relaxed).is_ok() {
+                            unsafe {
+                                core::ptr::copy_nonoverlapping(uuid.as_ptr(), self.base.add(H_UUID + 16 * i), 16)
+                            };
+                            st.store(2, Release);
+                            return Some(i);
+                        }
+                    }
+                    _ => {
+                        spins += 1;
+                        if spins > 100_000 {
+                            return None;
+                        }
+                        unsafe { libc::sched_yield() };
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Liveness of a slot owner: kill(pid,0) != ESRCH and, when both are known,
+/// the process start time (low 32 bits) still matches (pid reuse).
+pub fn owner_alive(word: u64) -> bool {
+    let pid = (word & 0xffff_ffff) as i32;
+    if pid <= 0 {
+        return true;
+    }
+    let r = unsafe { libc::kill(pid, 0) };
+    if r != 0 && crate::sys::errno() == libc::ESRCH {
+        return false;
+    }
+    let want = word >> 32;
+    if want != 0 {
+        let st = crate::sys::proc_start_time(pid);
+        if st != 0 && (st & 0xffff_ffff) != want {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn init() -> HeaderInit<'static> {
+        HeaderInit { flags: 0, limit: 100, ctx_overhead: 0, container_id: b"t", uuids: &[] }
+    }
+    #[test]
+    fn admit_release() {
+        let r = Region::anonymous(&init()).unwrap();
+        let a = r.claim_slot(1, 0, &|_| true).unwrap();
+        let b = r.claim_slot(2, 0, &|_| true).unwrap();
+        assert_ne!(a, b);
+        assert!(r.try_admit(a, 0, 60, 100).is_ok());
+        assert_eq!(r.try_admit(b, 0, 50, 100), Err(60));
+        assert!(r.try_admit(b, 0, 40, 100).is_ok());
+        assert_eq!(r.used(0), 100);
+        assert_eq!(r.used(1), 0);
+        r.release(a, 0, 60);
+        assert_eq!(r.used(0), 40);
+        r.release(a, 0, 1000); // saturates
+        assert_eq!(r.used(0), 40);
+        // dead owner reclaimed
+        let n = r.reclaim_dead(usize::MAX, &|w| (w & 0xffffffff) != 2);
+        assert_eq!(n, 1);
+        assert_eq!(r.used(0), 0);
+        let c = r.claim_slot(3, 7, &|_| true).unwrap();
+        assert_eq!(c, b);
+        assert_eq!(r.owner(c).load(SeqCst), owner_word(3, 7));
+    }
+    #[test]
+    fn uuids() {
+        let u1 = [1u8; 16];
+        let init = HeaderInit { flags: 0, limit: 1, ctx_overhead: 0, container_id: b"", uuids: &[u1] };
+        let r = Region::anonymous(&init).unwrap();
+        assert_eq!(r.uuid_index(&u1, false), Some(0));
+        assert_eq!(r.uuid_index(&[2; 16], false), None);
+        assert_eq!(r.uuid_index(&[2; 16], true), Some(1));
+        assert_eq!(r.uuid_index(&[2; 16], true), Some(1));
+    }
+    #[test]
+    fn liveness() {
+        let me = std::process::id() as i32;
+        assert!(owner_alive(owner_word(me, crate::sys::proc_start_time(me))));
+        assert!(!owner_alive(owner_word(me, crate::sys::proc_start_time(me) + 1)));
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let mut child = child;
+        child.wait().unwrap();
+        assert!(!owner_alive(owner_word(pid, 0)));
+    }
+    #[test]
+    fn file_shared() {
+        let dir = std::env::temp_dir().join(format!("gq-region-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("usage");
+        std::fs::write(&p, b"").unwrap();
+        let cp = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        let r1 = Region::open_file(cp.as_ptr(), false, &init()).unwrap();
+        let r2 = Region::open_file(cp.as_ptr(), false, &init()).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len() as usize, TOTAL_SIZE);
+        let s = r1.claim_slot(10, 0, &|_| true).unwrap();
+        r1.charge(s, 3, 77);
+        assert_eq!(r2.used(3), 77);
+        assert_eq!(r2.limit(0), 100);
+        std::fs::write(&p, b"garbage!garbage!").unwrap();
+        assert_eq!(Region::open_file(cp.as_ptr(), false, &init()).err(), Some(OpenError::Incompatible));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,353 @@
+//! Process-wide state: configuration (loaded lazily on the first intercepted
+//! call), the accounting region, this process's slot, device mapping, fork
+//! handling.
+
+use crate::config::{self, Limits, Size, MAX_GPUS};
+use crate::ptrtable::Table;
+use crate::region::{self, HeaderInit, Region};
+use crate::sys::{self, PathBuf};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+
+pub const DEFAULT_STATE_DIR: &[u8] = b"/run/gpu-quota";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Source {
+    None,
+    Container,
+    StateDirEnv,
+    Env,
+}
+
+pub struct Config {
+    pub enforce: bool,
+    pub source: Source,
+    pub limit: Size,
+    pub ctx_overhead: u64,
+    pub usage_path: PathBuf,
+    pub create_usage: bool,
+    pub limits: Limits,
+}
+
+struct Cell(UnsafeCell<Config>);
+unsafe impl Sync for Cell {}
+
+static CFG: Cell = Cell(UnsafeCell::new(Config {
+    enforce: false,
+    source: Source::None,
+    limit: Size::Bytes(0),
+    ctx_overhead: 0,
+    usage_path: PathBuf::empty(),
+    create_usage: false,
+    limits: Limits::empty(),
+}));
+
+const ST_UNINIT: u32 = 0;
+const ST_BUSY: u32 = 1;
+const ST_READY: u32 = 2;
+static STATE: AtomicU32 = AtomicU32::new(ST_UNINIT);
+static INIT_TID: AtomicI64 = AtomicI64::new(0);
+
+/// The configuration, loading it on first use. None while this very thread
+/// is loading it (re-entrancy): callers then pass through.
+#[inline]
+pub fn config() -> Option<&'static Config> {
+    if STATE.load(Acquire) == ST_READY {
+        return Some(unsafe { &*CFG.0.get() });
+    }
+    init_slow()
+}
+
+#[cold]
+fn init_slow() -> Option<&'static Config> {
+    loop {
+        match STATE.compare_exchange(ST_UNINIT, ST_BUSY, AcqRel, Acquire) {
+            Ok(_) => {
+                INIT_TID.store(sys::gettid(), Release);
+                unsafe { load_config(&mut *CFG.0.get()) };
+                register_atfork();
+                STATE.store(ST_READY, Release);
+                return Some(unsafe { &*CFG.0.get() });
+            }
+            Err(ST_READY) => return Some(unsafe { &*CFG.0.get() }),
+            Err(_) => {
+                if INIT_TID.load(Acquire) == sys::gettid() {
+                    return None;
+                }
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+}
+
+unsafe fn load_config(c: &mut Config) {
+    // 1. the hook's state directory (wins; env can only lower the limit)
+    let mut dir: Option<PathBuf> = None;
+    let mut src = Source::None;
+    if let Some(p) = PathBuf::join(DEFAULT_STATE_DIR, b"limits") {
+        if sys::file_exists(p.as_ptr()) {
+            dir = PathBuf::from_bytes(DEFAULT_STATE_DIR);
+            src = Source::Container;
+        }
+    }
+    if dir.is_none() {
+        if let Some(d) = sys::getenv(c"GPU_QUOTA_STATE_DIR") {
+            if let Some(p) = PathBuf::join(d, b"limits") {
+                if sys::file_exists(p.as_ptr()) {
+                    dir = PathBuf::from_bytes(d);
+                    src = Source::StateDirEnv;
+                }
+            }
+        }
+    }
+    let env_vram = sys::getenv(c"GPU_QUOTA_VRAM").and_then(config::parse_size);
+    let env_overhead = sys::getenv(c"GPU_QUOTA_CONTEXT_OVERHEAD").and_then(config::parse_size);
+    if let Some(d) = dir {
+        let lp = PathBuf::join(d.bytes(), b"limits").unwrap();
+        let mut buf = [0u8; 8192];
+        let n = sys::read_file(lp.as_ptr(), &mut buf).unwrap_or(0);
+        let l = config::parse_limits(&buf[..n]);
+        c.limits = l;
+        c.source = src;
+        c.enforce = true;
+        match l.vram_bytes {
+            Some(v) => c.limit = Size::Bytes(v),
+            None => {
+                // fail closed: a container with a broken limits file gets no memory
+                c.limit = Size::Bytes(0);
+                sys::write_stderr(b"gpu-quota: limits file has no valid vram_bytes: refusing all device memory\n");
+            }
+        }
+        if let Some(Size::Bytes(e)) = env_vram {
+            if let Size::Bytes(cur) = c.limit {
+                if e < cur {
+                    c.limit = Size::Bytes(e);
+                }
+            }
+        }
+        c.ctx_overhead = l.context_overhead_bytes.unwrap_or(0);
+        if let Some(u) = PathBuf::join(d.bytes(), b"usage") {
+            c.usage_path = u;
+        }
+        c.create_usage = false;
+        return;
+    }
+    // 2. standalone: env
+    if let Some(v) = env_vram {
+        c.enforce = true;
+        c.source = Source::Env;
+        c.limit = v;
+        if let Some(Size::Bytes(o)) = env_overhead {
+            c.ctx_overhead = o;
+        }
+        if let Some(p) = sys::getenv(c"GPU_QUOTA_USAGE_FILE") {
+            if let Some(pb) = PathBuf::from_bytes(p) {
+                c.usage_path = pb;
+                c.create_usage = true;
+            }
+        }
+        return;
+    }
+    if sys::getenv(c"GPU_QUOTA_VRAM").is_some() {
+        sys::write_stderr(b"gpu-quota: cannot parse GPU_QUOTA_VRAM; not enforcing\n");
+    }
+    c.enforce = false;
+}
+
+// ---------------------------------------------------------------- region
+
+static REGION_STATE: AtomicU32 = AtomicU32::new(0); // 0 none, 1 opening, 2 ready, 3 failed
+static REGION_BASE: AtomicUsize = AtomicUsize::new(0);
+static REGION_SHARED: AtomicU8 = AtomicU8::new(0);
+
+pub fn region() -> Option<Region> {
+    if REGION_STATE.load(Acquire) == 2 {
+        return Some(make_region());
+    }
+    region_slow()
+}
+
+fn make_region() -> Region {
+    // SAFETY: validated when opened; layout constants fixed for version 1
+    unsafe { Region::from_validated(REGION_BASE.load(Acquire) as *mut u8, REGION_SHARED.load(Acquire) != 0) }
+}
+
+#[cold]
+fn region_slow() -> Option<Region> {
+    let c = config()?;
+    if !c.enforce {
+        return None;
+    }
+    loop {
+        match REGION_STATE.compare_exchange(0, 1, AcqRel, Acquire) {
+            Ok(_) => break,
+            Err(2) => return Some(make_region()),
+            Err(3) => return None,
+            Err(_) => unsafe {
+                libc::sched_yield();
+            },
+        }
+    }
+    let limit0 = match c.limit {
+        Size::Bytes(b) => b,
+        Size::MicroPercent(_) => 0,
+    };
+    let mut flags = 0;
+    if c.source == Source::Container || c.source == Source::StateDirEnv {
+        flags |= region::FLAG_CONTAINER;
+    }
+    if let Size::MicroPercent(_) = c.limit {
+        flags |= region::FLAG_PERCENT;
+    }
+    let init = HeaderInit {
+        flags,
+        limit: limit0,
+        ctx_overhead: c.ctx_overhead,
+        container_id: &c.limits.container_id[..c.limits.container_id_len],
+        uuids: &c.limits.gpus[..c.limits.ngpus],
+    };
+    let mut r = None;
+    if c.usage_path.len > 0 {
+        match Region::open_file(c.usage_path.as_ptr(), c.create_usage, &init) {
+            Ok(x) => r = Some(x),
+            Err(e) => {
+                let mut b = crate::fmt::Buf::<640>::new();
+                b.push(b"gpu-quota: cannot use usage file ");
+                b.push(c.usage_path.bytes());
+                b.push(match e {
+                    region::OpenError::Open => b" (open failed)",
+                    region::OpenError::Map => b" (mmap/ftruncate failed)",
+                    region::OpenError::Incompatible => b" (foreign or incompatible format)",
+                });
+                b.push(b"; budget is per process\n");
+                sys::write_stderr(b.bytes());
+            }
+        }
+    }
+    if r.is_none() {
+        r = Region::anonymous(&init);
+    }
+    match r {
+        Some(x) => {
+            REGION_BASE.store(x.base() as usize, Release);
+            REGION_SHARED.store(x.shared as u8, Release);
+            REGION_STATE.store(2, Release);
+            Some(x)
+        }
+        None => {
+            REGION_STATE.store(3, Release);
+            None
+        }
+    }
+}
+
+// ---------------------------------------------------------------- slot
+
+static MY_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
+static SLOT_LOCK: AtomicU32 = AtomicU32::new(0);
+
+/// This process's slot (claimed on first use).
+#[inline]
+pub fn my_slot(r: &Region) -> Option<usize> {
+    let s = MY_SLOT.load(Acquire);
+    if s != usize::MAX {
+        return Some(s);
+    }
+    claim_slow(r)
+}
+
+#[cold]
+fn claim_slow(r: &Region) -> Option<usize> {
+    // one claimer per process; others wait (init only, never across a driver call)
+    while SLOT_LOCK.compare_exchange(0, 1, Acquire, Relaxed).is_err() {
+        unsafe { libc::sched_yield() };
+    }
+    let mut s = MY_SLOT.load(Acquire);
+    if s == usize::MAX {
+        let pid = sys::getpid();
+        let st = sys::proc_start_time(pid);
+        if let Some(x) = r.claim_slot(pid, st, &region::owner_alive) {
+            s = x;
+            MY_SLOT.store(s, Release);
+        }
+    }
+    SLOT_LOCK.store(0, Release);
+    if s == usize::MAX {
+        None
+    } else {
+        Some(s)
+    }
+}
+
+// ---------------------------------------------------------------- pointers
+
+pub static TABLE: Table = Table::new();
+
+// ---------------------------------------------------------------- devices
+
+/// CUDA ordinal -> region device index (0xff unknown, 0xfe untracked)
+static DEVMAP: [AtomicU8; 64] = [const { AtomicU8::new(0xff) }; 64];
+static DEVCOUNT: AtomicI32 = AtomicI32::new(-1);
+/// per region device: resolved limit (percent mode); 0 unknown
+static LIMIT_CACHE: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
+/// per region device: context overhead already charged by this process
+pub static CTX_CHARGED: [AtomicU8; MAX_GPUS] = [const { AtomicU8::new(0) }; MAX_GPUS];
+
+pub fn devcount() -> &'static AtomicI32 {
+    &DEVCOUNT
+}
+pub fn devmap() -> &'static [AtomicU8; 64] {
+    &DEVMAP
+}
+
+/// Per-device slice in bytes for region device `dev`; `real_total` is asked
+/// only in percent mode.
+pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -> u64 {
+    match c.limit {
+        Size::Bytes(b) => b,
+        Size::MicroPercent(_) => {
+            let v = LIMIT_CACHE[dev].load(Relaxed);
+            if v != 0 {
+                return v;
+            }
+            match real_total() {
+                Some(t) => {
+                    let b = c.limit.bytes_of(t);
+                    LIMIT_CACHE[dev].store(b, Relaxed);
+                    if let Some(r) = region() {
+                        r.set_limit(dev, b);
+                    }
+                    b
+                }
+                None => 0,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fork
+
+extern "C" fn atfork_child() {
+    MY_SLOT.store(usize::MAX, Release);
+    SLOT_LOCK.store(0, Release);
+    TABLE.reset();
+    for c in CTX_CHARGED.iter() {
+        c.store(0, Relaxed);
+    }
+    // a private (per-process) region must not carry the parent's usage
+    if REGION_STATE.load(Acquire) == 2 && REGION_SHARED.load(Acquire) == 0 {
+        unsafe { make_region().unmap() };
+        REGION_BASE.store(0, Release);
+        REGION_STATE.store(0, Release);
+    }
+}
+
+fn register_atfork() {
+    unsafe {
+        libc::pthread_atfork(None, None, Some(atfork_child));
+    }
+}
+
+pub fn my_slot_if_any() -> usize {
+    MY_SLOT.load(Acquire)
+}
