@@ -1,0 +1,99 @@
+//! CRI-O: a runtime handler `gpu-quota` in the drop-in `/etc/crio/crio.conf.d/99-gpu-quota.conf`.
+//!
+//! No `allowed_annotations`: that list is only for CRI-O's own experimental annotations
+//! (`io.kubernetes.cri-o.*`, ...), and CRI-O refuses a runtime handler that lists any other key
+//! ("invalid allowed_annotation"). Ordinary pod annotations such as `gpu-quota.io/vram` reach
+//! the container's config.json without it.
+use std::path::Path;
+
+use super::{toml_str, Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, RUNTIME_NAME};
+
+pub const DROPIN: &str = "/etc/crio/crio.conf.d/99-gpu-quota.conf";
+/// runc state of containers of this handler (separate from runc's /run/runc).
+pub const RUNTIME_ROOT: &str = "/run/gpu-quota-runc";
+
+pub struct Crio;
+
+pub fn dropin_text(runtime: &str) -> String {
+    format!(
+        "# Added by `gpu-quota install crio`; `gpu-quota uninstall crio` removes this file.\n\
+         # Kubernetes selects it with a RuntimeClass whose handler is \"{RUNTIME_NAME}\"; pod annotations\n\
+         # (gpu-quota.io/vram, ...) reach config.json as they are, no allowed_annotations needed.\n\
+         [crio.runtime.runtimes.{RUNTIME_NAME}]\n\
+         runtime_path = {}\n\
+         runtime_type = \"oci\"\n\
+         runtime_root = {}\n",
+        toml_str(runtime),
+        toml_str(RUNTIME_ROOT)
+    )
+}
+
+impl Engine for Crio {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Crio
+    }
+
+    fn plan_install(&self, fs: &dyn super::fsutil::FsView, runtime: &str) -> Result<EnginePlan, EngineError> {
+        let before = fs.read(Path::new(DROPIN))?;
+        Ok(EnginePlan {
+            changes: vec![FileChange::config(DROPIN, before, Some(dropin_text(runtime).into_bytes()))],
+            notes: vec![],
+        })
+    }
+
+    fn plan_uninstall(&self, fs: &dyn super::fsutil::FsView) -> Result<EnginePlan, EngineError> {
+        let mut plan = EnginePlan::default();
+        if let Some(b) = fs.read(Path::new(DROPIN))? {
+            plan.changes.push(FileChange::config(DROPIN, Some(b), None));
+        }
+        Ok(plan)
+    }
+
+    fn installed_runtime(&self, fs: &dyn super::fsutil::FsView) -> Result<Option<String>, EngineError> {
+        let Some(b) = fs.read(Path::new(DROPIN))? else { return Ok(None) };
+        let Ok(doc) = String::from_utf8_lossy(&b).parse::<toml_edit::DocumentMut>() else { return Ok(None) };
+        Ok(doc
+            .get("crio")
+            .and_then(|c| c.get("runtime"))
+            .and_then(|r| r.get("runtimes"))
+            .and_then(|r| r.get(RUNTIME_NAME))
+            .and_then(|r| r.get("runtime_path"))
+            .and_then(|p| p.as_str())
+            .map(String::from))
+    }
+
+    fn finish(&self, ctx: &Ctx, installed: bool) -> Vec<String> {
+        let mut out = vec!["  restart CRI-O to apply:  sudo systemctl restart crio   (running containers keep running)".to_string()];
+        if ctx.root_given {
+            out.insert(0, "  --root given: nothing restarted; on the target system:".into());
+        }
+        if installed {
+            out.push("verify:  sudo crio config 2>/dev/null | grep -A4 'runtimes.gpu-quota'".into());
+            out.push("k8s:     RuntimeClass handler \"gpu-quota\" + pod annotation gpu-quota.io/vram: 8g (docs/install.md)".into());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::fsutil::MemFs;
+    use crate::engines::tests::round_trip;
+
+    const RT: &str = "/usr/local/bin/gpu-quota-runtime";
+
+    #[test]
+    fn drop_in() {
+        let fs = MemFs::new().with("/etc/crio/crio.conf.d/10-crio.conf", "[crio.runtime]\ndefault_runtime = \"crun\"\n");
+        let (inst, _) = round_trip(EngineKind::Crio, fs, RT);
+        let doc: toml_edit::DocumentMut = inst.get(DROPIN).unwrap().parse().unwrap();
+        let h = &doc["crio"]["runtime"]["runtimes"]["gpu-quota"];
+        assert_eq!(h["runtime_path"].as_str(), Some(RT));
+        assert_eq!(h["runtime_type"].as_str(), Some("oci"));
+        assert_eq!(h["runtime_root"].as_str(), Some(RUNTIME_ROOT));
+        assert!(h.get("allowed_annotations").is_none());
+        assert_eq!(Crio.installed_runtime(&inst).unwrap().as_deref(), Some(RT));
+        round_trip(EngineKind::Crio, MemFs::new(), RT);
+    }
+}
