@@ -236,15 +236,9 @@ fn runtime_table(runtime: &str, copied: Option<&Table>) -> Table {
     t
 }
 
-fn runc_table(comment: bool) -> Table {
+fn runc_table() -> Table {
     let mut t = Table::new();
     t.insert("runtime_type", value(RUNC_V2));
-    if comment {
-        t.decor_mut().set_prefix(format!(
-            "\n# Added by `{MARK}`: listing any runtime drops containerd 1.x's built-in \"runc\"\n\
-             # runtime (the default one); this keeps it.\n"
-        ));
-    }
     t
 }
 
@@ -263,9 +257,83 @@ fn ensure_table<'a>(parent: &'a mut Table, key: &str, path: &Path) -> Result<&'a
     })
 }
 
+/// Indentation for the tables we add: header and key indentation of our runtime table.
+struct Layout {
+    head: String,
+    key: String,
+}
+
+fn last_line(t: &Table) -> String {
+    let p = t.decor().prefix().and_then(|p| p.as_str()).unwrap_or("");
+    let l = p.rsplit('\n').next().unwrap_or("");
+    if l.chars().all(|c| c == ' ' || c == '\t') {
+        l.to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Indentation of the first `key = value` of an explicit table.
+fn key_indent(t: &Table) -> Option<String> {
+    let (k, _) = t.iter().find(|(_, v)| v.is_value())?;
+    let p = t.key(k)?.leaf_decor().prefix().and_then(|p| p.as_str())?.to_string();
+    p.chars().all(|c| c == ' ' || c == '\t').then_some(p)
+}
+
+fn explicit(t: &Table) -> bool {
+    !t.is_implicit() && !t.is_dotted()
+}
+
+/// Lay our tables out like their neighbours: like a sibling runtime when there is one, else
+/// nested one step under the nearest table on our path that the file spells out.
+fn layout(doc: &DocumentMut, plugin: &str) -> Layout {
+    let mut path: Vec<&Table> = Vec::new();
+    let mut t = doc.get("plugins").and_then(Item::as_table);
+    for k in [plugin, "containerd", "runtimes", ""] {
+        let Some(tab) = t else { break };
+        path.push(tab);
+        t = tab.get(k).and_then(Item::as_table);
+    }
+    if let Some(rts) = path.get(3) {
+        for (_, item) in rts.iter() {
+            if let Some(sib) = item.as_table().filter(|s| explicit(s)) {
+                let head = last_line(sib);
+                let key = key_indent(sib).unwrap_or_else(|| head.clone());
+                return Layout { head, key };
+            }
+        }
+    }
+    for anc in path.iter().rev().filter(|a| explicit(a)) {
+        let h = last_line(anc);
+        let inner = key_indent(anc)
+            .or_else(|| anc.iter().find_map(|(_, v)| v.as_table().filter(|c| explicit(c)).map(last_line)))
+            .unwrap_or_else(|| h.clone());
+        let step = inner.strip_prefix(h.as_str()).unwrap_or("").to_string();
+        return Layout { key: format!("{inner}{step}"), head: inner };
+    }
+    Layout { head: String::new(), key: String::new() }
+}
+
+/// Give a table we add the file's layout (child tables one step further in).
+fn indent_table(t: &mut Table, lay: &Layout, comment: &str) {
+    let comment: String = comment.lines().map(|l| format!("{}{l}\n", lay.head)).collect();
+    t.decor_mut().set_prefix(format!("\n{comment}{}", lay.head));
+    let step = lay.key.strip_prefix(lay.head.as_str()).unwrap_or("").to_string();
+    let child = Layout { head: lay.key.clone(), key: format!("{}{step}", lay.key) };
+    let keys: Vec<String> = t.iter().map(|(k, _)| k.to_string()).collect();
+    for k in keys {
+        if let Some(Item::Table(c)) = t.get_mut(&k) {
+            indent_table(c, &child, "");
+        } else if let Some(mut key) = t.key_mut(&k) {
+            key.leaf_decor_mut().set_prefix(lay.key.clone());
+        }
+    }
+}
+
 /// Add (or bring up to date) our runtime in `doc`'s CRI section. Version 2 only.
 fn add_in_place(doc: &mut DocumentMut, plugin: &str, runtime: &str, path: &Path) -> Result<(), EngineError> {
     let copied = default_runtime_options(doc, plugin);
+    let lay = layout(doc, plugin);
     let plugins = ensure_table(doc.as_table_mut(), "plugins", path)?;
     let cri = ensure_table(plugins, plugin, path)?;
     let ctd = ensure_table(cri, "containerd", path)?;
@@ -275,10 +343,15 @@ fn add_in_place(doc: &mut DocumentMut, plugin: &str, runtime: &str, path: &Path)
         Some(t) => update_runtime(t, runtime, copied.as_ref()),
         None => {
             if !had_runtimes {
-                runtimes.insert("runc", Item::Table(runc_table(true)));
+                let mut runc = runc_table();
+                indent_table(&mut runc, &lay, &format!(
+                    "# Added by `{MARK}`: listing any runtime drops containerd 1.x's built-in \"runc\"\n\
+                     # runtime (the default one); this keeps it."
+                ));
+                runtimes.insert("runc", Item::Table(runc));
             }
             let mut t = runtime_table(runtime, copied.as_ref());
-            t.decor_mut().set_prefix(format!("\n# Added by `{MARK}`; `gpu-quota uninstall containerd` removes it.\n"));
+            indent_table(&mut t, &lay, &format!("# Added by `{MARK}`; `gpu-quota uninstall containerd` removes it."));
             runtimes.insert(RUNTIME_NAME, Item::Table(t));
         }
     }
@@ -351,7 +424,7 @@ fn dropin_text(version: i64, runtime: &str, copied: Option<&Table>, with_runc: b
     let mut runtimes = Table::new();
     runtimes.set_implicit(true);
     if with_runc {
-        let mut runc = runc_table(false);
+        let mut runc = runc_table();
         runc.decor_mut().set_prefix(
             "\n# containerd 1.x drops its built-in \"runc\" runtime (the default) as soon as any\n\
              # runtime is listed; this keeps it.\n",
@@ -376,7 +449,13 @@ fn dropin_text(version: i64, runtime: &str, copied: Option<&Table>, with_runc: b
 fn add_import(doc: &mut DocumentMut) {
     match doc.get_mut("imports").and_then(Item::as_array_mut) {
         Some(arr) => {
-            let decor = arr.iter().last().map(|v| v.decor().clone());
+            // Lay it out like the last entry, unless that is the first entry on the `[` line
+            // (which has no leading space).
+            let decor = arr
+                .iter()
+                .last()
+                .map(|v| v.decor().clone())
+                .filter(|d| arr.len() > 1 || d.prefix().and_then(|p| p.as_str()).is_some_and(|p| p.contains('\n')));
             arr.push(DROPIN);
             if let (Some(d), Some(v)) = (decor, arr.iter_mut().last()) {
                 *v.decor_mut() = d;

@@ -14,11 +14,20 @@
 //! `--root DIR` makes every path relative to `DIR` and never signals a daemon.
 use std::collections::BTreeMap;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+
+/// Print a line, ignoring a closed stdout: `gpu-quota install ... | head` must never stop a
+/// half-applied change.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
 
 mod containerd;
 mod crio;
@@ -413,7 +422,7 @@ fn label(fs: &RootFs, p: &Path) -> String {
 /// Print what the plan would do, as diffs.
 fn print_dry_run(plan: &Plan, fs: &RootFs) {
     for d in &plan.mkdirs {
-        println!("would create directory {}", label(fs, d));
+        say!("would create directory {}", label(fs, d));
     }
     for c in &plan.changes {
         let l = label(fs, &c.path);
@@ -421,7 +430,8 @@ fn print_dry_run(plan: &Plan, fs: &RootFs) {
             ChangeKind::Config => {
                 let old = if c.before.is_some() { l.clone() } else { "/dev/null".to_string() };
                 let new = if c.after.is_some() { l.clone() } else { "/dev/null".to_string() };
-                print!(
+                let _ = write!(
+                    io::stdout(),
                     "{}",
                     fsutil::unified_diff(
                         c.before.as_deref().unwrap_or_default(),
@@ -434,15 +444,15 @@ fn print_dry_run(plan: &Plan, fs: &RootFs) {
             ChangeKind::Backup | ChangeKind::State => {
                 let what = if c.kind == ChangeKind::Backup { "backup" } else { "installer record" };
                 match (&c.before, &c.after) {
-                    (None, Some(_)) => println!("would write {what} {l}"),
-                    (Some(_), Some(_)) => println!("would update {what} {l}"),
-                    _ => println!("would remove {what} {l}"),
+                    (None, Some(_)) => say!("would write {what} {l}"),
+                    (Some(_), Some(_)) => say!("would update {what} {l}"),
+                    _ => say!("would remove {what} {l}"),
                 }
             }
         }
     }
     for d in &plan.rmdirs {
-        println!("would remove directory {} (if empty)", label(fs, d));
+        say!("would remove directory {} (if empty)", label(fs, d));
     }
 }
 
@@ -459,7 +469,7 @@ fn apply(plan: &Plan, fs: &RootFs) -> Result<(), EngineError> {
         match fs::create_dir(&h) {
             Ok(()) => {
                 fs::set_permissions(&h, fs::Permissions::from_mode(0o755)).map_err(|e| EngineError::io(d, e))?;
-                println!("  created directory {}", h.display());
+                say!("  created directory {}", h.display());
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(EngineError::io(d, e)),
@@ -476,20 +486,20 @@ fn apply(plan: &Plan, fs: &RootFs) -> Result<(), EngineError> {
                     (_, true) => "updated",
                     (_, false) => "created",
                 };
-                println!("  {verb} {}", h.display());
+                say!("  {verb} {}", h.display());
             }
             None => {
                 fsutil::remove_file(&h).map_err(|e| EngineError::io(&target, e))?;
-                println!("  removed {}", h.display());
+                say!("  removed {}", h.display());
             }
         }
     }
     for d in &plan.rmdirs {
         let h = fs.host_path(d);
         match fs::remove_dir(&h) {
-            Ok(()) => println!("  removed directory {}", h.display()),
+            Ok(()) => say!("  removed directory {}", h.display()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(_) => println!("  kept directory {} (not empty)", h.display()),
+            Err(_) => say!("  kept directory {} (not empty)", h.display()),
         }
     }
     Ok(())
@@ -542,7 +552,7 @@ fn runtime_path(args: &EngineArgs, fs: &RootFs) -> Result<String> {
     let usable = fs::metadata(&host).map(|m| m.is_file() && m.mode() & 0o111 != 0).unwrap_or(false);
     if !usable {
         if args.root.is_some() || args.dry_run {
-            eprintln!("gpu-quota: warning: {} is not an executable file (yet); registering it anyway", host.display());
+            let _ = writeln!(io::stderr(), "gpu-quota: warning: {} is not an executable file (yet); registering it anyway", host.display());
         } else {
             return Err(EngineError::invalid(
                 &host,
@@ -570,29 +580,29 @@ fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     let ctx = Ctx { root_given: args.root.is_some(), dry_run: args.dry_run, no_reload: args.no_reload, runtime };
     let verb = if installing { "install" } else { "uninstall" };
     for n in &plan.notes {
-        println!("note: {n}");
+        say!("note: {n}");
     }
     if plan.config_changes().next().is_none() && plan.changes.is_empty() {
         if installing {
-            println!("{name}: runtime {RUNTIME_NAME:?} already installed ({}); nothing changed", ctx.runtime);
+            say!("{name}: runtime {RUNTIME_NAME:?} already installed ({}); nothing changed", ctx.runtime);
         } else {
-            println!("{name}: runtime {RUNTIME_NAME:?} is not installed; nothing changed");
+            say!("{name}: runtime {RUNTIME_NAME:?} is not installed; nothing changed");
         }
         return Ok(());
     }
     if args.dry_run {
-        println!("{name}: dry run of `gpu-quota {verb} {name}`; nothing was changed");
+        say!("{name}: dry run of `gpu-quota {verb} {name}`; nothing was changed");
         print_dry_run(&plan, &fs);
         return Ok(());
     }
     if installing {
-        println!("{name}: registering runtime {RUNTIME_NAME:?} -> {}", ctx.runtime);
+        say!("{name}: registering runtime {RUNTIME_NAME:?} -> {}", ctx.runtime);
     } else {
-        println!("{name}: removing runtime {RUNTIME_NAME:?}");
+        say!("{name}: removing runtime {RUNTIME_NAME:?}");
     }
     apply(&plan, &fs).map_err(|e| e.rooted(&fs))?;
     for line in engine.finish(&ctx, installing) {
-        println!("{line}");
+        say!("{line}");
     }
     Ok(())
 }
