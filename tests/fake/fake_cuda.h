@@ -1,0 +1,31 @@
+/* Shared definitions of the fake driver (tests only). */
+#ifndef FAKE_CUDA_H
+#define FAKE_CUDA_H
+#include <stdint.h>
+
+#define FAKE_MAX_DEV 8
+#define FAKE_MAX_PROCS 256
+
+/* Shared across processes through the file named by FAKE_CUDA_PEAK_FILE
+   (anonymous, per-process, when unset). */
+struct fake_shared {
+  uint64_t magic;
+  uint64_t in_use[FAKE_MAX_DEV];   /* bytes allocated right now, all processes */
+  uint64_t peak[FAKE_MAX_DEV];     /* max of in_use ever seen */
+  uint64_t external[FAKE_MAX_DEV]; /* simulated other tenants (fake_cuda_set_external) */
+  uint64_t allocs, frees, unknown_frees, refused;
+  struct { int32_t pid; int32_t pad; uint64_t used[FAKE_MAX_DEV]; } procs[FAKE_MAX_PROCS];
+};
+#define FAKE_SHARED_MAGIC 0x4b41464541445543ull
+
+/* Per-process statistics (fake_cuda_stats). */
+struct fake_stats {
+  uint64_t in_use[FAKE_MAX_DEV], peak[FAKE_MAX_DEV];
+  uint64_t allocs, frees, unknown_frees;       /* this process */
+  uint64_t shared_unknown_frees, shared_refused;
+  uint64_t calls_ptsz;                         /* *_ptsz entry points called */
+  uint64_t calls_legacy;                       /* non-_v2 legacy entry points */
+  uint64_t last_unknown_free;                  /* pointer value */
+  uint64_t gpa_calls;
+};
+#endif

@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Interceptor CI suite (issue 3, acceptance 1-4) against the fake driver.
+# Builds libgpuquota.so (release), the fake libcuda/libnvidia-ml and the test
+# programs into tests/fake/build/, runs every case, and ends with the line
+#   N passed, M failed
+# exiting non-zero on any failure. Env: GQ_SKIP_CARGO_TEST=1 skips the Rust
+# unit tests; GQ_KEEP=1 keeps the scratch directory.
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+B="$ROOT/tests/fake/build"
+T="$(mktemp -d /tmp/gq-test.XXXXXX)"
+SO="$ROOT/interceptor/target/release/libgpuquota.so"
+CC="${CC:-cc}"
+pass=0; fail=0; failed_names=()
+
+cleanup() { [ -n "${GQ_KEEP:-}" ] || rm -rf "$T"; }
+trap cleanup EXIT
+
+echo "== build"
+cargo build --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" || { echo "0 passed, 1 failed"; exit 1; }
+make -s -C "$ROOT/tests/fake" || { echo "0 passed, 1 failed"; exit 1; }
+S="$ROOT/tests/interceptor"
+CF="-O2 -g -Wall -Wno-unused-result"
+$CC $CF -o "$B/gqtest_dl" "$S/gqtest.c" -ldl -lpthread &&
+$CC $CF -DDIRECT -o "$B/gqtest_direct" "$S/gqtest.c" "$B/libcuda.so.1" -ldl -lpthread &&
+$CC $CF -shared -fPIC -o "$B/mallochook.so" "$S/mallochook.c" -ldl &&
+$CC $CF -shared -fPIC -o "$B/broken_dlsym.so" "$S/broken_dlsym.c" -ldl &&
+$CC $CF -o "$B/rtld_next_test" "$S/rtld_next_test.c" -ldl &&
+$CC $CF -I"$ROOT/interceptor/include" -o "$B/usage_dump" "$S/usage_dump.c" &&
+$CC $CF -o "$B/bench_alloc" "$S/bench_alloc.c" -ldl -lpthread || { echo "0 passed, 1 failed"; exit 1; }
+
+export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GQ_LIB="$SO"
+unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD FAKE_CUDA_PEAK_FILE
+MiB=$((1 << 20)); GiB=$((1 << 30))
+export FAKE_CUDA_MEM_BYTES=$GiB
+
+# t NAME CMD... : run one case in a subshell, log to $T/NAME.log
+t() {
+  local name="$1"; shift
+  if ( "$@" ) >"$T/$name.log" 2>&1; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); failed_names+=("$name"); echo "FAIL $name"; sed 's/^/     | /' "$T/$name.log" | tail -25
+  fi
+}
+pre() { LD_PRELOAD="$SO" "$@"; }
+q() { env GPU_QUOTA_VRAM=64m GQ_SLICE=$((64 * MiB)) LD_PRELOAD="$SO" "$@"; }
+
+echo "== ELF (acceptance 4)"
+elf_needed() {
+  local bad
+  bad=$(readelf -d "$SO" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
+        grep -vE '^(libc\.so\.6|libdl\.so\.2|libpthread\.so\.0|libm\.so\.6|librt\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1)$')
+  readelf -d "$SO" | grep NEEDED
+  [ -z "$bad" ] || { echo "unexpected NEEDED: $bad"; return 1; }
+}
+elf_versions() {
+  local vers
+  vers=$(objdump -T "$SO" | grep -o 'GLIBC_[0-9.]*' | sort -u -V)
+  echo "$vers"
+  for v in $vers; do
+    local n=${v#GLIBC_}
+    if [ "$(printf '%s\n%s\n' "$n" 2.17 | sort -V | tail -1)" != 2.17 ]; then echo "too new: $v"; return 1; fi
+  done
+  objdump -T "$SO" | grep -q 'GLIBC_2.2.5.*dlopen' || { echo "dlopen not bound to GLIBC_2.2.5"; return 1; }
+}
+elf_exports() {
+  # dlsym and the driver entry points are exported; nothing else
+  local extra
+  extra=$(objdump -T "$SO" | awk '$2=="g" && $4==".text" {print $NF}' | grep -vE '^(dlsym|cu[A-Za-z0-9_]+|nvml[A-Za-z0-9_]+)$')
+  [ -z "$extra" ] || { echo "unexpected exports: $extra"; return 1; }
+}
+t elf_needed elf_needed
+t elf_glibc_versions elf_versions
+t elf_exports elf_exports
+
+echo "== unit tests (pure logic, std harness)"
+if [ -z "${GQ_SKIP_CARGO_TEST:-}" ]; then
+  t cargo_unit_tests cargo test --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" --lib
+fi
+
+echo "== non-CUDA processes pay nothing"
+nocuda() {
+  local u="$T/nocuda.usage"
+  GPU_QUOTA_VRAM=1g GPU_QUOTA_USAGE_FILE="$u" LD_PRELOAD="$SO" /bin/true || return 1
+  out=$(GPU_QUOTA_VRAM=1g GPU_QUOTA_USAGE_FILE="$u" LD_PRELOAD="$SO" sh -c 'echo hi | cat; ls / >/dev/null; echo $((1+2))') || return 1
+  [ "$out" = "hi
+3" ] || { echo "output: $out"; return 1; }
+  GPU_QUOTA_VRAM=1g GPU_QUOTA_USAGE_FILE="$u" LD_PRELOAD="$SO" python3 -c 'import ctypes,ctypes.util; ctypes.CDLL(None).malloc(10)' 2>/dev/null || true
+  [ ! -e "$u" ] || { echo "usage file created by a non-CUDA process"; return 1; }
+  mkdir -p "$T/nc_state"; echo "vram_bytes=$((64 * MiB))" >"$T/nc_state/limits"; : >"$T/nc_state/usage"
+  GPU_QUOTA_STATE_DIR="$T/nc_state" LD_PRELOAD="$SO" sh -c 'true' || return 1
+  [ "$(stat -c %s "$T/nc_state/usage")" = 0 ] || { echo "container usage file touched"; return 1; }
+}
+t nocuda_processes nocuda
+
+echo "== entry paths (acceptance 1)"
+for m in direct dlsym gpa gpa1 gpa_ptsz; do
+  bin=gqtest_dl; [ $m = direct ] && bin=gqtest_direct
+  t "paths_$m" q env GQ_MODE=$m "$B/$bin" paths
+  t "paths_${m}_internal_gpa" q env FAKE_CUDA_GPA_MODE=internal GQ_MODE=$m "$B/$bin" paths
+  t "passthrough_$m" env GQ_MODE=$m GQ_EXPECT_WRAPPED=0 LD_PRELOAD="$SO" "$B/$bin" paths
+done
+t gpa_mapping q env GQ_MODE=gpa "$B/gqtest_dl" gpa
+t gpa_mapping_internal q env FAKE_CUDA_GPA_MODE=internal GQ_MODE=gpa "$B/gqtest_dl" gpa
+t nvml_dlsym q env GQ_EXPECT_USED=0 "$B/gqtest_dl" nvml
+t nvml_passthrough env GQ_EXPECT_WRAPPED=0 GQ_EXPECT_USED=0 LD_PRELOAD="$SO" "$B/gqtest_dl" nvml
+t nvml_multidev q env FAKE_CUDA_DEVICES=3 GQ_EXPECT_USED=0 "$B/gqtest_dl" nvml
+rtld() { LD_PRELOAD="$SO $B/mallochook.so" GPU_QUOTA_VRAM=1g "$B/rtld_next_test"; }
+t rtld_next_malloc_interposer rtld
+rtld_plain() { LD_PRELOAD="$SO $B/mallochook.so" "$B/rtld_next_test"; }
+t rtld_next_passthrough rtld_plain
+rtld_control() {
+  # the same test must fail with a naive (non-tail-call) dlsym override
+  if LD_PRELOAD="$B/broken_dlsym.so $B/mallochook.so" "$B/rtld_next_test"; then echo "control passed: test cannot fail"; return 1; fi
+  return 0
+}
+t rtld_next_negative_control rtld_control
+spawn() { q sh -c "GQ_MODE=dlsym '$B/gqtest_dl' paths && GQ_MODE=gpa '$B/gqtest_dl' paths"; }
+t spawned_children spawn
+
+echo "== charging, frees, reporting (acceptance 2)"
+for m in dlsym gpa direct; do
+  bin=gqtest_dl; [ $m = direct ] && bin=gqtest_direct
+  t "apis_$m" q env GQ_MODE=$m "$B/$bin" apis
+done
+t apis_gpa1 q env GQ_MODE=gpa1 "$B/gqtest_dl" apis
+t frees_unknown_and_double q "$B/gqtest_dl" frees
+t frees_unknown_gpa q env GQ_MODE=gpa "$B/gqtest_dl" frees
+t meminfo_rules q "$B/gqtest_dl" meminfo
+t meminfo_rules_gpa q env GQ_MODE=gpa "$B/gqtest_dl" meminfo
+t slice_percent env GPU_QUOTA_VRAM=25% GQ_SLICE=$((256 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" paths
+t slice_decimal_units env GPU_QUOTA_VRAM=0.1GB GQ_SLICE=100000000 LD_PRELOAD="$SO" "$B/gqtest_dl" paths
+t slice_above_real_total env GPU_QUOTA_VRAM=4g GQ_SLICE=$GiB LD_PRELOAD="$SO" "$B/gqtest_dl" paths
+t multi_device q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" multidev
+t ctx_overhead_env q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctx
+msg() {
+  q "$B/gqtest_dl" msg 2>"$T/msg.err" || return 1
+  cat "$T/msg.err"
+  local want="gpu-quota: cuMemAlloc of 32.00 MiB refused: slice 64.00 MiB on GPU 0, 40.00 MiB in use by this container"
+  [ "$(grep -c '^gpu-quota:' "$T/msg.err")" = 1 ] || { echo "expected exactly one (rate-limited) line"; return 1; }
+  grep -qxF "$want" "$T/msg.err" || { echo "message differs from: $want"; return 1; }
+}
+t refusal_message_rate_limited msg
+
+echo "== container state directory"
+mkstate() { # DIR VRAM [extra lines]
+  mkdir -p "$1"; local d="$1" v="$2"; shift 2
+  { echo "# written by the hook"; echo "version=1"; echo "container_id=ci-test-1"; echo "vram_bytes=$v"
+    echo "gpus=GPU-face2233-4455-6677-8899-aabbccddee00,GPU-face2233-4455-6677-8899-aabbccddee01"
+    for l in "$@"; do echo "$l"; done; echo "future_key=ignored"; } >"$d/limits"
+  : >"$d/usage"; chmod 666 "$d/usage"
+}
+container() {
+  mkstate "$T/st1" $((64 * MiB))
+  # env cannot raise the container's limit; it may lower it
+  env GPU_QUOTA_STATE_DIR="$T/st1" GPU_QUOTA_VRAM=1g GQ_SLICE=$((64 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" paths || return 1
+  env GPU_QUOTA_STATE_DIR="$T/st1" GPU_QUOTA_VRAM=32m GQ_SLICE=$((32 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" paths || return 1
+  # GPU_QUOTA_USAGE_FILE is ignored in container mode: the state dir's usage is used
+  env GPU_QUOTA_STATE_DIR="$T/st1" GPU_QUOTA_USAGE_FILE="$T/other.usage" GQ_SLICE=$((64 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" paths || return 1
+  [ ! -e "$T/other.usage" ] || { echo "env usage file used in container mode"; return 1; }
+  "$B/usage_dump" "$T/st1/usage" 0 | tee "$T/dump" || return 1
+  grep -q "limit=$((64 * MiB)) " "$T/dump" && grep -q 'container=ci-test-1' "$T/dump" && grep -q '^used=0 ' "$T/dump" && grep -q 'uuid_state=2' "$T/dump" || { echo "header"; return 1; }
+  [ "$(stat -c %s "$T/st1/usage")" = 266240 ] || { echo "usage file size"; return 1; }
+}
+t container_limits container
+cont_broken() {
+  mkdir -p "$T/st2"; echo "version=1" >"$T/st2/limits"; : >"$T/st2/usage"
+  env GPU_QUOTA_STATE_DIR="$T/st2" GPU_QUOTA_VRAM=1g LD_PRELOAD="$SO" "$B/gqtest_dl" refuse
+}
+t container_broken_limits_fail_closed cont_broken
+cont_ctx() {
+  mkstate "$T/st3" $((64 * MiB)) "context_overhead_bytes=$((16 * MiB))"
+  env GPU_QUOTA_STATE_DIR="$T/st3" GQ_SLICE=$((64 * MiB)) GQ_OVERHEAD=$((16 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" ctx
+}
+t container_context_overhead cont_ctx
+nvml_shared() {
+  mkstate "$T/st4" $((64 * MiB))
+  export GPU_QUOTA_STATE_DIR="$T/st4" FAKE_CUDA_PEAK_FILE="$T/st4.peak"
+  LD_PRELOAD="$SO" "$B/gqtest_dl" hold $((40 * MiB)) "$T/st4.ready" "$T/st4.stop" &
+  local hp=$!
+  for i in $(seq 200); do [ -e "$T/st4.ready" ] && break; sleep 0.05; done
+  GQ_SLICE=$((64 * MiB)) GQ_EXPECT_USED=$((40 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" nvml; local r=$?
+  # the cuMemGetInfo of another process of the container sees it too
+  GQ_SLICE=$((64 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" refuse >/dev/null 2>&1 && { echo "second process could allocate past the shared budget?"; }
+  touch "$T/st4.stop"; wait $hp || r=1
+  # after the holder exits: nothing in use
+  GQ_SLICE=$((64 * MiB)) GQ_EXPECT_USED=0 LD_PRELOAD="$SO" "$B/gqtest_dl" nvml || r=1
+  return $r
+}
+t nvml_reports_container_usage nvml_shared
+
+echo "== fork / processes"
+t fork_shared_budget q env GPU_QUOTA_USAGE_FILE="$T/fork.usage" "$B/gqtest_dl" fork
+t fork_private_budget q "$B/gqtest_dl" fork
+
+echo "== 8 racing processes, kill -9 (acceptance 3)"
+race() {
+  local slice=$((256 * MiB)) u="$T/race.usage" pf="$T/race.peak" pids=() i
+  export GPU_QUOTA_VRAM=256m GPU_QUOTA_USAGE_FILE="$u" FAKE_CUDA_PEAK_FILE="$pf" GQ_SLICE=$slice
+  for i in 1 2 3 4 5 6 7 8; do
+    LD_PRELOAD="$SO" "$B/gqtest_dl" race 4 $i >"$T/race.$i.out" 2>&1 &
+    pids+=($!)
+  done
+  sleep 1.5
+  local victims=$(printf '%s\n' "${pids[@]}" | shuf -n 3 | tr '\n' ' ')
+  echo "kill -9 $victims"; kill -9 $victims
+  local bad=0
+  for p in "${pids[@]}"; do
+    if wait $p; then :; else
+      case " $victims " in *" $p "*) ;; *) echo "worker $p failed"; bad=1;; esac
+    fi
+  done
+  cat "$T"/race.*.out
+  "$B/usage_dump" "$u" 0
+  "$B/gqtest_dl" peak $slice || bad=1
+  # a later process gets the whole slice back (dead slots reclaimed)
+  LD_PRELOAD="$SO" "$B/gqtest_dl" fill $slice $((16 * MiB)) || bad=1
+  "$B/usage_dump" "$u" 0 | tee "$T/race.dump"
+  grep -q '^used=0 ' "$T/race.dump" || { echo "usage not back to 0"; bad=1; }
+  grep -c 'ok=' "$T"/race.*.out >/dev/null
+  local oom=$(cat "$T"/race.*.out | sed -n 's/.*oom=\([0-9]*\).*/\1/p' | paste -sd+ | bc)
+  [ "${oom:-0}" -gt 0 ] || { echo "no contention: no refusal happened"; bad=1; }
+  return $bad
+}
+t race_8_procs_kill9 race
+
+echo "== bench smoke"
+bench() {
+  "$B/bench_alloc" 2000 1048576 1 && q "$B/bench_alloc" 2000 1048576 1 && q "$B/bench_alloc" 500 1048576 4
+}
+t bench_alloc_smoke bench
+
+echo
+if [ $fail -gt 0 ]; then echo "failed: ${failed_names[*]}"; fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

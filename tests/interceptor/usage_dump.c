@@ -1,0 +1,25 @@
+/* Reads a usage file through include/gpuquota_usage.h (the host-tool view):
+   usage_dump FILE [DEV] prints header fields and the container's usage. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "gpuquota_usage.h"
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  int fd = open(argv[1], O_RDONLY);
+  if (fd < 0) { perror("open"); return 1; }
+  off_t sz = lseek(fd, 0, SEEK_END);
+  if (sz < (off_t)GQ_USAGE_TOTAL_SIZE) { printf("size=%lld uninitialised\n", (long long)sz); return 1; }
+  const unsigned char *b = mmap(0, GQ_USAGE_TOTAL_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+  if (b == MAP_FAILED) return 1;
+  const struct gq_usage_header *h = (const void *)b;
+  if (h->magic != GQ_USAGE_MAGIC || h->version != GQ_USAGE_VERSION) { printf("bad magic/version\n"); return 1; }
+  int dev = argc > 2 ? atoi(argv[2]) : 0;
+  printf("version=%u slots=%u devs=%u slot_size=%u high_water=%u flags=%u limit=%llu overhead=%llu container=%s\n",
+         h->version, h->slot_count, h->dev_count, h->slot_size, h->high_water, h->flags,
+         (unsigned long long)h->limit[dev], (unsigned long long)h->context_overhead_bytes, h->container_id);
+  printf("used=%llu live_slots=%u uuid_state=%u\n", (unsigned long long)gq_usage_used(b, dev), gq_usage_live_slots(b), h->uuid_state[dev]);
+  return 0;
+}
