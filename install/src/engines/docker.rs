@@ -55,10 +55,21 @@ impl Engine for Docker {
             out.push(format!("  dockerd not signalled (--no-reload); to apply: {how}"));
         } else {
             match signal_daemon("dockerd", Some("/var/run/docker.pid"), libc::SIGHUP) {
-                Ok(p) if !p.is_empty() => out.push(format!(
-                    "  reloaded dockerd (SIGHUP to pid {}); runtimes are reloaded live, no restart needed",
-                    p.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
-                )),
+                Ok(p) if !p.is_empty() => {
+                    out.push(format!(
+                        "  reloaded dockerd (SIGHUP to pid {}); runtimes are reloaded live, no restart needed",
+                        p.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+                    ));
+                    if !installed && !has_runtimes_key(&std::fs::read(DAEMON_JSON).unwrap_or_default()) {
+                        // Measured with dockerd 20.10: a reload leaves the runtime list alone
+                        // unless daemon.json has a `runtimes` key (or exists at all).
+                        out.push(
+                            "  note: dockerd reloads its runtime list only from a daemon.json that has a \"runtimes\" key,\n\
+                             \x20       so the running dockerd still lists gpu-quota until it restarts: sudo systemctl restart docker"
+                                .into(),
+                        );
+                    }
+                }
                 Ok(_) => out.push("  dockerd is not running; it will read the change when it starts".into()),
                 Err(e) => out.push(format!("  could not signal dockerd ({e}); to apply: {how}")),
             }
@@ -70,6 +81,10 @@ impl Engine for Docker {
         }
         out
     }
+}
+
+fn has_runtimes_key(b: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(b).map(|v| v.get("runtimes").is_some()).unwrap_or(false)
 }
 
 /// Why daemon.json cannot be edited.
