@@ -225,6 +225,18 @@ race() {
   return $bad
 }
 t race_8_procs_kill9 race
+killed_holder() {
+  # a SIGKILLed process holding most of the slice: the next process gets it all back
+  local u="$T/kh.usage"
+  export GPU_QUOTA_VRAM=64m GPU_QUOTA_USAGE_FILE="$u" FAKE_CUDA_PEAK_FILE="$T/kh.peak"
+  LD_PRELOAD="$SO" "$B/gqtest_dl" hold $((60 * MiB)) "$T/kh.ready" "$T/kh.never" &
+  local hp=$!
+  for i in $(seq 200); do [ -e "$T/kh.ready" ] && break; sleep 0.05; done
+  "$B/usage_dump" "$u" 0 | grep -q "^used=$((60 * MiB)) " || { echo "holder not charged"; "$B/usage_dump" "$u" 0; return 1; }
+  kill -9 $hp; wait $hp 2>/dev/null
+  LD_PRELOAD="$SO" "$B/gqtest_dl" fill $((64 * MiB)) $((8 * MiB))
+}
+t killed_holder_memory_returns killed_holder
 
 echo "== bench smoke"
 bench() {
