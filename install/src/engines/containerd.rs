@@ -303,7 +303,7 @@ fn layout(doc: &DocumentMut, plugin: &str) -> Layout {
             }
         }
     }
-    for anc in path.iter().rev().filter(|a| explicit(a)) {
+    if let Some(anc) = path.iter().rev().find(|a| explicit(a)) {
         let h = last_line(anc);
         let inner = key_indent(anc)
             .or_else(|| anc.iter().find_map(|(_, v)| v.as_table().filter(|c| explicit(c)).map(last_line)))
@@ -452,12 +452,11 @@ fn add_import(doc: &mut DocumentMut) {
             // Lay it out like the last entry, unless that is the first entry on the `[` line
             // (which has no leading space).
             let decor = arr
-                .iter()
-                .last()
+                .get(arr.len().wrapping_sub(1))
                 .map(|v| v.decor().clone())
                 .filter(|d| arr.len() > 1 || d.prefix().and_then(|p| p.as_str()).is_some_and(|p| p.contains('\n')));
             arr.push(DROPIN);
-            if let (Some(d), Some(v)) = (decor, arr.iter_mut().last()) {
+            if let (Some(d), Some(v)) = (decor, arr.get_mut(arr.len() - 1)) {
                 *v.decor_mut() = d;
             }
         }
@@ -565,7 +564,7 @@ impl Engine for Containerd {
         if version == 3 || definers.is_empty() {
             // Drop-in. v3: copy the default runtime's options from the files that set them.
             let copied = if version == 3 {
-                std::iter::once(&main).chain(others.iter()).filter_map(|l| default_runtime_options(&l.doc, plugin)).last()
+                std::iter::once(&main).chain(others.iter()).filter_map(|l| default_runtime_options(&l.doc, plugin)).next_back()
             } else {
                 None
             };

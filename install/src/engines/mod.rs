@@ -192,12 +192,6 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
-impl Plan {
-    fn config_changes(&self) -> impl Iterator<Item = &FileChange> {
-        self.changes.iter().filter(|c| c.kind == ChangeKind::Config)
-    }
-}
-
 /// One container engine. Planning functions are pure: they only read through `fs`.
 pub trait Engine {
     fn kind(&self) -> EngineKind;
@@ -582,7 +576,7 @@ fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     for n in &plan.notes {
         say!("note: {n}");
     }
-    if plan.config_changes().next().is_none() && plan.changes.is_empty() {
+    if plan.changes.is_empty() {
         if installing {
             say!("{name}: runtime {RUNTIME_NAME:?} already installed ({}); nothing changed", ctx.runtime);
         } else {
