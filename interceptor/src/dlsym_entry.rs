@@ -96,5 +96,8 @@ unsafe extern "C" fn gq_dlsym_hook(handle: *mut c_void, name: *const c_char, _re
         return p;
     }
     symbols::offer_real(i, p as usize);
+    if crate::state::debug_enabled() {
+        crate::state::debug(&[b"dlsym ", sys::cstr_bytes(name), b" -> wrapper"]);
+    }
     SYMS[i].wrapper as *mut c_void
 }

@@ -81,6 +81,7 @@ unsafe fn map(sym: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64,
     for (i, s) in SYMS.iter().enumerate() {
         if !s.wrapper.is_null() && s.lib == LIB_CUDA && symbols::real_known(i) == p {
             *pfn = s.wrapper as *mut c_void;
+            dbg(sym, ver, flags, b" -> wrapper (pointer match) ", s.name);
             return;
         }
     }
@@ -92,13 +93,28 @@ unsafe fn map(sym: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64,
     if s.ver != ver && base_eq(sym, s.base) {
         let mut q: *mut c_void = core::ptr::null_mut();
         if !again(s.ver, &mut q) || q as usize != p {
+            dbg(sym, ver, flags, b" -> real pointer left (unknown newer variant than ", s.name);
             return;
         }
     }
     symbols::offer_real(i, p);
     if symbols::real_known(i) != 0 {
         *pfn = s.wrapper as *mut c_void;
+        dbg(sym, ver, flags, b" -> wrapper (name+version) ", s.name);
     }
+}
+
+unsafe fn dbg(sym: *const c_char, ver: c_int, flags: u64, what: &[u8], name: &[u8]) {
+    if !crate::state::debug_enabled() {
+        return;
+    }
+    let mut v = crate::fmt::Buf::<48>::new();
+    v.push(b" ver=");
+    v.push_i64(ver as i64);
+    v.push(b" flags=");
+    v.push_u64(flags);
+    let n = &name[..name.len().saturating_sub(1)];
+    crate::state::debug(&[b"cuGetProcAddress ", crate::sys::cstr_bytes(sym), v.bytes(), what, n]);
 }
 
 #[no_mangle]

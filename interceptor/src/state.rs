@@ -27,6 +27,9 @@ pub struct Config {
     pub usage_path: PathBuf,
     pub create_usage: bool,
     pub limits: Limits,
+    /// GPU_QUOTA_DEBUG=1: log configuration, intercepted dlsym and
+    /// cuGetProcAddress decisions to stderr
+    pub debug: bool,
 }
 
 struct Cell(UnsafeCell<Config>);
@@ -40,6 +43,7 @@ static CFG: Cell = Cell(UnsafeCell::new(Config {
     usage_path: PathBuf::empty(),
     create_usage: false,
     limits: Limits::empty(),
+    debug: false,
 }));
 
 const ST_UNINIT: u32 = 0;
@@ -81,6 +85,63 @@ fn init_slow() -> Option<&'static Config> {
 }
 
 unsafe fn load_config(c: &mut Config) {
+    c.debug = matches!(sys::getenv(c"GPU_QUOTA_DEBUG"), Some(v) if !v.is_empty() && v != b"0");
+    load_config_inner(c);
+    if c.debug {
+        let mut b = crate::fmt::Buf::<768>::new();
+        b.push(b"gpu-quota[debug]: pid ");
+        b.push_u64(sys::getpid() as u64);
+        b.push(if c.enforce { b" enforcing" } else { b" pass-through" });
+        b.push(match c.source {
+            Source::Container => b" (limits from /run/gpu-quota)",
+            Source::StateDirEnv => b" (limits from GPU_QUOTA_STATE_DIR)",
+            Source::Env => b" (GPU_QUOTA_VRAM)",
+            Source::None => b"",
+        });
+        match c.limit {
+            Size::Bytes(v) => {
+                b.push(b" slice ");
+                b.push_size(v);
+            }
+            Size::MicroPercent(m) => {
+                b.push(b" slice ");
+                b.push_u64(m / 1_000_000);
+                b.push(b"% of each device");
+            }
+        }
+        b.push(b", context overhead ");
+        b.push_size(c.ctx_overhead);
+        b.push(b", usage ");
+        if c.usage_path.len > 0 {
+            b.push(c.usage_path.bytes());
+        } else {
+            b.push(b"<private>");
+        }
+        b.push(b"\n");
+        sys::write_stderr(b.bytes());
+    }
+}
+
+/// Debug line (only with GPU_QUOTA_DEBUG): prefix + C name + suffix parts.
+pub fn debug(parts: &[&[u8]]) {
+    if let Some(c) = config() {
+        if c.debug {
+            let mut b = crate::fmt::Buf::<256>::new();
+            b.push(b"gpu-quota[debug]: ");
+            for p in parts {
+                b.push(p);
+            }
+            b.push(b"\n");
+            sys::write_stderr(b.bytes());
+        }
+    }
+}
+
+pub fn debug_enabled() -> bool {
+    config().map(|c| c.debug).unwrap_or(false)
+}
+
+unsafe fn load_config_inner(c: &mut Config) {
     // 1. the hook's state directory (wins; env can only lower the limit)
     let mut dir: Option<PathBuf> = None;
     let mut src = Source::None;

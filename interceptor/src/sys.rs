@@ -55,12 +55,21 @@ pub fn real_dlsym_ptr() -> usize {
 #[cold]
 fn resolve_real_dlsym() -> usize {
     unsafe {
-        let mut p = gq_imp_dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), c"GLIBC_2.34".as_ptr());
-        if p.is_null() {
-            p = gq_imp_dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), c"GLIBC_2.2.5".as_ptr());
-        }
-        if p.is_null() {
-            p = gq_imp_dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), c"GLIBC_2.17".as_ptr());
+        // The oldest version first: it exists on every glibc of the
+        // architecture (as a compat symbol on >= 2.34), so the lookup never
+        // fails and never allocates an error message (a malloc interposer
+        // calling dlsym from malloc must not recurse into us).
+        let order: [&core::ffi::CStr; 3] = if cfg!(target_arch = "x86_64") {
+            [c"GLIBC_2.2.5", c"GLIBC_2.34", c"GLIBC_2.17"]
+        } else {
+            [c"GLIBC_2.17", c"GLIBC_2.34", c"GLIBC_2.2.5"]
+        };
+        let mut p = core::ptr::null_mut();
+        for v in order {
+            p = gq_imp_dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr());
+            if !p.is_null() {
+                break;
+            }
         }
         let v = p as usize;
         GQ_REAL_DLSYM.store(v, Ordering::Release);

@@ -40,6 +40,10 @@ static int g_inited;
 static int my_proc = -1, my_proc_pid = 0;
 
 /* ------------------------------------------------------------ init */
+__attribute__((constructor)) static void fake_ctor(void) {
+  const char *e = getenv("FAKE_CUDA_GPA_MODE");
+  if (e && !strcmp(e, "internal")) g_internal_gpa = 1;
+}
 static void fake_init(void) {
   if (g_inited) return;
   const char *e;
@@ -270,7 +274,10 @@ static CUresult i_cuGetProcAddress_v2(const char *, void **, int, u64, int *);
 static CUresult i_cuGetProcAddress(const char *s, void **p, int v, u64 f) { return i_cuGetProcAddress_v2(s, p, v, f, 0); }
 
 /* ------------------------------------------------------------ exports */
-#define E0(name, params, args) CUresult name params { return i_##name args; }
+/* exported entry points are distinct functions from the i_* implementations
+   (FAKE_CUDA_GPA_MODE=internal hands out the latter) */
+static volatile unsigned long export_calls;
+#define E0(name, params, args) CUresult name params { export_calls++; return i_##name args; }
 E0(cuInit, (unsigned f), (f))
 E0(cuDriverGetVersion, (int *v), (v))
 E0(cuDeviceGetCount, (int *n), (n))
@@ -314,6 +321,9 @@ E0(cuMipmappedArrayCreate, (void **h, const struct a3desc *d, unsigned l), (h, d
 E0(cuMipmappedArrayDestroy, (void *h), (h))
 E0(cuMemGetInfo_v2, (size_t *f, size_t *t), (f, t))
 E0(cuMemGetInfo, (unsigned *f, unsigned *t), (f, t))
+/* a variant newer than any interceptor table knows (cudaVersion 99000) */
+static CUresult i_cuMemGetInfo_v99(size_t *f, size_t *t) { export_calls++; return i_cuMemGetInfo_v2(f, t); }
+CUresult cuMemGetInfo_v99(size_t *f, size_t *t) { return i_cuMemGetInfo_v99(f, t); }
 E0(cuGraphAddMemAllocNode, (void **n, void *g, void *d, size_t c, void *p), (n, g, d, c, p))
 CUresult cuLaunchKernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sm, void *s, void **p, void **x) { ST.calls_ptsz++; return i_cuLaunchKernel(f, a, b, c, d, e, g, sm, s, p, x); }
 E0(cuLaunchKernel, (void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sm, void *s, void **p, void **x), (f, a, b, c, d, e, g, sm, s, p, x))
@@ -346,7 +356,7 @@ static const struct gpa_ent GPA[] = {
   G("cuArray3DCreate", 2000, 0, cuArray3DCreate), G("cuArray3DCreate", 3020, 0, cuArray3DCreate_v2),
   G("cuArrayDestroy", 2000, 0, cuArrayDestroy),
   G("cuMipmappedArrayCreate", 5000, 0, cuMipmappedArrayCreate), G("cuMipmappedArrayDestroy", 5000, 0, cuMipmappedArrayDestroy),
-  G("cuMemGetInfo", 2000, 0, cuMemGetInfo), G("cuMemGetInfo", 3020, 0, cuMemGetInfo_v2),
+  G("cuMemGetInfo", 2000, 0, cuMemGetInfo), G("cuMemGetInfo", 3020, 0, cuMemGetInfo_v2), G("cuMemGetInfo", 99000, 0, cuMemGetInfo_v99),
   G("cuGraphAddMemAllocNode", 11040, 0, cuGraphAddMemAllocNode),
   G("cuLaunchKernel", 4000, 0, cuLaunchKernel), { "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz, (void *)cuLaunchKernel_ptsz },
   G("cuGetProcAddress", 11030, 0, cuGetProcAddress), G("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2),

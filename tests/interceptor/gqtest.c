@@ -547,6 +547,9 @@ static int t_gpa(void) {
   CHECK(g2("cuMemAllocAsync", &p, 12000, 1, &st) == 0 && p == dlsym(gq, "cuMemAllocAsync"), "legacy stream flag");
   CHECK(g2("cuCtxCreate", &p, 12080, 0, &st) == 0 && p == dlsym(gq, "cuCtxCreate_v4"), "cuCtxCreate@12080 -> v4");
   CHECK(g2("cuCtxCreate", &p, 11040, 0, &st) == 0 && p == dlsym(gq, "cuCtxCreate_v3"), "cuCtxCreate@11040 -> v3");
+  /* a variant newer than the interceptor knows is handed back untouched */
+  CHECK(g2("cuMemGetInfo", &p, 99000, 0, &st) == 0 && !ours(p), "unknown newer variant wrapped (ABI mismatch risk)");
+  CHECK(g2("cuMemGetInfo", &p, 13000, 0, &st) == 0 && p == dlsym(gq, "cuMemGetInfo_v2"), "cuMemGetInfo@13000 -> _v2 wrapper");
   /* symbolStatus passes through */
   st = -1; CHECK(g2("cuNoSuchSymbol", &p, 12000, 0, &st) == 500 && st == 1, "unknown symbol status %d", st);
   st = -1; CHECK(g2("cuMemAllocAsync", &p, 11000, 0, &st) == 500 && st == 2, "version-not-sufficient status %d", st);
