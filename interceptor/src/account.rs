@@ -43,36 +43,40 @@ pub fn dev_index(ordinal: c_int) -> usize {
     if v != 0xff {
         return if v == 0xfe { UNTRACKED } else { v as usize };
     }
-    let idx = compute_index(ordinal);
-    m.store(if idx == UNTRACKED { 0xfe } else { idx as u8 }, Relaxed);
+    let (idx, cache) = compute_index(ordinal);
+    if cache {
+        m.store(if idx == UNTRACKED { 0xfe } else { idx as u8 }, Relaxed);
+    }
     idx
 }
 
+/// (index, cacheable): not cached when the UUID could not be read yet
+/// (e.g. before cuInit) although the driver has the call.
 #[cold]
-fn compute_index(ordinal: c_int) -> usize {
+fn compute_index(ordinal: c_int) -> (usize, bool) {
     let mut uuid = [0u8; 16];
     let mut have = false;
+    let mut callable = false;
     type GetUuid = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
     if let Some(f) = real_fn!(S::cuDeviceGetUuid_v2, GetUuid) {
+        callable = true;
         have = unsafe { f(uuid.as_mut_ptr(), ordinal) } == 0;
     }
     if !have {
         if let Some(f) = real_fn!(S::cuDeviceGetUuid, GetUuid) {
+            callable = true;
             have = unsafe { f(uuid.as_mut_ptr(), ordinal) } == 0;
         }
     }
     if have {
         if let Some(r) = state::region() {
             if let Some(i) = r.uuid_index(&uuid, true) {
-                return i;
+                return (i, true);
             }
         }
     }
-    if (ordinal as usize) < config::MAX_GPUS {
-        ordinal as usize
-    } else {
-        UNTRACKED
-    }
+    let idx = if (ordinal as usize) < config::MAX_GPUS { ordinal as usize } else { UNTRACKED };
+    (idx, have || !callable)
 }
 
 /// The current context's device.
