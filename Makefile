@@ -1,0 +1,51 @@
+# gpu-quota — build, test, demo, install.
+#   make demo     set up and run the demo (a real runc container with a slice)
+#   make test     everything CI runs (installs test dependencies when root)
+#   make install PREFIX=/usr/local
+PREFIX ?= /usr/local
+CARGO ?= cargo
+REL := target/release
+DBG := target/debug
+SO := interceptor/target/release/libgpuquota.so
+
+.PHONY: all build build-debug interceptor test demo install uninstall bench gpu-carry clean
+
+all: build
+
+interceptor:
+	$(CARGO) build --release --quiet --manifest-path interceptor/Cargo.toml
+
+build: interceptor
+	$(CARGO) build --release --quiet -p gpu-quota-shim -p gpu-quota-hook -p gpu-quota-install
+	install -m 0644 $(SO) $(REL)/libgpuquota.so
+
+build-debug: interceptor
+	$(CARGO) build --quiet --workspace --bins
+	install -m 0644 $(SO) $(DBG)/libgpuquota.so
+
+test:
+	bash scripts/test.sh
+
+demo:
+	bash scripts/demo.sh
+
+bench: build
+	bash benches/container_start.sh
+
+# What the H200 run needs, copied into .gpu-carry/ (ignored by git).
+gpu-carry: build
+	bash tests/gpu/prepare-carry.sh
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpu-quota
+	install -m 0755 $(REL)/gpu-quota-runtime $(REL)/gpu-quota-hook $(REL)/gpu-quota $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(SO) $(DESTDIR)$(PREFIX)/lib/gpu-quota/libgpuquota.so
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/gpu-quota-runtime $(DESTDIR)$(PREFIX)/bin/gpu-quota-hook $(DESTDIR)$(PREFIX)/bin/gpu-quota
+	rm -rf $(DESTDIR)$(PREFIX)/lib/gpu-quota
+
+clean:
+	$(CARGO) clean
+	$(CARGO) clean --manifest-path interceptor/Cargo.toml
+	$(MAKE) -C tests/fake clean

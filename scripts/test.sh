@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (`make test`, `.ci/run`):
+#   1. test dependencies (runc, busybox-static, docker.io, containerd, podman)
+#      are installed when missing and we are root on Debian/Ubuntu;
+#   2. cargo unit tests + e2e tests against real runc (GPU_QUOTA_E2E=1: an
+#      e2e test that cannot run fails instead of skipping);
+#   3. the interceptor suite against the fake driver;
+#   4. real-engine tests (docker, containerd, podman), which start and stop
+#      their own daemons.
+# Ends with one line "N passed, M failed" summed over every suite.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+LOG=$(mktemp -d /tmp/gq-test-logs.XXXXXX)
+passed=0; failed=0; broken=()
+
+need=()
+for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils; do
+  command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p##*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing test dependencies: ${need[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null || { echo "apt-get install failed"; exit 1; }
+  else
+    echo "missing: ${need[*]} (run as root on Debian/Ubuntu to install them)"
+  fi
+fi
+
+# count NAME LOGFILE RC: add a suite's counts from its closing lines
+count() {
+  local name=$1 log=$2 rc=$3 p f
+  p=$(grep -hoE '(^|[^0-9])[0-9]+ passed' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null || echo 0)
+  f=$(grep -hoE '[0-9]+ failed' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null || echo 0)
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+  if [ "$rc" != 0 ]; then
+    broken+=("$name")
+    [ "${f:-0}" -gt 0 ] || failed=$((failed + 1))
+  fi
+}
+command -v bc >/dev/null || { [ "$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null; }
+
+echo "== build"
+make -s build-debug 2>&1 | tail -20 || { echo "0 passed, 1 failed"; exit 1; }
+
+echo "== cargo test (unit + e2e with real runc)"
+GPU_QUOTA_E2E=1 cargo test --workspace 2>&1 | tee "$LOG/cargo.log" | grep -E '^test |test result|panicked|FAILED|error' 
+count cargo "$LOG/cargo.log" "${PIPESTATUS[0]}"
+
+echo "== interceptor (fake driver)"
+bash tests/interceptor/run.sh 2>&1 | tee "$LOG/interceptor.log" | grep -vE '^ok '
+count interceptor "$LOG/interceptor.log" "${PIPESTATUS[0]}"
+
+if [ -f tests/engines/run.sh ]; then
+  echo "== engines (real docker, containerd, podman)"
+  bash tests/engines/run.sh 2>&1 | tee "$LOG/engines.log"
+  count engines "$LOG/engines.log" "${PIPESTATUS[0]}"
+fi
+
+rm -rf "$LOG"
+[ ${#broken[@]} -eq 0 ] || echo "failing suites: ${broken[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ ${#broken[@]} -eq 0 ]
