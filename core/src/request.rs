@@ -274,9 +274,17 @@ impl Request {
         Ok(Some(Request { vram: size, gpus: selector, origin: vram.origin }))
     }
 
-    /// Convenience: read from a parsed OCI config.json.
+    /// Read from a parsed OCI config.json. Kubernetes sandbox ("pause")
+    /// containers get the pod's annotations too but never use a GPU: they
+    /// are left alone.
     pub fn from_config(config: &Value) -> Result<Option<Request>, RequestError> {
         let ann = config.get("annotations").and_then(Value::as_object);
+        if let Some(a) = ann {
+            let sandbox = |k: &str| a.get(k).and_then(Value::as_str) == Some("sandbox");
+            if sandbox("io.kubernetes.cri.container-type") || sandbox("io.kubernetes.cri-o.ContainerType") {
+                return Ok(None);
+            }
+        }
         let env: Vec<String> = config
             .pointer("/process/env")
             .and_then(Value::as_array)
@@ -314,6 +322,16 @@ mod tests {
         assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
         // same value under both keys is fine
         assert!(Request::from_parts(Some(&ann(json!({"vram": "2g", "gpu-quota.io/vram": "2g"}))), &[]).is_ok());
+    }
+
+    #[test]
+    fn kubernetes_sandbox_is_left_alone() {
+        let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri.container-type": "sandbox"}});
+        assert_eq!(Request::from_config(&c), Ok(None));
+        let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri-o.ContainerType": "sandbox"}});
+        assert_eq!(Request::from_config(&c), Ok(None));
+        let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri.container-type": "container"}});
+        assert!(Request::from_config(&c).unwrap().is_some());
     }
 
     #[test]

@@ -75,15 +75,21 @@ impl Rootfs {
                     let r = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
                     if r != 0 {
                         let e = std::io::Error::last_os_error();
-                        if e.raw_os_error() == Some(libc::EEXIST) {
+                        if e.raw_os_error() != Some(libc::EEXIST) {
+                            return Err(io("mkdir", &sofar)(e));
+                        }
+                        // EEXIST: made by a racing creator (fine), or a symlink to nowhere
+                    }
+                    dir = match self.resolve(&sofar, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+                        Ok(fd) => fd,
+                        Err(nix::errno::Errno::ENOENT) => {
                             return Err(EffectError::Refused {
                                 path: sofar.clone(),
                                 what: "exists in the image as a symlink to a missing directory; refusing to create it".into(),
-                            });
+                            })
                         }
-                        return Err(io("mkdir", &sofar)(e));
-                    }
-                    dir = self.resolve(&sofar, OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| io("open", &sofar)(errno(e)))?;
+                        Err(e) => return Err(io("open", &sofar)(errno(e))),
+                    };
                 }
                 Err(nix::errno::Errno::ENOTDIR) => {
                     return Err(EffectError::Refused { path: sofar, what: "exists in the image and is not a directory".into() })
@@ -119,14 +125,27 @@ impl Rootfs {
                 };
                 if fd < 0 {
                     let e = std::io::Error::last_os_error();
-                    if e.raw_os_error() == Some(libc::EEXIST) {
-                        return Err(EffectError::Refused { path: rel.into(), what: "is a symlink in the image pointing to a missing file; refusing to follow it".into() });
+                    if e.raw_os_error() != Some(libc::EEXIST) {
+                        return Err(io("create", rel)(e));
                     }
-                    return Err(io("create", rel)(e));
+                } else {
+                    // SAFETY: fresh fd.
+                    drop(unsafe { OwnedFd::from_raw_fd(fd) });
                 }
-                // SAFETY: fresh fd.
-                drop(unsafe { OwnedFd::from_raw_fd(fd) });
-                self.resolve(rel, OFlag::O_PATH).map_err(|e| io("open", rel)(errno(e)))
+                match self.resolve(rel, OFlag::O_PATH) {
+                    Ok(fd) => {
+                        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
+                        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                            return Err(EffectError::Refused { path: rel.into(), what: "exists in the image and is not a regular file".into() });
+                        }
+                        Ok(fd)
+                    }
+                    Err(nix::errno::Errno::ENOENT) => Err(EffectError::Refused {
+                        path: rel.into(),
+                        what: "is a symlink in the image pointing to a missing file; refusing to follow it".into(),
+                    }),
+                    Err(e) => Err(io("open", rel)(errno(e))),
+                }
             }
             Err(e) => Err(io("open", rel)(errno(e))),
         }
