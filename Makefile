@@ -22,6 +22,7 @@ build: interceptor
 build-debug: interceptor
 	$(CARGO) build --quiet --workspace --bins
 	install -m 0644 $(SO) $(DBG)/libgpuquota.so
+	$(MAKE) -s -C tests/fake
 
 test:
 	bash scripts/test.sh

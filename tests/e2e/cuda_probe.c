@@ -1,0 +1,38 @@
+/* A dynamic program for the container tests: talks to libcuda.so.1 through
+ * dlopen/dlsym like a framework does.  usage: cuda_probe info | alloc GiB... | hold GiB SECS */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+typedef int (*init_t)(unsigned);
+typedef int (*devget_t)(int *, int);
+typedef int (*ctx_t)(void **, unsigned, int);
+typedef int (*info_t)(size_t *, size_t *);
+typedef int (*alloc_t)(unsigned long long *, size_t);
+int main(int argc, char **argv) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!h) { printf("dlopen: %s\n", dlerror()); return 1; }
+  init_t cuInit = (init_t)dlsym(h, "cuInit");
+  devget_t cuDeviceGet = (devget_t)dlsym(h, "cuDeviceGet");
+  ctx_t cuCtxCreate = (ctx_t)dlsym(h, "cuCtxCreate_v2");
+  info_t cuMemGetInfo = (info_t)dlsym(h, "cuMemGetInfo_v2");
+  alloc_t cuMemAlloc = (alloc_t)dlsym(h, "cuMemAlloc_v2");
+  int dev; void *ctx;
+  if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate(&ctx, 0, dev)) { printf("init failed\n"); return 1; }
+  if (argc > 1 && !strcmp(argv[1], "info")) {
+    size_t f = 0, t = 0;
+    int rc = cuMemGetInfo(&f, &t);
+    printf("rc=%d total=%zu free=%zu\n", rc, t, f);
+    return 0;
+  }
+  int hold = argc > 1 && !strcmp(argv[1], "hold");
+  for (int i = 2; i < argc - hold; i++) {
+    unsigned long long p = 0;
+    int rc = cuMemAlloc(&p, (size_t)(atof(argv[i]) * (1ull << 30)));
+    printf("alloc %s GiB rc=%d\n", argv[i], rc);
+    fflush(stdout);
+  }
+  if (hold) sleep(atoi(argv[argc - 1]));
+  return 0;
+}
