@@ -20,3 +20,4 @@ pub mod rootfs;
 pub mod spec;
 pub mod state;
 pub mod paths;
+pub mod usage;

@@ -233,3 +233,49 @@ fn parallel_creates_admit_exactly_what_fits() {
     h.cleanup();
     assert!(h.reservations().is_empty());
 }
+
+#[test]
+fn operator_commands_ls_gc_doctor_metrics() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let gq = |args: &[&str]| {
+        let mut c = std::process::Command::new(bin("gpu-quota"));
+        c.env("GPU_QUOTA_CONFIG", h.config()).args(args);
+        capture(c)
+    };
+    let doctor = gq(&["doctor"]);
+    assert_ok(&doctor, "doctor");
+    let d = String::from_utf8_lossy(&doctor.stdout).to_string();
+    assert!(d.contains("simulated") && d.contains("libcuda.so.580.1") && !d.contains("FAIL"), "{d}");
+    let b = h.bundle("ops");
+    b.set(&[("vram", "5g")], "sleep 600", &[]);
+    assert_ok(&h.runtime(&["create", "--bundle", &b.bundle_arg(), "ops"]), "create");
+    let ls = String::from_utf8_lossy(&gq(&["ls"]).stdout).to_string();
+    assert!(ls.contains("ops") && ls.contains("running") && ls.contains("5.00 GiB") && ls.contains("11.00 GiB") && ls.contains("(simulated)"), "{ls}");
+    let m = String::from_utf8_lossy(&gq(&["metrics"]).stdout).to_string();
+    assert!(m.contains(&format!("gpu_quota_container_slice_bytes{{container=\"ops\",gpu=\"0\"}} {}", 5 * GIB)), "{m}");
+    assert!(m.contains(&format!("gpu_quota_gpu_reserved_bytes{{gpu=\"0\",uuid=\"{}\"}} {}", uuid(0), 5 * GIB)), "{m}");
+    // the container's process dies without `delete`: gc reclaims the slice
+    assert_ok(&h.runc(&["kill", "ops", "KILL"]), "kill");
+    for _ in 0..50 {
+        if String::from_utf8_lossy(&h.runc(&["state", "ops"]).stdout).contains("stopped") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let dry = String::from_utf8_lossy(&gq(&["gc", "--dry-run"]).stdout).to_string();
+    assert!(dry.contains("would reclaim ops"), "{dry}");
+    assert_eq!(h.reservations().len(), 1, "dry run changes nothing");
+    let gc = String::from_utf8_lossy(&gq(&["gc"]).stdout).to_string();
+    assert!(gc.contains("reclaimed ops"), "{gc}");
+    assert!(h.reservations().is_empty());
+    assert!(String::from_utf8_lossy(&gq(&["gc"]).stdout).contains("nothing to reclaim"));
+    assert_ok(&h.runtime(&["delete", "ops"]), "delete");
+    // a corrupt ledger is reported, kept, and only reset on request
+    std::fs::write(h.ledger_path(), b"{not json").unwrap();
+    let o = gq(&["ls"]);
+    assert!(!o.status.success() && stderr(&o).contains("corrupt"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(h.ledger_path()).unwrap(), b"{not json");
+    assert!(String::from_utf8_lossy(&gq(&["gc", "--reset-corrupt"]).stdout).contains("moved to"));
+    assert_ok(&gq(&["ls"]), "ls after reset");
+}

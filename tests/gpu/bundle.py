@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Write an OCI config.json for the H200 suite.
+bundle.py DIR --rootfs PATH [--ann k=v]... [--env K=V]... [--bind SRC:DST[:ro]]...
+          [--plain-gpu N] -- CMD ARGS...
+/out inside the container is DIR/out on the host. --plain-gpu N adds, by hand
+(for the no-gpu-quota baseline under plain runc), /dev/nvidiaN, nvidiactl,
+nvidia-uvm(-tools) with their cgroup rules and the host's /usr/local/nvidia."""
+import argparse, json, os, stat
+
+p = argparse.ArgumentParser()
+p.add_argument("dir"); p.add_argument("--rootfs", required=True)
+p.add_argument("--ann", action="append", default=[]); p.add_argument("--env", action="append", default=[])
+p.add_argument("--bind", action="append", default=[]); p.add_argument("--plain-gpu")
+p.add_argument("cmd", nargs=argparse.REMAINDER)
+a = p.parse_args()
+cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+os.makedirs(os.path.join(a.dir, "out"), exist_ok=True)
+caps = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID", "CAP_KILL",
+        "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_SETPCAP", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"]
+env = ["PATH=/opt/torch/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+       "PYTHONUNBUFFERED=1", "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1",
+       "TF_CPP_MIN_LOG_LEVEL=2"] + a.env
+mounts = [
+    {"destination": "/proc", "type": "proc", "source": "proc"},
+    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+    {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+    {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=8g"]},
+    {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+    {"destination": "/out", "type": "bind", "source": os.path.abspath(os.path.join(a.dir, "out")), "options": ["rbind", "rw"]},
+]
+for b in a.bind:
+    parts = b.split(":")
+    mounts.append({"destination": parts[1], "type": "bind", "source": parts[0],
+                   "options": ["rbind", "ro" if parts[2:] == ["ro"] else "rw"]})
+devices, rules = [], [{"allow": False, "access": "rwm"}]
+if a.plain_gpu is not None:
+    for n in [f"nvidia{a.plain_gpu}", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]:
+        st = os.stat("/dev/" + n)
+        mj, mn = os.major(st.st_rdev), os.minor(st.st_rdev)
+        devices.append({"path": "/dev/" + n, "type": "c", "major": mj, "minor": mn, "fileMode": 0o666, "uid": 0, "gid": 0})
+        rules.append({"allow": True, "type": "c", "major": mj, "minor": mn, "access": "rwm"})
+    mounts.append({"destination": "/usr/local/nvidia", "type": "bind", "source": "/usr/local/nvidia", "options": ["rbind", "ro"]})
+    env.append("LD_LIBRARY_PATH=/usr/local/nvidia/lib64")
+ann = dict(x.split("=", 1) for x in a.ann)
+cfg = {
+    "ociVersion": "1.0.2-dev",
+    "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": cmd, "env": env, "cwd": "/",
+                "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
+                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 65536, "soft": 65536}], "noNewPrivileges": True},
+    "root": {"path": os.path.abspath(a.rootfs), "readonly": False},
+    "hostname": "gq", "mounts": mounts,
+    "linux": {"resources": {"devices": rules}, "devices": devices,
+              "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+              "maskedPaths": ["/proc/kcore"], "readonlyPaths": ["/proc/sys"]},
+}
+if ann:
+    cfg["annotations"] = ann
+json.dump(cfg, open(os.path.join(a.dir, "config.json"), "w"), indent=1)
