@@ -151,8 +151,8 @@ impl Default for Config {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read config {path}: {err}")]
+    Read { path: PathBuf, err: std::io::Error },
     #[error("invalid config {path}: {message}")]
     Parse { path: PathBuf, message: String },
 }
@@ -168,7 +168,7 @@ impl Config {
         match std::fs::read_to_string(path) {
             Ok(s) => Self::parse(&s, path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(e) => Err(ConfigError::Read { path: path.into(), source: e }),
+            Err(e) => Err(ConfigError::Read { path: path.into(), err: e }),
         }
     }
 

@@ -17,8 +17,8 @@ pub struct DeviceNode {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("device node {path} is missing: {source}; is the NVIDIA driver loaded (nvidia-modprobe / nvidia-smi on the host creates it)? check [driver] dev_root in the config")]
-    Missing { path: PathBuf, source: std::io::Error },
+    #[error("device node {path} is missing: {err}; is the NVIDIA driver loaded (nvidia-modprobe / nvidia-smi on the host creates it)? check [driver] dev_root in the config")]
+    Missing { path: PathBuf, err: std::io::Error },
     #[error("{path} is not a character device")]
     NotCharDevice { path: PathBuf },
     #[error("GPU {uuid} is not in the inventory")]
@@ -27,7 +27,7 @@ pub enum DeviceError {
 
 fn node(dev_root: &Path, name: &str) -> Result<DeviceNode, DeviceError> {
     let host_path = dev_root.join(name);
-    let md = std::fs::metadata(&host_path).map_err(|source| DeviceError::Missing { path: host_path.clone(), source })?;
+    let md = std::fs::metadata(&host_path).map_err(|err| DeviceError::Missing { path: host_path.clone(), err })?;
     if !md.file_type().is_char_device() {
         return Err(DeviceError::NotCharDevice { path: host_path });
     }

@@ -25,8 +25,8 @@ pub struct DriverFiles {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    #[error("cannot read loader cache {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read loader cache {path}: {err}")]
+    Read { path: PathBuf, err: std::io::Error },
     #[error("loader cache {path} has an unknown format ({what}); set [driver] lib_dirs in the config")]
     Format { path: PathBuf, what: &'static str },
     #[error("no NVIDIA driver library found (looked for {wanted} in {searched}); is the driver installed? check [driver] in the config")]
@@ -116,7 +116,7 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
     let mut cands: Vec<(String, PathBuf)> = Vec::new();
     let searched;
     if cfg.lib_dirs.is_empty() {
-        let bytes = std::fs::read(&cfg.ldcache).map_err(|source| DriverError::Read { path: cfg.ldcache.clone(), source })?;
+        let bytes = std::fs::read(&cfg.ldcache).map_err(|err| DriverError::Read { path: cfg.ldcache.clone(), err })?;
         let entries = parse_ldcache(&bytes).map_err(|what| DriverError::Format { path: cfg.ldcache.clone(), what })?;
         for (name, path) in entries {
             if wanted(&cfg.libraries, &name) {

@@ -70,14 +70,14 @@ impl LedgerData {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    #[error("ledger {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    #[error("ledger {path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
     #[error("ledger {path} is corrupt ({message}); it was left in place and a copy saved as {saved}. Check which containers still run, then move the file away (or run `gpu-quota gc --reset-corrupt`) to start a new ledger")]
     Corrupt { path: PathBuf, saved: PathBuf, message: String },
     #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({SCHEMA_VERSION}); upgrade gpu-quota")]
     TooNew { path: PathBuf, found: u32 },
-    #[error("cannot start container {id}: {source}")]
-    Refused { id: String, source: PlacementError },
+    #[error("cannot start container {id}: {err}")]
+    Refused { id: String, err: PlacementError },
     #[error("container {id} already holds a reservation in this ledger ({slices}); delete it first (runc delete {id}) or run `gpu-quota gc`")]
     Duplicate { id: String, slices: String },
     #[error("container {id} (bundle {bundle}) asks for GPU memory but has no reservation; it must be created through gpu-quota-runtime")]
@@ -127,7 +127,7 @@ impl Ledger {
 
     fn io(&self, p: &Path) -> impl Fn(std::io::Error) -> LedgerError + '_ {
         let p = p.to_path_buf();
-        move |source| LedgerError::Io { path: p.clone(), source }
+        move |err| LedgerError::Io { path: p.clone(), err }
     }
 
     fn load_unlocked(&self) -> Result<LedgerData, LedgerError> {
@@ -254,12 +254,12 @@ impl Ledger {
                     let changed = !self.reclaim(d).is_empty();
                     match placer.place(req, &d.usage()) {
                         Ok(s) => s,
-                        Err(source) => {
+                        Err(err) => {
                             if changed {
                                 // keep the reclaim; the refusal is reported after the write
-                                return Ok((Err(LedgerError::Refused { id: id.into(), source }), true));
+                                return Ok((Err(LedgerError::Refused { id: id.into(), err }), true));
                             }
-                            return Err(LedgerError::Refused { id: id.into(), source });
+                            return Err(LedgerError::Refused { id: id.into(), err });
                         }
                     }
                 }

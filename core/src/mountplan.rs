@@ -33,8 +33,8 @@ pub enum Op {
 
 #[derive(Debug, thiserror::Error)]
 pub enum EffectError {
-    #[error("{op} {path}: {source}")]
-    Io { op: &'static str, path: String, source: std::io::Error },
+    #[error("{op} {path}: {err}")]
+    Io { op: &'static str, path: String, err: std::io::Error },
     #[error("{path}: {what}")]
     Refused { path: String, what: String },
 }

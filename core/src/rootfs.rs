@@ -20,7 +20,7 @@ pub struct Rootfs {
 }
 
 fn io<'a>(op: &'static str, path: &'a str) -> impl Fn(std::io::Error) -> EffectError + 'a {
-    move |source| EffectError::Io { op, path: path.to_string(), source }
+    move |err| EffectError::Io { op, path: path.to_string(), err }
 }
 
 fn errno(e: nix::errno::Errno) -> std::io::Error {

@@ -10,12 +10,12 @@ pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{path} is not valid JSON: {source}")]
-    Json { path: PathBuf, source: serde_json::Error },
-    #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {path}: {err}")]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{path} is not valid JSON: {err}")]
+    Json { path: PathBuf, err: serde_json::Error },
+    #[error("cannot write {path}: {err}")]
+    Write { path: PathBuf, err: std::io::Error },
     #[error("{path}: {what}")]
     Shape { path: PathBuf, what: String },
 }
@@ -26,8 +26,8 @@ pub fn config_path(bundle: &Path) -> PathBuf {
 
 pub fn read_config(bundle: &Path) -> Result<(Vec<u8>, Value), SpecError> {
     let path = config_path(bundle);
-    let bytes = std::fs::read(&path).map_err(|source| SpecError::Read { path: path.clone(), source })?;
-    let v = serde_json::from_slice(&bytes).map_err(|source| SpecError::Json { path: path.clone(), source })?;
+    let bytes = std::fs::read(&path).map_err(|err| SpecError::Read { path: path.clone(), err })?;
+    let v = serde_json::from_slice(&bytes).map_err(|err| SpecError::Json { path: path.clone(), err })?;
     Ok((bytes, v))
 }
 
