@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): time to run a container of `true` through
+# gpu-quota-runtime with a slice (admission, config.json patch, hook: ledger
+# confirm, state dir, mounts, release on exit) vs plain runc, interleaved,
+# median of N runs each. Usage: benches/container_start.sh [N]   (root)
+# Env: GQ_BENCH_REAL=1 uses the host's NVML/ldcache/nodes (a GPU machine),
+# GQ_BIN (dir of gpu-quota binaries, default target/release), RUNC.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-25}
+BIN=${GQ_BIN:-$(pwd)/target/release}
+RUNC=${RUNC:-$(command -v runc)}
+D=$(mktemp -d /tmp/gq-bench.XXXXXX)
+trap 'for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do "$RUNC" --root "$D/root" delete -f "$id"; done; rm -rf "$D"' EXIT
+export GPU_QUOTA_CONFIG="$D/config.toml"
+cat > "$GPU_QUOTA_CONFIG" <<EOT
+ledger_dir = "$D/ledger"
+state_dir = "$D/state"
+hook = "$BIN/gpu-quota-hook"
+interceptor = "$BIN/libgpuquota.so"
+runc = "$RUNC"
+EOT
+if [ -z "${GQ_BENCH_REAL:-}" ]; then
+  mkdir -p "$D/dev" "$D/lib"
+  mknod "$D/dev/nvidia0" c 195 0; mknod "$D/dev/nvidiactl" c 195 255; mknod "$D/dev/nvidia-uvm" c 237 0
+  echo x > "$D/lib/libcuda.so.580.1"; ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
+  cat >> "$GPU_QUOTA_CONFIG" <<EOT
+[driver]
+dev_root = "$D/dev"
+lib_dirs = ["$D/lib"]
+bin_dirs = []
+[[inventory.gpu]]
+index = 0
+uuid = "GPU-00000000-0000-4000-8000-000000000000"
+memory = "16g"
+EOT
+fi
+mk() { # NAME ANNOTATIONS
+  local b="$D/$1"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/true"
+  cat > "$b/config.json" <<EOT
+{"ociVersion":"1.0.2-dev","annotations":$2,"process":{"terminal":false,"user":{"uid":0,"gid":0},"args":["true"],"env":["PATH=/bin"],"cwd":"/","noNewPrivileges":true},
+ "root":{"path":"rootfs"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs"}],
+ "linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]},"namespaces":[{"type":"pid"},{"type":"mount"}]}}
+EOT
+}
+mk plain '{}'; mk sliced '{"vram":"1g"}'
+now() { date +%s%N; }
+plain=(); sliced=()
+for i in $(seq 1 "$N"); do
+  t=$(now); (cd "$D/plain" && "$RUNC" --root "$D/root" run "p$i" >/dev/null); plain+=($(( ($(now) - t) / 1000 )))
+  t=$(now); (cd "$D/sliced" && "$BIN/gpu-quota-runtime" --root "$D/root" run "s$i" >/dev/null); sliced+=($(( ($(now) - t) / 1000 )))
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
+mp=$(median "${plain[@]}"); ms=$(median "${sliced[@]}")
+[ -z "$(cat "$D/ledger/ledger.json" | grep container_id || true)" ] || { echo "ledger not empty after the runs"; exit 1; }
+printf '| %s | %s | %d | %.1f ms | %.1f ms | %+.1f ms | %.2f× |\n' "$(date -u +%F)" "$([ -n "${GQ_BENCH_REAL:-}" ] && echo "real GPU" || echo simulated)" "$N" "$(echo "$mp/1000" | bc -l)" "$(echo "$ms/1000" | bc -l)" "$(echo "($ms-$mp)/1000" | bc -l)" "$(echo "$ms/$mp" | bc -l)"
