@@ -5,15 +5,16 @@ bundle.py DIR --rootfs PATH [--ann k=v]... [--env K=V]... [--bind SRC:DST[:ro]].
 /out inside the container is DIR/out on the host. --plain-gpu N adds, by hand
 (for the no-gpu-quota baseline under plain runc), /dev/nvidiaN, nvidiactl,
 nvidia-uvm(-tools) with their cgroup rules and the host's /usr/local/nvidia."""
-import argparse, json, os, stat
+import argparse, json, os, sys
 
 p = argparse.ArgumentParser()
 p.add_argument("dir"); p.add_argument("--rootfs", required=True)
 p.add_argument("--ann", action="append", default=[]); p.add_argument("--env", action="append", default=[])
 p.add_argument("--bind", action="append", default=[]); p.add_argument("--plain-gpu")
-p.add_argument("cmd", nargs=argparse.REMAINDER)
-a = p.parse_args()
-cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+argv = sys.argv[1:]
+cut = argv.index("--") if "--" in argv else len(argv)
+a = p.parse_args(argv[:cut])
+cmd = argv[cut + 1:]
 os.makedirs(os.path.join(a.dir, "out"), exist_ok=True)
 caps = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID", "CAP_KILL",
         "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_SETPCAP", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"]
@@ -47,7 +48,7 @@ cfg = {
     "ociVersion": "1.0.2-dev",
     "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": cmd, "env": env, "cwd": "/",
                 "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
-                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 65536, "soft": 65536}], "noNewPrivileges": True},
+                "noNewPrivileges": True},
     "root": {"path": os.path.abspath(a.rootfs), "readonly": False},
     "hostname": "gq", "mounts": mounts,
     "linux": {"resources": {"devices": rules}, "devices": devices,

@@ -1,0 +1,311 @@
+#!/usr/bin/env bash
+# The H200 GPU suite of gpu-quota: one command, run on the device machine as
+# root from the repository root, after `make gpu-carry` here:
+#   bash tests/gpu/run-suite.sh            (carry .gpu-carry)
+# Writes $OUT/summary.md (one row per check), suite.log, containers.log,
+# bench.txt. Nothing is built there. Single-GPU checks use GPU 0; the 2-GPU
+# checks run when 2 GPUs are visible. Every step has a timeout; the suite
+# skips the benchmarks it has no time left for (SUITE_BUDGET seconds, def. 540).
+set -u
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+C=$REPO/.gpu-carry; B=$C/bin; SO=$C/lib/libgpuquota.so
+WORK=$REPO/tests/gpu/work.py; BUNDLE=$REPO/tests/gpu/bundle.py
+OUT=${OUT:-/tmp/gq-out}; mkdir -p "$OUT"
+SUM=$OUT/summary.md; CLOG=$OUT/containers.log; BENCH=$OUT/bench.txt
+BUDGET=${SUITE_BUDGET:-540}
+exec > >(tee -a "$OUT/suite.log") 2>&1
+PY=$(command -v python3)
+GIB=1073741824
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+T=$(mktemp -d /tmp/gqt.XXXX)
+PASS=0; FAIL=0; SKIP=0
+sec() { echo; echo "== [t=${SECONDS}s] $*"; }
+res() { # STATUS ID NAME FIGURES
+  case $1 in PASS) PASS=$((PASS+1));; FAIL) FAIL=$((FAIL+1));; *) SKIP=$((SKIP+1));; esac
+  echo "| $2 | $3 | **$1** | ${4//|//} |" >> "$SUM"; echo "[$1] $2 $3 — $4"; }
+rjson() { grep '^RESULT ' "$1" 2>/dev/null | tail -1 | cut -c8-; }      # RESULT json of a work.py log
+rok() { [ "$(rjson "$1" | $PY -c 'import json,sys; print(json.load(sys.stdin)["ok"])' 2>/dev/null)" = True ]; }
+rget() { rjson "$1" | $PY -c "import json,sys; d=json.load(sys.stdin); print($2)" 2>/dev/null; }
+wait_for() { local f=$1 s=$2 i; for ((i = 0; i < s * 10; i++)); do [ -e "$f" ] && return 0; sleep 0.1; done; return 1; }
+left() { echo $((BUDGET - SECONDS)); }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+apps_mib() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -i "${1:-0}" 2>/dev/null; }
+sum_apps() { apps_mib "${1:-0}" | awk -F, '{s+=$2} END {print s+0}'; }
+{ echo "# gpu-quota H200 suite — $(date -u +%FT%TZ)"; echo
+  echo "| issue | check | result | figures |"; echo "| --- | --- | --- | --- |"; } > "$SUM"
+
+sec "machine"
+nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.used,driver_version --format=csv,noheader
+NGPU=$(nvidia-smi -L | grep -c '^GPU ')
+DRV=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0)
+CUDAV=$(nvidia-smi | grep -o 'CUDA Version: [0-9.]*' | head -1)
+VERS=$($PY -c '
+import importlib
+out = []
+for m in ("torch", "torchvision", "jax", "jaxlib", "cupy"):
+    try: out.append(f"{m} {importlib.import_module(m).__version__}")
+    except Exception as e: out.append(f"{m} missing")
+print(", ".join(out))' 2>/dev/null)
+TOTAL0_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
+echo "NGPU=$NGPU driver=$DRV $CUDAV; $VERS; python $PY; kernel $(uname -r)"
+echo "- machine: $NGPU × $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0) (${TOTAL0_MIB} MiB), driver $DRV, $CUDAV, kernel $(uname -r); $VERS" >> "$SUM.head"
+ldconfig -p | grep -E 'libcuda.so.1|libnvidia-ml.so.1'; command -v nvidia-smi; findmnt -n / ; findmnt -n -T /usr/local/nvidia
+for f in gpu-quota-runtime gpu-quota-hook runc busybox bench_alloc; do [ -x "$B/$f" ] || echo "MISSING $B/$f (run make gpu-carry here)"; done
+LD_LIBRARY_PATH=$C/lib $B/runc --version | head -1
+
+############################ containers: setup ############################
+sec "container setup"
+W=/tmp/gqw; mkdir -p $W; mount -t tmpfs -o size=32g tmpfs $W
+printf '#!/bin/sh\nexport LD_LIBRARY_PATH=%s\nexec %s "$@"\n' "$C/lib" "$B/runc" > $W/runc; chmod +x $W/runc
+mkcfg() { # NAME toml-lines...
+  local n=$1; shift; mkdir -p $W/$n/ledger $W/$n/state $W/$n/root
+  { echo "ledger_dir = \"$W/$n/ledger\""; echo "state_dir = \"$W/$n/state\""; echo "runc = \"$W/runc\""
+    echo "hook = \"$B/gpu-quota-hook\""; echo "interceptor = \"$SO\""; printf '%s\n' "$@"; } > $W/$n/config.toml; }
+ctr() { local n=$1; shift; GPU_QUOTA_CONFIG=$W/$n/config.toml timeout 90 $B/gpu-quota-runtime --root $W/$n/root "$@"; }
+plainrunc() { timeout 90 $W/runc --root $W/plain/root "$@"; }
+mkdir -p $W/plain/root $W/b
+# Python env and the suite's scripts as volumes: every mount under which python lives that is not /
+PYBINDS=""
+for d in $($PY -c 'import sys, os, torch; print(sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(torch.__file__)), os.path.realpath(sys.executable))'); do
+  m=$(findmnt -n -o TARGET -T "$d"); [ "$m" != / ] && case " $PYBINDS " in *" --bind $m:$m:ro "*) ;; *) PYBINDS="$PYBINDS --bind $m:$m:ro";; esac
+done
+echo "python mounts to bind: ${PYBINDS:-none (python is on the root fs)}"
+WHITEOUT=""
+OVERLAY_OK=0
+mkroot() { # DIR overlay|busybox
+  local d=$1; mkdir -p $d
+  if [ "$2" = overlay ]; then
+    mkdir -p $d/upper $d/work $d/rootfs
+    mount -t overlay overlay -o lowerdir=/,upperdir=$d/upper,workdir=$d/work $d/rootfs || return 1
+    for f in $WHITEOUT; do rm -f "$d/rootfs/$f"; done
+  else
+    mkdir -p $d/rootfs/bin $d/rootfs/etc $d/rootfs/proc $d/rootfs/dev $d/rootfs/sys $d/rootfs/tmp
+    cp $B/busybox $d/rootfs/bin/busybox
+    for a in sh true ls cat sleep echo touch; do ln -sf busybox $d/rootfs/bin/$a; done
+  fi; }
+bundle() { # ID HOST KIND ANN... -- CMD (KIND overlay|busybox|plain-overlay|plain-busybox)
+  local id=$1 kind=$2; shift 2; local anns=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do anns+=(--ann "$1"); shift; done; shift
+  case $kind in plain-*) extra=(--plain-gpu 0); kind=${kind#plain-};; esac
+  mkroot $W/b/$id $kind || return 1
+  $PY $BUNDLE $W/b/$id --rootfs $W/b/$id/rootfs "${anns[@]}" "${extra[@]}" $PYBINDS --bind $REPO/tests/gpu:/gq:ro -- "$@"; }
+clog() { { echo "----- $1"; for f in $W/b/$1/out/* $W/b/$1/*.err $W/b/$1/*.out; do [ -f "$f" ] && { echo "--- $(basename $f)"; head -c 3000 "$f"; echo; }; done; } >> "$CLOG" 2>/dev/null; }
+ledger() { cat $W/$1/ledger/ledger.json 2>/dev/null; }
+nres() { ledger $1 | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["reservations"]))' 2>/dev/null || echo 0; }
+state_of() { ctr $1 state $2 2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["status"])' 2>/dev/null || echo gone; }
+
+# overlay of / must work and must not reach the driver
+mkroot $W/b/probe0 overlay && OVERLAY_OK=1
+if [ $OVERLAY_OK = 1 ]; then
+  R=$W/b/probe0/rootfs
+  echo "rootfs check: /usr/local/nvidia in the overlay holds: [$(ls -A $R/usr/local/nvidia 2>&1 | head -5 | tr '\n' ' ')]"
+  WHITEOUT=$(cd $R && timeout 120 find usr lib lib64 opt etc root -xdev \( -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' -o -name 'libnvidia-ptxjitcompiler.so*' -o -name 'libcudadebugger.so*' -o -name 'libnvidia-nvvm.so*' \) 2>/dev/null | tr '\n' ' ')
+  echo "driver-library names found in the overlay rootfs (whited out in every container rootfs): [${WHITEOUT}]"
+  umount $R
+  rm -rf $W/b/probe0
+  # proof without gpu-quota: plain runc, same rootfs, no GPU -> libcuda.so.1 cannot load
+  bundle nodrv overlay -- $PY -c 'import ctypes,sys
+try: ctypes.CDLL("libcuda.so.1"); print("LIBCUDA LOADED"); sys.exit(1)
+except OSError as e: print("no libcuda:", e)'
+  plainrunc run --bundle $W/b/nodrv nodrv > $W/b/nodrv/run.out 2>&1; r=$?
+  cat $W/b/nodrv/run.out
+  if [ $r = 0 ] && grep -q 'no libcuda' $W/b/nodrv/run.out; then res PASS setup "rootfs (overlay of /) has no driver: libcuda.so.1 does not load under plain runc" "python runs in it; whiteouts: ${WHITEOUT:-none needed}"
+  else res FAIL setup "rootfs without driver" "$(tail -3 $W/b/nodrv/run.out | tr '\n' ' ')"; OVERLAY_OK=0; fi
+else
+  res FAIL setup "overlayfs rootfs (lowerdir=/)" "mount failed; container python checks not run"
+fi
+
+############################ Issue 2 #10 + Issue 4 #2: probe container ############################
+sec "probe container vram=8g (NVML inventory, real ldcache and nodes)"
+mkcfg h1 'reserve = "2g"' 'gpus = ["0"]' 'placement = "binpack"'
+if [ $OVERLAY_OK = 1 ]; then
+  bundle p1 overlay vram=8g -- sh -c "nvidia-smi -L > /out/smiL 2>&1; nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader > /out/smiq 2>&1;
+    cat /run/gpu-quota/limits > /out/limits; cat /etc/ld.so.preload > /out/preload; ls /run/gpu-quota/driver > /out/driver; ls /dev > /out/dev;
+    $PY /gq/work.py jax --gib 8 > /out/jax 2>&1; $PY /gq/work.py cupy --gib 8 > /out/cupy 2>&1;
+    $PY /gq/work.py dl --gib 8 --each 3 --ready /out/dlready --hold /out/dlrelease --hold-secs 60 > /out/dl 2>&1; touch /out/done"
+  ctr h1 create --bundle $W/b/p1 p1 > $W/b/p1/create.out 2> $W/b/p1/create.err < /dev/null; r=$?
+  echo "create rc=$r"; cat $W/b/p1/create.err; ledger h1; echo
+  if [ $r = 0 ]; then
+    ctr h1 start p1 < /dev/null
+    if wait_for $W/b/p1/out/dlready 150; then
+      sleep 1
+      (cd $T && $PY $WORK usage --usage-file $W/h1/state/containers/p1/usage --hold $W/b/p1/out/dlrelease --hold-secs 5 > $T/p1usage)
+      apps_mib 0 > $T/p1apps; cat $T/p1apps
+      touch $W/b/p1/out/dlrelease
+    fi
+    wait_for $W/b/p1/out/done 60
+    O=$W/b/p1/out
+    echo "smiL: $(cat $O/smiL)"; echo "smiq: $(cat $O/smiq)"; cat $O/limits; echo "driver: $(tr '\n' ' ' < $O/driver)"
+    if grep -q '^GPU 0: NVIDIA H200' $O/smiL && [ "$(grep -c '^GPU' $O/smiL)" = 1 ]; then res PASS "2#10" "no static inventory: vram=8g container starts, nvidia-smi -L inside lists the GPU" "$(head -1 $O/smiL | cut -c1-60); NVML inventory, host ldcache, real nodes"
+    else res FAIL "2#10" "nvidia-smi -L inside a vram=8g container" "$(head -3 $O/smiL | tr '\n' ' ')"; fi
+    if grep -q '^8192 MiB' $O/smiq; then res PASS "4#2" "nvidia-smi inside shows the slice" "$(cat $O/smiq)"; else res FAIL "4#2" "nvidia-smi inside shows the slice" "$(head -2 $O/smiq | tr '\n' ' ')"; fi
+    if rok $O/jax; then res PASS "4#2" "JAX inside preallocates 75% of the 8 GiB slice; beyond it RESOURCE_EXHAUSTED" "$(rget $O/jax '"bytes_limit=%d (%.3f of the slice)" % (d["bytes_limit"], d["ratio"])')"
+    else res FAIL "4#2" "JAX inside (75% of slice, RESOURCE_EXHAUSTED)" "$(rjson $O/jax | cut -c1-300) $(tail -2 $O/jax | tr '\n' ' ' | cut -c1-300)"; fi
+    if rok $O/cupy; then res PASS "4#2" "CuPy inside sees the 8 GiB slice, pool fails beyond it" "$(rget $O/cupy 'd["total"]')"
+    else res FAIL "4#2" "CuPy inside" "$(rjson $O/cupy | cut -c1-300) $(tail -2 $O/cupy | tr '\n' ' ' | cut -c1-300)"; fi
+    UMAX=$(grep -o 'USAGE_MAX [0-9]*' $T/p1usage 2>/dev/null | cut -d' ' -f2)
+    if rok $O/dl; then res PASS "4#2" "DataLoader job, 4 spawn workers × 3 GiB under vram=8g: one budget" "$(rget $O/dl '"%d of 4 workers hold 3 GiB" % d["held_ok"]'); container usage file $((${UMAX:-0} >> 20)) MiB; host NVML sum $(awk -F, '{s+=$2} END {print s+0}' $T/p1apps) MiB over $(wc -l < $T/p1apps) procs"
+    else res FAIL "4#2" "DataLoader job within one budget" "$(rjson $O/dl | cut -c1-400) $(tail -3 $O/dl | tr '\n' ' ' | cut -c1-300)"; fi
+  else
+    res FAIL "2#10" "create of a vram=8g container" "$(tr '\n' ' ' < $W/b/p1/create.err | cut -c1-400)"
+  fi
+  ctr h1 delete --force p1 < /dev/null; clog p1
+  echo "ledger after delete: $(ledger h1)"
+else res SKIP "2#10" "probe container" "no rootfs"; fi
+
+############################ Issue 4 #1 seed + #3 release ############################
+sec "seed: vram=24g containers on GPU 0 until full"
+AVAIL=$((TOTAL0_MIB * 1048576 - 2 * GIB)); EXP=$((AVAIL / (24 * GIB)))
+echo "GPU 0: ${TOTAL0_MIB} MiB, reserve 2g -> expect $EXP containers of 24g"
+if [ $OVERLAY_OK = 1 ]; then
+  TJOB="$PY /gq/work.py torch --gib 24 --ready /out/ready --hold /out/release --hold-secs 240 > /out/log 2>&1; echo \$? > /out/rc"
+  ADM=(); REFMSG=""
+  for i in $(seq 1 $((EXP + 1))); do
+    bundle s$i overlay vram=24g -- sh -c "$TJOB"
+    if ctr h1 create --bundle $W/b/s$i s$i > $W/b/s$i/create.out 2> $W/b/s$i/create.err < /dev/null; then ADM+=(s$i)
+    else REFMSG=$(tr '\n' ' ' < $W/b/s$i/create.err); echo "s$i refused: $REFMSG"; umount $W/b/s$i/rootfs; break; fi
+  done
+  for id in "${ADM[@]}"; do ctr h1 start $id < /dev/null; done
+  for id in "${ADM[@]}"; do wait_for $W/b/$id/out/ready 120 || echo "$id: no ready"; done
+  sleep 1
+  STATES=$(for id in "${ADM[@]}"; do echo -n "$id=$(state_of h1 $id) "; done); echo "states after all OOMs: $STATES"
+  NGOOD=0; for id in "${ADM[@]}"; do grep -q '"refused": true' $W/b/$id/out/ready 2>/dev/null && grep -q "\"total\": $((24 * GIB))" $W/b/$id/out/ready && NGOOD=$((NGOOD + 1)); done
+  NRUN=$(echo "$STATES" | grep -o '=running' | wc -l)
+  USED0=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+  if [ ${#ADM[@]} = $EXP ] && [ -n "$REFMSG" ]; then res PASS "4#1" "$EXP × vram=24g admitted on GPU 0 (reserve 2g), the next refused" "refusal: ${REFMSG:0:260}"
+  else res FAIL "4#1" "admission until full" "admitted ${#ADM[@]} (expected $EXP); refusal: ${REFMSG:0:300}"; fi
+  if [ $NGOOD = ${#ADM[@]} ] && [ $NRUN = ${#ADM[@]} ]; then res PASS "4#1" "each admitted container's PyTorch job sees 24 GiB, gets OutOfMemoryError past it, all keep running" "$NGOOD/${#ADM[@]} ok, $NRUN running; GPU 0 used ${USED0} MiB (host)"
+  else res FAIL "4#1" "PyTorch jobs in the admitted containers" "$NGOOD/${#ADM[@]} ok, $NRUN running: $STATES"; fi
+  sec "release: normal exit and SIGKILL"
+  touch $W/b/s1/out/release; wait_for $W/b/s1/out/rc 60; sleep 0.5
+  echo "s1 rc=$(cat $W/b/s1/out/rc 2>/dev/null) state=$(state_of h1 s1); $(rjson $W/b/s1/out/log)"
+  N1OK=0; bundle n1 overlay vram=24g -- sh -c "$TJOB"
+  if ctr h1 create --bundle $W/b/n1 n1 > $W/b/n1/create.out 2> $W/b/n1/create.err < /dev/null; then ctr h1 start n1 < /dev/null; N1OK=1; else echo "n1 refused: $(cat $W/b/n1/create.err)"; fi
+  ctr h1 kill s2 KILL < /dev/null; for k in $(seq 50); do [ "$(state_of h1 s2)" = stopped ] && break; sleep 0.1; done
+  echo "s2 state after SIGKILL: $(state_of h1 s2)"
+  N2OK=0; bundle n2 overlay vram=24g -- sh -c "$TJOB"
+  if ctr h1 create --bundle $W/b/n2 n2 > $W/b/n2/create.out 2> $W/b/n2/create.err < /dev/null; then ctr h1 start n2 < /dev/null; N2OK=1; else echo "n2 refused: $(cat $W/b/n2/create.err)"; fi
+  for id in n1 n2; do wait_for $W/b/$id/out/ready 120; done
+  echo "ledger: $(ledger h1)"
+  fig="normal exit (s1 rc $(cat $W/b/s1/out/rc 2>/dev/null)) -> n1 admitted=$N1OK job $(grep -o '"total": [0-9]*' $W/b/n1/out/ready 2>/dev/null); SIGKILL s2 -> n2 admitted=$N2OK job $(grep -o '"total": [0-9]*' $W/b/n2/out/ready 2>/dev/null); ledger holds $(nres h1)"
+  if [ $N1OK = 1 ] && [ $N2OK = 1 ] && grep -q '"refused": true' $W/b/n1/out/ready $W/b/n2/out/ready 2>/dev/null && [ "$(grep -l '"refused": true' $W/b/n1/out/ready $W/b/n2/out/ready | wc -l)" = 2 ]; then res PASS "4#3" "slice returns on normal exit and on SIGKILL (no delete); new containers take it" "$fig"
+  else res FAIL "4#3" "release on exit / SIGKILL" "$fig"; fi
+  for id in "${ADM[@]}" n1 n2; do touch $W/b/$id/out/release; done
+  sleep 2
+  for id in "${ADM[@]}" n1 n2; do ctr h1 delete --force $id < /dev/null; clog $id; umount $W/b/$id/rootfs 2>/dev/null; done
+  sleep 1
+  if [ "$(nres h1)" = 0 ]; then res PASS "4#3" "delete of all containers empties the ledger" "GPU 0 used after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader -i 0)"
+  else res FAIL "4#3" "ledger after delete" "$(ledger h1 | cut -c1-300)"; fi
+else res SKIP "4#1" "seed" "no rootfs"; fi
+
+############################ Issue 4 #4: 2 GPUs ############################
+sec "2 GPUs"
+if [ "$NGPU" -ge 2 ] && [ $OVERLAY_OK = 1 ]; then
+  mkcfg h2 'reserve = "2g"' 'placement = "spread"'
+  bundle g2 overlay vram=4g gpus=2 -- sh -c "nvidia-smi -L > /out/smiL 2>&1; cat /run/gpu-quota/limits > /out/limits; ls /dev > /out/dev; $PY /gq/work.py devices --gib 4 --n 2 > /out/devs 2>&1; touch /out/done"
+  if ctr h2 create --bundle $W/b/g2 g2 > $W/b/g2/create.out 2> $W/b/g2/create.err < /dev/null; then
+    ctr h2 start g2 < /dev/null; wait_for $W/b/g2/out/done 90
+    L=$(ledger h2 | $PY -c 'import json,sys; print([s["index"] for r in json.load(sys.stdin)["reservations"] for s in r["slices"]])')
+    if rok $W/b/g2/out/devs && [ "$(grep -c '^GPU' $W/b/g2/out/smiL)" = 2 ]; then res PASS "4#4" "gpus=2 vram=4g: both GPUs, a 4 GiB slice on each" "ledger GPUs $L; torch $(rget $W/b/g2/out/devs 'd["totals"]')"
+    else res FAIL "4#4" "gpus=2 gets both GPUs with a slice each" "ledger $L; $(cat $W/b/g2/out/smiL | tr '\n' ' '); $(rjson $W/b/g2/out/devs) $(tail -2 $W/b/g2/out/devs | tr '\n' ' ' | cut -c1-300)"; fi
+  else res FAIL "4#4" "gpus=2 create" "$(tr '\n' ' ' < $W/b/g2/create.err)"; fi
+  ctr h2 delete --force g2 < /dev/null; clog g2
+  for id in a1 a2; do bundle $id busybox vram=100g -- sleep 300; ctr h2 create --bundle $W/b/$id $id > $W/b/$id/create.out 2> $W/b/$id/create.err < /dev/null || echo "$id refused: $(cat $W/b/$id/create.err)"; done
+  L=$(ledger h2 | $PY -c 'import json,sys; print(sorted(s["index"] for r in json.load(sys.stdin)["reservations"] for s in r["slices"]))')
+  bundle a3 busybox vram=100g gpu=0 -- sleep 300
+  ctr h2 create --bundle $W/b/a3 a3 > $W/b/a3/create.out 2> $W/b/a3/create.err < /dev/null; r3=$?; M3=$(tr '\n' ' ' < $W/b/a3/create.err)
+  echo "spread ledger GPUs: $L; a3 rc=$r3: $M3"
+  if [ "$L" = "[0, 1]" ]; then res PASS "4#4" "two vram=100g containers under spread land on different GPUs" "GPUs $L"; else res FAIL "4#4" "spread placement" "GPUs $L"; fi
+  if [ $r3 != 0 ] && echo "$M3" | grep -q 'GPU 0'; then res PASS "4#4" "vram=100g pinned gpu=0 (full) refused, message names GPU 0" "${M3:0:260}"
+  else res FAIL "4#4" "pinned to a full GPU refused naming it" "rc=$r3 ${M3:0:300}"; fi
+  for id in a1 a2 a3; do ctr h2 delete --force $id < /dev/null; clog $id; done
+else res SKIP "4#4" "2-GPU placement" "NOT RUN: $NGPU GPU(s) visible"; fi
+
+############################ Issue 3: standalone LD_PRELOAD on GPU 0 ############################
+sec "standalone interceptor (LD_PRELOAD) on GPU 0"
+export CUDA_VISIBLE_DEVICES=0
+i=0
+for conf in "" "expandable_segments:True" "backend:cudaMallocAsync"; do
+  i=$((i + 1))
+  env ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} GPU_QUOTA_VRAM=4g LD_PRELOAD=$SO timeout 120 $PY $WORK torch --gib 4 > $T/torch$i 2>&1
+  if rok $T/torch$i; then res PASS "3#5" "PyTorch vram=4g ${conf:-default allocator}: total 4 GiB, 3 GiB fits, 2 GiB more -> OutOfMemoryError" "$(rget $T/torch$i '(d["total"], d["err"][:90])')"
+  else res FAIL "3#5" "PyTorch vram=4g ${conf:-default}" "$(rjson $T/torch$i | cut -c1-300) $(grep -v '^RESULT' $T/torch$i | tail -3 | tr '\n' ' ' | cut -c1-300)"; fi
+done
+GPU_QUOTA_VRAM=4g LD_PRELOAD=$SO timeout 120 $PY $WORK jax --gib 4 > $T/jax 2>&1
+if rok $T/jax; then res PASS "3#6" "JAX vram=4g: preallocation 75% of the slice, beyond -> RESOURCE_EXHAUSTED" "$(rget $T/jax '(d["bytes_limit"], round(d["ratio"],3), d["err"][:100])')"
+else res FAIL "3#6" "JAX standalone" "$(rjson $T/jax | cut -c1-300) $(grep -v '^RESULT' $T/jax | tail -3 | tr '\n' ' ' | cut -c1-300)"; fi
+GPU_QUOTA_VRAM=4g LD_PRELOAD=$SO timeout 120 $PY $WORK cupy --gib 4 > $T/cupy 2>&1
+if rok $T/cupy; then res PASS "3#6" "CuPy vram=4g: memGetInfo shows the slice, pool fails beyond" "$(rget $T/cupy '(d["total"], d["err"][:100])')"
+else res FAIL "3#6" "CuPy standalone" "$(rjson $T/cupy | cut -c1-300) $(grep -v '^RESULT' $T/cupy | tail -3 | tr '\n' ' ' | cut -c1-300)"; fi
+SMI=$(GPU_QUOTA_VRAM=4g LD_PRELOAD=$SO nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader -i 0 2>&1)
+if echo "$SMI" | grep -q '^4096 MiB'; then res PASS "3#7" "nvidia-smi under the preload shows the slice" "$SMI"; else res FAIL "3#7" "nvidia-smi under preload" "$SMI"; fi
+sec "4 processes × 3 GiB under vram=8g (shared usage file)"
+# context size NVML reports for one bare torch process (no preload)
+timeout 60 $PY $WORK ctx --ready $T/ctxr --hold $T/ctxh --hold-secs 40 > $T/ctx 2>&1 &
+wait_for $T/ctxr 40; CTXPID=$(cat $T/ctxr 2>/dev/null); CTX=$(apps_mib 0 | awk -F, -v p="$CTXPID" '$1+0==p {print $2+0}'); touch $T/ctxh; wait
+echo "bare torch context: ${CTX:-?} MiB"
+U=$T/usage8
+GPU_QUOTA_VRAM=8g GPU_QUOTA_USAGE_FILE=$U LD_PRELOAD=$SO timeout 150 $PY $WORK mp --gib 8 --each 3 --ready $T/r8 --hold $T/h8 --hold-secs 60 > $T/mp 2>&1 &
+MPP=$!
+(cd $T && timeout 100 $PY $WORK usage --usage-file $U --hold $T/h8 --hold-secs 90 > $T/u8 2>&1) &
+wait_for $T/r8 90; sleep 1
+apps_mib 0 > $T/apps8; SUM8=$(awk -F, '{s+=$2} END {print s+0}' $T/apps8); NP8=$(wc -l < $T/apps8)
+SMI8=$(GPU_QUOTA_VRAM=8g GPU_QUOTA_USAGE_FILE=$U LD_PRELOAD=$SO nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader -i 0 2>&1)
+touch $T/h8; wait $MPP; wait
+cat $T/apps8; echo "nvidia-smi under the same budget: $SMI8"
+UMAX8=$(grep -o 'USAGE_MAX [0-9]*' $T/u8 | cut -d' ' -f2); TOL=$(( NP8 * ${CTX:-600} * 11 / 10 ))
+fig="$(rget $T/mp 'd["held_ok"]') of 4 hold 3 GiB; max charged (usage file, sampled 20 ms) $((${UMAX8:-0} >> 20)) MiB; host NVML sum over $NP8 procs $SUM8 MiB <= 8192 + ${NP8}×ctx(${CTX:-?} MiB)+10% = $((8192 + TOL)) MiB; nvidia-smi under the budget: $SMI8"
+if rok $T/mp && [ "${UMAX8:-99999999999}" -le $((8 * GIB)) ] && [ "$SUM8" -le $((8192 + TOL)) ]; then res PASS "3#8" "4 processes × 3 GiB under vram=8g" "$fig"
+else res FAIL "3#8" "4 processes × 3 GiB under vram=8g" "$fig; $(grep worker $T/mp | tr '\n' ' ' | cut -c1-400)"; fi
+
+############################ benchmarks (Issue 3 #9, Issue 4 #5) ############################
+sec "benchmarks"
+{ echo "# benchmarks ($(date -u +%FT%TZ), GPU 0)"; } > $BENCH
+bal() { grep -o 'ns_per_pair=[0-9.]*' | tail -1 | cut -d= -f2; }
+N1=$($B/bench_alloc 20000 1048576 1 | tee -a $BENCH | bal)
+P1=$(GPU_QUOTA_VRAM=64g LD_PRELOAD=$SO $B/bench_alloc 20000 1048576 1 | tee -a $BENCH | bal)
+G1=$(GPU_QUOTA_VRAM=64g BENCH_GPA=1 LD_PRELOAD=$SO $B/bench_alloc 20000 1048576 1 | tee -a $BENCH | bal)
+N8=$($B/bench_alloc 5000 1048576 8 | tee -a $BENCH | bal)
+P8=$(GPU_QUOTA_VRAM=64g GPU_QUOTA_USAGE_FILE=$T/u64 LD_PRELOAD=$SO $B/bench_alloc 5000 1048576 8 | tee -a $BENCH | bal)
+echo "alloc+free 1 MiB ns/pair: 1 proc native $N1 preload $P1 preload+gpa $G1; 8 procs native $N8 preload(shared budget) $P8" | tee -a $BENCH
+res INFO "3#9" "1 MiB cuMemAlloc+cuMemFree pair (ns)" "1 proc: native $N1, intercepted $P1 (dlsym) / $G1 (cuGetProcAddress); 8 procs contending: native $N8, intercepted $P8 (one shared budget)"
+t0=$(now_ms); for k in $(seq 200); do GPU_QUOTA_VRAM=8g /bin/true; done; t1=$(now_ms)
+for k in $(seq 200); do GPU_QUOTA_VRAM=8g LD_PRELOAD=$SO /bin/true; done; t2=$(now_ms)
+for k in 1 2 3 4 5; do $B/bench_alloc 1 1048576 1 > /dev/null; done; t3=$(now_ms)
+for k in 1 2 3 4 5; do GPU_QUOTA_VRAM=8g LD_PRELOAD=$SO $B/bench_alloc 1 1048576 1 > /dev/null; done; t4=$(now_ms)
+res INFO "3#9" "interceptor start-up per process" "/bin/true: $(( (t1 - t0) * 5 )) µs native vs $(( (t2 - t1) * 5 )) µs preloaded (mean of 200); CUDA process (dlopen+cuInit+ctx+1 alloc): $(( (t3 - t2) / 5 )) ms native vs $(( (t4 - t3) / 5 )) ms preloaded (mean of 5)"
+rn() { grep -o '"median_ms": [0-9.]*' "$1" 2>/dev/null | cut -d' ' -f2; }
+timeout 150 $PY $WORK resnet > $T/rn_native 2>&1
+GPU_QUOTA_VRAM=64g LD_PRELOAD=$SO timeout 150 $PY $WORK resnet > $T/rn_pre 2>&1
+MODEL=$(rget $T/rn_native 'd["model"]')
+res INFO "3#9" "$MODEL training step, batch 64 (median of 20)" "native $(rn $T/rn_native) ms, LD_PRELOAD vram=64g $(rn $T/rn_pre) ms"
+unset CUDA_VISIBLE_DEVICES
+cat $T/rn_native $T/rn_pre | grep -v '^RESULT' | tail -4 >> $BENCH
+if [ $OVERLAY_OK = 1 ] && [ "$(left)" -gt 60 ]; then
+  bundle rq overlay vram=40g -- $PY /gq/work.py resnet
+  ctr h1 run --bundle $W/b/rq rq > $W/b/rq/run.out 2>&1 < /dev/null
+  bundle rp plain-overlay -- $PY /gq/work.py resnet
+  plainrunc run --bundle $W/b/rp rp > $W/b/rp/run.out 2>&1 < /dev/null
+  clog rq; clog rp
+  A=$(rn $W/b/rq/run.out); Bp=$(rn $W/b/rp/run.out)
+  res INFO "4#5" "ResNet step in a sliced container (vram=40g) vs plain runc container with the GPU bound by hand" "sliced $A ms, plain $Bp ms, ratio $($PY -c "print(round($A/$Bp,3))" 2>/dev/null); host native $(rn $T/rn_native) ms"
+else res SKIP "4#5" "ResNet in containers" "no rootfs or no time left ($(left)s)"; fi
+startbench() { # KIND N
+  local kind=$1 n=$2 k a b ta=() tb=()
+  bundle stq$kind $kind vram=1g -- true; bundle stp$kind $kind -- true
+  for k in $(seq $n); do
+    a=$(now_ms); ctr h1 run --bundle $W/b/stq$kind q$kind$k > /dev/null 2>$W/b/stq$kind/last.err < /dev/null || echo "gq run failed: $(cat $W/b/stq$kind/last.err)"; b=$(now_ms); ta+=($((b - a)))
+    a=$(now_ms); plainrunc run --bundle $W/b/stp$kind p$kind$k > /dev/null 2>&1 < /dev/null; b=$(now_ms); tb+=($((b - a)))
+  done
+  MQ=$(printf '%s\n' "${ta[@]}" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+  MP=$(printf '%s\n' "${tb[@]}" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+  echo "start $kind gq: ${ta[*]}" >> $BENCH; echo "start $kind plain: ${tb[*]}" >> $BENCH
+  res INFO "4#5" "container start+run of \`true\`, $kind rootfs, median of $n interleaved" "gpu-quota vram=1g $MQ ms vs plain runc $MP ms, ratio $($PY -c "print(round($MQ/$MP,2))" 2>/dev/null), +$((MQ - MP)) ms; ledger after: $(nres h1) reservations"; }
+[ "$(left)" -gt 30 ] && startbench busybox 20 || res SKIP "4#5" "start time busybox" "no time"
+[ $OVERLAY_OK = 1 ] && [ "$(left)" -gt 40 ] && startbench overlay 20 || res SKIP "4#5" "start time glibc (overlay) rootfs" "no rootfs or time"
+
+sec "done"
+{ echo; echo "**$PASS passed, $FAIL failed, $SKIP info/skipped** in ${SECONDS}s"; echo; cat "$SUM.head"; } >> "$SUM"
+rm -f "$SUM.head"
+cat "$SUM"
+for m in $(findmnt -rn -o TARGET | grep "^$W/b/.*/rootfs$"); do umount $m 2>/dev/null; done
