@@ -55,7 +55,10 @@ pub struct InventoryConfig {
 
 impl Default for InventoryConfig {
     fn default() -> Self {
-        Self { source: InventorySource::Auto, gpu: vec![] }
+        Self {
+            source: InventorySource::Auto,
+            gpu: vec![],
+        }
     }
 }
 
@@ -98,9 +101,15 @@ impl Default for DriverConfig {
             .map(String::from)
             .to_vec(),
             binaries: vec!["nvidia-smi".into()],
-            bin_dirs: ["/usr/bin", "/usr/local/bin", "/usr/local/nvidia/bin", "/usr/sbin", "/bin"]
-                .map(PathBuf::from)
-                .to_vec(),
+            bin_dirs: [
+                "/usr/bin",
+                "/usr/local/bin",
+                "/usr/local/nvidia/bin",
+                "/usr/sbin",
+                "/bin",
+            ]
+            .map(PathBuf::from)
+            .to_vec(),
             ldconfig: "/sbin/ldconfig".into(),
         }
     }
@@ -160,7 +169,9 @@ pub enum ConfigError {
 impl Config {
     /// The path in use: `$GPU_QUOTA_CONFIG`, else the default.
     pub fn path_from_env() -> PathBuf {
-        std::env::var_os(ENV_PATH).map(PathBuf::from).unwrap_or_else(|| DEFAULT_PATH.into())
+        std::env::var_os(ENV_PATH)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| DEFAULT_PATH.into())
     }
 
     /// Load `path`; a missing file yields defaults.
@@ -168,7 +179,10 @@ impl Config {
         match std::fs::read_to_string(path) {
             Ok(s) => Self::parse(&s, path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(e) => Err(ConfigError::Read { path: path.into(), err: e }),
+            Err(e) => Err(ConfigError::Read {
+                path: path.into(),
+                err: e,
+            }),
         }
     }
 
@@ -177,11 +191,20 @@ impl Config {
     }
 
     pub fn parse(s: &str, path: &Path) -> Result<Config, ConfigError> {
-        let bad = |message: String| ConfigError::Parse { path: path.into(), message };
+        let bad = |message: String| ConfigError::Parse {
+            path: path.into(),
+            message,
+        };
         let c: Config = toml::from_str(s).map_err(|e| bad(e.to_string()))?;
-        c.reserve_bytes().map_err(|e| bad(format!("reserve = {:?}: {e}", c.reserve)))?;
+        c.reserve_bytes()
+            .map_err(|e| bad(format!("reserve = {:?}: {e}", c.reserve)))?;
         for g in &c.inventory.gpu {
-            g.memory_bytes().map_err(|e| bad(format!("inventory.gpu {}: memory = {:?}: {e}", g.index, g.memory)))?;
+            g.memory_bytes().map_err(|e| {
+                bad(format!(
+                    "inventory.gpu {}: memory = {:?}: {e}",
+                    g.index, g.memory
+                ))
+            })?;
         }
         Ok(c)
     }
@@ -255,11 +278,17 @@ memory = "16g"
 
     #[test]
     fn errors_name_the_file_and_key() {
-        let e = Config::parse("placement = \"random\"", Path::new("/etc/x.toml")).unwrap_err().to_string();
+        let e = Config::parse("placement = \"random\"", Path::new("/etc/x.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/etc/x.toml") && e.contains("random"), "{e}");
-        let e = Config::parse("reserve = \"lots\"", Path::new("/etc/x.toml")).unwrap_err().to_string();
+        let e = Config::parse("reserve = \"lots\"", Path::new("/etc/x.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("reserve"), "{e}");
-        let e = Config::parse("unknown_key = 1", Path::new("/etc/x.toml")).unwrap_err().to_string();
+        let e = Config::parse("unknown_key = 1", Path::new("/etc/x.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown_key"), "{e}");
     }
 }

@@ -1,8 +1,8 @@
 //! The device nodes a slice needs: the GPU's `/dev/nvidiaN` plus the
 //! control and UVM nodes, with major/minor read from the host nodes (UVM's
 //! major is dynamic: never hard-coded).
-use crate::placement::Slice;
 use crate::inventory::Inventory;
+use crate::placement::Slice;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -27,7 +27,10 @@ pub enum DeviceError {
 
 fn node(dev_root: &Path, name: &str) -> Result<DeviceNode, DeviceError> {
     let host_path = dev_root.join(name);
-    let md = std::fs::metadata(&host_path).map_err(|err| DeviceError::Missing { path: host_path.clone(), err })?;
+    let md = std::fs::metadata(&host_path).map_err(|err| DeviceError::Missing {
+        path: host_path.clone(),
+        err,
+    })?;
     if !md.file_type().is_char_device() {
         return Err(DeviceError::NotCharDevice { path: host_path });
     }
@@ -42,10 +45,18 @@ fn node(dev_root: &Path, name: &str) -> Result<DeviceNode, DeviceError> {
 
 /// Nodes for the given slices: each GPU's node, then `nvidiactl`,
 /// `nvidia-uvm` (required), `nvidia-uvm-tools` (when present).
-pub fn nodes_for(dev_root: &Path, inv: &Inventory, slices: &[Slice]) -> Result<Vec<DeviceNode>, DeviceError> {
+pub fn nodes_for(
+    dev_root: &Path,
+    inv: &Inventory,
+    slices: &[Slice],
+) -> Result<Vec<DeviceNode>, DeviceError> {
     let mut out = Vec::new();
     for s in slices {
-        let g = inv.find_uuid(&s.uuid).ok_or_else(|| DeviceError::UnknownGpu { uuid: s.uuid.clone() })?;
+        let g = inv
+            .find_uuid(&s.uuid)
+            .ok_or_else(|| DeviceError::UnknownGpu {
+                uuid: s.uuid.clone(),
+            })?;
         out.push(node(dev_root, &format!("nvidia{}", g.minor))?);
     }
     out.push(node(dev_root, "nvidiactl")?);

@@ -27,7 +27,9 @@ pub struct DriverFiles {
 pub enum DriverError {
     #[error("cannot read loader cache {path}: {err}")]
     Read { path: PathBuf, err: std::io::Error },
-    #[error("loader cache {path} has an unknown format ({what}); set [driver] lib_dirs in the config")]
+    #[error(
+        "loader cache {path} has an unknown format ({what}); set [driver] lib_dirs in the config"
+    )]
     Format { path: PathBuf, what: &'static str },
     #[error("no NVIDIA driver library found (looked for {wanted} in {searched}); is the driver installed? check [driver] in the config")]
     NoCuda { wanted: String, searched: String },
@@ -89,20 +91,37 @@ pub fn parse_ldcache(bytes: &[u8]) -> Result<Vec<(String, String)>, &'static str
 }
 
 fn wanted(prefixes: &[String], name: &str) -> bool {
-    prefixes.iter().any(|p| name.strip_prefix(p.as_str()).is_some_and(|r| r.starts_with(".so")))
+    prefixes.iter().any(|p| {
+        name.strip_prefix(p.as_str())
+            .is_some_and(|r| r.starts_with(".so"))
+    })
 }
 
 /// Group (name, path) candidates by their real file.
 fn group(cands: Vec<(String, PathBuf)>) -> Vec<DriverLib> {
     let mut by_real: BTreeMap<PathBuf, DriverLib> = BTreeMap::new();
     for (name, path) in cands {
-        let Ok(real) = std::fs::canonicalize(&path) else { continue };
+        let Ok(real) = std::fs::canonicalize(&path) else {
+            continue;
+        };
         if !real.is_file() {
             continue;
         }
-        let real_name = real.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let e = by_real.entry(real.clone()).or_insert_with(|| DriverLib { host_path: real, name: real_name.clone(), aliases: vec![] });
-        for n in [name, path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()] {
+        let real_name = real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let e = by_real.entry(real.clone()).or_insert_with(|| DriverLib {
+            host_path: real,
+            name: real_name.clone(),
+            aliases: vec![],
+        });
+        for n in [
+            name,
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        ] {
             if n != e.name && !n.is_empty() && !e.aliases.contains(&n) {
                 e.aliases.push(n);
             }
@@ -116,8 +135,14 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
     let mut cands: Vec<(String, PathBuf)> = Vec::new();
     let searched;
     if cfg.lib_dirs.is_empty() {
-        let bytes = std::fs::read(&cfg.ldcache).map_err(|err| DriverError::Read { path: cfg.ldcache.clone(), err })?;
-        let entries = parse_ldcache(&bytes).map_err(|what| DriverError::Format { path: cfg.ldcache.clone(), what })?;
+        let bytes = std::fs::read(&cfg.ldcache).map_err(|err| DriverError::Read {
+            path: cfg.ldcache.clone(),
+            err,
+        })?;
+        let entries = parse_ldcache(&bytes).map_err(|what| DriverError::Format {
+            path: cfg.ldcache.clone(),
+            what,
+        })?;
         for (name, path) in entries {
             if wanted(&cfg.libraries, &name) {
                 cands.push((name, PathBuf::from(path)));
@@ -126,7 +151,9 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
         searched = cfg.ldcache.display().to_string();
     } else {
         for d in &cfg.lib_dirs {
-            let Ok(rd) = std::fs::read_dir(d) else { continue };
+            let Ok(rd) = std::fs::read_dir(d) else {
+                continue;
+            };
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if wanted(&cfg.libraries, &name) {
@@ -134,15 +161,31 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
                 }
             }
         }
-        searched = cfg.lib_dirs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+        searched = cfg
+            .lib_dirs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
     }
     let libs = group(cands);
-    if !libs.iter().any(|l| l.name.starts_with("libcuda.so") || l.aliases.iter().any(|a| a == "libcuda.so.1")) {
-        return Err(DriverError::NoCuda { wanted: "libcuda.so.1".into(), searched });
+    if !libs
+        .iter()
+        .any(|l| l.name.starts_with("libcuda.so") || l.aliases.iter().any(|a| a == "libcuda.so.1"))
+    {
+        return Err(DriverError::NoCuda {
+            wanted: "libcuda.so.1".into(),
+            searched,
+        });
     }
     let mut bins = Vec::new();
     for b in &cfg.binaries {
-        if let Some(p) = cfg.bin_dirs.iter().map(|d| d.join(b)).find(|p| is_executable(p)) {
+        if let Some(p) = cfg
+            .bin_dirs
+            .iter()
+            .map(|d| d.join(b))
+            .find(|p| is_executable(p))
+        {
             if let Ok(real) = std::fs::canonicalize(&p) {
                 bins.push((b.clone(), real));
             }
@@ -153,7 +196,9 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -163,9 +208,15 @@ mod tests {
     #[test]
     fn host_ldcache_parses() {
         // Every glibc host has a cache listing libc.so.6.
-        let Ok(bytes) = std::fs::read("/etc/ld.so.cache") else { return };
+        let Ok(bytes) = std::fs::read("/etc/ld.so.cache") else {
+            return;
+        };
         let e = parse_ldcache(&bytes).unwrap();
-        assert!(e.iter().any(|(k, v)| k == "libc.so.6" && v.ends_with("libc.so.6")), "{e:?}");
+        assert!(
+            e.iter()
+                .any(|(k, v)| k == "libc.so.6" && v.ends_with("libc.so.6")),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -184,13 +235,24 @@ mod tests {
         std::fs::write(p.join("libnvidia-ml.so.580.1"), b"y").unwrap();
         std::os::unix::fs::symlink("libnvidia-ml.so.580.1", p.join("libnvidia-ml.so.1")).unwrap();
         std::fs::write(p.join("libcudart.so.12"), b"not the driver").unwrap();
-        let cfg = DriverConfig { lib_dirs: vec![p.into()], bin_dirs: vec![], ..DriverConfig::default() };
+        let cfg = DriverConfig {
+            lib_dirs: vec![p.into()],
+            bin_dirs: vec![],
+            ..DriverConfig::default()
+        };
         let f = discover(&cfg).unwrap();
         assert_eq!(f.libs.len(), 2, "{f:?}");
-        let cuda = f.libs.iter().find(|l| l.name == "libcuda.so.580.1").unwrap();
+        let cuda = f
+            .libs
+            .iter()
+            .find(|l| l.name == "libcuda.so.580.1")
+            .unwrap();
         assert_eq!(cuda.aliases, vec!["libcuda.so.1".to_string()]);
         let empty = tempfile::tempdir().unwrap();
-        let cfg = DriverConfig { lib_dirs: vec![empty.path().into()], ..DriverConfig::default() };
+        let cfg = DriverConfig {
+            lib_dirs: vec![empty.path().into()],
+            ..DriverConfig::default()
+        };
         assert!(matches!(discover(&cfg), Err(DriverError::NoCuda { .. })));
     }
 }

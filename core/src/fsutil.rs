@@ -1,8 +1,8 @@
 //! Host-side file helpers: atomic replace, advisory locks, process identity.
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Steps of an atomic write, observable by tests that inject crashes.
@@ -39,9 +39,18 @@ pub fn write_atomic_observed(
     observe: &mut dyn FnMut(WriteStep),
 ) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp: PathBuf = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(mode).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
     f.set_permissions(std::fs::Permissions::from_mode(mode))?;
     observe(WriteStep::TempCreated);
     let half = bytes.len() / 2;
@@ -70,7 +79,13 @@ pub struct LockGuard {
 }
 
 pub fn lock_exclusive(path: &Path) -> std::io::Result<LockGuard> {
-    let f = OpenOptions::new().read(true).write(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)?;
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
     loop {
         // SAFETY: flock on a valid, owned fd.
         let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
@@ -96,8 +111,12 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 /// Whether the process `pid` that started at `start` is still alive (a
 /// zombie counts as gone: it holds no GPU memory).
 pub fn process_alive(pid: u32, start: u64) -> bool {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some(close) = s.rfind(')') else { return false };
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(close) = s.rfind(')') else {
+        return false;
+    };
     let mut f = s[close + 1..].split_whitespace();
     let state = f.next().unwrap_or("");
     if state == "Z" || state == "X" {
@@ -107,7 +126,10 @@ pub fn process_alive(pid: u32, start: u64) -> bool {
 }
 
 pub fn now_unix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -123,8 +145,15 @@ mod tests {
         write_atomic_observed(&p, b"two", 0o600, &mut |s| steps.push(s)).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(steps, WRITE_STEPS.to_vec());
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
-        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "no temp file left");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            1,
+            "no temp file left"
+        );
     }
 
     #[test]
@@ -132,7 +161,10 @@ mod tests {
         let me = std::process::id();
         let st = process_start_time(me).unwrap();
         assert!(process_alive(me, st));
-        assert!(!process_alive(me, st + 1), "start time mismatch = pid reuse");
+        assert!(
+            !process_alive(me, st + 1),
+            "start time mismatch = pid reuse"
+        );
         assert!(!process_alive(u32::MAX - 1, 0));
     }
 }

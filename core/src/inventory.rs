@@ -59,12 +59,18 @@ impl Inventory {
     pub fn from_static(cfg: &Config) -> Result<Inventory, InventoryError> {
         let mut gpus: Vec<Gpu> = Vec::new();
         for g in &cfg.inventory.gpu {
-            let bad = |message: String| InventoryError::Static { index: g.index, message };
+            let bad = |message: String| InventoryError::Static {
+                index: g.index,
+                message,
+            };
             let total = g.memory_bytes().map_err(|e| bad(format!("memory: {e}")))?;
             if !g.uuid.starts_with("GPU-") {
                 return Err(bad(format!("uuid {:?} must start with GPU-", g.uuid)));
             }
-            if gpus.iter().any(|o| o.index == g.index || o.uuid.eq_ignore_ascii_case(&g.uuid)) {
+            if gpus
+                .iter()
+                .any(|o| o.index == g.index || o.uuid.eq_ignore_ascii_case(&g.uuid))
+            {
                 return Err(bad("duplicate index or uuid".into()));
             }
             gpus.push(Gpu {
@@ -77,7 +83,10 @@ impl Inventory {
             });
         }
         gpus.sort_by_key(|g| g.index);
-        Ok(Inventory { gpus, driver_version: "simulated".into() })
+        Ok(Inventory {
+            gpus,
+            driver_version: "simulated".into(),
+        })
     }
 
     /// NVML, but only when something changed since the last read: the cache
@@ -97,7 +106,10 @@ impl Inventory {
         }
         let inv = Self::from_nvml()?;
         if let Some(key) = key {
-            let c = Cached { key, inventory: inv.clone() };
+            let c = Cached {
+                key,
+                inventory: inv.clone(),
+            };
             if let Ok(bytes) = serde_json::to_vec_pretty(&c) {
                 let _ = std::fs::create_dir_all(&cfg.ledger_dir);
                 let _ = fsutil::write_atomic(&cache, &bytes, 0o644);
@@ -117,7 +129,11 @@ impl Inventory {
             let d = nvml.device_by_index(i).map_err(e)?;
             gpus.push(Gpu {
                 index: i,
-                uuid: d.uuid().map_err(e)?.to_ascii_lowercase().replacen("gpu-", "GPU-", 1),
+                uuid: d
+                    .uuid()
+                    .map_err(e)?
+                    .to_ascii_lowercase()
+                    .replacen("gpu-", "GPU-", 1),
                 name: d.name().map_err(e)?,
                 total_bytes: d.memory_info().map_err(e)?.total,
                 minor: d.minor_number().map_err(e)?,
@@ -125,7 +141,10 @@ impl Inventory {
             });
         }
         let driver_version = nvml.sys_driver_version().map_err(e)?;
-        Ok(Inventory { gpus, driver_version })
+        Ok(Inventory {
+            gpus,
+            driver_version,
+        })
     }
 }
 
@@ -142,17 +161,29 @@ fn cache_key(dev_root: &Path) -> Option<String> {
         .ok()?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("nvidia") && n[6..].bytes().all(|b| b.is_ascii_digit()) && n.len() > 6)
+        .filter(|n| {
+            n.starts_with("nvidia") && n[6..].bytes().all(|b| b.is_ascii_digit()) && n.len() > 6
+        })
         .collect();
     nodes.sort();
-    Some(format!("{}|{}|{}", version.trim(), boot.trim(), nodes.join(",")))
+    Some(format!(
+        "{}|{}|{}",
+        version.trim(),
+        boot.trim(),
+        nodes.join(",")
+    ))
 }
 
 /// For messages: "GPU 0 (GPU-…, Simulated GPU, simulated)".
 pub fn describe(g: &Gpu) -> String {
-    format!("GPU {} ({}, {}{})", g.index, g.uuid, g.name, if g.simulated { ", simulated" } else { "" })
+    format!(
+        "GPU {} ({}, {}{})",
+        g.index,
+        g.uuid,
+        g.name,
+        if g.simulated { ", simulated" } else { "" }
+    )
 }
-
 
 #[cfg(test)]
 mod tests {

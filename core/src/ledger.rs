@@ -49,7 +49,10 @@ pub struct LedgerData {
 
 impl Default for LedgerData {
     fn default() -> Self {
-        Self { version: SCHEMA_VERSION, reservations: vec![] }
+        Self {
+            version: SCHEMA_VERSION,
+            reservations: vec![],
+        }
     }
 }
 
@@ -73,7 +76,11 @@ pub enum LedgerError {
     #[error("ledger {path}: {err}")]
     Io { path: PathBuf, err: std::io::Error },
     #[error("ledger {path} is corrupt ({message}); it was left in place and a copy saved as {saved}. Check which containers still run, then move the file away (or run `gpu-quota gc --reset-corrupt`) to start a new ledger")]
-    Corrupt { path: PathBuf, saved: PathBuf, message: String },
+    Corrupt {
+        path: PathBuf,
+        saved: PathBuf,
+        message: String,
+    },
     #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({SCHEMA_VERSION}); upgrade gpu-quota")]
     TooNew { path: PathBuf, found: u32 },
     #[error("cannot start container {id}: {err}")]
@@ -118,7 +125,10 @@ fn same_path(a: &str, b: &str) -> bool {
 
 impl Ledger {
     pub fn new(cfg: &Config) -> Ledger {
-        Ledger { dir: cfg.ledger_dir.clone(), grace_secs: cfg.create_grace_secs }
+        Ledger {
+            dir: cfg.ledger_dir.clone(),
+            grace_secs: cfg.create_grace_secs,
+        }
     }
 
     pub fn path(&self) -> PathBuf {
@@ -127,7 +137,10 @@ impl Ledger {
 
     fn io(&self, p: &Path) -> impl Fn(std::io::Error) -> LedgerError + '_ {
         let p = p.to_path_buf();
-        move |err| LedgerError::Io { path: p.clone(), err }
+        move |err| LedgerError::Io {
+            path: p.clone(),
+            err,
+        }
     }
 
     fn load_unlocked(&self) -> Result<LedgerData, LedgerError> {
@@ -142,15 +155,24 @@ impl Ledger {
             version: u32,
         }
         let corrupt = |message: String| {
-            let saved = self.dir.join(format!("ledger.json.corrupt-{}", fsutil::now_unix()));
+            let saved = self
+                .dir
+                .join(format!("ledger.json.corrupt-{}", fsutil::now_unix()));
             if !saved.exists() {
                 let _ = std::fs::write(&saved, &bytes);
             }
-            LedgerError::Corrupt { path: path.clone(), saved, message }
+            LedgerError::Corrupt {
+                path: path.clone(),
+                saved,
+                message,
+            }
         };
         let v: Version = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         if v.version > SCHEMA_VERSION {
-            return Err(LedgerError::TooNew { path, found: v.version });
+            return Err(LedgerError::TooNew {
+                path,
+                found: v.version,
+            });
         }
         serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))
     }
@@ -214,7 +236,10 @@ impl Ledger {
 
     fn reclaim(&self, d: &mut LedgerData) -> Vec<Reservation> {
         let now = fsutil::now_unix();
-        let (stale, keep): (Vec<_>, Vec<_>) = d.reservations.drain(..).partition(|r| self.is_stale(r, now));
+        let (stale, keep): (Vec<_>, Vec<_>) = d
+            .reservations
+            .drain(..)
+            .partition(|r| self.is_stale(r, now));
         d.reservations = keep;
         stale
     }
@@ -240,11 +265,23 @@ impl Ledger {
         bundle: &str,
     ) -> Result<Reservation, LedgerError> {
         let reserve = cfg.reserve_bytes().unwrap_or(0);
-        let placer = Placer { inventory: inv, policy: cfg.placement, reserve, sliceable: &cfg.gpus };
+        let placer = Placer {
+            inventory: inv,
+            policy: cfg.placement,
+            reserve,
+            sliceable: &cfg.gpus,
+        };
         self.transact(|d| {
-            if let Some(r) = d.reservations.iter().find(|r| Key::Root { id, root }.matches(r)) {
+            if let Some(r) = d
+                .reservations
+                .iter()
+                .find(|r| Key::Root { id, root }.matches(r))
+            {
                 if !self.is_stale(r, fsutil::now_unix()) {
-                    return Err(LedgerError::Duplicate { id: id.into(), slices: describe_slices(&r.slices) });
+                    return Err(LedgerError::Duplicate {
+                        id: id.into(),
+                        slices: describe_slices(&r.slices),
+                    });
                 }
             }
             let slices = match placer.place(req, &d.usage()) {
@@ -257,14 +294,18 @@ impl Ledger {
                         Err(err) => {
                             if changed {
                                 // keep the reclaim; the refusal is reported after the write
-                                return Ok((Err(LedgerError::Refused { id: id.into(), err }), true));
+                                return Ok((
+                                    Err(LedgerError::Refused { id: id.into(), err }),
+                                    true,
+                                ));
                             }
                             return Err(LedgerError::Refused { id: id.into(), err });
                         }
                     }
                 }
             };
-            d.reservations.retain(|r| !Key::Root { id, root }.matches(r));
+            d.reservations
+                .retain(|r| !Key::Root { id, root }.matches(r));
             let r = Reservation {
                 container_id: id.into(),
                 runtime_root: root.map(str::to_string),
@@ -286,8 +327,15 @@ impl Ledger {
     pub fn confirm(&self, id: &str, bundle: &str, pid: u32) -> Result<Reservation, LedgerError> {
         let start = fsutil::process_start_time(pid);
         self.transact(|d| {
-            let Some(r) = d.reservations.iter_mut().find(|r| Key::Bundle { id, bundle }.matches(r)) else {
-                return Err(LedgerError::NoReservation { id: id.into(), bundle: bundle.into() });
+            let Some(r) = d
+                .reservations
+                .iter_mut()
+                .find(|r| Key::Bundle { id, bundle }.matches(r))
+            else {
+                return Err(LedgerError::NoReservation {
+                    id: id.into(),
+                    bundle: bundle.into(),
+                });
             };
             r.pid = Some(pid);
             r.pid_start = start;
@@ -301,7 +349,8 @@ impl Ledger {
     /// is not an error). Returns what was released.
     pub fn release(&self, key: Key<'_>) -> Result<Vec<Reservation>, LedgerError> {
         self.transact(|d| {
-            let (gone, keep): (Vec<_>, Vec<_>) = d.reservations.drain(..).partition(|r| key.matches(r));
+            let (gone, keep): (Vec<_>, Vec<_>) =
+                d.reservations.drain(..).partition(|r| key.matches(r));
             d.reservations = keep;
             let changed = !gone.is_empty();
             Ok((gone, changed))
@@ -310,7 +359,12 @@ impl Ledger {
 
     /// Find a reservation without changing anything.
     pub fn find(&self, key: Key<'_>) -> Result<Option<Reservation>, LedgerError> {
-        self.transact(|d| Ok((d.reservations.iter().find(|r| key.matches(r)).cloned(), false)))
+        self.transact(|d| {
+            Ok((
+                d.reservations.iter().find(|r| key.matches(r)).cloned(),
+                false,
+            ))
+        })
     }
 
     /// Move a corrupt ledger aside and start empty (operator action).
@@ -318,7 +372,9 @@ impl Ledger {
         let _g = self.lock()?;
         match self.load_unlocked() {
             Err(LedgerError::Corrupt { path, .. }) => {
-                let aside = self.dir.join(format!("ledger.json.reset-{}", fsutil::now_unix()));
+                let aside = self
+                    .dir
+                    .join(format!("ledger.json.reset-{}", fsutil::now_unix()));
                 std::fs::rename(&path, &aside).map_err(self.io(&path))?;
                 Ok(Some(aside))
             }
@@ -329,7 +385,10 @@ impl Ledger {
 }
 
 pub fn describe_slices(s: &[Slice]) -> String {
-    s.iter().map(|s| format!("{} on GPU {}", human(s.bytes), s.index)).collect::<Vec<_>>().join(", ")
+    s.iter()
+        .map(|s| format!("{} on GPU {}", human(s.bytes), s.index))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn describe_request(req: &Request) -> String {
@@ -342,7 +401,13 @@ fn describe_request(req: &Request) -> String {
         GpuSelector::Count(1) => String::new(),
         GpuSelector::Count(n) => format!(" gpus={n}"),
         GpuSelector::All => " gpus=all".into(),
-        GpuSelector::List(l) => format!(" gpu={}", l.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")),
+        GpuSelector::List(l) => format!(
+            " gpu={}",
+            l.iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
     };
     format!("vram={v}{g}")
 }
@@ -357,10 +422,20 @@ mod tests {
 
     fn setup() -> (tempfile::TempDir, Config, Inventory) {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config { ledger_dir: d.path().into(), ..Config::default() };
+        let cfg = Config {
+            ledger_dir: d.path().into(),
+            ..Config::default()
+        };
         let inv = Inventory {
             gpus: (0..2)
-                .map(|i| Gpu { index: i, uuid: format!("GPU-{i}"), name: "t".into(), total_bytes: 16 * G, minor: i, simulated: true })
+                .map(|i| Gpu {
+                    index: i,
+                    uuid: format!("GPU-{i}"),
+                    name: "t".into(),
+                    total_bytes: 16 * G,
+                    minor: i,
+                    simulated: true,
+                })
                 .collect(),
             driver_version: "simulated".into(),
         };
@@ -369,7 +444,9 @@ mod tests {
     fn req(b: u64, gpu: Option<u32>) -> Request {
         Request {
             vram: Size::Bytes(b),
-            gpus: gpu.map(|g| GpuSelector::List(vec![GpuRef::Index(g)])).unwrap_or(GpuSelector::Count(1)),
+            gpus: gpu
+                .map(|g| GpuSelector::List(vec![GpuRef::Index(g)]))
+                .unwrap_or(GpuSelector::Count(1)),
             origin: Origin::Annotation("vram".into()),
         }
     }
@@ -378,17 +455,51 @@ mod tests {
     fn admit_refuse_release() {
         let (_d, cfg, inv) = setup();
         let l = Ledger::new(&cfg);
-        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "a", None, "/b/a").unwrap();
-        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "b", None, "/b/b").unwrap();
+        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "a", None, "/b/a")
+            .unwrap();
+        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "b", None, "/b/b")
+            .unwrap();
         let before = std::fs::read(l.path()).unwrap();
-        let e = l.admit(&cfg, &inv, &req(8 * G, Some(0)), "c", None, "/b/c").unwrap_err().to_string();
-        assert!(e.contains("8.00 GiB") && e.contains("GPU 0") && e.contains("only 0 B"), "{e}");
-        assert_eq!(std::fs::read(l.path()).unwrap(), before, "a refusal leaves the ledger untouched");
-        let r = l.admit(&cfg, &inv, &req(8 * G, None), "c", None, "/b/c").unwrap();
+        let e = l
+            .admit(&cfg, &inv, &req(8 * G, Some(0)), "c", None, "/b/c")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("8.00 GiB") && e.contains("GPU 0") && e.contains("only 0 B"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read(l.path()).unwrap(),
+            before,
+            "a refusal leaves the ledger untouched"
+        );
+        let r = l
+            .admit(&cfg, &inv, &req(8 * G, None), "c", None, "/b/c")
+            .unwrap();
         assert_eq!(r.slices[0].index, 1);
-        assert!(matches!(l.admit(&cfg, &inv, &req(G, None), "c", None, "/b/c"), Err(LedgerError::Duplicate { .. })));
-        assert_eq!(l.release(Key::Root { id: "a", root: None }).unwrap().len(), 1);
-        assert_eq!(l.release(Key::Root { id: "a", root: None }).unwrap().len(), 0, "idempotent");
+        assert!(matches!(
+            l.admit(&cfg, &inv, &req(G, None), "c", None, "/b/c"),
+            Err(LedgerError::Duplicate { .. })
+        ));
+        assert_eq!(
+            l.release(Key::Root {
+                id: "a",
+                root: None
+            })
+            .unwrap()
+            .len(),
+            1
+        );
+        assert_eq!(
+            l.release(Key::Root {
+                id: "a",
+                root: None
+            })
+            .unwrap()
+            .len(),
+            0,
+            "idempotent"
+        );
         assert_eq!(l.read().unwrap().reservations.len(), 2);
     }
 
@@ -396,7 +507,8 @@ mod tests {
     fn confirm_and_stale_pid_reclaimed() {
         let (_d, cfg, inv) = setup();
         let l = Ledger::new(&cfg);
-        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "a", None, "/b/a").unwrap();
+        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "a", None, "/b/a")
+            .unwrap();
         // a child that exits: its reservation becomes stale
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
@@ -404,11 +516,15 @@ mod tests {
         assert_eq!(r.state, ResState::Running);
         child.wait().unwrap();
         // GPU 0 is full by a dead container: admission reclaims it
-        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "b", None, "/b/b").unwrap();
+        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "b", None, "/b/b")
+            .unwrap();
         let d = l.read().unwrap();
         assert_eq!(d.reservations.len(), 1);
         assert_eq!(d.reservations[0].container_id, "b");
-        assert!(matches!(l.confirm("zzz", "/b/zzz", 1), Err(LedgerError::NoReservation { .. })));
+        assert!(matches!(
+            l.confirm("zzz", "/b/zzz", 1),
+            Err(LedgerError::NoReservation { .. })
+        ));
     }
 
     #[test]
@@ -416,9 +532,15 @@ mod tests {
         let (_d, cfg, inv) = setup();
         let l = Ledger::new(&cfg);
         std::fs::write(l.path(), b"{\"version\":1,\"reserv").unwrap();
-        let e = l.admit(&cfg, &inv, &req(G, None), "a", None, "/b").unwrap_err();
+        let e = l
+            .admit(&cfg, &inv, &req(G, None), "a", None, "/b")
+            .unwrap_err();
         assert!(matches!(e, LedgerError::Corrupt { .. }), "{e}");
-        assert_eq!(std::fs::read(l.path()).unwrap(), b"{\"version\":1,\"reserv", "left in place");
+        assert_eq!(
+            std::fs::read(l.path()).unwrap(),
+            b"{\"version\":1,\"reserv",
+            "left in place"
+        );
         assert!(e.to_string().contains("corrupt"));
         let aside = l.reset_corrupt().unwrap().unwrap();
         assert!(aside.exists());

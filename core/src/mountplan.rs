@@ -22,11 +22,20 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Bind-mount host `src` onto container path `dst` (created if missing).
-    Bind { src: PathBuf, dst: String, kind: Kind, readonly: bool },
+    Bind {
+        src: PathBuf,
+        dst: String,
+        kind: Kind,
+        readonly: bool,
+    },
     /// Make the mount at `dst` read-only (sub-mounts keep their own flags).
     RemountReadOnly { dst: String },
     /// Write `host_file` = our preload line + the image's own entries at `dst`.
-    MergePreload { host_file: PathBuf, dst: String, ours: String },
+    MergePreload {
+        host_file: PathBuf,
+        dst: String,
+        ours: String,
+    },
     /// Rebuild the container's loader cache including `dirs`.
     Ldconfig { dirs: Vec<String> },
 }
@@ -34,14 +43,24 @@ pub enum Op {
 #[derive(Debug, thiserror::Error)]
 pub enum EffectError {
     #[error("{op} {path}: {err}")]
-    Io { op: &'static str, path: String, err: std::io::Error },
+    Io {
+        op: &'static str,
+        path: String,
+        err: std::io::Error,
+    },
     #[error("{path}: {what}")]
     Refused { path: String, what: String },
 }
 
 /// The side effects a plan needs.
 pub trait Effects {
-    fn bind(&mut self, src: &Path, dst: &str, kind: Kind, readonly: bool) -> Result<(), EffectError>;
+    fn bind(
+        &mut self,
+        src: &Path,
+        dst: &str,
+        kind: Kind,
+        readonly: bool,
+    ) -> Result<(), EffectError>;
     fn remount_ro(&mut self, dst: &str) -> Result<(), EffectError>;
     /// Read a file of the image (None when absent), at most `max` bytes.
     fn read_rootfs_file(&mut self, dst: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError>;
@@ -54,9 +73,19 @@ pub trait Effects {
 pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<Op> {
     let cdir = CONTAINER_DIR.to_string();
     let mut ops = vec![
-        Op::Bind { src: host_state.into(), dst: cdir.clone(), kind: Kind::Dir, readonly: false },
+        Op::Bind {
+            src: host_state.into(),
+            dst: cdir.clone(),
+            kind: Kind::Dir,
+            readonly: false,
+        },
         // the usage file stays writable: its own mount survives the remount below
-        Op::Bind { src: host_state.join("usage"), dst: format!("{cdir}/usage"), kind: Kind::File, readonly: false },
+        Op::Bind {
+            src: host_state.join("usage"),
+            dst: format!("{cdir}/usage"),
+            kind: Kind::File,
+            readonly: false,
+        },
     ];
     for l in &files.libs {
         ops.push(Op::Bind {
@@ -74,15 +103,27 @@ pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<O
     });
     ops.push(Op::RemountReadOnly { dst: cdir.clone() });
     for (name, path) in &files.bins {
-        ops.push(Op::Bind { src: path.clone(), dst: format!("/usr/bin/{name}"), kind: Kind::File, readonly: true });
+        ops.push(Op::Bind {
+            src: path.clone(),
+            dst: format!("/usr/bin/{name}"),
+            kind: Kind::File,
+            readonly: true,
+        });
     }
     ops.push(Op::MergePreload {
         host_file: host_state.join("ld.so.preload"),
         dst: PRELOAD.into(),
         ours: format!("{cdir}/{INTERCEPTOR_NAME}"),
     });
-    ops.push(Op::Bind { src: host_state.join("ld.so.preload"), dst: PRELOAD.into(), kind: Kind::File, readonly: true });
-    ops.push(Op::Ldconfig { dirs: vec![format!("{cdir}/{DRIVER_SUBDIR}")] });
+    ops.push(Op::Bind {
+        src: host_state.join("ld.so.preload"),
+        dst: PRELOAD.into(),
+        kind: Kind::File,
+        readonly: true,
+    });
+    ops.push(Op::Ldconfig {
+        dirs: vec![format!("{cdir}/{DRIVER_SUBDIR}")],
+    });
     ops
 }
 
@@ -104,9 +145,18 @@ pub fn merge_preload(existing: &[u8], ours: &str) -> Vec<u8> {
 pub fn execute(ops: &[Op], fx: &mut dyn Effects) -> Result<(), EffectError> {
     for op in ops {
         match op {
-            Op::Bind { src, dst, kind, readonly } => fx.bind(src, dst, *kind, *readonly)?,
+            Op::Bind {
+                src,
+                dst,
+                kind,
+                readonly,
+            } => fx.bind(src, dst, *kind, *readonly)?,
             Op::RemountReadOnly { dst } => fx.remount_ro(dst)?,
-            Op::MergePreload { host_file, dst, ours } => {
+            Op::MergePreload {
+                host_file,
+                dst,
+                ours,
+            } => {
                 let existing = fx.read_rootfs_file(dst, MAX_PRELOAD)?.unwrap_or_default();
                 fx.write_host_file(host_file, &merge_preload(&existing, ours))?;
             }
@@ -129,7 +179,11 @@ mod tests {
     }
     impl Effects for Record {
         fn bind(&mut self, src: &Path, dst: &str, kind: Kind, ro: bool) -> Result<(), EffectError> {
-            self.log.push(format!("bind {} {dst} {kind:?} {}", src.display(), if ro { "ro" } else { "rw" }));
+            self.log.push(format!(
+                "bind {} {dst} {kind:?} {}",
+                src.display(),
+                if ro { "ro" } else { "rw" }
+            ));
             Ok(())
         }
         fn remount_ro(&mut self, dst: &str) -> Result<(), EffectError> {
@@ -152,11 +206,22 @@ mod tests {
     #[test]
     fn plan_order_and_modes() {
         let files = DriverFiles {
-            libs: vec![DriverLib { host_path: "/h/libcuda.so.580".into(), name: "libcuda.so.580".into(), aliases: vec!["libcuda.so.1".into()] }],
+            libs: vec![DriverLib {
+                host_path: "/h/libcuda.so.580".into(),
+                name: "libcuda.so.580".into(),
+                aliases: vec!["libcuda.so.1".into()],
+            }],
             bins: vec![("nvidia-smi".into(), "/h/nvidia-smi".into())],
         };
-        let ops = plan(Path::new("/run/gpu-quota/containers/c1"), &files, Path::new("/lib/gpu-quota/libgpuquota.so"));
-        let mut fx = Record { image_preload: Some(b"/usr/lib/libfoo.so\n".to_vec()), ..Default::default() };
+        let ops = plan(
+            Path::new("/run/gpu-quota/containers/c1"),
+            &files,
+            Path::new("/lib/gpu-quota/libgpuquota.so"),
+        );
+        let mut fx = Record {
+            image_preload: Some(b"/usr/lib/libfoo.so\n".to_vec()),
+            ..Default::default()
+        };
         execute(&ops, &mut fx).unwrap();
         assert_eq!(
             fx.log,
@@ -171,12 +236,18 @@ mod tests {
                 "ldconfig /run/gpu-quota/driver",
             ]
         );
-        assert_eq!(fx.written[0].1, b"/run/gpu-quota/libgpuquota.so\n/usr/lib/libfoo.so\n");
+        assert_eq!(
+            fx.written[0].1,
+            b"/run/gpu-quota/libgpuquota.so\n/usr/lib/libfoo.so\n"
+        );
     }
 
     #[test]
     fn preload_merge() {
         assert_eq!(merge_preload(b"", "/a.so"), b"/a.so\n");
-        assert_eq!(merge_preload(b"/b.so /a.so:/c.so\n\n", "/a.so"), b"/a.so\n/b.so\n/c.so\n");
+        assert_eq!(
+            merge_preload(b"/b.so /a.so:/c.so\n\n", "/a.so"),
+            b"/a.so\n/b.so\n/c.so\n"
+        );
     }
 }

@@ -8,12 +8,16 @@ pub const RUNTIME_NAME: &str = "gpu-quota-runtime";
 pub const INTERCEPTOR_FILE: &str = "libgpuquota.so";
 
 fn exe_dir() -> Option<PathBuf> {
-    std::env::current_exe().ok().and_then(|p| p.parent().map(PathBuf::from))
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from))
 }
 
 /// gpu-quota-hook: config `hook`, else next to this binary.
 pub fn hook(cfg: &Config) -> Option<PathBuf> {
-    cfg.hook.clone().or_else(|| exe_dir().map(|d| d.join(HOOK_NAME)))
+    cfg.hook
+        .clone()
+        .or_else(|| exe_dir().map(|d| d.join(HOOK_NAME)))
 }
 
 /// libgpuquota.so: config `interceptor`, else `../lib/gpu-quota/` from this
@@ -23,10 +27,13 @@ pub fn interceptor(cfg: &Config) -> Option<PathBuf> {
         return Some(p.clone());
     }
     let d = exe_dir()?;
-    [d.join("../lib/gpu-quota").join(INTERCEPTOR_FILE), d.join(INTERCEPTOR_FILE)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .and_then(|p| std::fs::canonicalize(p).ok())
+    [
+        d.join("../lib/gpu-quota").join(INTERCEPTOR_FILE),
+        d.join(INTERCEPTOR_FILE),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .and_then(|p| std::fs::canonicalize(p).ok())
 }
 
 /// Resolve a program name through PATH (absolute paths are kept).
@@ -34,6 +41,9 @@ pub fn which(p: &std::path::Path) -> Option<PathBuf> {
     if p.components().count() > 1 {
         return Some(p.into());
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    std::env::split_paths(&path).map(|d| d.join(p)).find(|c| c.is_file())
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
 }

@@ -22,19 +22,47 @@ pub enum PlacementError {
     #[error("this host has no GPU that gpu-quota may slice (inventory empty or every GPU excluded by `gpus` in the config); run `gpu-quota doctor`")]
     NoGpus,
     #[error("{origin} names GPU {gpu}, which this host does not have; GPUs here: {known}")]
-    UnknownGpu { origin: String, gpu: String, known: String },
-    #[error("{origin} names GPU {gpu}, which the config excludes from slicing; sliceable GPUs: {known}")]
-    NotSliceable { origin: String, gpu: String, known: String },
+    UnknownGpu {
+        origin: String,
+        gpu: String,
+        known: String,
+    },
+    #[error(
+        "{origin} names GPU {gpu}, which the config excludes from slicing; sliceable GPUs: {known}"
+    )]
+    NotSliceable {
+        origin: String,
+        gpu: String,
+        known: String,
+    },
     #[error("{origin} names {gpu} more than once")]
     Duplicate { origin: String, gpu: String },
     #[error("the request asks for {count} GPUs but only {available} may be sliced here")]
     NotEnoughGpus { count: u32, available: usize },
     #[error("requested {requested} per GPU, which is larger than {gpu} can ever give ({capacity} = {total} total − {reserve} reserve); ask for at most {capacity}")]
-    TooLarge { requested: String, gpu: String, capacity: String, total: String, reserve: String },
+    TooLarge {
+        requested: String,
+        gpu: String,
+        capacity: String,
+        total: String,
+        reserve: String,
+    },
     #[error("requested {requested} on {gpu}, but only {free} of its {capacity} are free ({used} held by {holders} other container(s)); free elsewhere: {elsewhere}. Ask for less, choose another GPU, or wait until a slice is released (see `gpu-quota ls`)")]
-    DoesNotFit { requested: String, gpu: String, free: String, capacity: String, used: String, holders: usize, elsewhere: String },
+    DoesNotFit {
+        requested: String,
+        gpu: String,
+        free: String,
+        capacity: String,
+        used: String,
+        holders: usize,
+        elsewhere: String,
+    },
     #[error("requested {requested} on {count} GPU(s), but no {count} GPU(s) have that much free; free now: {free}. Ask for less or wait until a slice is released (see `gpu-quota ls`)")]
-    NoFit { requested: String, count: u32, free: String },
+    NoFit {
+        requested: String,
+        count: u32,
+        free: String,
+    },
 }
 
 /// What is already held on each GPU (by uuid): bytes and number of holders.
@@ -51,7 +79,10 @@ pub struct Placer<'a> {
 impl Placer<'_> {
     fn is_sliceable(&self, g: &Gpu) -> bool {
         self.sliceable.is_empty()
-            || self.sliceable.iter().any(|s| s.trim() == g.index.to_string() || s.trim().eq_ignore_ascii_case(&g.uuid))
+            || self
+                .sliceable
+                .iter()
+                .any(|s| s.trim() == g.index.to_string() || s.trim().eq_ignore_ascii_case(&g.uuid))
     }
 
     fn capacity(&self, g: &Gpu) -> u64 {
@@ -59,7 +90,8 @@ impl Placer<'_> {
     }
 
     fn free(&self, g: &Gpu, usage: &Usage) -> u64 {
-        self.capacity(g).saturating_sub(usage.get(&g.uuid).map(|u| u.0).unwrap_or(0))
+        self.capacity(g)
+            .saturating_sub(usage.get(&g.uuid).map(|u| u.0).unwrap_or(0))
     }
 
     fn free_list(&self, usage: &Usage, except: Option<&str>) -> String {
@@ -70,7 +102,11 @@ impl Placer<'_> {
             .filter(|g| self.is_sliceable(g) && Some(g.uuid.as_str()) != except)
             .map(|g| format!("GPU {}: {}", g.index, human(self.free(g, usage))))
             .collect();
-        if v.is_empty() { "none".into() } else { v.join(", ") }
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(", ")
+        }
     }
 
     fn known(&self, only_sliceable: bool) -> String {
@@ -81,7 +117,11 @@ impl Placer<'_> {
             .filter(|g| !only_sliceable || self.is_sliceable(g))
             .map(|g| format!("{} ({})", g.index, g.uuid))
             .collect();
-        if v.is_empty() { "none".into() } else { v.join(", ") }
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(", ")
+        }
     }
 
     fn too_large(&self, req: &Request, g: &Gpu, bytes: u64) -> PlacementError {
@@ -97,11 +137,20 @@ impl Placer<'_> {
     /// Choose GPUs for `req` given `usage`.
     pub fn place(&self, req: &Request, usage: &Usage) -> Result<Vec<Slice>, PlacementError> {
         let origin = req.origin.to_string();
-        let candidates: Vec<&Gpu> = self.inventory.gpus.iter().filter(|g| self.is_sliceable(g)).collect();
+        let candidates: Vec<&Gpu> = self
+            .inventory
+            .gpus
+            .iter()
+            .filter(|g| self.is_sliceable(g))
+            .collect();
         if candidates.is_empty() {
             return Err(PlacementError::NoGpus);
         }
-        let slice = |g: &Gpu| Slice { uuid: g.uuid.clone(), index: g.index, bytes: req.vram.resolve(g.total_bytes) };
+        let slice = |g: &Gpu| Slice {
+            uuid: g.uuid.clone(),
+            index: g.index,
+            bytes: req.vram.resolve(g.total_bytes),
+        };
         let chosen: Vec<&Gpu> = match &req.gpus {
             GpuSelector::List(refs) => {
                 let mut out: Vec<&Gpu> = Vec::new();
@@ -111,13 +160,24 @@ impl Placer<'_> {
                         GpuRef::Uuid(u) => self.inventory.find_uuid(u),
                     };
                     let Some(g) = g else {
-                        return Err(PlacementError::UnknownGpu { origin: origin.clone(), gpu: r.to_string(), known: self.known(false) });
+                        return Err(PlacementError::UnknownGpu {
+                            origin: origin.clone(),
+                            gpu: r.to_string(),
+                            known: self.known(false),
+                        });
                     };
                     if !self.is_sliceable(g) {
-                        return Err(PlacementError::NotSliceable { origin: origin.clone(), gpu: r.to_string(), known: self.known(true) });
+                        return Err(PlacementError::NotSliceable {
+                            origin: origin.clone(),
+                            gpu: r.to_string(),
+                            known: self.known(true),
+                        });
                     }
                     if out.iter().any(|o| o.uuid == g.uuid) {
-                        return Err(PlacementError::Duplicate { origin: origin.clone(), gpu: describe(g) });
+                        return Err(PlacementError::Duplicate {
+                            origin: origin.clone(),
+                            gpu: describe(g),
+                        });
                     }
                     out.push(g);
                 }
@@ -127,24 +187,39 @@ impl Placer<'_> {
             GpuSelector::Count(n) => {
                 let n = *n as usize;
                 if n > candidates.len() {
-                    return Err(PlacementError::NotEnoughGpus { count: n as u32, available: candidates.len() });
+                    return Err(PlacementError::NotEnoughGpus {
+                        count: n as u32,
+                        available: candidates.len(),
+                    });
                 }
-                let mut fit: Vec<&Gpu> =
-                    candidates.iter().copied().filter(|g| slice(g).bytes <= self.free(g, usage)).collect();
+                let mut fit: Vec<&Gpu> = candidates
+                    .iter()
+                    .copied()
+                    .filter(|g| slice(g).bytes <= self.free(g, usage))
+                    .collect();
                 if fit.len() < n {
                     if candidates.iter().all(|c| slice(c).bytes > self.capacity(c)) {
-                        let g = candidates.iter().max_by_key(|c| self.capacity(c)).expect("non-empty");
+                        let g = candidates
+                            .iter()
+                            .max_by_key(|c| self.capacity(c))
+                            .expect("non-empty");
                         return Err(self.too_large(req, g, slice(g).bytes));
                     }
                     return Err(PlacementError::NoFit {
-                        requested: format!("{} ({})", human(slice(candidates[0]).bytes), req.origin),
+                        requested: format!(
+                            "{} ({})",
+                            human(slice(candidates[0]).bytes),
+                            req.origin
+                        ),
                         count: n as u32,
                         free: self.free_list(usage, None),
                     });
                 }
                 match self.policy {
                     Policy::Binpack => fit.sort_by_key(|g| (self.free(g, usage), g.index)),
-                    Policy::Spread => fit.sort_by_key(|g| (std::cmp::Reverse(self.free(g, usage)), g.index)),
+                    Policy::Spread => {
+                        fit.sort_by_key(|g| (std::cmp::Reverse(self.free(g, usage)), g.index))
+                    }
                 }
                 fit.truncate(n);
                 fit.sort_by_key(|g| g.index);
@@ -177,23 +252,36 @@ impl Placer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::Size;
     use crate::request::Origin;
+    use crate::units::Size;
     const G: u64 = 1 << 30;
 
     fn inv(n: u32, mem: u64) -> Inventory {
         Inventory {
             gpus: (0..n)
-                .map(|i| Gpu { index: i, uuid: format!("GPU-{i:04}"), name: "t".into(), total_bytes: mem, minor: i, simulated: true })
+                .map(|i| Gpu {
+                    index: i,
+                    uuid: format!("GPU-{i:04}"),
+                    name: "t".into(),
+                    total_bytes: mem,
+                    minor: i,
+                    simulated: true,
+                })
                 .collect(),
             driver_version: "simulated".into(),
         }
     }
     fn req(vram: Size, gpus: GpuSelector) -> Request {
-        Request { vram, gpus, origin: Origin::Annotation("vram".into()) }
+        Request {
+            vram,
+            gpus,
+            origin: Origin::Annotation("vram".into()),
+        }
     }
     fn used(v: &[(u32, u64)]) -> Usage {
-        v.iter().map(|(i, b)| (format!("GPU-{i:04}"), (*b, 1))).collect()
+        v.iter()
+            .map(|(i, b)| (format!("GPU-{i:04}"), (*b, 1)))
+            .collect()
     }
 
     #[test]
@@ -201,51 +289,144 @@ mod tests {
         let i = inv(2, 16 * G);
         let u = used(&[(1, 4 * G)]);
         let r = req(Size::Bytes(G), GpuSelector::Count(1));
-        let p = Placer { inventory: &i, policy: Policy::Binpack, reserve: 0, sliceable: &[] };
-        assert_eq!(p.place(&r, &u).unwrap()[0].index, 1, "binpack fills the used GPU");
-        let p = Placer { inventory: &i, policy: Policy::Spread, reserve: 0, sliceable: &[] };
-        assert_eq!(p.place(&r, &u).unwrap()[0].index, 0, "spread takes the emptiest");
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &[],
+        };
+        assert_eq!(
+            p.place(&r, &u).unwrap()[0].index,
+            1,
+            "binpack fills the used GPU"
+        );
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Spread,
+            reserve: 0,
+            sliceable: &[],
+        };
+        assert_eq!(
+            p.place(&r, &u).unwrap()[0].index,
+            0,
+            "spread takes the emptiest"
+        );
     }
 
     #[test]
     fn named_gpu_full_is_refused_with_numbers() {
         let i = inv(2, 16 * G);
         let u = used(&[(0, 16 * G)]);
-        let p = Placer { inventory: &i, policy: Policy::Binpack, reserve: 0, sliceable: &[] };
-        let e = p.place(&req(Size::Bytes(8 * G), GpuSelector::List(vec![GpuRef::Index(0)])), &u).unwrap_err().to_string();
-        assert!(e.contains("8.00 GiB") && e.contains("GPU 0") && e.contains("only 0 B") && e.contains("GPU 1: 16.00 GiB"), "{e}");
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &[],
+        };
+        let e = p
+            .place(
+                &req(
+                    Size::Bytes(8 * G),
+                    GpuSelector::List(vec![GpuRef::Index(0)]),
+                ),
+                &u,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("8.00 GiB")
+                && e.contains("GPU 0")
+                && e.contains("only 0 B")
+                && e.contains("GPU 1: 16.00 GiB"),
+            "{e}"
+        );
         // unnamed: goes to GPU 1
-        assert_eq!(p.place(&req(Size::Bytes(8 * G), GpuSelector::Count(1)), &u).unwrap()[0].index, 1);
+        assert_eq!(
+            p.place(&req(Size::Bytes(8 * G), GpuSelector::Count(1)), &u)
+                .unwrap()[0]
+                .index,
+            1
+        );
     }
 
     #[test]
     fn too_large_reserve_percent_and_multi() {
         let i = inv(2, 16 * G);
-        let p = Placer { inventory: &i, policy: Policy::Binpack, reserve: G, sliceable: &[] };
-        let e = p.place(&req(Size::Bytes(16 * G), GpuSelector::Count(1)), &Usage::new()).unwrap_err();
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Binpack,
+            reserve: G,
+            sliceable: &[],
+        };
+        let e = p
+            .place(
+                &req(Size::Bytes(16 * G), GpuSelector::Count(1)),
+                &Usage::new(),
+            )
+            .unwrap_err();
         assert!(matches!(e, PlacementError::TooLarge { .. }), "{e}");
-        let s = p.place(&req(Size::Ppm(250_000), GpuSelector::Count(2)), &Usage::new()).unwrap();
-        assert_eq!(s.iter().map(|s| s.bytes).collect::<Vec<_>>(), vec![4 * G, 4 * G]);
-        let e = p.place(&req(Size::Bytes(G), GpuSelector::Count(3)), &Usage::new()).unwrap_err();
+        let s = p
+            .place(
+                &req(Size::Ppm(250_000), GpuSelector::Count(2)),
+                &Usage::new(),
+            )
+            .unwrap();
+        assert_eq!(
+            s.iter().map(|s| s.bytes).collect::<Vec<_>>(),
+            vec![4 * G, 4 * G]
+        );
+        let e = p
+            .place(&req(Size::Bytes(G), GpuSelector::Count(3)), &Usage::new())
+            .unwrap_err();
         assert!(matches!(e, PlacementError::NotEnoughGpus { .. }));
-        assert_eq!(p.place(&req(Size::Bytes(G), GpuSelector::All), &Usage::new()).unwrap().len(), 2);
+        assert_eq!(
+            p.place(&req(Size::Bytes(G), GpuSelector::All), &Usage::new())
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]
     fn unknown_excluded_and_duplicate() {
         let i = inv(2, 16 * G);
         let sl = vec!["0".to_string()];
-        let p = Placer { inventory: &i, policy: Policy::Binpack, reserve: 0, sliceable: &sl };
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &sl,
+        };
         let r = |g: Vec<GpuRef>| req(Size::Bytes(G), GpuSelector::List(g));
-        assert!(matches!(p.place(&r(vec![GpuRef::Index(5)]), &Usage::new()), Err(PlacementError::UnknownGpu { .. })));
-        assert!(matches!(p.place(&r(vec![GpuRef::Uuid("GPU-ffff".into())]), &Usage::new()), Err(PlacementError::UnknownGpu { .. })));
-        assert!(matches!(p.place(&r(vec![GpuRef::Index(1)]), &Usage::new()), Err(PlacementError::NotSliceable { .. })));
         assert!(matches!(
-            p.place(&r(vec![GpuRef::Index(0), GpuRef::Uuid("GPU-0000".into())]), &Usage::new()),
+            p.place(&r(vec![GpuRef::Index(5)]), &Usage::new()),
+            Err(PlacementError::UnknownGpu { .. })
+        ));
+        assert!(matches!(
+            p.place(&r(vec![GpuRef::Uuid("GPU-ffff".into())]), &Usage::new()),
+            Err(PlacementError::UnknownGpu { .. })
+        ));
+        assert!(matches!(
+            p.place(&r(vec![GpuRef::Index(1)]), &Usage::new()),
+            Err(PlacementError::NotSliceable { .. })
+        ));
+        assert!(matches!(
+            p.place(
+                &r(vec![GpuRef::Index(0), GpuRef::Uuid("GPU-0000".into())]),
+                &Usage::new()
+            ),
             Err(PlacementError::Duplicate { .. })
         ));
         let empty = inv(0, 0);
-        let p = Placer { inventory: &empty, policy: Policy::Binpack, reserve: 0, sliceable: &[] };
-        assert_eq!(p.place(&r(vec![GpuRef::Index(0)]), &Usage::new()), Err(PlacementError::NoGpus));
+        let p = Placer {
+            inventory: &empty,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &[],
+        };
+        assert_eq!(
+            p.place(&r(vec![GpuRef::Index(0)]), &Usage::new()),
+            Err(PlacementError::NoGpus)
+        );
     }
 }

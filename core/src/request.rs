@@ -41,8 +41,14 @@ impl Field {
 }
 
 /// Every annotation key the product reads (for engine allowlists).
-pub const ANNOTATION_KEYS: [&str; 6] =
-    ["vram", "gpu", "gpus", "gpu-quota.io/vram", "gpu-quota.io/gpu", "gpu-quota.io/gpus"];
+pub const ANNOTATION_KEYS: [&str; 6] = [
+    "vram",
+    "gpu",
+    "gpus",
+    "gpu-quota.io/vram",
+    "gpu-quota.io/gpu",
+    "gpu-quota.io/gpus",
+];
 
 /// Where a value was found, as the user wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +141,12 @@ fn lookup(
             let Some(v) = ann.get(key) else { continue };
             let origin = Origin::Annotation(key.to_string());
             let Some(s) = v.as_str() else {
-                return Err(err(field, &origin, &v.to_string(), "annotation values must be strings"));
+                return Err(err(
+                    field,
+                    &origin,
+                    &v.to_string(),
+                    "annotation values must be strings",
+                ));
             };
             if let Some(prev) = &found {
                 if prev.value != s {
@@ -143,12 +154,18 @@ fn lookup(
                         field,
                         &origin,
                         s,
-                        format!("contradicts {}={:?}; set only one of them", prev.origin, prev.value),
+                        format!(
+                            "contradicts {}={:?}; set only one of them",
+                            prev.origin, prev.value
+                        ),
                     ));
                 }
                 continue;
             }
-            found = Some(Raw { origin, value: s.to_string() });
+            found = Some(Raw {
+                origin,
+                value: s.to_string(),
+            });
         }
     }
     if found.is_some() {
@@ -156,12 +173,16 @@ fn lookup(
     }
     let prefix = format!("{}=", field.env());
     Ok(env.iter().find_map(|e| {
-        e.strip_prefix(&prefix).map(|v| Raw { origin: Origin::Env(field.env()), value: v.to_string() })
+        e.strip_prefix(&prefix).map(|v| Raw {
+            origin: Origin::Env(field.env()),
+            value: v.to_string(),
+        })
     }))
 }
 
 fn parse_vram(raw: &Raw) -> Result<Size, RequestError> {
-    units::parse_size(&raw.value).map_err(|e: SizeError| err(Field::Vram, &raw.origin, &raw.value, e.to_string()))
+    units::parse_size(&raw.value)
+        .map_err(|e: SizeError| err(Field::Vram, &raw.origin, &raw.value, e.to_string()))
 }
 
 fn parse_gpu_list(raw: &Raw) -> Result<Vec<GpuRef>, RequestError> {
@@ -189,7 +210,9 @@ fn parse_gpu_list(raw: &Raw) -> Result<Vec<GpuRef>, RequestError> {
             }
             GpuRef::Uuid(format!("GPU-{}", u.to_ascii_lowercase()))
         } else if p.len() > 4 && p[..4].eq_ignore_ascii_case("MIG-") {
-            return Err(bad("MIG devices are not supported; name the whole GPU".into()));
+            return Err(bad(
+                "MIG devices are not supported; name the whole GPU".into()
+            ));
         } else if p.starts_with('-') {
             return Err(bad(format!("negative GPU index {p}")));
         } else {
@@ -241,7 +264,11 @@ impl Request {
         let gpus = lookup(Field::Gpus, annotations, env)?;
         let Some(vram) = vram else {
             if let Some(r) = gpu.as_ref().or(gpus.as_ref()) {
-                let field = if gpu.is_some() { Field::Gpu } else { Field::Gpus };
+                let field = if gpu.is_some() {
+                    Field::Gpu
+                } else {
+                    Field::Gpus
+                };
                 return Err(err(
                     field,
                     &r.origin,
@@ -261,17 +288,34 @@ impl Request {
                 match parse_gpus(n)? {
                     GpuSelector::Count(c) if c as usize == list.len() => GpuSelector::List(list),
                     GpuSelector::All => {
-                        return Err(err(Field::Gpus, &n.origin, &n.value, format!(
-                            "contradicts {}={:?}; use one of them", g.origin, g.value)))
+                        return Err(err(
+                            Field::Gpus,
+                            &n.origin,
+                            &n.value,
+                            format!("contradicts {}={:?}; use one of them", g.origin, g.value),
+                        ))
                     }
                     _ => {
-                        return Err(err(Field::Gpus, &n.origin, &n.value, format!(
-                            "contradicts {}={:?}, which names {} GPU(s)", g.origin, g.value, list.len())))
+                        return Err(err(
+                            Field::Gpus,
+                            &n.origin,
+                            &n.value,
+                            format!(
+                                "contradicts {}={:?}, which names {} GPU(s)",
+                                g.origin,
+                                g.value,
+                                list.len()
+                            ),
+                        ))
                     }
                 }
             }
         };
-        Ok(Some(Request { vram: size, gpus: selector, origin: vram.origin }))
+        Ok(Some(Request {
+            vram: size,
+            gpus: selector,
+            origin: vram.origin,
+        }))
     }
 
     /// Read from a parsed OCI config.json. Kubernetes sandbox ("pause")
@@ -281,14 +325,20 @@ impl Request {
         let ann = config.get("annotations").and_then(Value::as_object);
         if let Some(a) = ann {
             let sandbox = |k: &str| a.get(k).and_then(Value::as_str) == Some("sandbox");
-            if sandbox("io.kubernetes.cri.container-type") || sandbox("io.kubernetes.cri-o.ContainerType") {
+            if sandbox("io.kubernetes.cri.container-type")
+                || sandbox("io.kubernetes.cri-o.ContainerType")
+            {
                 return Ok(None);
             }
         }
         let env: Vec<String> = config
             .pointer("/process/env")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         Request::from_parts(ann, &env)
     }
@@ -306,22 +356,36 @@ mod tests {
 
     #[test]
     fn no_request() {
-        assert_eq!(Request::from_parts(Some(&ann(json!({"foo": "bar"}))), &["PATH=/bin".into()]), Ok(None));
+        assert_eq!(
+            Request::from_parts(Some(&ann(json!({"foo": "bar"}))), &["PATH=/bin".into()]),
+            Ok(None)
+        );
         assert_eq!(Request::from_parts(None, &[]), Ok(None));
     }
 
     #[test]
     fn annotation_and_aliases() {
-        let r = Request::from_parts(Some(&ann(json!({"vram": "4g"}))), &[]).unwrap().unwrap();
-        assert_eq!(r.vram, Size::Bytes(4 * G));
-        assert_eq!(r.gpus, GpuSelector::Count(1));
-        let r = Request::from_parts(Some(&ann(json!({"gpu-quota.io/vram": "2g", "gpu-quota.io/gpu": "1"}))), &[])
+        let r = Request::from_parts(Some(&ann(json!({"vram": "4g"}))), &[])
             .unwrap()
             .unwrap();
+        assert_eq!(r.vram, Size::Bytes(4 * G));
+        assert_eq!(r.gpus, GpuSelector::Count(1));
+        let r = Request::from_parts(
+            Some(&ann(
+                json!({"gpu-quota.io/vram": "2g", "gpu-quota.io/gpu": "1"}),
+            )),
+            &[],
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(r.vram, Size::Bytes(2 * G));
         assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
         // same value under both keys is fine
-        assert!(Request::from_parts(Some(&ann(json!({"vram": "2g", "gpu-quota.io/vram": "2g"}))), &[]).is_ok());
+        assert!(Request::from_parts(
+            Some(&ann(json!({"vram": "2g", "gpu-quota.io/vram": "2g"}))),
+            &[]
+        )
+        .is_ok());
     }
 
     #[test]
@@ -336,8 +400,13 @@ mod tests {
 
     #[test]
     fn annotation_wins_over_env() {
-        let env = vec!["GPU_QUOTA_VRAM=8g".to_string(), "GPU_QUOTA_GPUS=2".to_string()];
-        let r = Request::from_parts(Some(&ann(json!({"vram": "1g"}))), &env).unwrap().unwrap();
+        let env = vec![
+            "GPU_QUOTA_VRAM=8g".to_string(),
+            "GPU_QUOTA_GPUS=2".to_string(),
+        ];
+        let r = Request::from_parts(Some(&ann(json!({"vram": "1g"}))), &env)
+            .unwrap()
+            .unwrap();
         assert_eq!(r.vram, Size::Bytes(G));
         assert_eq!(r.gpus, GpuSelector::Count(2));
         let r = Request::from_parts(None, &env).unwrap().unwrap();
@@ -347,12 +416,33 @@ mod tests {
 
     #[test]
     fn gpu_forms() {
-        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpu": "0, GPU-ABCDEF01-2345"}))), &[]).unwrap().unwrap();
-        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(0), GpuRef::Uuid("GPU-abcdef01-2345".into())]));
-        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpus": "all"}))), &[]).unwrap().unwrap();
+        let r = Request::from_parts(
+            Some(&ann(json!({"vram": "1g", "gpu": "0, GPU-ABCDEF01-2345"}))),
+            &[],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            r.gpus,
+            GpuSelector::List(vec![
+                GpuRef::Index(0),
+                GpuRef::Uuid("GPU-abcdef01-2345".into())
+            ])
+        );
+        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpus": "all"}))), &[])
+            .unwrap()
+            .unwrap();
         assert_eq!(r.gpus, GpuSelector::All);
-        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpus": "2", "gpu": "0,1"}))), &[]).unwrap().unwrap();
-        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(0), GpuRef::Index(1)]));
+        let r = Request::from_parts(
+            Some(&ann(json!({"vram": "1g", "gpus": "2", "gpu": "0,1"}))),
+            &[],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            r.gpus,
+            GpuSelector::List(vec![GpuRef::Index(0), GpuRef::Index(1)])
+        );
     }
 
     /// Table of malformed requests: each is refused with a message naming the
@@ -365,26 +455,90 @@ mod tests {
             (json!({"vram": "0"}), "annotation vram", "zero"),
             (json!({"vram": "-4g"}), "annotation vram", "negative"),
             (json!({"vram": "NaN"}), "annotation vram", "not a number"),
-            (json!({"vram": "99999999999999999999g"}), "annotation vram", "64 bits"),
+            (
+                json!({"vram": "99999999999999999999g"}),
+                "annotation vram",
+                "64 bits",
+            ),
             (json!({"vram": "4q"}), "annotation vram", "unknown unit"),
             (json!({"vram": long}), "annotation vram", "longer than"),
             (json!({"vram": 4}), "annotation vram", "must be strings"),
-            (json!({"vram": "1g", "gpu-quota.io/vram": "2g"}), "annotation gpu-quota.io/vram", "contradicts"),
-            (json!({"vram": "1g", "gpu": "0,0"}), "annotation gpu", "listed twice"),
-            (json!({"vram": "1g", "gpu": "GPU-abc,gpu-ABC"}), "annotation gpu", "listed twice"),
+            (
+                json!({"vram": "1g", "gpu-quota.io/vram": "2g"}),
+                "annotation gpu-quota.io/vram",
+                "contradicts",
+            ),
+            (
+                json!({"vram": "1g", "gpu": "0,0"}),
+                "annotation gpu",
+                "listed twice",
+            ),
+            (
+                json!({"vram": "1g", "gpu": "GPU-abc,gpu-ABC"}),
+                "annotation gpu",
+                "listed twice",
+            ),
             (json!({"vram": "1g", "gpu": ""}), "annotation gpu", "empty"),
-            (json!({"vram": "1g", "gpu": "0,,1"}), "annotation gpu", "empty element"),
-            (json!({"vram": "1g", "gpu": "-1"}), "annotation gpu", "negative"),
-            (json!({"vram": "1g", "gpu": "first"}), "annotation gpu", "neither"),
-            (json!({"vram": "1g", "gpu": "MIG-1234"}), "annotation gpu", "MIG"),
-            (json!({"vram": "1g", "gpu": "99999999999"}), "annotation gpu", "out of range"),
-            (json!({"vram": "1g", "gpus": "0"}), "annotation gpus", "zero"),
-            (json!({"vram": "1g", "gpus": "-2"}), "annotation gpus", "negative"),
-            (json!({"vram": "1g", "gpus": "two"}), "annotation gpus", "whole number"),
-            (json!({"vram": "1g", "gpus": "1000"}), "annotation gpus", "more GPUs"),
-            (json!({"vram": "1g", "gpus": "2", "gpu": "0"}), "annotation gpus", "contradicts"),
-            (json!({"vram": "1g", "gpus": "all", "gpu": "0"}), "annotation gpus", "contradicts"),
-            (json!({"gpu": "0"}), "annotation gpu", "without a memory slice"),
+            (
+                json!({"vram": "1g", "gpu": "0,,1"}),
+                "annotation gpu",
+                "empty element",
+            ),
+            (
+                json!({"vram": "1g", "gpu": "-1"}),
+                "annotation gpu",
+                "negative",
+            ),
+            (
+                json!({"vram": "1g", "gpu": "first"}),
+                "annotation gpu",
+                "neither",
+            ),
+            (
+                json!({"vram": "1g", "gpu": "MIG-1234"}),
+                "annotation gpu",
+                "MIG",
+            ),
+            (
+                json!({"vram": "1g", "gpu": "99999999999"}),
+                "annotation gpu",
+                "out of range",
+            ),
+            (
+                json!({"vram": "1g", "gpus": "0"}),
+                "annotation gpus",
+                "zero",
+            ),
+            (
+                json!({"vram": "1g", "gpus": "-2"}),
+                "annotation gpus",
+                "negative",
+            ),
+            (
+                json!({"vram": "1g", "gpus": "two"}),
+                "annotation gpus",
+                "whole number",
+            ),
+            (
+                json!({"vram": "1g", "gpus": "1000"}),
+                "annotation gpus",
+                "more GPUs",
+            ),
+            (
+                json!({"vram": "1g", "gpus": "2", "gpu": "0"}),
+                "annotation gpus",
+                "contradicts",
+            ),
+            (
+                json!({"vram": "1g", "gpus": "all", "gpu": "0"}),
+                "annotation gpus",
+                "contradicts",
+            ),
+            (
+                json!({"gpu": "0"}),
+                "annotation gpu",
+                "without a memory slice",
+            ),
         ];
         for (a, origin, reason) in cases {
             let e = Request::from_parts(Some(&ann(a.clone())), &[]).expect_err(&a.to_string());
@@ -394,7 +548,11 @@ mod tests {
             assert!(msg.contains("accepted:"), "{msg}");
         }
         let e = Request::from_parts(None, &["GPU_QUOTA_VRAM=lots".into()]).unwrap_err();
-        assert!(e.to_string().contains("environment variable GPU_QUOTA_VRAM"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("environment variable GPU_QUOTA_VRAM"),
+            "{e}"
+        );
     }
 
     proptest::proptest! {

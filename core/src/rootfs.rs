@@ -20,7 +20,11 @@ pub struct Rootfs {
 }
 
 fn io<'a>(op: &'static str, path: &'a str) -> impl Fn(std::io::Error) -> EffectError + 'a {
-    move |err| EffectError::Io { op, path: path.to_string(), err }
+    move |err| EffectError::Io {
+        op,
+        path: path.to_string(),
+        err,
+    }
 }
 
 fn errno(e: nix::errno::Errno) -> std::io::Error {
@@ -28,16 +32,25 @@ fn errno(e: nix::errno::Errno) -> std::io::Error {
 }
 
 fn components(rel: &str) -> Vec<&str> {
-    rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect()
+    rel.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect()
 }
 
 impl Rootfs {
     pub fn open(path: &Path) -> Result<Rootfs, EffectError> {
         let p = path.display().to_string();
-        let fd = nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| io("open rootfs", &p)(errno(e)))?;
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io("open rootfs", &p)(errno(e)))?;
         // SAFETY: fd was just returned by open and is owned by us.
-        Ok(Rootfs { root: unsafe { OwnedFd::from_raw_fd(fd) }, path: path.into() })
+        Ok(Rootfs {
+            root: unsafe { OwnedFd::from_raw_fd(fd) },
+            path: path.into(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -59,18 +72,26 @@ impl Rootfs {
     /// Open (creating missing components) the directory `rel`.
     pub fn mkdir_all(&self, rel: &str) -> Result<OwnedFd, EffectError> {
         let comps = components(rel);
-        let mut dir = self.resolve("/", OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| io("open", "/")(errno(e)))?;
+        let mut dir = self
+            .resolve("/", OFlag::O_PATH | OFlag::O_DIRECTORY)
+            .map_err(|e| io("open", "/")(errno(e)))?;
         let mut sofar = String::new();
         for c in comps {
             if c == ".." {
-                return Err(EffectError::Refused { path: rel.into(), what: "`..` in a container path".into() });
+                return Err(EffectError::Refused {
+                    path: rel.into(),
+                    what: "`..` in a container path".into(),
+                });
             }
             sofar.push('/');
             sofar.push_str(c);
             match self.resolve(&sofar, OFlag::O_PATH | OFlag::O_DIRECTORY) {
                 Ok(fd) => dir = fd,
                 Err(nix::errno::Errno::ENOENT) => {
-                    let name = CString::new(c).map_err(|_| EffectError::Refused { path: rel.into(), what: "NUL in path".into() })?;
+                    let name = CString::new(c).map_err(|_| EffectError::Refused {
+                        path: rel.into(),
+                        what: "NUL in path".into(),
+                    })?;
                     // SAFETY: valid dirfd and C string.
                     let r = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
                     if r != 0 {
@@ -92,7 +113,10 @@ impl Rootfs {
                     };
                 }
                 Err(nix::errno::Errno::ENOTDIR) => {
-                    return Err(EffectError::Refused { path: sofar, what: "exists in the image and is not a directory".into() })
+                    return Err(EffectError::Refused {
+                        path: sofar,
+                        what: "exists in the image and is not a directory".into(),
+                    })
                 }
                 Err(e) => return Err(io("open", &sofar)(errno(e))),
             }
@@ -107,21 +131,40 @@ impl Rootfs {
             return self.mkdir_all(rel);
         }
         let comps = components(rel);
-        let (name, parent) = comps.split_last().ok_or_else(|| EffectError::Refused { path: rel.into(), what: "empty path".into() })?;
+        let (name, parent) = comps.split_last().ok_or_else(|| EffectError::Refused {
+            path: rel.into(),
+            what: "empty path".into(),
+        })?;
         let pdir = self.mkdir_all(&parent.join("/"))?;
         match self.resolve(rel, OFlag::O_PATH) {
             Ok(fd) => {
-                let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
+                let st =
+                    nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
                 if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                    return Err(EffectError::Refused { path: rel.into(), what: "exists in the image and is not a regular file".into() });
+                    return Err(EffectError::Refused {
+                        path: rel.into(),
+                        what: "exists in the image and is not a regular file".into(),
+                    });
                 }
                 Ok(fd)
             }
             Err(nix::errno::Errno::ENOENT) => {
-                let cname = CString::new(*name).map_err(|_| EffectError::Refused { path: rel.into(), what: "NUL in path".into() })?;
+                let cname = CString::new(*name).map_err(|_| EffectError::Refused {
+                    path: rel.into(),
+                    what: "NUL in path".into(),
+                })?;
                 // SAFETY: valid dirfd and C string; O_NOFOLLOW|O_EXCL never follows a planted link.
                 let fd = unsafe {
-                    libc::openat(pdir.as_raw_fd(), cname.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0o644)
+                    libc::openat(
+                        pdir.as_raw_fd(),
+                        cname.as_ptr(),
+                        libc::O_CREAT
+                            | libc::O_EXCL
+                            | libc::O_WRONLY
+                            | libc::O_NOFOLLOW
+                            | libc::O_CLOEXEC,
+                        0o644,
+                    )
                 };
                 if fd < 0 {
                     let e = std::io::Error::last_os_error();
@@ -155,14 +198,24 @@ impl Rootfs {
     pub fn read_file(&self, rel: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError> {
         match self.resolve(rel, OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK) {
             Ok(fd) => {
-                let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
+                let st =
+                    nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
                 if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                    return Err(EffectError::Refused { path: rel.into(), what: "is not a regular file".into() });
+                    return Err(EffectError::Refused {
+                        path: rel.into(),
+                        what: "is not a regular file".into(),
+                    });
                 }
                 let mut buf = Vec::new();
-                std::fs::File::from(fd).take(max as u64 + 1).read_to_end(&mut buf).map_err(io("read", rel))?;
+                std::fs::File::from(fd)
+                    .take(max as u64 + 1)
+                    .read_to_end(&mut buf)
+                    .map_err(io("read", rel))?;
                 if buf.len() > max {
-                    return Err(EffectError::Refused { path: rel.into(), what: format!("larger than {max} bytes") });
+                    return Err(EffectError::Refused {
+                        path: rel.into(),
+                        what: format!("larger than {max} bytes"),
+                    });
                 }
                 Ok(Some(buf))
             }
@@ -184,15 +237,28 @@ pub struct MountEffects {
 }
 
 impl Effects for MountEffects {
-    fn bind(&mut self, src: &Path, dst: &str, kind: Kind, readonly: bool) -> Result<(), EffectError> {
+    fn bind(
+        &mut self,
+        src: &Path,
+        dst: &str,
+        kind: Kind,
+        readonly: bool,
+    ) -> Result<(), EffectError> {
         use nix::mount::{mount, MsFlags};
         let s = src.display().to_string();
-        let sfd = nix::fcntl::open(src, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| io("open", &s)(errno(e)))?;
+        let sfd = nix::fcntl::open(src, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+            .map_err(|e| io("open", &s)(errno(e)))?;
         // SAFETY: fresh fd.
         let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
         let tfd = self.rootfs.ensure(dst, kind)?;
-        mount(Some(proc_fd(&sfd).as_str()), proc_fd(&tfd).as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)
-            .map_err(|e| io("bind-mount onto", dst)(errno(e)))?;
+        mount(
+            Some(proc_fd(&sfd).as_str()),
+            proc_fd(&tfd).as_str(),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| io("bind-mount onto", dst)(errno(e)))?;
         if readonly {
             self.remount_ro(dst)?;
         }
@@ -202,12 +268,19 @@ impl Effects for MountEffects {
     fn remount_ro(&mut self, dst: &str) -> Result<(), EffectError> {
         use nix::mount::{mount, MsFlags};
         // re-resolve: the handle must name the new mount, not what it covers
-        let fd = self.rootfs.resolve(dst, OFlag::O_PATH).map_err(|e| io("open", dst)(errno(e)))?;
+        let fd = self
+            .rootfs
+            .resolve(dst, OFlag::O_PATH)
+            .map_err(|e| io("open", dst)(errno(e)))?;
         mount(
             None::<&str>,
             proc_fd(&fd).as_str(),
             None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            MsFlags::MS_BIND
+                | MsFlags::MS_REMOUNT
+                | MsFlags::MS_RDONLY
+                | MsFlags::MS_NOSUID
+                | MsFlags::MS_NODEV,
             None::<&str>,
         )
         .map_err(|e| io("remount read-only", dst)(errno(e)))
@@ -223,9 +296,13 @@ impl Effects for MountEffects {
 
     fn ldconfig(&mut self, dirs: &[String]) -> Result<(), EffectError> {
         // Only images with a glibc loader need (or can use) a loader cache.
-        let has_loader = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"]
-            .iter()
-            .any(|p| self.rootfs.resolve(p, OFlag::O_PATH).is_ok());
+        let has_loader = [
+            "/lib64/ld-linux-x86-64.so.2",
+            "/lib/ld-linux-aarch64.so.1",
+            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        ]
+        .iter()
+        .any(|p| self.rootfs.resolve(p, OFlag::O_PATH).is_ok());
         if !has_loader {
             return Ok(());
         }
@@ -243,7 +320,11 @@ impl Effects for MountEffects {
         if !out.status.success() {
             return Err(EffectError::Refused {
                 path: self.ldconfig.display().to_string(),
-                what: format!("failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+                what: format!(
+                    "failed ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
             });
         }
         Ok(())
@@ -271,9 +352,15 @@ mod tests {
         let e = r.read_file("/etc/ld.so.preload", 100).unwrap();
         assert_eq!(e, None, "host file must be invisible");
         // creating under /etc is refused, not done on the host
-        let err = r.ensure("/etc/ld.so.preload", Kind::File).unwrap_err().to_string();
+        let err = r
+            .ensure("/etc/ld.so.preload", Kind::File)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("symlink"), "{err}");
-        assert_eq!(std::fs::read(secret.join("ld.so.preload")).unwrap(), b"HOST");
+        assert_eq!(
+            std::fs::read(secret.join("ld.so.preload")).unwrap(),
+            b"HOST"
+        );
         assert_eq!(std::fs::read_dir(&secret).unwrap().count(), 1);
         // /lib/x resolves to <root>/x
         r.ensure("/lib/x", Kind::File).unwrap();
@@ -292,6 +379,9 @@ mod tests {
         assert!(root.join("run/gpu-quota/driver").is_dir());
         std::fs::write(root.join("file"), b"x").unwrap();
         assert!(r.ensure("/file/sub", Kind::Dir).is_err());
-        assert!(r.ensure("/run", Kind::File).is_err(), "a directory is not a file target");
+        assert!(
+            r.ensure("/run", Kind::File).is_err(),
+            "a directory is not a file target"
+        );
     }
 }

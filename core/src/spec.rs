@@ -13,7 +13,10 @@ pub enum SpecError {
     #[error("cannot read {path}: {err}")]
     Read { path: PathBuf, err: std::io::Error },
     #[error("{path} is not valid JSON: {err}")]
-    Json { path: PathBuf, err: serde_json::Error },
+    Json {
+        path: PathBuf,
+        err: serde_json::Error,
+    },
     #[error("cannot write {path}: {err}")]
     Write { path: PathBuf, err: std::io::Error },
     #[error("{path}: {what}")]
@@ -26,16 +29,29 @@ pub fn config_path(bundle: &Path) -> PathBuf {
 
 pub fn read_config(bundle: &Path) -> Result<(Vec<u8>, Value), SpecError> {
     let path = config_path(bundle);
-    let bytes = std::fs::read(&path).map_err(|err| SpecError::Read { path: path.clone(), err })?;
-    let v = serde_json::from_slice(&bytes).map_err(|err| SpecError::Json { path: path.clone(), err })?;
+    let bytes = std::fs::read(&path).map_err(|err| SpecError::Read {
+        path: path.clone(),
+        err,
+    })?;
+    let v = serde_json::from_slice(&bytes).map_err(|err| SpecError::Json {
+        path: path.clone(),
+        err,
+    })?;
     Ok((bytes, v))
 }
 
 /// The container's rootfs directory on the host.
 pub fn rootfs_path(bundle: &Path, config: &Value) -> PathBuf {
-    let p = config.pointer("/root/path").and_then(Value::as_str).unwrap_or("rootfs");
+    let p = config
+        .pointer("/root/path")
+        .and_then(Value::as_str)
+        .unwrap_or("rootfs");
     let p = Path::new(p);
-    if p.is_absolute() { p.into() } else { bundle.join(p) }
+    if p.is_absolute() {
+        p.into()
+    } else {
+        bundle.join(p)
+    }
 }
 
 /// How the hook must be called from the config.
@@ -48,12 +64,15 @@ pub struct HookSpec {
 }
 
 fn obj<'a>(v: &'a mut Value, key: &str) -> Result<&'a mut Map<String, Value>, String> {
-    let m = v.as_object_mut().ok_or_else(|| "expected an object".to_string())?;
+    let m = v
+        .as_object_mut()
+        .ok_or_else(|| "expected an object".to_string())?;
     let e = m.entry(key.to_string()).or_insert_with(|| json!({}));
     if e.is_null() {
         *e = json!({});
     }
-    e.as_object_mut().ok_or_else(|| format!("`{key}` is not an object"))
+    e.as_object_mut()
+        .ok_or_else(|| format!("`{key}` is not an object"))
 }
 
 fn arr<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value>, String> {
@@ -61,17 +80,26 @@ fn arr<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value
     if e.is_null() {
         *e = json!([]);
     }
-    e.as_array_mut().ok_or_else(|| format!("`{key}` is not an array"))
+    e.as_array_mut()
+        .ok_or_else(|| format!("`{key}` is not an array"))
 }
 
 /// Add device nodes, their cgroup allow rules, the hooks and the
 /// assignment annotation. Idempotent: entries already present are kept.
-pub fn patch(config: &mut Value, nodes: &[DeviceNode], hook: &HookSpec, assigned: &str) -> Result<(), String> {
+pub fn patch(
+    config: &mut Value,
+    nodes: &[DeviceNode],
+    hook: &HookSpec,
+    assigned: &str,
+) -> Result<(), String> {
     {
         let linux = obj(config, "linux")?;
         let devices = arr(linux, "devices")?;
         for n in nodes {
-            if devices.iter().any(|d| d.get("path").and_then(Value::as_str) == Some(&n.container_path)) {
+            if devices
+                .iter()
+                .any(|d| d.get("path").and_then(Value::as_str) == Some(&n.container_path))
+            {
                 continue;
             }
             devices.push(json!({
@@ -93,10 +121,16 @@ pub fn patch(config: &mut Value, nodes: &[DeviceNode], hook: &HookSpec, assigned
     }
     {
         let hooks = obj(config, "hooks")?;
-        for (stage, arg) in [("createRuntime", "create-runtime"), ("poststop", "poststop")] {
+        for (stage, arg) in [
+            ("createRuntime", "create-runtime"),
+            ("poststop", "poststop"),
+        ] {
             let list = arr(hooks, stage)?;
             let path = hook.path.to_string_lossy().into_owned();
-            if list.iter().any(|h| h.get("path").and_then(Value::as_str) == Some(&path)) {
+            if list
+                .iter()
+                .any(|h| h.get("path").and_then(Value::as_str) == Some(&path))
+            {
                 continue;
             }
             list.push(json!({
@@ -114,10 +148,19 @@ mod tests {
     use super::*;
 
     fn hook() -> HookSpec {
-        HookSpec { path: "/usr/local/bin/gpu-quota-hook".into(), env: vec!["PATH=/usr/bin".into()], timeout_secs: 30 }
+        HookSpec {
+            path: "/usr/local/bin/gpu-quota-hook".into(),
+            env: vec!["PATH=/usr/bin".into()],
+            timeout_secs: 30,
+        }
     }
     fn nodes() -> Vec<DeviceNode> {
-        vec![DeviceNode { host_path: "/dev/nvidia1".into(), container_path: "/dev/nvidia1".into(), major: 195, minor: 1 }]
+        vec![DeviceNode {
+            host_path: "/dev/nvidia1".into(),
+            container_path: "/dev/nvidia1".into(),
+            major: 195,
+            minor: 1,
+        }]
     }
 
     #[test]
@@ -132,21 +175,41 @@ mod tests {
         assert_eq!(v, once, "idempotent");
         assert_eq!(v["zzz"]["keep"], json!([1, 2]));
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-        assert_eq!(&keys[..4], &["ociVersion", "zzz", "process", "linux"], "order kept");
-        let rules = v.pointer("/linux/resources/devices").unwrap().as_array().unwrap();
+        assert_eq!(
+            &keys[..4],
+            &["ociVersion", "zzz", "process", "linux"],
+            "order kept"
+        );
+        let rules = v
+            .pointer("/linux/resources/devices")
+            .unwrap()
+            .as_array()
+            .unwrap();
         assert_eq!(rules[0]["allow"], false, "deny-all stays first");
         assert_eq!(rules[1]["major"], 195);
         assert_eq!(v.pointer("/linux/devices/0/path").unwrap(), "/dev/nvidia1");
         assert_eq!(v.pointer("/hooks/prestart/0/path").unwrap(), "/x");
-        assert_eq!(v.pointer("/hooks/createRuntime/0/args/1").unwrap(), "create-runtime");
-        assert_eq!(v.pointer("/hooks/poststop/0/env/0").unwrap(), "PATH=/usr/bin");
+        assert_eq!(
+            v.pointer("/hooks/createRuntime/0/args/1").unwrap(),
+            "create-runtime"
+        );
+        assert_eq!(
+            v.pointer("/hooks/poststop/0/env/0").unwrap(),
+            "PATH=/usr/bin"
+        );
         assert_eq!(v["annotations"][ASSIGNED_ANNOTATION], "GPU-1");
     }
 
     #[test]
     fn rootfs_relative_and_absolute() {
         let b = Path::new("/b");
-        assert_eq!(rootfs_path(b, &json!({"root":{"path":"rootfs"}})), PathBuf::from("/b/rootfs"));
-        assert_eq!(rootfs_path(b, &json!({"root":{"path":"/r"}})), PathBuf::from("/r"));
+        assert_eq!(
+            rootfs_path(b, &json!({"root":{"path":"rootfs"}})),
+            PathBuf::from("/b/rootfs")
+        );
+        assert_eq!(
+            rootfs_path(b, &json!({"root":{"path":"/r"}})),
+            PathBuf::from("/r")
+        );
     }
 }

@@ -24,7 +24,14 @@ pub fn limits_text(r: &Reservation) -> String {
     s.push_str(&format!("version={LIMITS_VERSION}\n"));
     s.push_str(&format!("container_id={}\n", r.container_id));
     s.push_str(&format!("vram_bytes={vram}\n"));
-    s.push_str(&format!("gpus={}\n", r.slices.iter().map(|s| s.uuid.as_str()).collect::<Vec<_>>().join(",")));
+    s.push_str(&format!(
+        "gpus={}\n",
+        r.slices
+            .iter()
+            .map(|s| s.uuid.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
     for sl in &r.slices {
         s.push_str(&format!("gpu.{}.vram_bytes={}\n", sl.uuid, sl.bytes));
     }
@@ -37,11 +44,16 @@ pub fn valid_container_id(id: &str) -> bool {
         && id.len() <= 1024
         && id != "."
         && id != ".."
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 fn write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
     f.write_all(bytes)?;
     f.set_permissions(std::fs::Permissions::from_mode(mode))
 }
@@ -91,7 +103,11 @@ mod tests {
             container_id: "c1".into(),
             runtime_root: None,
             bundle: "/b".into(),
-            slices: vec![Slice { uuid: "GPU-a".into(), index: 0, bytes: 4 << 30 }],
+            slices: vec![Slice {
+                uuid: "GPU-a".into(),
+                index: 0,
+                bytes: 4 << 30,
+            }],
             request: "vram=4g".into(),
             created_unix: 0,
             started_unix: None,
@@ -100,16 +116,35 @@ mod tests {
             state: ResState::Reserved,
         };
         let files = DriverFiles {
-            libs: vec![DriverLib { host_path: "/x".into(), name: "libcuda.so.580".into(), aliases: vec!["libcuda.so.1".into()] }],
+            libs: vec![DriverLib {
+                host_path: "/x".into(),
+                name: "libcuda.so.580".into(),
+                aliases: vec!["libcuda.so.1".into()],
+            }],
             bins: vec![],
         };
         prepare(&dir, &r, &files).unwrap();
         prepare(&dir, &r, &files).unwrap(); // a leftover is replaced
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
-        assert!(limits.contains("vram_bytes=4294967296\n") && limits.contains("gpus=GPU-a\n"), "{limits}");
-        assert_eq!(std::fs::metadata(dir.join("usage")).unwrap().permissions().mode() & 0o777, 0o666);
-        assert_eq!(std::fs::read_link(dir.join("driver/libcuda.so.1")).unwrap(), Path::new("libcuda.so.580"));
+        assert!(
+            limits.contains("vram_bytes=4294967296\n") && limits.contains("gpus=GPU-a\n"),
+            "{limits}"
+        );
+        assert_eq!(
+            std::fs::metadata(dir.join("usage"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o666
+        );
+        assert_eq!(
+            std::fs::read_link(dir.join("driver/libcuda.so.1")).unwrap(),
+            Path::new("libcuda.so.580")
+        );
         assert!(valid_container_id("0123abc_x.y-z"));
-        assert!(!valid_container_id("../etc") && !valid_container_id("..") && !valid_container_id(""));
+        assert!(
+            !valid_container_id("../etc") && !valid_container_id("..") && !valid_container_id("")
+        );
     }
 }

@@ -102,7 +102,9 @@ fn scale(int: &str, frac: &str, mult: u128) -> Result<u128, SizeError> {
     if !frac.is_empty() {
         let f: u128 = frac.parse().map_err(|_| SizeError::NotANumber)?;
         let denom = 10u128.pow(frac.len() as u32);
-        whole = whole.checked_add(f * mult / denom).ok_or(SizeError::Overflow)?;
+        whole = whole
+            .checked_add(f * mult / denom)
+            .ok_or(SizeError::Overflow)?;
     }
     Ok(whole)
 }
@@ -233,7 +235,12 @@ mod tests {
             (b"\xff\xfeg", SizeError::NotUtf8),
         ];
         for (raw, want) in cases {
-            assert_eq!(parse_size_bytes(raw).as_ref(), Err(want), "{:?}", String::from_utf8_lossy(raw));
+            assert_eq!(
+                parse_size_bytes(raw).as_ref(),
+                Err(want),
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
         }
         let long = "1".repeat(MAX_VALUE_LEN + 1);
         assert_eq!(parse_size(&long), Err(SizeError::TooLong));

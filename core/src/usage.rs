@@ -40,7 +40,9 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
     let high = (u32_at(b, 40)? as usize).min(slot_count);
     let mut u = Usage {
         used: vec![0; dev_count],
-        limit: (0..dev_count).map(|d| u64_at(b, 48 + 8 * d).unwrap_or(0)).collect(),
+        limit: (0..dev_count)
+            .map(|d| u64_at(b, 48 + 8 * d).unwrap_or(0))
+            .collect(),
         processes: 0,
         refusals: u64_at(b, 504).unwrap_or(0),
     };

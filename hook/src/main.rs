@@ -16,8 +16,7 @@ use gpuquota_core::{
     config::Config,
     driver,
     ledger::Key,
-    mountplan,
-    paths,
+    mountplan, paths,
     rootfs::{MountEffects, Rootfs},
     spec, state, Ledger, Request,
 };
@@ -42,11 +41,20 @@ struct Ctx {
 
 fn read_state() -> Result<Ctx> {
     let mut buf = Vec::new();
-    std::io::stdin().take(1 << 20).read_to_end(&mut buf).context("reading the OCI state from stdin")?;
-    let st: oci_spec::runtime::State = serde_json::from_slice(&buf).context("the OCI state on stdin is not valid")?;
+    std::io::stdin()
+        .take(1 << 20)
+        .read_to_end(&mut buf)
+        .context("reading the OCI state from stdin")?;
+    let st: oci_spec::runtime::State =
+        serde_json::from_slice(&buf).context("the OCI state on stdin is not valid")?;
     let bundle = st.bundle().clone();
     let (_, config) = spec::read_config(&bundle)?;
-    Ok(Ctx { id: st.id().clone(), pid: st.pid().filter(|p| *p > 0).map(|p| p as u32), bundle, config })
+    Ok(Ctx {
+        id: st.id().clone(),
+        pid: st.pid().filter(|p| *p > 0).map(|p| p as u32),
+        bundle,
+        config,
+    })
 }
 
 fn run(stage: &str) -> Result<()> {
@@ -63,9 +71,16 @@ fn create_runtime() -> Result<()> {
         return Ok(()); // nothing asked: nothing to do
     }
     if !state::valid_container_id(&ctx.id) {
-        bail!("container id {:?} has characters gpu-quota does not accept", ctx.id);
+        bail!(
+            "container id {:?} has characters gpu-quota does not accept",
+            ctx.id
+        );
     }
-    let pid = ctx.pid.ok_or_else(|| anyhow!("the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"))?;
+    let pid = ctx.pid.ok_or_else(|| {
+        anyhow!(
+            "the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"
+        )
+    })?;
     let cfg = Config::load_default()?;
     let ledger = Ledger::new(&cfg);
     let r = ledger.confirm(&ctx.id, &ctx.bundle.to_string_lossy(), pid)?;
@@ -78,8 +93,17 @@ fn create_runtime() -> Result<()> {
     let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;
-    let mut fx = MountEffects { rootfs: Rootfs::open(&rootfs)?, ldconfig: cfg.driver.ldconfig.clone() };
-    mountplan::execute(&ops, &mut fx).with_context(|| format!("setting up container {} (rootfs {})", ctx.id, rootfs.display()))?;
+    let mut fx = MountEffects {
+        rootfs: Rootfs::open(&rootfs)?,
+        ldconfig: cfg.driver.ldconfig.clone(),
+    };
+    mountplan::execute(&ops, &mut fx).with_context(|| {
+        format!(
+            "setting up container {} (rootfs {})",
+            ctx.id,
+            rootfs.display()
+        )
+    })?;
     Ok(())
 }
 
@@ -87,7 +111,8 @@ fn create_runtime() -> Result<()> {
 fn enter_mount_ns(pid: u32) -> Result<()> {
     let p = format!("/proc/{pid}/ns/mnt");
     let f = std::fs::File::open(&p).with_context(|| format!("opening {p}"))?;
-    nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNS).with_context(|| format!("entering {p}"))?;
+    nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNS)
+        .with_context(|| format!("entering {p}"))?;
     Ok(())
 }
 
@@ -97,10 +122,12 @@ fn poststop() -> Result<()> {
         return Ok(());
     }
     let cfg = Config::load_default()?;
-    Ledger::new(&cfg).release(Key::Bundle { id: &ctx.id, bundle: &ctx.bundle.to_string_lossy() })?;
+    Ledger::new(&cfg).release(Key::Bundle {
+        id: &ctx.id,
+        bundle: &ctx.bundle.to_string_lossy(),
+    })?;
     if state::valid_container_id(&ctx.id) {
         state::remove(&cfg.container_state_dir(&ctx.id))?;
     }
     Ok(())
 }
-

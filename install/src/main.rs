@@ -11,7 +11,11 @@ mod engines;
 mod ops;
 
 #[derive(Parser)]
-#[command(name = "gpu-quota", version, about = "GPU-memory quota runtime for containers")]
+#[command(
+    name = "gpu-quota",
+    version,
+    about = "GPU-memory quota runtime for containers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -1,7 +1,8 @@
 //! Operator commands over the host ledger: `ls`, `gc`, `doctor`, `metrics`.
 use anyhow::{Context, Result};
 use gpuquota_core::{
-    config::Config, driver, fsutil, inventory::describe, ledger::LedgerData, paths, units::human, usage, Inventory, Ledger,
+    config::Config, driver, fsutil, inventory::describe, ledger::LedgerData, paths, units::human,
+    usage, Inventory, Ledger,
 };
 use std::fmt::Write as _;
 
@@ -96,24 +97,47 @@ pub fn ls(a: &LsArgs) -> Result<()> {
                 v
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"gpus": gpus, "reservations": res}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"gpus": gpus, "reservations": res}))?
+        );
         return Ok(());
     }
-    println!("{:<20} {:<8} {:<6} {:>12} {:>12} {:>8} {:>8}  REQUEST", "CONTAINER", "STATE", "GPU", "SLICE", "USED", "PID", "AGE");
+    println!(
+        "{:<20} {:<8} {:<6} {:>12} {:>12} {:>8} {:>8}  REQUEST",
+        "CONTAINER", "STATE", "GPU", "SLICE", "USED", "PID", "AGE"
+    );
     for r in &data.reservations {
         let id: String = r.container_id.chars().take(20).collect();
-        let state = if ledger.is_stale(r, now) { "stale".to_string() } else { format!("{:?}", r.state).to_lowercase() };
-        let used = container_used(&cfg, &r.container_id).map(|u| human(u.used.iter().sum())).unwrap_or_else(|| "-".into());
-        let gpus = r.slices.iter().map(|s| s.index.to_string()).collect::<Vec<_>>().join(",");
+        let state = if ledger.is_stale(r, now) {
+            "stale".to_string()
+        } else {
+            format!("{:?}", r.state).to_lowercase()
+        };
+        let used = container_used(&cfg, &r.container_id)
+            .map(|u| human(u.used.iter().sum()))
+            .unwrap_or_else(|| "-".into());
+        let gpus = r
+            .slices
+            .iter()
+            .map(|s| s.index.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         let slice = r.slices.first().map(|s| human(s.bytes)).unwrap_or_default();
         let pid = r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
         let age = now.saturating_sub(r.created_unix);
-        println!("{id:<20} {state:<8} {gpus:<6} {slice:>12} {used:>12} {pid:>8} {:>7}s  {}", age, r.request);
+        println!(
+            "{id:<20} {state:<8} {gpus:<6} {slice:>12} {used:>12} {pid:>8} {:>7}s  {}",
+            age, r.request
+        );
     }
     match inv {
         Some(inv) => {
             println!();
-            println!("{:<4} {:<42} {:>12} {:>12} {:>12}  CONTAINERS", "GPU", "UUID", "CAPACITY", "RESERVED", "FREE");
+            println!(
+                "{:<4} {:<42} {:>12} {:>12} {:>12}  CONTAINERS",
+                "GPU", "UUID", "CAPACITY", "RESERVED", "FREE"
+            );
             for g in gpu_rows(&cfg, &inv, &data) {
                 println!(
                     "{:<4} {:<42} {:>12} {:>12} {:>12}  {}{}",
@@ -136,19 +160,37 @@ pub fn gc(a: &GcArgs) -> Result<()> {
     let (cfg, ledger) = load()?;
     if a.reset_corrupt {
         match ledger.reset_corrupt()? {
-            Some(p) => println!("corrupt ledger moved to {}; a new, empty ledger starts now", p.display()),
+            Some(p) => println!(
+                "corrupt ledger moved to {}; a new, empty ledger starts now",
+                p.display()
+            ),
             None => println!("the ledger is not corrupt; nothing done"),
         }
         return Ok(());
     }
     let gone = if a.dry_run {
         let now = fsutil::now_unix();
-        ledger.read()?.reservations.into_iter().filter(|r| ledger.is_stale(r, now)).collect()
+        ledger
+            .read()?
+            .reservations
+            .into_iter()
+            .filter(|r| ledger.is_stale(r, now))
+            .collect()
     } else {
         ledger.gc()?
     };
     for r in &gone {
-        println!("{} {} ({}{})", if a.dry_run { "would reclaim" } else { "reclaimed" }, r.container_id, gpuquota_core::ledger::describe_slices(&r.slices), r.pid.map(|p| format!(", pid {p} gone")).unwrap_or_default());
+        println!(
+            "{} {} ({}{})",
+            if a.dry_run {
+                "would reclaim"
+            } else {
+                "reclaimed"
+            },
+            r.container_id,
+            gpuquota_core::ledger::describe_slices(&r.slices),
+            r.pid.map(|p| format!(", pid {p} gone")).unwrap_or_default()
+        );
         if !a.dry_run && gpuquota_core::state::valid_container_id(&r.container_id) {
             let _ = gpuquota_core::state::remove(&cfg.container_state_dir(&r.container_id));
         }
@@ -170,7 +212,22 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
     };
     let path = Config::path_from_env();
     let cfg = Config::load(&path);
-    check("config", cfg.as_ref().map(|_| format!("{}{}", path.display(), if path.exists() { "" } else { " (absent: defaults)" })).map_err(|e| anyhow::anyhow!("{e}")));
+    check(
+        "config",
+        cfg.as_ref()
+            .map(|_| {
+                format!(
+                    "{}{}",
+                    path.display(),
+                    if path.exists() {
+                        ""
+                    } else {
+                        " (absent: defaults)"
+                    }
+                )
+            })
+            .map_err(|e| anyhow::anyhow!("{e}")),
+    );
     let Ok(cfg) = cfg else {
         anyhow::bail!("{bad} check(s) failed");
     };
@@ -179,25 +236,69 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
         "inventory",
         inv.as_ref()
             .map(|i| {
-                let g: Vec<String> = i.gpus.iter().map(|g| format!("{} {}", describe(g), human(g.total_bytes))).collect();
-                format!("driver {}; {}", i.driver_version, if g.is_empty() { "no GPUs".into() } else { g.join("; ") })
+                let g: Vec<String> = i
+                    .gpus
+                    .iter()
+                    .map(|g| format!("{} {}", describe(g), human(g.total_bytes)))
+                    .collect();
+                format!(
+                    "driver {}; {}",
+                    i.driver_version,
+                    if g.is_empty() {
+                        "no GPUs".into()
+                    } else {
+                        g.join("; ")
+                    }
+                )
             })
             .map_err(|e| anyhow::anyhow!("{e}")),
     );
     if let Ok(inv) = &inv {
         for g in &inv.gpus {
             let p = cfg.driver.dev_root.join(format!("nvidia{}", g.minor));
-            check(&format!("device node GPU {}", g.index), if p.exists() { Ok(p.display().to_string()) } else { Err(anyhow::anyhow!("{} missing", p.display())) });
+            check(
+                &format!("device node GPU {}", g.index),
+                if p.exists() {
+                    Ok(p.display().to_string())
+                } else {
+                    Err(anyhow::anyhow!("{} missing", p.display()))
+                },
+            );
         }
     }
     for n in ["nvidiactl", "nvidia-uvm"] {
         let p = cfg.driver.dev_root.join(n);
-        check(n, if p.exists() { Ok(p.display().to_string()) } else { Err(anyhow::anyhow!("{} missing (load the driver: nvidia-modprobe -u -c=0)", p.display())) });
+        check(
+            n,
+            if p.exists() {
+                Ok(p.display().to_string())
+            } else {
+                Err(anyhow::anyhow!(
+                    "{} missing (load the driver: nvidia-modprobe -u -c=0)",
+                    p.display()
+                ))
+            },
+        );
     }
     check(
         "driver files",
         driver::discover(&cfg.driver)
-            .map(|f| format!("{} libraries ({}), programs: {}", f.libs.len(), f.libs.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(" "), f.bins.iter().map(|b| b.0.as_str()).collect::<Vec<_>>().join(" ")))
+            .map(|f| {
+                format!(
+                    "{} libraries ({}), programs: {}",
+                    f.libs.len(),
+                    f.libs
+                        .iter()
+                        .map(|l| l.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    f.bins
+                        .iter()
+                        .map(|b| b.0.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
+            })
             .map_err(|e| anyhow::anyhow!("{e}")),
     );
     let exists = |what: &str, p: Option<std::path::PathBuf>| -> Result<String> {
@@ -207,13 +308,31 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
             None => Err(anyhow::anyhow!("{what} not found")),
         }
     };
-    check("gpu-quota-hook", exists("gpu-quota-hook", paths::hook(&cfg)));
-    check("libgpuquota.so", exists("libgpuquota.so", paths::interceptor(&cfg)));
+    check(
+        "gpu-quota-hook",
+        exists("gpu-quota-hook", paths::hook(&cfg)),
+    );
+    check(
+        "libgpuquota.so",
+        exists("libgpuquota.so", paths::interceptor(&cfg)),
+    );
     check("runc", exists("runc", paths::which(&cfg.runc)));
-    check("ldconfig", exists("ldconfig", Some(cfg.driver.ldconfig.clone())));
+    check(
+        "ldconfig",
+        exists("ldconfig", Some(cfg.driver.ldconfig.clone())),
+    );
     check(
         "ledger",
-        Ledger::new(&cfg).read().map(|d| format!("{} ({} reservations)", cfg.ledger_path().display(), d.reservations.len())).map_err(|e| anyhow::anyhow!("{e}")),
+        Ledger::new(&cfg)
+            .read()
+            .map(|d| {
+                format!(
+                    "{} ({} reservations)",
+                    cfg.ledger_path().display(),
+                    d.reservations.len()
+                )
+            })
+            .map_err(|e| anyhow::anyhow!("{e}")),
     );
     if bad > 0 {
         anyhow::bail!("{bad} check(s) failed");
@@ -222,7 +341,9 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 pub fn metrics(_: &MetricsArgs) -> Result<()> {
@@ -234,37 +355,89 @@ pub fn metrics(_: &MetricsArgs) -> Result<()> {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
     };
     let rows = gpu_rows(&cfg, &inv, &data);
-    gauge(&mut o, "gpu_quota_gpu_capacity_bytes", "Memory of the GPU that may be handed out (total minus reserve).");
+    gauge(
+        &mut o,
+        "gpu_quota_gpu_capacity_bytes",
+        "Memory of the GPU that may be handed out (total minus reserve).",
+    );
     for g in &rows {
-        let _ = writeln!(o, "gpu_quota_gpu_capacity_bytes{{gpu=\"{}\",uuid=\"{}\",simulated=\"{}\"}} {}", g.index, g.uuid, g.simulated, g.capacity);
+        let _ = writeln!(
+            o,
+            "gpu_quota_gpu_capacity_bytes{{gpu=\"{}\",uuid=\"{}\",simulated=\"{}\"}} {}",
+            g.index, g.uuid, g.simulated, g.capacity
+        );
     }
-    gauge(&mut o, "gpu_quota_gpu_reserved_bytes", "Sum of the slices handed out on the GPU.");
+    gauge(
+        &mut o,
+        "gpu_quota_gpu_reserved_bytes",
+        "Sum of the slices handed out on the GPU.",
+    );
     for g in &rows {
-        let _ = writeln!(o, "gpu_quota_gpu_reserved_bytes{{gpu=\"{}\",uuid=\"{}\"}} {}", g.index, g.uuid, g.reserved);
+        let _ = writeln!(
+            o,
+            "gpu_quota_gpu_reserved_bytes{{gpu=\"{}\",uuid=\"{}\"}} {}",
+            g.index, g.uuid, g.reserved
+        );
     }
-    gauge(&mut o, "gpu_quota_gpu_containers", "Containers holding a slice of the GPU.");
+    gauge(
+        &mut o,
+        "gpu_quota_gpu_containers",
+        "Containers holding a slice of the GPU.",
+    );
     for g in &rows {
-        let _ = writeln!(o, "gpu_quota_gpu_containers{{gpu=\"{}\",uuid=\"{}\"}} {}", g.index, g.uuid, g.holders);
+        let _ = writeln!(
+            o,
+            "gpu_quota_gpu_containers{{gpu=\"{}\",uuid=\"{}\"}} {}",
+            g.index, g.uuid, g.holders
+        );
     }
-    gauge(&mut o, "gpu_quota_container_slice_bytes", "Slice of a container on a GPU.");
+    gauge(
+        &mut o,
+        "gpu_quota_container_slice_bytes",
+        "Slice of a container on a GPU.",
+    );
     for r in &data.reservations {
         for s in &r.slices {
-            let _ = writeln!(o, "gpu_quota_container_slice_bytes{{container=\"{}\",gpu=\"{}\"}} {}", esc(&r.container_id), s.index, s.bytes);
+            let _ = writeln!(
+                o,
+                "gpu_quota_container_slice_bytes{{container=\"{}\",gpu=\"{}\"}} {}",
+                esc(&r.container_id),
+                s.index,
+                s.bytes
+            );
         }
     }
-    gauge(&mut o, "gpu_quota_container_used_bytes", "Device memory in use by the container's processes (from the interceptor).");
-    let _ = writeln!(o, "# (absent for containers whose processes have not used CUDA yet)");
+    gauge(
+        &mut o,
+        "gpu_quota_container_used_bytes",
+        "Device memory in use by the container's processes (from the interceptor).",
+    );
+    let _ = writeln!(
+        o,
+        "# (absent for containers whose processes have not used CUDA yet)"
+    );
     for r in &data.reservations {
         if let Some(u) = container_used(&cfg, &r.container_id) {
             for (i, s) in r.slices.iter().enumerate() {
-                let _ = writeln!(o, "gpu_quota_container_used_bytes{{container=\"{}\",gpu=\"{}\"}} {}", esc(&r.container_id), s.index, u.used.get(i).copied().unwrap_or(0));
+                let _ = writeln!(
+                    o,
+                    "gpu_quota_container_used_bytes{{container=\"{}\",gpu=\"{}\"}} {}",
+                    esc(&r.container_id),
+                    s.index,
+                    u.used.get(i).copied().unwrap_or(0)
+                );
             }
         }
     }
     let _ = writeln!(o, "# HELP gpu_quota_container_refusals_total Allocations refused by the interceptor.\n# TYPE gpu_quota_container_refusals_total counter");
     for r in &data.reservations {
         if let Some(u) = container_used(&cfg, &r.container_id) {
-            let _ = writeln!(o, "gpu_quota_container_refusals_total{{container=\"{}\"}} {}", esc(&r.container_id), u.refusals);
+            let _ = writeln!(
+                o,
+                "gpu_quota_container_refusals_total{{container=\"{}\"}} {}",
+                esc(&r.container_id),
+                u.refusals
+            );
         }
     }
     print!("{o}");

@@ -11,7 +11,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_gpu-quota");
 const RT: &str = "/usr/local/bin/gpu-quota-runtime";
 
 fn fixture(name: &str) -> Vec<u8> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -34,7 +36,9 @@ struct Out {
 
 impl Tree {
     fn new() -> Tree {
-        let t = Tree { dir: tempfile::tempdir().unwrap() };
+        let t = Tree {
+            dir: tempfile::tempdir().unwrap(),
+        };
         // The runtime exists in the tree, as after `make install`.
         t.put(RT, b"#!/bin/sh\nexec runc \"$@\"\n");
         fs::set_permissions(t.host(RT), fs::Permissions::from_mode(0o755)).unwrap();
@@ -66,9 +70,15 @@ impl Tree {
                     walk(root, &p, out);
                 } else if m.file_type().is_symlink() {
                     let l = fs::read_link(&p).unwrap();
-                    out.insert(rel, Some((l.as_os_str().as_encoded_bytes().to_vec(), 0o120000)));
+                    out.insert(
+                        rel,
+                        Some((l.as_os_str().as_encoded_bytes().to_vec(), 0o120000)),
+                    );
                 } else {
-                    out.insert(rel, Some((fs::read(&p).unwrap(), m.permissions().mode() & 0o7777)));
+                    out.insert(
+                        rel,
+                        Some((fs::read(&p).unwrap(), m.permissions().mode() & 0o7777)),
+                    );
                 }
             }
         }
@@ -77,8 +87,17 @@ impl Tree {
         s
     }
     fn run(&self, args: &[&str]) -> Out {
-        let o = Command::new(BIN).args(args).arg("--root").arg(self.dir.path()).output().unwrap();
-        Out { ok: o.status.success(), stdout: text(&o.stdout), stderr: text(&o.stderr) }
+        let o = Command::new(BIN)
+            .args(args)
+            .arg("--root")
+            .arg(self.dir.path())
+            .output()
+            .unwrap();
+        Out {
+            ok: o.status.success(),
+            stdout: text(&o.stdout),
+            stderr: text(&o.stderr),
+        }
     }
     fn install(&self, engine: &str) -> Out {
         let o = self.run(&["install", engine, "--runtime-path", RT]);
@@ -100,7 +119,11 @@ fn full_cycle(t: &Tree, engine: &str) -> Snapshot {
     let dry = t.run(&["install", engine, "--runtime-path", RT, "--dry-run"]);
     assert!(dry.ok, "{}", dry.stderr);
     assert!(dry.stdout.contains("nothing was changed"), "{}", dry.stdout);
-    assert!(dry.stdout.contains("\n+++ "), "dry run shows a diff:\n{}", dry.stdout);
+    assert!(
+        dry.stdout.contains("\n+++ "),
+        "dry run shows a diff:\n{}",
+        dry.stdout
+    );
     assert_eq!(t.snapshot(), start, "--dry-run wrote nothing");
 
     t.install(engine);
@@ -108,15 +131,28 @@ fn full_cycle(t: &Tree, engine: &str) -> Snapshot {
     assert_ne!(installed, start);
 
     let again = t.install(engine);
-    assert!(again.stdout.contains("already installed"), "{}", again.stdout);
+    assert!(
+        again.stdout.contains("already installed"),
+        "{}",
+        again.stdout
+    );
     assert_eq!(t.snapshot(), installed, "second install changed nothing");
 
     let dry = t.run(&["uninstall", engine, "--dry-run"]);
-    assert!(dry.ok && dry.stdout.contains("\n--- "), "{}{}", dry.stdout, dry.stderr);
+    assert!(
+        dry.ok && dry.stdout.contains("\n--- "),
+        "{}{}",
+        dry.stdout,
+        dry.stderr
+    );
     assert_eq!(t.snapshot(), installed, "uninstall --dry-run wrote nothing");
 
     t.uninstall(engine);
-    assert_eq!(t.snapshot(), start, "uninstall restored the tree byte for byte");
+    assert_eq!(
+        t.snapshot(),
+        start,
+        "uninstall restored the tree byte for byte"
+    );
     let again = t.uninstall(engine);
     assert!(again.stdout.contains("not installed"), "{}", again.stdout);
     assert_eq!(t.snapshot(), start);
@@ -130,24 +166,51 @@ fn docker_fresh_tree() {
     let t = Tree::new();
     full_cycle(&t, "docker");
     t.install("docker");
-    assert_eq!(t.get("/etc/docker/daemon.json").unwrap(), text(&fixture("docker/fresh.installed.json")));
-    assert!(!t.exists("/etc/docker/daemon.json.gpu-quota.bak"), "nothing to back up");
+    assert_eq!(
+        t.get("/etc/docker/daemon.json").unwrap(),
+        text(&fixture("docker/fresh.installed.json"))
+    );
+    assert!(
+        !t.exists("/etc/docker/daemon.json.gpu-quota.bak"),
+        "nothing to back up"
+    );
     let o = t.uninstall("docker");
     assert!(o.stdout.contains("removed directory"), "{}", o.stdout);
-    assert!(!t.exists("/etc"), "the directories install created are gone");
+    assert!(
+        !t.exists("/etc"),
+        "the directories install created are gone"
+    );
 }
 
 #[test]
 fn docker_keeps_other_runtimes_keys_order_and_mode() {
     let t = Tree::new();
-    t.put("/etc/docker/daemon.json", &fixture("docker/daemon-other-runtimes.json"));
-    fs::set_permissions(t.host("/etc/docker/daemon.json"), fs::Permissions::from_mode(0o600)).unwrap();
+    t.put(
+        "/etc/docker/daemon.json",
+        &fixture("docker/daemon-other-runtimes.json"),
+    );
+    fs::set_permissions(
+        t.host("/etc/docker/daemon.json"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
     full_cycle(&t, "docker");
 
     let o = t.install("docker");
-    assert!(o.stdout.contains("--root given: no daemon signalled"), "{}", o.stdout);
-    assert_eq!(t.get("/etc/docker/daemon.json").unwrap(), text(&fixture("docker/daemon-other-runtimes.installed.json")));
-    let mode = fs::metadata(t.host("/etc/docker/daemon.json")).unwrap().permissions().mode() & 0o777;
+    assert!(
+        o.stdout.contains("--root given: no daemon signalled"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        t.get("/etc/docker/daemon.json").unwrap(),
+        text(&fixture("docker/daemon-other-runtimes.installed.json"))
+    );
+    let mode = fs::metadata(t.host("/etc/docker/daemon.json"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600, "file mode kept");
     assert_eq!(
         t.get("/etc/docker/daemon.json.gpu-quota.bak").unwrap(),
@@ -159,25 +222,45 @@ fn docker_keeps_other_runtimes_keys_order_and_mode() {
 #[test]
 fn docker_adds_runtimes_object() {
     let t = Tree::new();
-    t.put("/etc/docker/daemon.json", &fixture("docker/daemon-no-runtimes.json"));
+    t.put(
+        "/etc/docker/daemon.json",
+        &fixture("docker/daemon-no-runtimes.json"),
+    );
     let installed = full_cycle(&t, "docker");
-    let after = &installed[Path::new("etc/docker/daemon.json")].as_ref().unwrap().0;
+    let after = &installed[Path::new("etc/docker/daemon.json")]
+        .as_ref()
+        .unwrap()
+        .0;
     let v: serde_json::Value = serde_json::from_slice(after).unwrap();
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["registry-mirrors", "live-restore", "debug", "runtimes"]);
+    assert_eq!(
+        keys,
+        ["registry-mirrors", "live-restore", "debug", "runtimes"]
+    );
     assert_eq!(v["runtimes"]["gpu-quota"]["path"], RT);
 }
 
 #[test]
 fn docker_refuses_bad_json_and_writes_nothing() {
     let t = Tree::new();
-    t.put("/etc/docker/daemon.json", &fixture("docker/daemon-bad.json"));
+    t.put(
+        "/etc/docker/daemon.json",
+        &fixture("docker/daemon-bad.json"),
+    );
     let start = t.snapshot();
     let o = t.run(&["install", "docker", "--runtime-path", RT]);
     assert!(!o.ok);
     let path = t.host("/etc/docker/daemon.json").display().to_string();
-    assert!(o.stderr.contains(&format!("{path}: not valid JSON")), "{}", o.stderr);
-    assert!(o.stderr.contains("line 5 column 3"), "parse error position: {}", o.stderr);
+    assert!(
+        o.stderr.contains(&format!("{path}: not valid JSON")),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains("line 5 column 3"),
+        "parse error position: {}",
+        o.stderr
+    );
     assert!(o.stderr.contains("nothing was changed"), "{}", o.stderr);
     assert_eq!(t.snapshot(), start);
     let o = t.run(&["uninstall", "docker"]);
@@ -188,27 +271,45 @@ fn docker_refuses_bad_json_and_writes_nothing() {
 #[test]
 fn docker_uninstall_after_admin_edit_removes_only_our_entry() {
     let t = Tree::new();
-    t.put("/etc/docker/daemon.json", &fixture("docker/daemon-other-runtimes.json"));
+    t.put(
+        "/etc/docker/daemon.json",
+        &fixture("docker/daemon-other-runtimes.json"),
+    );
     t.install("docker");
-    let edited = t.get("/etc/docker/daemon.json").unwrap().replace("\"10m\"", "\"50m\"");
+    let edited = t
+        .get("/etc/docker/daemon.json")
+        .unwrap()
+        .replace("\"10m\"", "\"50m\"");
     t.put("/etc/docker/daemon.json", edited.as_bytes());
     let o = t.uninstall("docker");
     assert!(o.stdout.contains("changed after install"), "{}", o.stdout);
     let want = text(&fixture("docker/daemon-other-runtimes.json")).replace("\"10m\"", "\"50m\"");
     assert_eq!(t.get("/etc/docker/daemon.json").unwrap(), want);
-    assert!(t.exists("/etc/docker/daemon.json.gpu-quota.bak"), "backup kept when not restored");
+    assert!(
+        t.exists("/etc/docker/daemon.json.gpu-quota.bak"),
+        "backup kept when not restored"
+    );
 }
 
 #[test]
 fn docker_follows_a_symlinked_config_inside_the_root() {
     let t = Tree::new();
-    t.put("/srv/docker.json", &fixture("docker/daemon-no-runtimes.json"));
+    t.put(
+        "/srv/docker.json",
+        &fixture("docker/daemon-no-runtimes.json"),
+    );
     fs::create_dir_all(t.host("/etc/docker")).unwrap();
     std::os::unix::fs::symlink("/srv/docker.json", t.host("/etc/docker/daemon.json")).unwrap();
     let start = t.snapshot();
     t.install("docker");
-    assert!(fs::symlink_metadata(t.host("/etc/docker/daemon.json")).unwrap().file_type().is_symlink());
-    assert!(t.get("/srv/docker.json").unwrap().contains(RT), "the link's target (in the tree) was edited");
+    assert!(fs::symlink_metadata(t.host("/etc/docker/daemon.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(
+        t.get("/srv/docker.json").unwrap().contains(RT),
+        "the link's target (in the tree) was edited"
+    );
     t.uninstall("docker");
     assert_eq!(t.snapshot(), start);
 }
@@ -219,16 +320,39 @@ fn docker_follows_a_symlinked_config_inside_the_root() {
 fn containerd_fresh_tree() {
     let t = Tree::new();
     let dry = t.run(&["install", "containerd", "--runtime-path", RT, "--dry-run"]);
-    assert!(dry.stdout.contains("does not exist: creating a minimal one"), "{}", dry.stdout);
+    assert!(
+        dry.stdout
+            .contains("does not exist: creating a minimal one"),
+        "{}",
+        dry.stdout
+    );
     assert!(dry.stdout.contains("--- /dev/null"), "{}", dry.stdout);
     full_cycle(&t, "containerd");
     let o = t.install("containerd");
-    assert!(o.stdout.contains("systemctl restart containerd"), "{}", o.stdout);
-    assert!(o.stdout.contains(&format!("ctr run --runc-binary {RT}")), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("systemctl restart containerd"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains(&format!("ctr run --runc-binary {RT}")),
+        "{}",
+        o.stdout
+    );
     let main = t.get("/etc/containerd/config.toml").unwrap();
     let keys: Vec<&str> = main.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(keys, ["version = 2", "imports = [\"/etc/containerd/conf.d/gpu-quota.toml\"]"]);
-    let d: toml_edit::DocumentMut = t.get("/etc/containerd/conf.d/gpu-quota.toml").unwrap().parse().unwrap();
+    assert_eq!(
+        keys,
+        [
+            "version = 2",
+            "imports = [\"/etc/containerd/conf.d/gpu-quota.toml\"]"
+        ]
+    );
+    let d: toml_edit::DocumentMut = t
+        .get("/etc/containerd/conf.d/gpu-quota.toml")
+        .unwrap()
+        .parse()
+        .unwrap();
     let g = &d["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpu-quota"];
     assert_eq!(g["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
     assert_eq!(g["options"]["BinaryName"].as_str(), Some(RT));
@@ -237,40 +361,74 @@ fn containerd_fresh_tree() {
 #[test]
 fn containerd_v2_with_comments_is_edited_in_place() {
     let t = Tree::new();
-    t.put("/etc/containerd/config.toml", &fixture("containerd/v2-comments.toml"));
+    t.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd/v2-comments.toml"),
+    );
     full_cycle(&t, "containerd");
     let o = t.install("containerd");
-    assert!(o.stdout.contains("defines the CRI plugin section"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("defines the CRI plugin section"),
+        "{}",
+        o.stdout
+    );
     let out = t.get("/etc/containerd/config.toml").unwrap();
     assert_eq!(out, text(&fixture("containerd/v2-comments.installed.toml")));
-    assert!(!t.exists("/etc/containerd/conf.d"), "no drop-in: containerd 1.x would drop the CRI section");
+    assert!(
+        !t.exists("/etc/containerd/conf.d"),
+        "no drop-in: containerd 1.x would drop the CRI section"
+    );
 }
 
 #[test]
 fn containerd_v2_debian_stock_config() {
     let t = Tree::new();
-    t.put("/etc/containerd/config.toml", &fixture("containerd/v2-debian.toml"));
+    t.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd/v2-debian.toml"),
+    );
     full_cycle(&t, "containerd");
 }
 
 #[test]
 fn containerd_v2_without_cri_section_uses_drop_in() {
     let t = Tree::new();
-    t.put("/etc/containerd/config.toml", &fixture("containerd/v2-no-cri.toml"));
+    t.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd/v2-no-cri.toml"),
+    );
     full_cycle(&t, "containerd");
     t.install("containerd");
     let main = t.get("/etc/containerd/config.toml").unwrap();
-    assert_eq!(main, text(&fixture("containerd/v2-no-cri.toml")) + "imports = [\"/etc/containerd/conf.d/gpu-quota.toml\"]\n");
-    let d: toml_edit::DocumentMut = t.get("/etc/containerd/conf.d/gpu-quota.toml").unwrap().parse().unwrap();
+    assert_eq!(
+        main,
+        text(&fixture("containerd/v2-no-cri.toml"))
+            + "imports = [\"/etc/containerd/conf.d/gpu-quota.toml\"]\n"
+    );
+    let d: toml_edit::DocumentMut = t
+        .get("/etc/containerd/conf.d/gpu-quota.toml")
+        .unwrap()
+        .parse()
+        .unwrap();
     let rts = &d["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"];
-    assert_eq!(rts["runc"]["runtime_type"].as_str(), Some("io.containerd.runc.v2"), "default runtime kept");
+    assert_eq!(
+        rts["runc"]["runtime_type"].as_str(),
+        Some("io.containerd.runc.v2"),
+        "default runtime kept"
+    );
 }
 
 #[test]
 fn containerd_v3_drop_in_and_import() {
     let t = Tree::new();
-    t.put("/etc/containerd/config.toml", &fixture("containerd/v3.toml"));
-    t.put("/etc/containerd/extra.toml", &fixture("containerd/v3-extra.toml"));
+    t.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd/v3.toml"),
+    );
+    t.put(
+        "/etc/containerd/extra.toml",
+        &fixture("containerd/v3-extra.toml"),
+    );
     full_cycle(&t, "containerd");
     t.install("containerd");
     let main = t.get("/etc/containerd/config.toml").unwrap();
@@ -281,25 +439,48 @@ fn containerd_v3_drop_in_and_import() {
             "imports = ['/etc/containerd/extra.toml', \"/etc/containerd/conf.d/gpu-quota.toml\"]"
         )
     );
-    assert_eq!(t.get("/etc/containerd/extra.toml").unwrap(), text(&fixture("containerd/v3-extra.toml")));
-    let d: toml_edit::DocumentMut = t.get("/etc/containerd/conf.d/gpu-quota.toml").unwrap().parse().unwrap();
+    assert_eq!(
+        t.get("/etc/containerd/extra.toml").unwrap(),
+        text(&fixture("containerd/v3-extra.toml"))
+    );
+    let d: toml_edit::DocumentMut = t
+        .get("/etc/containerd/conf.d/gpu-quota.toml")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(d["version"].as_integer(), Some(3));
     let g = &d["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["gpu-quota"];
     assert_eq!(g["options"]["BinaryName"].as_str(), Some(RT));
-    assert_eq!(g["options"]["SystemdCgroup"].as_bool(), Some(true), "runc's cgroup driver copied");
-    let ann: Vec<&str> = g["pod_annotations"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(
+        g["options"]["SystemdCgroup"].as_bool(),
+        Some(true),
+        "runc's cgroup driver copied"
+    );
+    let ann: Vec<&str> = g["pod_annotations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
     assert_eq!(ann, ["vram", "gpu", "gpus", "gpu-quota.io/*"]);
 }
 
 #[test]
 fn containerd_refuses_bad_toml_and_writes_nothing() {
     let t = Tree::new();
-    t.put("/etc/containerd/config.toml", &fixture("containerd/bad.toml"));
+    t.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd/bad.toml"),
+    );
     let start = t.snapshot();
     let o = t.run(&["install", "containerd", "--runtime-path", RT]);
     assert!(!o.ok);
     let path = t.host("/etc/containerd/config.toml").display().to_string();
-    assert!(o.stderr.contains(&format!("{path}: not valid TOML")), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(&format!("{path}: not valid TOML")),
+        "{}",
+        o.stderr
+    );
     assert!(o.stderr.contains("line 2"), "{}", o.stderr);
     assert_eq!(t.snapshot(), start);
 }
@@ -308,11 +489,19 @@ fn containerd_refuses_bad_toml_and_writes_nothing() {
 /// `containerd config dump` merges them the way the daemon does, without starting it.
 #[test]
 fn containerd_real_parser_accepts_our_configs() {
-    if Command::new("containerd").arg("--version").output().is_err() {
+    if Command::new("containerd")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("containerd not installed: skipped");
         return;
     }
-    for (fixture_name, dropin) in [("containerd/v2-debian.toml", false), ("containerd/v2-no-cri.toml", true), ("containerd/v2-comments.toml", false)] {
+    for (fixture_name, dropin) in [
+        ("containerd/v2-debian.toml", false),
+        ("containerd/v2-no-cri.toml", true),
+        ("containerd/v2-comments.toml", false),
+    ] {
         let t = Tree::new();
         t.put("/etc/containerd/config.toml", &fixture(fixture_name));
         t.install("containerd");
@@ -323,19 +512,45 @@ fn containerd_real_parser_accepts_our_configs() {
         );
         assert_eq!(main.contains("imports"), dropin, "{fixture_name}");
         t.put("/etc/containerd/config.toml", main.as_bytes());
-        let o = Command::new("containerd").arg("-c").arg(t.host("/etc/containerd/config.toml")).args(["config", "dump"]).output().unwrap();
+        let o = Command::new("containerd")
+            .arg("-c")
+            .arg(t.host("/etc/containerd/config.toml"))
+            .args(["config", "dump"])
+            .output()
+            .unwrap();
         let dump = text(&o.stdout);
         assert!(o.status.success(), "{fixture_name}: {}", text(&o.stderr));
-        assert!(dump.contains("containerd.runtimes.gpu-quota]"), "{fixture_name}: {dump}");
-        assert!(dump.contains(&format!("BinaryName = \"{RT}\"")), "{fixture_name}");
-        assert!(dump.contains("pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"gpu-quota.io/*\"]"), "{fixture_name}");
-        assert!(dump.contains("containerd.runtimes.runc]"), "{fixture_name}: default runtime runc still there");
+        assert!(
+            dump.contains("containerd.runtimes.gpu-quota]"),
+            "{fixture_name}: {dump}"
+        );
+        assert!(
+            dump.contains(&format!("BinaryName = \"{RT}\"")),
+            "{fixture_name}"
+        );
+        assert!(
+            dump.contains("pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"gpu-quota.io/*\"]"),
+            "{fixture_name}"
+        );
+        assert!(
+            dump.contains("containerd.runtimes.runc]"),
+            "{fixture_name}: default runtime runc still there"
+        );
         for line in text(&fixture(fixture_name)).lines() {
             // Settings of the original config survive the merge.
-            for key in ["bin_dir", "sandbox_image", "SystemdCgroup", "config_path", "oom_score"] {
+            for key in [
+                "bin_dir",
+                "sandbox_image",
+                "SystemdCgroup",
+                "config_path",
+                "oom_score",
+            ] {
                 if line.trim_start().starts_with(key) {
-                    let setting: String = line.split('#').next().unwrap().split_whitespace().collect();
-                    let found = dump.lines().any(|l| l.split_whitespace().collect::<String>() == setting);
+                    let setting: String =
+                        line.split('#').next().unwrap().split_whitespace().collect();
+                    let found = dump
+                        .lines()
+                        .any(|l| l.split_whitespace().collect::<String>() == setting);
                     assert!(found, "{fixture_name}: {setting} survives");
                 }
             }
@@ -348,13 +563,30 @@ fn containerd_real_parser_accepts_our_configs() {
 #[test]
 fn podman_existing_containers_conf_d() {
     let t = Tree::new();
-    t.put("/etc/containers/containers.conf", &fixture("podman/containers.conf"));
-    t.put("/etc/containers/containers.conf.d/10-local.conf", &fixture("podman/10-local.conf"));
+    t.put(
+        "/etc/containers/containers.conf",
+        &fixture("podman/containers.conf"),
+    );
+    t.put(
+        "/etc/containers/containers.conf.d/10-local.conf",
+        &fixture("podman/10-local.conf"),
+    );
     full_cycle(&t, "podman");
     t.install("podman");
-    assert_eq!(t.get("/etc/containers/containers.conf").unwrap(), text(&fixture("podman/containers.conf")));
-    assert_eq!(t.get("/etc/containers/containers.conf.d/10-local.conf").unwrap(), text(&fixture("podman/10-local.conf")));
-    let d: toml_edit::DocumentMut = t.get("/etc/containers/containers.conf.d/gpu-quota.conf").unwrap().parse().unwrap();
+    assert_eq!(
+        t.get("/etc/containers/containers.conf").unwrap(),
+        text(&fixture("podman/containers.conf"))
+    );
+    assert_eq!(
+        t.get("/etc/containers/containers.conf.d/10-local.conf")
+            .unwrap(),
+        text(&fixture("podman/10-local.conf"))
+    );
+    let d: toml_edit::DocumentMut = t
+        .get("/etc/containers/containers.conf.d/gpu-quota.conf")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(d["engine"]["runtimes"]["gpu-quota"][0].as_str(), Some(RT));
 }
 
@@ -369,15 +601,25 @@ fn podman_fresh_tree() {
 #[test]
 fn crio_drop_in() {
     let t = Tree::new();
-    t.put("/etc/crio/crio.conf.d/10-crio.conf", &fixture("crio/10-crio.conf"));
+    t.put(
+        "/etc/crio/crio.conf.d/10-crio.conf",
+        &fixture("crio/10-crio.conf"),
+    );
     full_cycle(&t, "crio");
     t.install("crio");
-    let d: toml_edit::DocumentMut = t.get("/etc/crio/crio.conf.d/99-gpu-quota.conf").unwrap().parse().unwrap();
+    let d: toml_edit::DocumentMut = t
+        .get("/etc/crio/crio.conf.d/99-gpu-quota.conf")
+        .unwrap()
+        .parse()
+        .unwrap();
     let h = &d["crio"]["runtime"]["runtimes"]["gpu-quota"];
     assert_eq!(h["runtime_path"].as_str(), Some(RT));
     assert_eq!(h["runtime_type"].as_str(), Some("oci"));
     assert_eq!(h["runtime_root"].as_str(), Some("/run/gpu-quota-runc"));
-    assert_eq!(t.get("/etc/crio/crio.conf.d/10-crio.conf").unwrap(), text(&fixture("crio/10-crio.conf")));
+    assert_eq!(
+        t.get("/etc/crio/crio.conf.d/10-crio.conf").unwrap(),
+        text(&fixture("crio/10-crio.conf"))
+    );
 }
 
 #[test]
@@ -385,7 +627,12 @@ fn crio_fresh_tree_and_alias() {
     let t = Tree::new();
     full_cycle(&t, "crio");
     let o = t.run(&["install", "cri-o", "--runtime-path", RT, "--dry-run"]);
-    assert!(o.ok && o.stdout.contains("99-gpu-quota.conf"), "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.ok && o.stdout.contains("99-gpu-quota.conf"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
 }
 
 // ---------------------------------------------------------------- CLI
@@ -393,32 +640,63 @@ fn crio_fresh_tree_and_alias() {
 #[test]
 fn usage_errors() {
     let t = Tree::new();
-    let o = t.run(&["install", "docker", "--runtime-path", "bin/gpu-quota-runtime"]);
+    let o = t.run(&[
+        "install",
+        "docker",
+        "--runtime-path",
+        "bin/gpu-quota-runtime",
+    ]);
     assert!(!o.ok && o.stderr.contains("absolute path"), "{}", o.stderr);
     let o = t.run(&["install", "lxc"]);
     assert!(!o.ok && o.stderr.contains("invalid value"), "{}", o.stderr);
-    let o = Command::new(BIN).args(["install", "docker", "--root", "/nonexistent/gpu-quota-root"]).output().unwrap();
+    let o = Command::new(BIN)
+        .args(["install", "docker", "--root", "/nonexistent/gpu-quota-root"])
+        .output()
+        .unwrap();
     assert!(!o.status.success() && text(&o.stderr).contains("/nonexistent/gpu-quota-root"));
 }
 
 #[test]
 fn missing_runtime_in_root_is_a_warning() {
     let t = Tree::new();
-    let o = t.run(&["install", "podman", "--runtime-path", "/opt/gq/gpu-quota-runtime"]);
+    let o = t.run(&[
+        "install",
+        "podman",
+        "--runtime-path",
+        "/opt/gq/gpu-quota-runtime",
+    ]);
     assert!(o.ok, "{}", o.stderr);
-    assert!(o.stderr.contains("warning") && o.stderr.contains("/opt/gq/gpu-quota-runtime"), "{}", o.stderr);
-    assert!(t.get("/etc/containers/containers.conf.d/gpu-quota.conf").unwrap().contains("/opt/gq/gpu-quota-runtime"));
+    assert!(
+        o.stderr.contains("warning") && o.stderr.contains("/opt/gq/gpu-quota-runtime"),
+        "{}",
+        o.stderr
+    );
+    assert!(t
+        .get("/etc/containers/containers.conf.d/gpu-quota.conf")
+        .unwrap()
+        .contains("/opt/gq/gpu-quota-runtime"));
 }
 
 #[test]
 fn reinstall_with_another_runtime_path_updates_and_uninstall_still_restores() {
     let t = Tree::new();
-    t.put("/etc/docker/daemon.json", &fixture("docker/daemon-other-runtimes.json"));
+    t.put(
+        "/etc/docker/daemon.json",
+        &fixture("docker/daemon-other-runtimes.json"),
+    );
     let start = t.snapshot();
     t.install("docker");
-    let o = t.run(&["install", "docker", "--runtime-path", "/opt/gq/gpu-quota-runtime"]);
+    let o = t.run(&[
+        "install",
+        "docker",
+        "--runtime-path",
+        "/opt/gq/gpu-quota-runtime",
+    ]);
     assert!(o.ok && o.stdout.contains("updated"), "{}", o.stdout);
-    assert!(t.get("/etc/docker/daemon.json").unwrap().contains("/opt/gq/gpu-quota-runtime"));
+    assert!(t
+        .get("/etc/docker/daemon.json")
+        .unwrap()
+        .contains("/opt/gq/gpu-quota-runtime"));
     t.uninstall("docker");
     assert_eq!(t.snapshot(), start);
 }
@@ -426,7 +704,10 @@ fn reinstall_with_another_runtime_path_updates_and_uninstall_still_restores() {
 #[test]
 fn engines_side_by_side() {
     let t = Tree::new();
-    t.put("/etc/containerd/config.toml", &fixture("containerd/v2-debian.toml"));
+    t.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd/v2-debian.toml"),
+    );
     let start = t.snapshot();
     for e in ["docker", "containerd", "podman", "crio"] {
         t.install(e);

@@ -15,7 +15,42 @@ pub struct RuncArgs {
 }
 
 const GLOBAL_VALUE: &[&str] = &["root", "log", "log-format", "criu", "rootless"];
-const CMD_VALUE: &[&str] = &["bundle", "b", "console-socket", "pid-file", "preserve-fds", "process", "p", "cwd", "env", "e", "user", "u", "additional-gids", "g", "cap", "c", "apparmor", "process-label", "signal", "s", "format", "f", "image-path", "work-path", "parent-path", "page-server", "manage-cgroups-mode", "empty-ns", "ext-unix-sk", "status-fd", "lazy-pages", "config", "l", "l"];
+const CMD_VALUE: &[&str] = &[
+    "bundle",
+    "b",
+    "console-socket",
+    "pid-file",
+    "preserve-fds",
+    "process",
+    "p",
+    "cwd",
+    "env",
+    "e",
+    "user",
+    "u",
+    "additional-gids",
+    "g",
+    "cap",
+    "c",
+    "apparmor",
+    "process-label",
+    "signal",
+    "s",
+    "format",
+    "f",
+    "image-path",
+    "work-path",
+    "parent-path",
+    "page-server",
+    "manage-cgroups-mode",
+    "empty-ns",
+    "ext-unix-sk",
+    "status-fd",
+    "lazy-pages",
+    "config",
+    "l",
+    "l",
+];
 
 /// Split `--name=value` / `-name` forms; returns (name, inline value).
 fn flag(a: &str) -> Option<(&str, Option<&str>)> {
@@ -31,7 +66,10 @@ fn flag(a: &str) -> Option<(&str, Option<&str>)> {
 
 pub fn parse(argv: &[OsString]) -> RuncArgs {
     let mut r = RuncArgs::default();
-    let args: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let args: Vec<String> = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let mut i = 0;
     // global flags
     while i < args.len() {
@@ -119,11 +157,26 @@ mod tests {
     #[test]
     fn other_forms() {
         let r = p("--debug --systemd-cgroup --root=/r run -d -b=/b --console-socket /s c1");
-        assert_eq!((r.root.as_deref(), r.command.as_deref(), r.bundle.as_deref(), r.id.as_deref(), r.detach), (Some("/r"), Some("run"), Some("/b"), Some("c1"), true));
+        assert_eq!(
+            (
+                r.root.as_deref(),
+                r.command.as_deref(),
+                r.bundle.as_deref(),
+                r.id.as_deref(),
+                r.detach
+            ),
+            (Some("/r"), Some("run"), Some("/b"), Some("c1"), true)
+        );
         let r = p("delete --force c2");
-        assert_eq!((r.command.as_deref(), r.id.as_deref()), (Some("delete"), Some("c2")));
+        assert_eq!(
+            (r.command.as_deref(), r.id.as_deref()),
+            (Some("delete"), Some("c2"))
+        );
         let r = p("-root /r state c3");
-        assert_eq!((r.root.as_deref(), r.command.as_deref(), r.id.as_deref()), (Some("/r"), Some("state"), Some("c3")));
+        assert_eq!(
+            (r.root.as_deref(), r.command.as_deref(), r.id.as_deref()),
+            (Some("/r"), Some("state"), Some("c3"))
+        );
         assert_eq!(p("--version").command, None);
     }
 }

@@ -10,7 +10,9 @@ mod args;
 mod report;
 
 use anyhow::{anyhow, Context, Result};
-use gpuquota_core::{config::Config, devices, fsutil, ledger::Key, paths, spec, state, Inventory, Ledger, Request};
+use gpuquota_core::{
+    config::Config, devices, fsutil, ledger::Key, paths, spec, state, Inventory, Ledger, Request,
+};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -35,9 +37,15 @@ fn main() {
 
 fn runc_path(cfg_runc: &Path) -> Result<PathBuf> {
     let p = paths::which(cfg_runc).ok_or_else(|| {
-        anyhow!("cannot find runc ({}); install runc or set `runc = \"/path/to/runc\"` in {}", cfg_runc.display(), Config::path_from_env().display())
+        anyhow!(
+            "cannot find runc ({}); install runc or set `runc = \"/path/to/runc\"` in {}",
+            cfg_runc.display(),
+            Config::path_from_env().display()
+        )
     })?;
-    let me = std::env::current_exe().ok().and_then(|p| std::fs::canonicalize(p).ok());
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|p| std::fs::canonicalize(p).ok());
     if std::fs::canonicalize(&p).ok() == me {
         return Err(anyhow!("`runc` resolves to gpu-quota-runtime itself ({}); set `runc` in the config to the real runc", p.display()));
     }
@@ -53,7 +61,9 @@ fn load_config() -> Result<Config> {
 /// runc for pass-through commands: the configured one if the config loads,
 /// else `runc` from PATH (a broken config must not break other containers).
 fn passthrough(argv: &[OsString]) -> Result<i32> {
-    let runc = Config::load_default().map(|c| c.runc).unwrap_or_else(|_| "runc".into());
+    let runc = Config::load_default()
+        .map(|c| c.runc)
+        .unwrap_or_else(|_| "runc".into());
     let runc = runc_path(&runc)?;
     let e = Command::new(&runc).args(argv).exec();
     Err(anyhow!("cannot run {}: {e}", runc.display()))
@@ -62,7 +72,6 @@ fn passthrough(argv: &[OsString]) -> Result<i32> {
 fn run(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     match a.command.as_deref() {
         Some("create") => create(argv, a),
-        Some("run") if !a.detach => create(argv, a),
         Some("run") => create(argv, a),
         Some("delete") => delete(argv, a),
         _ => passthrough(argv),
@@ -89,7 +98,10 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         Err(e) => {
             // Never fail open: a config we cannot read that mentions a request is refused.
             if contains_request_key(&bytes) {
-                return Err(anyhow!("{} is not valid JSON ({e}) and seems to request GPU memory; refusing", cfg_path.display()));
+                return Err(anyhow!(
+                    "{} is not valid JSON ({e}) and seems to request GPU memory; refusing",
+                    cfg_path.display()
+                ));
             }
             return passthrough(argv);
         }
@@ -97,34 +109,67 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     let Some(req) = Request::from_config(&config)? else {
         return passthrough(argv);
     };
-    let id = a.id.clone().ok_or_else(|| anyhow!("runc {} without a container id", a.command.as_deref().unwrap_or("")))?;
+    let id = a.id.clone().ok_or_else(|| {
+        anyhow!(
+            "runc {} without a container id",
+            a.command.as_deref().unwrap_or("")
+        )
+    })?;
     if !state::valid_container_id(&id) {
-        return Err(anyhow!("container id {id:?} has characters gpu-quota does not accept"));
+        return Err(anyhow!(
+            "container id {id:?} has characters gpu-quota does not accept"
+        ));
     }
     let cfg = load_config()?;
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
     let ledger = Ledger::new(&cfg);
     let root = effective_root(a);
-    let r = ledger.admit(&cfg, &inv, &req, &id, Some(&root), &bundle.to_string_lossy())?;
-    let key = Key::Root { id: &id, root: Some(&root) };
+    let r = ledger.admit(
+        &cfg,
+        &inv,
+        &req,
+        &id,
+        Some(&root),
+        &bundle.to_string_lossy(),
+    )?;
+    let key = Key::Root {
+        id: &id,
+        root: Some(&root),
+    };
     let patched = (|| -> Result<()> {
         let nodes = devices::nodes_for(&cfg.driver.dev_root, &inv, &r.slices)?;
         let hook = paths::hook(&cfg).filter(|p| p.is_file()).ok_or_else(|| {
-            anyhow!("gpu-quota-hook not found next to gpu-quota-runtime; set `hook` in {}", Config::path_from_env().display())
+            anyhow!(
+                "gpu-quota-hook not found next to gpu-quota-runtime; set `hook` in {}",
+                Config::path_from_env().display()
+            )
         })?;
         let hook = std::fs::canonicalize(&hook).unwrap_or(hook);
-        let mut env = vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()];
+        let mut env =
+            vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()];
         let cp = Config::path_from_env();
         let cp = std::fs::canonicalize(&cp).unwrap_or(cp);
-        env.push(format!("{}={}", gpuquota_core::config::ENV_PATH, cp.display()));
-        let hs = spec::HookSpec { path: hook, env, timeout_secs: 60 };
+        env.push(format!(
+            "{}={}",
+            gpuquota_core::config::ENV_PATH,
+            cp.display()
+        ));
+        let hs = spec::HookSpec {
+            path: hook,
+            env,
+            timeout_secs: 60,
+        };
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
-        spec::patch(&mut config, &nodes, &hs, &assigned.join(",")).map_err(|w| anyhow!("{}: {w}", cfg_path.display()))?;
-        let mode = std::fs::metadata(&cfg_path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777).unwrap_or(0o644);
+        spec::patch(&mut config, &nodes, &hs, &assigned.join(","))
+            .map_err(|w| anyhow!("{}: {w}", cfg_path.display()))?;
+        let mode = std::fs::metadata(&cfg_path)
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+            .unwrap_or(0o644);
         let mut out = serde_json::to_vec(&config)?;
         out.push(b'\n');
-        fsutil::write_atomic(&cfg_path, &out, mode).with_context(|| format!("writing {}", cfg_path.display()))?;
+        fsutil::write_atomic(&cfg_path, &out, mode)
+            .with_context(|| format!("writing {}", cfg_path.display()))?;
         Ok(())
     })();
     if let Err(e) = patched {
@@ -147,7 +192,9 @@ fn contains_request_key(b: &[u8]) -> bool {
 }
 
 fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
-    let Ok(cfg) = Config::load_default() else { return passthrough(argv) };
+    let Ok(cfg) = Config::load_default() else {
+        return passthrough(argv);
+    };
     let runc = runc_path(&cfg.runc)?;
     let code = spawn_forwarding(&runc, argv)?;
     if let Some(id) = &a.id {
@@ -155,7 +202,10 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         // release only once runc no longer knows the container
         if !Path::new(&root).join(id).exists() {
             let ledger = Ledger::new(&cfg);
-            if let Ok(gone) = ledger.release(Key::Root { id, root: Some(&root) }) {
+            if let Ok(gone) = ledger.release(Key::Root {
+                id,
+                root: Some(&root),
+            }) {
                 if !gone.is_empty() {
                     let _ = state::remove(&cfg.container_state_dir(id));
                 }
@@ -178,13 +228,26 @@ extern "C" fn forward(sig: libc::c_int) {
 /// Run runc as a child, forwarding the usual signals, and return its exit
 /// code (128+signal when it was killed).
 fn spawn_forwarding(runc: &Path, argv: &[OsString]) -> Result<i32> {
-    let mut child = Command::new(runc).args(argv).spawn().with_context(|| format!("cannot run {}", runc.display()))?;
+    let mut child = Command::new(runc)
+        .args(argv)
+        .spawn()
+        .with_context(|| format!("cannot run {}", runc.display()))?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGWINCH] {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGWINCH,
+    ] {
         // SAFETY: installing a handler that only calls kill.
         unsafe { libc::signal(sig, forward as *const () as libc::sighandler_t) };
     }
     let status = child.wait().context("waiting for runc")?;
     use std::os::unix::process::ExitStatusExt;
-    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }

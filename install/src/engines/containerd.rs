@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use toml_edit::{value, Array, DocumentMut, Item, Table};
 
 use super::fsutil::{backup_path, normalize, FsView};
-use super::{Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, ANNOTATION_PATTERNS, RUNTIME_NAME};
+use super::{
+    Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, ANNOTATION_PATTERNS, RUNTIME_NAME,
+};
 
 pub const MAIN: &str = "/etc/containerd/config.toml";
 pub const DROPIN: &str = "/etc/containerd/conf.d/gpu-quota.toml";
@@ -44,7 +46,8 @@ fn plugin_for(version: i64) -> &'static str {
 
 fn parse(path: &Path, bytes: &[u8]) -> Result<DocumentMut, EngineError> {
     let text = std::str::from_utf8(bytes).map_err(|e| EngineError::bad_toml(path, e))?;
-    text.parse::<DocumentMut>().map_err(|e| EngineError::bad_toml(path, e))
+    text.parse::<DocumentMut>()
+        .map_err(|e| EngineError::bad_toml(path, e))
 }
 
 /// The main config's `version`: `Ok(None)` for a file without any key (comments only).
@@ -73,9 +76,17 @@ fn imports_of(doc: &DocumentMut, path: &Path) -> Result<Vec<String>, EngineError
     match doc.get("imports") {
         None => Ok(Vec::new()),
         Some(item) => {
-            let bad = || EngineError::invalid(path, "`imports` is not an array of strings", "fix it by hand, then run the command again");
+            let bad = || {
+                EngineError::invalid(
+                    path,
+                    "`imports` is not an array of strings",
+                    "fix it by hand, then run the command again",
+                )
+            };
             let arr = item.as_array().ok_or_else(bad)?;
-            arr.iter().map(|v| v.as_str().map(String::from).ok_or_else(bad)).collect()
+            arr.iter()
+                .map(|v| v.as_str().map(String::from).ok_or_else(bad))
+                .collect()
         }
     }
 }
@@ -142,7 +153,12 @@ fn import_matches(imp: &str, target: &str) -> bool {
     let pc: Vec<_> = pat.components().collect();
     let tc: Vec<_> = Path::new(target).components().collect();
     pc.len() == tc.len()
-        && pc.iter().zip(&tc).all(|(a, b)| component_match(&a.as_os_str().to_string_lossy(), &b.as_os_str().to_string_lossy()))
+        && pc.iter().zip(&tc).all(|(a, b)| {
+            component_match(
+                &a.as_os_str().to_string_lossy(),
+                &b.as_os_str().to_string_lossy(),
+            )
+        })
 }
 
 /// The files an `imports` list loads, in containerd's order.
@@ -154,7 +170,15 @@ fn resolve_imports(fs: &dyn FsView, imports: &[String]) -> Vec<PathBuf> {
         for comp in p.components().skip(1) {
             let c = comp.as_os_str().to_string_lossy().into_owned();
             bases = if has_meta(&c) {
-                bases.iter().flat_map(|b| fs.list_dir(b).into_iter().filter(|n| component_match(&c, n)).map(move |n| b.join(n))).collect()
+                bases
+                    .iter()
+                    .flat_map(|b| {
+                        fs.list_dir(b)
+                            .into_iter()
+                            .filter(|n| component_match(&c, n))
+                            .map(move |n| b.join(n))
+                    })
+                    .collect()
             } else {
                 bases.iter().map(|b| b.join(&c)).collect()
             };
@@ -169,14 +193,24 @@ fn resolve_imports(fs: &dyn FsView, imports: &[String]) -> Vec<PathBuf> {
 }
 
 fn cri_table<'a>(doc: &'a DocumentMut, plugin: &str) -> Option<&'a dyn toml_edit::TableLike> {
-    doc.get("plugins")?.as_table_like()?.get(plugin)?.as_table_like()
+    doc.get("plugins")?
+        .as_table_like()?
+        .get(plugin)?
+        .as_table_like()
 }
 
 fn runtimes_table<'a>(doc: &'a DocumentMut, plugin: &str) -> Option<&'a dyn toml_edit::TableLike> {
-    cri_table(doc, plugin)?.get("containerd")?.as_table_like()?.get("runtimes")?.as_table_like()
+    cri_table(doc, plugin)?
+        .get("containerd")?
+        .as_table_like()?
+        .get("runtimes")?
+        .as_table_like()
 }
 
-fn runtimes_table_mut<'a>(doc: &'a mut DocumentMut, plugin: &str) -> Option<&'a mut dyn toml_edit::TableLike> {
+fn runtimes_table_mut<'a>(
+    doc: &'a mut DocumentMut,
+    plugin: &str,
+) -> Option<&'a mut dyn toml_edit::TableLike> {
     doc.get_mut("plugins")?
         .as_table_like_mut()?
         .get_mut(plugin)?
@@ -198,7 +232,11 @@ fn default_runtime_options(doc: &DocumentMut, plugin: &str) -> Option<Table> {
         .unwrap_or("runc")
         .to_string();
     let rt = runtimes_table(doc, plugin)?.get(&name)?.as_table_like()?;
-    if rt.get("runtime_type").and_then(|v| v.as_str()).is_some_and(|t| t != RUNC_V2) {
+    if rt
+        .get("runtime_type")
+        .and_then(|v| v.as_str())
+        .is_some_and(|t| t != RUNC_V2)
+    {
         return None; // kata, runsc, ...: their options mean nothing to runc
     }
     let opts = rt.get("options")?.as_table_like()?;
@@ -242,7 +280,11 @@ fn runc_table() -> Table {
     t
 }
 
-fn ensure_table<'a>(parent: &'a mut Table, key: &str, path: &Path) -> Result<&'a mut Table, EngineError> {
+fn ensure_table<'a>(
+    parent: &'a mut Table,
+    key: &str,
+    path: &Path,
+) -> Result<&'a mut Table, EngineError> {
     let item = parent.entry(key).or_insert_with(|| {
         let mut t = Table::new();
         t.set_implicit(true);
@@ -276,7 +318,12 @@ fn last_line(t: &Table) -> String {
 /// Indentation of the first `key = value` of an explicit table.
 fn key_indent(t: &Table) -> Option<String> {
     let (k, _) = t.iter().find(|(_, v)| v.is_value())?;
-    let p = t.key(k)?.leaf_decor().prefix().and_then(|p| p.as_str())?.to_string();
+    let p = t
+        .key(k)?
+        .leaf_decor()
+        .prefix()
+        .and_then(|p| p.as_str())?
+        .to_string();
     p.chars().all(|c| c == ' ' || c == '\t').then_some(p)
 }
 
@@ -306,20 +353,39 @@ fn layout(doc: &DocumentMut, plugin: &str) -> Layout {
     if let Some(anc) = path.iter().rev().find(|a| explicit(a)) {
         let h = last_line(anc);
         let inner = key_indent(anc)
-            .or_else(|| anc.iter().find_map(|(_, v)| v.as_table().filter(|c| explicit(c)).map(last_line)))
+            .or_else(|| {
+                anc.iter()
+                    .find_map(|(_, v)| v.as_table().filter(|c| explicit(c)).map(last_line))
+            })
             .unwrap_or_else(|| h.clone());
         let step = inner.strip_prefix(h.as_str()).unwrap_or("").to_string();
-        return Layout { key: format!("{inner}{step}"), head: inner };
+        return Layout {
+            key: format!("{inner}{step}"),
+            head: inner,
+        };
     }
-    Layout { head: String::new(), key: String::new() }
+    Layout {
+        head: String::new(),
+        key: String::new(),
+    }
 }
 
 /// Give a table we add the file's layout (child tables one step further in).
 fn indent_table(t: &mut Table, lay: &Layout, comment: &str) {
-    let comment: String = comment.lines().map(|l| format!("{}{l}\n", lay.head)).collect();
+    let comment: String = comment
+        .lines()
+        .map(|l| format!("{}{l}\n", lay.head))
+        .collect();
     t.decor_mut().set_prefix(format!("\n{comment}{}", lay.head));
-    let step = lay.key.strip_prefix(lay.head.as_str()).unwrap_or("").to_string();
-    let child = Layout { head: lay.key.clone(), key: format!("{}{step}", lay.key) };
+    let step = lay
+        .key
+        .strip_prefix(lay.head.as_str())
+        .unwrap_or("")
+        .to_string();
+    let child = Layout {
+        head: lay.key.clone(),
+        key: format!("{}{step}", lay.key),
+    };
     let keys: Vec<String> = t.iter().map(|(k, _)| k.to_string()).collect();
     for k in keys {
         if let Some(Item::Table(c)) = t.get_mut(&k) {
@@ -331,7 +397,12 @@ fn indent_table(t: &mut Table, lay: &Layout, comment: &str) {
 }
 
 /// Add (or bring up to date) our runtime in `doc`'s CRI section. Version 2 only.
-fn add_in_place(doc: &mut DocumentMut, plugin: &str, runtime: &str, path: &Path) -> Result<(), EngineError> {
+fn add_in_place(
+    doc: &mut DocumentMut,
+    plugin: &str,
+    runtime: &str,
+    path: &Path,
+) -> Result<(), EngineError> {
     let copied = default_runtime_options(doc, plugin);
     let lay = layout(doc, plugin);
     let plugins = ensure_table(doc.as_table_mut(), "plugins", path)?;
@@ -351,7 +422,11 @@ fn add_in_place(doc: &mut DocumentMut, plugin: &str, runtime: &str, path: &Path)
                 runtimes.insert("runc", Item::Table(runc));
             }
             let mut t = runtime_table(runtime, copied.as_ref());
-            indent_table(&mut t, &lay, &format!("# Added by `{MARK}`; `gpu-quota uninstall containerd` removes it."));
+            indent_table(
+                &mut t,
+                &lay,
+                &format!("# Added by `{MARK}`; `gpu-quota uninstall containerd` removes it."),
+            );
             runtimes.insert(RUNTIME_NAME, Item::Table(t));
         }
     }
@@ -364,12 +439,16 @@ fn update_runtime(t: &mut Table, runtime: &str, copied: Option<&Table>) {
         t.insert("runtime_type", value(RUNC_V2));
     }
     let want: Vec<&str> = ANNOTATION_PATTERNS.to_vec();
-    let have: Option<Vec<&str>> =
-        t.get("pod_annotations").and_then(Item::as_array).map(|a| a.iter().filter_map(|v| v.as_str()).collect());
+    let have: Option<Vec<&str>> = t
+        .get("pod_annotations")
+        .and_then(Item::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect());
     if have.as_deref() != Some(&want[..]) {
         t.insert("pod_annotations", value(annotations()));
     }
-    let o = t.entry("options").or_insert_with(|| Item::Table(Table::new()));
+    let o = t
+        .entry("options")
+        .or_insert_with(|| Item::Table(Table::new()));
     if let Some(o) = o.as_table_like_mut() {
         if o.get("BinaryName").and_then(Item::as_str) != Some(runtime) {
             o.insert("BinaryName", value(runtime));
@@ -393,7 +472,12 @@ fn remove_in_place(doc: &mut DocumentMut) -> bool {
             let ours = rts
                 .get("runc")
                 .and_then(Item::as_table)
-                .and_then(|t| t.decor().prefix().and_then(|p| p.as_str()).map(|p| p.contains(MARK)))
+                .and_then(|t| {
+                    t.decor()
+                        .prefix()
+                        .and_then(|p| p.as_str())
+                        .map(|p| p.contains(MARK))
+                })
                 .unwrap_or(false);
             if ours {
                 rts.remove("runc");
@@ -454,7 +538,12 @@ fn add_import(doc: &mut DocumentMut) {
             let decor = arr
                 .get(arr.len().wrapping_sub(1))
                 .map(|v| v.decor().clone())
-                .filter(|d| arr.len() > 1 || d.prefix().and_then(|p| p.as_str()).is_some_and(|p| p.contains('\n')));
+                .filter(|d| {
+                    arr.len() > 1
+                        || d.prefix()
+                            .and_then(|p| p.as_str())
+                            .is_some_and(|p| p.contains('\n'))
+                });
             arr.push(DROPIN);
             if let (Some(d), Some(v)) = (decor, arr.get_mut(arr.len() - 1)) {
                 *v.decor_mut() = d;
@@ -469,13 +558,18 @@ fn add_import(doc: &mut DocumentMut) {
 
 /// Remove `DROPIN` from `imports`; the key goes too when left empty and `keep_key` is false.
 fn remove_import(doc: &mut DocumentMut, keep_key: bool) -> bool {
-    let Some(arr) = doc.get_mut("imports").and_then(Item::as_array_mut) else { return false };
-    let Some(i) = arr.iter().position(|v| v.as_str() == Some(DROPIN)) else { return false };
+    let Some(arr) = doc.get_mut("imports").and_then(Item::as_array_mut) else {
+        return false;
+    };
+    let Some(i) = arr.iter().position(|v| v.as_str() == Some(DROPIN)) else {
+        return false;
+    };
     let removed_decor = arr.get(i).map(|v| v.decor().clone());
     arr.remove(i);
     if i == 0 {
         if let (Some(d), Some(next)) = (removed_decor, arr.get_mut(0)) {
-            next.decor_mut().set_prefix(d.prefix().cloned().unwrap_or_default());
+            next.decor_mut()
+                .set_prefix(d.prefix().cloned().unwrap_or_default());
         }
     }
     if arr.is_empty() && !keep_key {
@@ -501,7 +595,11 @@ struct Loaded {
 fn load(fs: &dyn FsView, path: &Path) -> Result<Option<Loaded>, EngineError> {
     Ok(match fs.read(path)? {
         None => None,
-        Some(bytes) => Some(Loaded { path: path.to_path_buf(), doc: parse(path, &bytes)?, bytes }),
+        Some(bytes) => Some(Loaded {
+            path: path.to_path_buf(),
+            doc: parse(path, &bytes)?,
+            bytes,
+        }),
     })
 }
 
@@ -530,8 +628,16 @@ impl Engine for Containerd {
             plan.notes.push(format!(
                 "{MAIN} does not exist: creating a minimal one (version = 2, containerd's defaults) that imports {DROPIN}"
             ));
-            plan.changes.push(FileChange::config(DROPIN, dropin_before, Some(dropin_text(2, runtime, None, true).into_bytes())));
-            plan.changes.push(FileChange::config(MAIN, None, Some(fresh_main().into_bytes())));
+            plan.changes.push(FileChange::config(
+                DROPIN,
+                dropin_before,
+                Some(dropin_text(2, runtime, None, true).into_bytes()),
+            ));
+            plan.changes.push(FileChange::config(
+                MAIN,
+                None,
+                Some(fresh_main().into_bytes()),
+            ));
             return Ok(plan);
         };
         let version = match version_of(&main.doc, main_path)? {
@@ -564,12 +670,19 @@ impl Engine for Containerd {
         if version == 3 || definers.is_empty() {
             // Drop-in. v3: copy the default runtime's options from the files that set them.
             let copied = if version == 3 {
-                std::iter::once(&main).chain(others.iter()).filter_map(|l| default_runtime_options(&l.doc, plugin)).next_back()
+                std::iter::once(&main)
+                    .chain(others.iter())
+                    .filter_map(|l| default_runtime_options(&l.doc, plugin))
+                    .next_back()
             } else {
                 None
             };
             let text = dropin_text(version, runtime, copied.as_ref(), version == 2);
-            plan.changes.push(FileChange::config(DROPIN, dropin_before, Some(text.into_bytes())));
+            plan.changes.push(FileChange::config(
+                DROPIN,
+                dropin_before,
+                Some(text.into_bytes()),
+            ));
             if !covered {
                 add_import(&mut main.doc);
             }
@@ -585,7 +698,11 @@ impl Engine for Containerd {
             let l = &mut others[target - 1];
             add_in_place(&mut l.doc, plugin, runtime, &l.path)?;
         }
-        let target_path = if target == 0 { main_path.to_path_buf() } else { others[target - 1].path.clone() };
+        let target_path = if target == 0 {
+            main_path.to_path_buf()
+        } else {
+            others[target - 1].path.clone()
+        };
         plan.notes.push(format!(
             "config version 2 (containerd 1.x): {} defines the CRI plugin section, and containerd 1.x would \
              replace that whole section with an imported drop-in; so the runtime goes into {} itself",
@@ -596,7 +713,9 @@ impl Engine for Containerd {
             // An earlier install used the drop-in; it would now wipe the CRI section.
             let backup = fs.read(&backup_path(main_path))?;
             let keep = match backup {
-                Some(b) => parse(main_path, &b).map(|d| d.get("imports").is_some()).unwrap_or(true),
+                Some(b) => parse(main_path, &b)
+                    .map(|d| d.get("imports").is_some())
+                    .unwrap_or(true),
                 None => false,
             };
             remove_import(&mut main.doc, keep);
@@ -618,7 +737,9 @@ impl Engine for Containerd {
             let imports = imports_of(&main.doc, main_path)?;
             let backup = fs.read(&backup_path(main_path))?;
             let keep_key = match backup {
-                Some(b) => parse(main_path, &b).map(|d| d.get("imports").is_some()).unwrap_or(true),
+                Some(b) => parse(main_path, &b)
+                    .map(|d| d.get("imports").is_some())
+                    .unwrap_or(true),
                 None => false,
             };
             remove_import(&mut main.doc, keep_key);
@@ -644,7 +765,10 @@ impl Engine for Containerd {
     fn installed_runtime(&self, fs: &dyn FsView) -> Result<Option<String>, EngineError> {
         let mut files = vec![PathBuf::from(DROPIN), PathBuf::from(MAIN)];
         if let Some(m) = load(fs, Path::new(MAIN))? {
-            files.extend(resolve_imports(fs, &imports_of(&m.doc, Path::new(MAIN)).unwrap_or_default()));
+            files.extend(resolve_imports(
+                fs,
+                &imports_of(&m.doc, Path::new(MAIN)).unwrap_or_default(),
+            ));
         }
         for p in files {
             let Ok(Some(l)) = load(fs, &p) else { continue };
@@ -670,10 +794,15 @@ impl Engine for Containerd {
             "      sudo systemctl restart containerd      (running containers keep running)".to_string(),
         ];
         if ctx.root_given {
-            out.insert(0, "  --root given: nothing restarted; on the target system:".into());
+            out.insert(
+                0,
+                "  --root given: nothing restarted; on the target system:".into(),
+            );
         }
         if installed {
-            out.push("verify:  sudo containerd config dump | grep -A9 'runtimes.gpu-quota]'".into());
+            out.push(
+                "verify:  sudo containerd config dump | grep -A9 'runtimes.gpu-quota]'".into(),
+            );
             out.push("k8s:     RuntimeClass handler \"gpu-quota\" + pod annotation gpu-quota.io/vram: 8g (docs/install.md)".into());
             out.push(format!(
                 "ctr:     ctr run --runc-binary {} --annotation vram=8g IMAGE ID   (needs no install)",
@@ -710,7 +839,10 @@ mod tests {
         assert!(import_matches("/etc/containerd/conf.d/*.toml", DROPIN));
         assert!(import_matches("conf.d/*.toml", DROPIN));
         assert!(import_matches(DROPIN, DROPIN));
-        assert!(import_matches("/etc/containerd/conf.d/[a-h]pu-quota.to?l", DROPIN));
+        assert!(import_matches(
+            "/etc/containerd/conf.d/[a-h]pu-quota.to?l",
+            DROPIN
+        ));
         assert!(!import_matches("/etc/containerd/conf.d/[^g]*.toml", DROPIN));
         assert!(!import_matches("/etc/containerd/*.toml", DROPIN));
         assert!(!import_matches("/etc/containerd/conf.d/*.conf", DROPIN));
@@ -725,8 +857,17 @@ mod tests {
         let rt = &d["plugins"][CRI_V2]["containerd"]["runtimes"];
         assert_eq!(rt["gpu-quota"]["runtime_type"].as_str(), Some(RUNC_V2));
         assert_eq!(rt["gpu-quota"]["options"]["BinaryName"].as_str(), Some(RT));
-        assert_eq!(rt["runc"]["runtime_type"].as_str(), Some(RUNC_V2), "default runtime kept");
-        let ann: Vec<_> = rt["gpu-quota"]["pod_annotations"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        assert_eq!(
+            rt["runc"]["runtime_type"].as_str(),
+            Some(RUNC_V2),
+            "default runtime kept"
+        );
+        let ann: Vec<_> = rt["gpu-quota"]["pod_annotations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
         assert_eq!(ann, ["vram", "gpu", "gpus", "gpu-quota.io/*"]);
         round_trip(EngineKind::Containerd, MemFs::new(), RT);
     }
@@ -735,14 +876,31 @@ mod tests {
     fn v2_with_cri_section_edits_in_place() {
         let fs = MemFs::new().with(MAIN, DEBIAN);
         let f = installed(&fs);
-        assert!(f.get(DROPIN).is_none(), "no drop-in: it would wipe the CRI section on containerd 1.x");
+        assert!(
+            f.get(DROPIN).is_none(),
+            "no drop-in: it would wipe the CRI section on containerd 1.x"
+        );
         let out = f.get(MAIN).unwrap();
-        assert!(out.starts_with(DEBIAN.split("  [plugins.\"io.containerd.internal").next().unwrap()), "{out}");
+        assert!(
+            out.starts_with(
+                DEBIAN
+                    .split("  [plugins.\"io.containerd.internal")
+                    .next()
+                    .unwrap()
+            ),
+            "{out}"
+        );
         let d = doc(&out);
         let cri = &d["plugins"][CRI_V2];
         assert_eq!(cri["cni"]["bin_dir"].as_str(), Some("/usr/lib/cni"));
-        assert_eq!(cri["containerd"]["runtimes"]["gpu-quota"]["options"]["BinaryName"].as_str(), Some(RT));
-        assert_eq!(cri["containerd"]["runtimes"]["runc"]["runtime_type"].as_str(), Some(RUNC_V2));
+        assert_eq!(
+            cri["containerd"]["runtimes"]["gpu-quota"]["options"]["BinaryName"].as_str(),
+            Some(RT)
+        );
+        assert_eq!(
+            cri["containerd"]["runtimes"]["runc"]["runtime_type"].as_str(),
+            Some(RUNC_V2)
+        );
         assert!(d.get("imports").is_none());
         round_trip(EngineKind::Containerd, fs, RT);
     }
@@ -755,13 +913,30 @@ mod tests {
         let out = f.get(MAIN).unwrap();
         let d = doc(&out);
         let rts = &d["plugins"][CRI_V2]["containerd"]["runtimes"];
-        assert_eq!(rts["gpu-quota"]["options"]["SystemdCgroup"].as_bool(), Some(true));
-        assert!(!rts["runc"].as_table().unwrap().decor().prefix().unwrap().as_str().unwrap().contains(MARK), "user's runc untouched");
+        assert_eq!(
+            rts["gpu-quota"]["options"]["SystemdCgroup"].as_bool(),
+            Some(true)
+        );
+        assert!(
+            !rts["runc"]
+                .as_table()
+                .unwrap()
+                .decor()
+                .prefix()
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .contains(MARK),
+            "user's runc untouched"
+        );
         for line in src.lines() {
             assert!(out.contains(line), "kept {line:?}");
         }
         // Our tables come right after the runtimes they join, before the registry section.
-        assert!(out.find("runtimes.gpu-quota]").unwrap() < out.find("# registry").unwrap(), "{out}");
+        assert!(
+            out.find("runtimes.gpu-quota]").unwrap() < out.find("# registry").unwrap(),
+            "{out}"
+        );
         round_trip(EngineKind::Containerd, fs, RT);
     }
 
@@ -777,14 +952,21 @@ mod tests {
         let g = &d["plugins"][CRI_V3]["containerd"]["runtimes"]["gpu-quota"];
         assert_eq!(g["options"]["BinaryName"].as_str(), Some(RT));
         assert_eq!(g["options"]["SystemdCgroup"].as_bool(), Some(true));
-        assert!(d["plugins"][CRI_V3]["containerd"]["runtimes"].get("runc").is_none(), "2.x merges: no runc needed");
+        assert!(
+            d["plugins"][CRI_V3]["containerd"]["runtimes"]
+                .get("runc")
+                .is_none(),
+            "2.x merges: no runc needed"
+        );
         round_trip(EngineKind::Containerd, fs, RT);
     }
 
     #[test]
     fn existing_glob_import_is_reused() {
         let src = "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n";
-        let fs = MemFs::new().with(MAIN, src).with("/etc/containerd/conf.d/10-mirror.toml", "version = 3\n");
+        let fs = MemFs::new()
+            .with(MAIN, src)
+            .with("/etc/containerd/conf.d/10-mirror.toml", "version = 3\n");
         let f = installed(&fs);
         assert_eq!(f.get(MAIN).unwrap(), src, "main untouched");
         assert!(f.get(DROPIN).is_some());
@@ -795,12 +977,18 @@ mod tests {
     fn v2_cri_defined_in_import_file() {
         let src = "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n";
         let cri = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
-        let fs = MemFs::new().with(MAIN, src).with("/etc/containerd/conf.d/50-cri.toml", cri);
+        let fs = MemFs::new()
+            .with(MAIN, src)
+            .with("/etc/containerd/conf.d/50-cri.toml", cri);
         let f = installed(&fs);
         assert_eq!(f.get(MAIN).unwrap(), src);
         assert!(f.get(DROPIN).is_none());
         let d = doc(&f.get("/etc/containerd/conf.d/50-cri.toml").unwrap());
-        assert_eq!(d["plugins"][CRI_V2]["containerd"]["runtimes"]["gpu-quota"]["options"]["BinaryName"].as_str(), Some(RT));
+        assert_eq!(
+            d["plugins"][CRI_V2]["containerd"]["runtimes"]["gpu-quota"]["options"]["BinaryName"]
+                .as_str(),
+            Some(RT)
+        );
         round_trip(EngineKind::Containerd, fs, RT);
     }
 
@@ -810,7 +998,8 @@ mod tests {
         let mut f = installed(&MemFs::new().with(MAIN, src));
         assert!(f.get(DROPIN).is_some());
         // The admin then adds CRI settings to config.toml.
-        let main = f.get(MAIN).unwrap() + "\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
+        let main = f.get(MAIN).unwrap()
+            + "\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
         f.put(MAIN, main.into_bytes());
         let p = plan_install(&Containerd, &f, RT).unwrap();
         f.apply(&p.changes);
@@ -830,18 +1019,50 @@ mod tests {
         let fs = MemFs::new().with(MAIN, "# nothing here yet\n");
         let f = installed(&fs);
         let out = f.get(MAIN).unwrap();
-        assert!(out.contains("version = 2") && out.contains(DROPIN) && out.contains("# nothing here yet"), "{out}");
+        assert!(
+            out.contains("version = 2")
+                && out.contains(DROPIN)
+                && out.contains("# nothing here yet"),
+            "{out}"
+        );
         round_trip(EngineKind::Containerd, fs, RT);
 
-        let e = plan_install(&Containerd, &MemFs::new().with(MAIN, "version = 2\n[plugins\n"), RT).unwrap_err().to_string();
-        assert!(e.starts_with("/etc/containerd/config.toml: not valid TOML"), "{e}");
-        let e = plan_install(&Containerd, &MemFs::new().with(MAIN, "[plugins.cri]\nx = 1\n"), RT).unwrap_err().to_string();
+        let e = plan_install(
+            &Containerd,
+            &MemFs::new().with(MAIN, "version = 2\n[plugins\n"),
+            RT,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("/etc/containerd/config.toml: not valid TOML"),
+            "{e}"
+        );
+        let e = plan_install(
+            &Containerd,
+            &MemFs::new().with(MAIN, "[plugins.cri]\nx = 1\n"),
+            RT,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("version 1"), "{e}");
-        let e = plan_install(&Containerd, &MemFs::new().with(MAIN, "version = 4\n"), RT).unwrap_err().to_string();
+        let e = plan_install(&Containerd, &MemFs::new().with(MAIN, "version = 4\n"), RT)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not supported"), "{e}");
-        let bad_import = MemFs::new().with(MAIN, "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n").with("/etc/containerd/conf.d/x.toml", "[[[");
-        let e = plan_install(&Containerd, &bad_import, RT).unwrap_err().to_string();
-        assert!(e.starts_with("/etc/containerd/conf.d/x.toml: not valid TOML"), "{e}");
+        let bad_import = MemFs::new()
+            .with(
+                MAIN,
+                "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n",
+            )
+            .with("/etc/containerd/conf.d/x.toml", "[[[");
+        let e = plan_install(&Containerd, &bad_import, RT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/etc/containerd/conf.d/x.toml: not valid TOML"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -849,7 +1070,10 @@ mod tests {
         let src = "version = 2\nimports = [\n  \"/opt/a.toml\",\n]\n";
         let fs = MemFs::new().with(MAIN, src);
         let f = installed(&fs);
-        assert_eq!(f.get(MAIN).unwrap(), format!("version = 2\nimports = [\n  \"/opt/a.toml\",\n  \"{DROPIN}\",\n]\n"));
+        assert_eq!(
+            f.get(MAIN).unwrap(),
+            format!("version = 2\nimports = [\n  \"/opt/a.toml\",\n  \"{DROPIN}\",\n]\n")
+        );
         round_trip(EngineKind::Containerd, fs, RT);
     }
 }

@@ -33,10 +33,18 @@ impl Engine for Crio {
         EngineKind::Crio
     }
 
-    fn plan_install(&self, fs: &dyn super::fsutil::FsView, runtime: &str) -> Result<EnginePlan, EngineError> {
+    fn plan_install(
+        &self,
+        fs: &dyn super::fsutil::FsView,
+        runtime: &str,
+    ) -> Result<EnginePlan, EngineError> {
         let before = fs.read(Path::new(DROPIN))?;
         Ok(EnginePlan {
-            changes: vec![FileChange::config(DROPIN, before, Some(dropin_text(runtime).into_bytes()))],
+            changes: vec![FileChange::config(
+                DROPIN,
+                before,
+                Some(dropin_text(runtime).into_bytes()),
+            )],
             notes: vec![],
         })
     }
@@ -49,9 +57,16 @@ impl Engine for Crio {
         Ok(plan)
     }
 
-    fn installed_runtime(&self, fs: &dyn super::fsutil::FsView) -> Result<Option<String>, EngineError> {
-        let Some(b) = fs.read(Path::new(DROPIN))? else { return Ok(None) };
-        let Ok(doc) = String::from_utf8_lossy(&b).parse::<toml_edit::DocumentMut>() else { return Ok(None) };
+    fn installed_runtime(
+        &self,
+        fs: &dyn super::fsutil::FsView,
+    ) -> Result<Option<String>, EngineError> {
+        let Some(b) = fs.read(Path::new(DROPIN))? else {
+            return Ok(None);
+        };
+        let Ok(doc) = String::from_utf8_lossy(&b).parse::<toml_edit::DocumentMut>() else {
+            return Ok(None);
+        };
         Ok(doc
             .get("crio")
             .and_then(|c| c.get("runtime"))
@@ -65,10 +80,15 @@ impl Engine for Crio {
     fn finish(&self, ctx: &Ctx, installed: bool) -> Vec<String> {
         let mut out = vec!["  restart CRI-O to apply:  sudo systemctl restart crio   (running containers keep running)".to_string()];
         if ctx.root_given {
-            out.insert(0, "  --root given: nothing restarted; on the target system:".into());
+            out.insert(
+                0,
+                "  --root given: nothing restarted; on the target system:".into(),
+            );
         }
         if installed {
-            out.push("verify:  sudo crio config 2>/dev/null | grep -A4 'runtimes.gpu-quota'".into());
+            out.push(
+                "verify:  sudo crio config 2>/dev/null | grep -A4 'runtimes.gpu-quota'".into(),
+            );
             out.push("k8s:     RuntimeClass handler \"gpu-quota\" + pod annotation gpu-quota.io/vram: 8g (docs/install.md)".into());
         }
         out
@@ -85,7 +105,10 @@ mod tests {
 
     #[test]
     fn drop_in() {
-        let fs = MemFs::new().with("/etc/crio/crio.conf.d/10-crio.conf", "[crio.runtime]\ndefault_runtime = \"crun\"\n");
+        let fs = MemFs::new().with(
+            "/etc/crio/crio.conf.d/10-crio.conf",
+            "[crio.runtime]\ndefault_runtime = \"crun\"\n",
+        );
         let (inst, _) = round_trip(EngineKind::Crio, fs, RT);
         let doc: toml_edit::DocumentMut = inst.get(DROPIN).unwrap().parse().unwrap();
         let h = &doc["crio"]["runtime"]["runtimes"]["gpu-quota"];

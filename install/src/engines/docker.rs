@@ -8,7 +8,9 @@
 use std::path::Path;
 
 use super::fsutil::{backup_path, FsView};
-use super::{signal_daemon, Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, RUNTIME_NAME};
+use super::{
+    signal_daemon, Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, RUNTIME_NAME,
+};
 
 pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
@@ -23,36 +25,52 @@ impl Engine for Docker {
         let path = Path::new(DAEMON_JSON);
         let before = fs.read(path)?;
         let after = add_runtime(before.as_deref(), runtime).map_err(|e| e.at(path))?;
-        Ok(EnginePlan { changes: vec![FileChange::config(DAEMON_JSON, before, Some(after))], notes: vec![] })
+        Ok(EnginePlan {
+            changes: vec![FileChange::config(DAEMON_JSON, before, Some(after))],
+            notes: vec![],
+        })
     }
 
     fn plan_uninstall(&self, fs: &dyn FsView) -> Result<EnginePlan, EngineError> {
         let path = Path::new(DAEMON_JSON);
-        let Some(before) = fs.read(path)? else { return Ok(EnginePlan::default()) };
+        let Some(before) = fs.read(path)? else {
+            return Ok(EnginePlan::default());
+        };
         let backup = fs.read(&backup_path(path))?;
         let mut plan = EnginePlan::default();
         if let Some(after) = remove_runtime(&before, backup.as_deref()).map_err(|e| e.at(path))? {
-            plan.changes.push(FileChange::config(DAEMON_JSON, Some(before), Some(after)));
+            plan.changes
+                .push(FileChange::config(DAEMON_JSON, Some(before), Some(after)));
         }
         Ok(plan)
     }
 
     fn installed_runtime(&self, fs: &dyn FsView) -> Result<Option<String>, EngineError> {
-        let Some(b) = fs.read(Path::new(DAEMON_JSON))? else { return Ok(None) };
+        let Some(b) = fs.read(Path::new(DAEMON_JSON))? else {
+            return Ok(None);
+        };
         let v: serde_json::Value = match serde_json::from_slice(&b) {
             Ok(v) => v,
             Err(_) => return Ok(None),
         };
-        Ok(v.get("runtimes").and_then(|r| r.get(RUNTIME_NAME)).and_then(|r| r.get("path")).and_then(|p| p.as_str()).map(String::from))
+        Ok(v.get("runtimes")
+            .and_then(|r| r.get(RUNTIME_NAME))
+            .and_then(|r| r.get("path"))
+            .and_then(|p| p.as_str())
+            .map(String::from))
     }
 
     fn finish(&self, ctx: &Ctx, installed: bool) -> Vec<String> {
         let mut out = Vec::new();
         let how = "sudo systemctl reload docker   (or: sudo kill -HUP $(pidof dockerd))";
         if ctx.root_given {
-            out.push(format!("  --root given: no daemon signalled; on the target system run: {how}"));
+            out.push(format!(
+                "  --root given: no daemon signalled; on the target system run: {how}"
+            ));
         } else if !ctx.may_signal() {
-            out.push(format!("  dockerd not signalled (--no-reload); to apply: {how}"));
+            out.push(format!(
+                "  dockerd not signalled (--no-reload); to apply: {how}"
+            ));
         } else {
             match signal_daemon("dockerd", Some("/var/run/docker.pid"), libc::SIGHUP) {
                 Ok(p) if !p.is_empty() => {
@@ -60,7 +78,9 @@ impl Engine for Docker {
                         "  reloaded dockerd (SIGHUP to pid {}); runtimes are reloaded live, no restart needed",
                         p.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
                     ));
-                    if !installed && !has_runtimes_key(&std::fs::read(DAEMON_JSON).unwrap_or_default()) {
+                    if !installed
+                        && !has_runtimes_key(&std::fs::read(DAEMON_JSON).unwrap_or_default())
+                    {
                         // Measured with dockerd 20.10: a reload leaves the runtime list alone
                         // unless daemon.json has a `runtimes` key (or exists at all).
                         out.push(
@@ -70,7 +90,9 @@ impl Engine for Docker {
                         );
                     }
                 }
-                Ok(_) => out.push("  dockerd is not running; it will read the change when it starts".into()),
+                Ok(_) => out.push(
+                    "  dockerd is not running; it will read the change when it starts".into(),
+                ),
                 Err(e) => out.push(format!("  could not signal dockerd ({e}); to apply: {how}")),
             }
         }
@@ -84,7 +106,9 @@ impl Engine for Docker {
 }
 
 fn has_runtimes_key(b: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(b).map(|v| v.get("runtimes").is_some()).unwrap_or(false)
+    serde_json::from_slice::<serde_json::Value>(b)
+        .map(|v| v.get("runtimes").is_some())
+        .unwrap_or(false)
 }
 
 /// Why daemon.json cannot be edited.
@@ -143,20 +167,28 @@ pub fn add_runtime(before: Option<&[u8]>, runtime: &str) -> Result<Vec<u8>, Json
     let gm = &robj.members[gi];
     if s[gm.value_start] != b'{' {
         // Not something docker accepts anyway: replace it with ours.
-        return Ok(splice(text, gm.value_start, gm.value_end, &render(&rt_value, &style, &line_indent(text, gm.key_start))));
+        return Ok(splice(
+            text,
+            gm.value_start,
+            gm.value_end,
+            &render(&rt_value, &style, &line_indent(text, gm.key_start)),
+        ));
     }
     let gobj = object_at(s, gm.value_start);
     match gobj.last("path") {
         Some(pi) => {
             let pm = &gobj.members[pi];
-            let cur: Option<String> = serde_json::from_str(&text[pm.value_start..pm.value_end]).ok();
+            let cur: Option<String> =
+                serde_json::from_str(&text[pm.value_start..pm.value_end]).ok();
             if cur.as_deref() == Some(runtime) {
                 Ok(raw.to_vec())
             } else {
                 Ok(splice(text, pm.value_start, pm.value_end, &jstr(runtime)))
             }
         }
-        None => Ok(insert_member(text, &gobj, "path", &J::S(runtime.to_string()), &style).into_bytes()),
+        None => {
+            Ok(insert_member(text, &gobj, "path", &J::S(runtime.to_string()), &style).into_bytes())
+        }
     }
 }
 
@@ -169,13 +201,17 @@ pub fn remove_runtime(before: &[u8], backup: Option<&[u8]>) -> Result<Option<Vec
     let text = validate(before)?;
     let s = text.as_bytes();
     let top = object_at(s, ws(s, 0));
-    let Some(ri) = top.last("runtimes") else { return Ok(None) };
+    let Some(ri) = top.last("runtimes") else {
+        return Ok(None);
+    };
     let rm = &top.members[ri];
     if s[rm.value_start] != b'{' {
         return Ok(None);
     }
     let robj = object_at(s, rm.value_start);
-    let Some(gi) = robj.last(RUNTIME_NAME) else { return Ok(None) };
+    let Some(gi) = robj.last(RUNTIME_NAME) else {
+        return Ok(None);
+    };
     let out = remove_member(text, &robj, gi);
     if robj.members.len() > 1 {
         return Ok(Some(out.into_bytes()));
@@ -196,7 +232,9 @@ pub fn remove_runtime(before: &[u8], backup: Option<&[u8]>) -> Result<Option<Vec
 fn validate(raw: &[u8]) -> Result<&str, JsonError> {
     let v: serde_json::Value = serde_json::from_slice(raw).map_err(JsonError::Syntax)?;
     if !v.is_object() {
-        return Err(JsonError::Shape("the top level is not a JSON object".into()));
+        return Err(JsonError::Shape(
+            "the top level is not a JSON object".into(),
+        ));
     }
     // Valid JSON is valid UTF-8.
     Ok(std::str::from_utf8(raw).expect("valid JSON is UTF-8"))
@@ -266,7 +304,8 @@ fn value_end(s: &[u8], i: usize) -> usize {
         }
         _ => {
             let mut j = i;
-            while j < s.len() && !matches!(s[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+            while j < s.len() && !matches!(s[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            {
                 j += 1;
             }
             j
@@ -279,7 +318,11 @@ fn object_at(s: &[u8], open: usize) -> Obj {
     let mut members = Vec::new();
     let mut i = ws(s, open + 1);
     if s[i] == b'}' {
-        return Obj { open, close: i, members };
+        return Obj {
+            open,
+            close: i,
+            members,
+        };
     }
     loop {
         let key_start = i;
@@ -288,12 +331,22 @@ fn object_at(s: &[u8], open: usize) -> Obj {
         i = ws(s, key_end); // at ':'
         let value_start = ws(s, i + 1);
         let value_end = value_end(s, value_start);
-        members.push(Member { key, key_start, key_end, value_start, value_end });
+        members.push(Member {
+            key,
+            key_start,
+            key_end,
+            value_start,
+            value_end,
+        });
         i = ws(s, value_end);
         if s[i] == b',' {
             i = ws(s, i + 1);
         } else {
-            return Obj { open, close: i, members };
+            return Obj {
+                open,
+                close: i,
+                members,
+            };
         }
     }
 }
@@ -301,7 +354,10 @@ fn object_at(s: &[u8], open: usize) -> Obj {
 /// The whitespace that starts the line holding byte `at`.
 fn line_indent(text: &str, at: usize) -> String {
     let start = text[..at].rfind('\n').map(|i| i + 1).unwrap_or(0);
-    text[start..].chars().take_while(|c| *c == ' ' || *c == '\t').collect()
+    text[start..]
+        .chars()
+        .take_while(|c| *c == ' ' || *c == '\t')
+        .collect()
 }
 
 /// How the file is laid out: one line or one member per line, the indentation step, and the
@@ -315,7 +371,11 @@ struct Style {
 impl Style {
     fn of(text: &str, top: &Obj) -> Style {
         match top.members.first() {
-            None => Style { multiline: true, unit: "  ".into(), colon: ": ".into() },
+            None => Style {
+                multiline: true,
+                unit: "  ".into(),
+                colon: ": ".into(),
+            },
             Some(m) => {
                 let sep = &text[top.open + 1..m.key_start];
                 let multiline = sep.contains('\n');
@@ -323,7 +383,11 @@ impl Style {
                     Some(i) if i + 1 < sep.len() => sep[i + 1..].to_string(),
                     _ => "  ".into(),
                 };
-                Style { multiline, unit, colon: text[m.key_end..m.value_start].to_string() }
+                Style {
+                    multiline,
+                    unit,
+                    colon: text[m.key_end..m.value_start].to_string(),
+                }
             }
         }
     }
@@ -340,13 +404,17 @@ fn render(v: &J, st: &Style, indent: &str) -> String {
         J::S(s) => jstr(s),
         J::O(members) if st.multiline => {
             let inner = format!("{indent}{}", st.unit);
-            let body: Vec<String> =
-                members.iter().map(|(k, v)| format!("{inner}{}{}{}", jstr(k), st.colon, render(v, st, &inner))).collect();
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("{inner}{}{}{}", jstr(k), st.colon, render(v, st, &inner)))
+                .collect();
             format!("{{\n{}\n{indent}}}", body.join(",\n"))
         }
         J::O(members) => {
-            let body: Vec<String> =
-                members.iter().map(|(k, v)| format!("{}{}{}", jstr(k), st.colon, render(v, st, ""))).collect();
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("{}{}{}", jstr(k), st.colon, render(v, st, "")))
+                .collect();
             format!("{{{}}}", body.join(", "))
         }
     }
@@ -361,7 +429,11 @@ fn insert_member(text: &str, obj: &Obj, key: &str, v: &J, st: &Style) -> String 
     match obj.members.last() {
         Some(last) => {
             let n = obj.members.len();
-            let delim = if n >= 2 { text[..last.key_start].rfind(',').unwrap() } else { obj.open };
+            let delim = if n >= 2 {
+                text[..last.key_start].rfind(',').unwrap()
+            } else {
+                obj.open
+            };
             let sep = &text[delim + 1..last.key_start];
             let colon = &text[last.key_end..last.value_start];
             let multiline = sep.contains('\n');
@@ -370,16 +442,34 @@ fn insert_member(text: &str, obj: &Obj, key: &str, v: &J, st: &Style) -> String 
                 None => String::new(),
             };
             let outer = line_indent(text, obj.open);
-            let unit = indent.strip_prefix(outer.as_str()).filter(|u| !u.is_empty()).unwrap_or(&st.unit).to_string();
-            let local = Style { multiline, unit, colon: colon.to_string() };
+            let unit = indent
+                .strip_prefix(outer.as_str())
+                .filter(|u| !u.is_empty())
+                .unwrap_or(&st.unit)
+                .to_string();
+            let local = Style {
+                multiline,
+                unit,
+                colon: colon.to_string(),
+            };
             let member = format!(",{sep}{}{colon}{}", jstr(key), render(v, &local, &indent));
-            format!("{}{}{}", &text[..last.value_end], member, &text[last.value_end..])
+            format!(
+                "{}{}{}",
+                &text[..last.value_end],
+                member,
+                &text[last.value_end..]
+            )
         }
         None => {
             let outer = line_indent(text, obj.open);
             let inner = if st.multiline {
                 let indent = format!("{outer}{}", st.unit);
-                format!("\n{indent}{}{}{}\n{outer}", jstr(key), st.colon, render(v, st, &indent))
+                format!(
+                    "\n{indent}{}{}{}\n{outer}",
+                    jstr(key),
+                    st.colon,
+                    render(v, st, &indent)
+                )
             } else {
                 format!("{}{}{}", jstr(key), st.colon, render(v, st, ""))
             };
@@ -413,7 +503,9 @@ mod tests {
         String::from_utf8(add_runtime(Some(s.as_bytes()), RT).unwrap()).unwrap()
     }
     fn remove(s: &str, backup: Option<&str>) -> Option<String> {
-        remove_runtime(s.as_bytes(), backup.map(str::as_bytes)).unwrap().map(|b| String::from_utf8(b).unwrap())
+        remove_runtime(s.as_bytes(), backup.map(str::as_bytes))
+            .unwrap()
+            .map(|b| String::from_utf8(b).unwrap())
     }
 
     #[test]
@@ -477,14 +569,20 @@ mod tests {
     fn idempotent_and_updates_path() {
         let once = add("{\"a\": 1}");
         assert_eq!(add(&once), once);
-        let other = String::from_utf8(add_runtime(Some(once.as_bytes()), "/opt/gq/gpu-quota-runtime").unwrap()).unwrap();
+        let other = String::from_utf8(
+            add_runtime(Some(once.as_bytes()), "/opt/gq/gpu-quota-runtime").unwrap(),
+        )
+        .unwrap();
         assert_eq!(other, once.replace(RT, "/opt/gq/gpu-quota-runtime"));
     }
 
     #[test]
     fn our_runtime_first_of_several() {
         let src = "{\"runtimes\": {\"gpu-quota\": {\"path\": \"/x\"}, \"b\": {\"path\": \"/b\"}}}";
-        assert_eq!(remove(src, Some("{}")).unwrap(), "{\"runtimes\": {\"b\": {\"path\": \"/b\"}}}");
+        assert_eq!(
+            remove(src, Some("{}")).unwrap(),
+            "{\"runtimes\": {\"b\": {\"path\": \"/b\"}}}"
+        );
         assert_eq!(remove("{\"a\": 1}", None), None);
     }
 
@@ -494,10 +592,22 @@ mod tests {
             Err(JsonError::Syntax(e)) => assert_eq!(e.line(), 1),
             _ => panic!("bad JSON refused"),
         }
-        assert!(matches!(add_runtime(Some(b"[1]"), RT), Err(JsonError::Shape(_))));
-        assert!(matches!(add_runtime(Some(b"{\"runtimes\": 3}"), RT), Err(JsonError::Shape(_))));
-        let e = add_runtime(Some(b"{"), RT).unwrap_err().at(Path::new(DAEMON_JSON)).to_string();
-        assert!(e.starts_with("/etc/docker/daemon.json: not valid JSON"), "{e}");
+        assert!(matches!(
+            add_runtime(Some(b"[1]"), RT),
+            Err(JsonError::Shape(_))
+        ));
+        assert!(matches!(
+            add_runtime(Some(b"{\"runtimes\": 3}"), RT),
+            Err(JsonError::Shape(_))
+        ));
+        let e = add_runtime(Some(b"{"), RT)
+            .unwrap_err()
+            .at(Path::new(DAEMON_JSON))
+            .to_string();
+        assert!(
+            e.starts_with("/etc/docker/daemon.json: not valid JSON"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -525,12 +635,18 @@ mod tests {
         let mut fs = MemFs::new().with(DAEMON_JSON, src);
         let p = crate::engines::plan_install(&Docker, &fs, RT).unwrap();
         fs.apply(&p.changes);
-        let edited = fs.get(DAEMON_JSON).unwrap().replace("\"debug\": true", "\"debug\": false");
+        let edited = fs
+            .get(DAEMON_JSON)
+            .unwrap()
+            .replace("\"debug\": true", "\"debug\": false");
         fs.put(DAEMON_JSON, edited.into_bytes());
         let u = crate::engines::plan_uninstall(&Docker, &fs).unwrap();
         fs.apply(&u.changes);
         assert_eq!(fs.get(DAEMON_JSON).unwrap(), "{\n  \"debug\": false\n}\n");
-        assert!(fs.get("/etc/docker/daemon.json.gpu-quota.bak").is_some(), "backup kept");
+        assert!(
+            fs.get("/etc/docker/daemon.json.gpu-quota.bak").is_some(),
+            "backup kept"
+        );
         assert!(u.notes.iter().any(|n| n.contains("changed after install")));
     }
 }

@@ -174,7 +174,9 @@ impl MemFs {
         }
     }
     pub fn get(&self, path: &str) -> Option<String> {
-        self.files.get(Path::new(path)).map(|b| String::from_utf8_lossy(b).into_owned())
+        self.files
+            .get(Path::new(path))
+            .map(|b| String::from_utf8_lossy(b).into_owned())
     }
 }
 
@@ -203,12 +205,22 @@ impl FsView for MemFs {
 /// fsync, rename over the old one, fsync the directory. The old file's mode and owner are kept;
 /// a new file gets `new_mode`.
 pub fn atomic_write(host: &Path, data: &[u8], new_mode: u32) -> io::Result<()> {
-    let dir = host.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = host.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = host
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = host
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.gpu-quota-tmp.{}", std::process::id()));
     let old = fs::metadata(host).ok();
     let res = (|| {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(data)?;
         match &old {
             Some(m) => {
@@ -316,9 +328,17 @@ pub fn unified_diff(old: &[u8], new: &[u8], old_label: &str, new_label: &str) ->
         }
         let fmt_range = |s: usize, l: usize| {
             let s = if l == 0 { s } else { s + 1 };
-            if l == 1 { format!("{s}") } else { format!("{s},{l}") }
+            if l == 1 {
+                format!("{s}")
+            } else {
+                format!("{s},{l}")
+            }
         };
-        out.push_str(&format!("@@ -{} +{} @@\n", fmt_range(a0, al), fmt_range(b0, bl)));
+        out.push_str(&format!(
+            "@@ -{} +{} @@\n",
+            fmt_range(a0, al),
+            fmt_range(b0, bl)
+        ));
         out.push_str(&body);
         i = stop;
     }
@@ -353,7 +373,8 @@ fn diff_ops(a: &[&str], b: &[&str]) -> Vec<Op> {
         pre += 1;
     }
     let mut suf = 0;
-    while suf < a.len() - pre && suf < b.len() - pre && a[a.len() - 1 - suf] == b[b.len() - 1 - suf] {
+    while suf < a.len() - pre && suf < b.len() - pre && a[a.len() - 1 - suf] == b[b.len() - 1 - suf]
+    {
         suf += 1;
     }
     let am = &a[pre..a.len() - suf];
@@ -405,13 +426,19 @@ mod tests {
         let a = "a\nb\nc\nd\ne\nf\ng\nh\n";
         let b = "a\nb\nc\nd\nX\nf\ng\nh\n";
         let d = unified_diff(a.as_bytes(), b.as_bytes(), "old", "new");
-        assert_eq!(d, "--- old\n+++ new\n@@ -2,7 +2,7 @@\n b\n c\n d\n-e\n+X\n f\n g\n h\n");
+        assert_eq!(
+            d,
+            "--- old\n+++ new\n@@ -2,7 +2,7 @@\n b\n c\n d\n-e\n+X\n f\n g\n h\n"
+        );
     }
 
     #[test]
     fn diff_new_file_and_no_newline() {
         let d = unified_diff(b"", b"x\ny", "/dev/null", "new");
-        assert_eq!(d, "--- /dev/null\n+++ new\n@@ -0,0 +1,2 @@\n+x\n+y\n\\ No newline at end of file\n");
+        assert_eq!(
+            d,
+            "--- /dev/null\n+++ new\n@@ -0,0 +1,2 @@\n+x\n+y\n\\ No newline at end of file\n"
+        );
         let d = unified_diff(b"x\n", b"", "old", "/dev/null");
         assert_eq!(d, "--- old\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n");
     }
@@ -430,7 +457,10 @@ mod tests {
     fn normalize_and_backup() {
         assert_eq!(normalize(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
         assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
-        assert_eq!(backup_path(Path::new("/etc/x.json")), PathBuf::from("/etc/x.json.gpu-quota.bak"));
+        assert_eq!(
+            backup_path(Path::new("/etc/x.json")),
+            PathBuf::from("/etc/x.json.gpu-quota.bak")
+        );
     }
 
     #[test]
@@ -445,6 +475,10 @@ mod tests {
         let q = d.path().join("g");
         atomic_write(&q, b"x", 0o644).unwrap();
         assert_eq!(fs::metadata(&q).unwrap().mode() & 0o7777, 0o644);
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2, "no temp file left");
+        assert_eq!(
+            fs::read_dir(d.path()).unwrap().count(),
+            2,
+            "no temp file left"
+        );
     }
 }

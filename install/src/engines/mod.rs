@@ -104,11 +104,18 @@ pub enum EngineError {
     #[error("{}: {err}{}", path.display(), io_hint(err))]
     Io { path: PathBuf, err: io::Error },
     #[error("{}: not valid JSON: {err}\n  fix the file (or move it away), then run the command again; nothing was changed", path.display())]
-    BadJson { path: PathBuf, err: serde_json::Error },
+    BadJson {
+        path: PathBuf,
+        err: serde_json::Error,
+    },
     #[error("{}: not valid TOML: {msg}\n  fix the file (or move it away), then run the command again; nothing was changed", path.display())]
     BadToml { path: PathBuf, msg: String },
     #[error("{}: {what}\n  {hint}", path.display())]
-    Invalid { path: PathBuf, what: String, hint: String },
+    Invalid {
+        path: PathBuf,
+        what: String,
+        hint: String,
+    },
     #[error("{}: changed while gpu-quota was writing its changes; run the command again", path.display())]
     Raced { path: PathBuf },
     #[error("{0}")]
@@ -124,22 +131,45 @@ fn io_hint(e: &io::Error) -> &'static str {
 
 impl EngineError {
     pub fn io(path: impl Into<PathBuf>, err: io::Error) -> Self {
-        EngineError::Io { path: path.into(), err }
+        EngineError::Io {
+            path: path.into(),
+            err,
+        }
     }
     pub fn bad_toml(path: &Path, e: impl std::fmt::Display) -> Self {
-        EngineError::BadToml { path: path.to_path_buf(), msg: e.to_string().trim_end().to_string() }
+        EngineError::BadToml {
+            path: path.to_path_buf(),
+            msg: e.to_string().trim_end().to_string(),
+        }
     }
     pub fn invalid(path: &Path, what: impl Into<String>, hint: impl Into<String>) -> Self {
-        EngineError::Invalid { path: path.to_path_buf(), what: what.into(), hint: hint.into() }
+        EngineError::Invalid {
+            path: path.to_path_buf(),
+            what: what.into(),
+            hint: hint.into(),
+        }
     }
     /// Errors are built with target-system paths; show the file as it is on this machine.
     fn rooted(self, fs: &RootFs) -> Self {
         let map = |p: PathBuf| fs.host_path(&p);
         match self {
-            EngineError::Io { path, err } => EngineError::Io { path: map(path), err },
-            EngineError::BadJson { path, err } => EngineError::BadJson { path: map(path), err },
-            EngineError::BadToml { path, msg } => EngineError::BadToml { path: map(path), msg },
-            EngineError::Invalid { path, what, hint } => EngineError::Invalid { path: map(path), what, hint },
+            EngineError::Io { path, err } => EngineError::Io {
+                path: map(path),
+                err,
+            },
+            EngineError::BadJson { path, err } => EngineError::BadJson {
+                path: map(path),
+                err,
+            },
+            EngineError::BadToml { path, msg } => EngineError::BadToml {
+                path: map(path),
+                msg,
+            },
+            EngineError::Invalid { path, what, hint } => EngineError::Invalid {
+                path: map(path),
+                what,
+                hint,
+            },
             EngineError::Raced { path } => EngineError::Raced { path: map(path) },
             e @ EngineError::Usage(_) => e,
         }
@@ -168,7 +198,12 @@ pub struct FileChange {
 
 impl FileChange {
     pub fn config(path: &str, before: Option<Vec<u8>>, after: Option<Vec<u8>>) -> Self {
-        FileChange { path: PathBuf::from(path), before, after, kind: ChangeKind::Config }
+        FileChange {
+            path: PathBuf::from(path),
+            before,
+            after,
+            kind: ChangeKind::Config,
+        }
     }
     fn is_noop(&self) -> bool {
         self.before == self.after
@@ -270,7 +305,10 @@ fn read_state(fs: &dyn FsView, kind: EngineKind) -> Result<Option<(Vec<u8>, Stat
     match fs.read(&p)? {
         None => Ok(None),
         Some(b) => {
-            let s = serde_json::from_slice(&b).map_err(|err| EngineError::BadJson { path: p.clone(), err })?;
+            let s = serde_json::from_slice(&b).map_err(|err| EngineError::BadJson {
+                path: p.clone(),
+                err,
+            })?;
             Ok(Some((b, s)))
         }
     }
@@ -278,17 +316,28 @@ fn read_state(fs: &dyn FsView, kind: EngineKind) -> Result<Option<(Vec<u8>, Stat
 
 /// Directories above `path` that do not exist, parents first.
 fn missing_dirs(fs: &dyn FsView, path: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> =
-        path.ancestors().skip(1).filter(|d| *d != Path::new("/") && !fs.exists(d)).map(Path::to_path_buf).collect();
+    let mut v: Vec<PathBuf> = path
+        .ancestors()
+        .skip(1)
+        .filter(|d| *d != Path::new("/") && !fs.exists(d))
+        .map(Path::to_path_buf)
+        .collect();
     v.reverse();
     v
 }
 
 /// Install plan: the engine's edits plus backups, created directories and their record.
-pub fn plan_install(engine: &dyn Engine, fs: &dyn FsView, runtime: &str) -> Result<Plan, EngineError> {
+pub fn plan_install(
+    engine: &dyn Engine,
+    fs: &dyn FsView,
+    runtime: &str,
+) -> Result<Plan, EngineError> {
     let ep = engine.plan_install(fs, runtime)?;
     let edits: Vec<FileChange> = ep.changes.into_iter().filter(|c| !c.is_noop()).collect();
-    let mut plan = Plan { notes: ep.notes, ..Default::default() };
+    let mut plan = Plan {
+        notes: ep.notes,
+        ..Default::default()
+    };
     if edits.is_empty() {
         return Ok(plan);
     }
@@ -319,7 +368,12 @@ pub fn plan_install(engine: &dyn Engine, fs: &dyn FsView, runtime: &str) -> Resu
         let kind = engine.kind();
         let sp = state_path(kind);
         let old = read_state(fs, kind)?;
-        let mut state = old.as_ref().map(|(_, s)| State { created_dirs: s.created_dirs.clone() }).unwrap_or_default();
+        let mut state = old
+            .as_ref()
+            .map(|(_, s)| State {
+                created_dirs: s.created_dirs.clone(),
+            })
+            .unwrap_or_default();
         for d in missing_dirs(fs, &sp) {
             if !plan.mkdirs.contains(&d) {
                 plan.mkdirs.push(d);
@@ -334,7 +388,12 @@ pub fn plan_install(engine: &dyn Engine, fs: &dyn FsView, runtime: &str) -> Resu
         bytes.push(b'\n');
         let before = old.map(|(b, _)| b);
         if before.as_deref() != Some(&bytes[..]) {
-            plan.changes.push(FileChange { path: sp, before, after: Some(bytes), kind: ChangeKind::State });
+            plan.changes.push(FileChange {
+                path: sp,
+                before,
+                after: Some(bytes),
+                kind: ChangeKind::State,
+            });
         }
     }
     Ok(plan)
@@ -345,7 +404,10 @@ pub fn plan_install(engine: &dyn Engine, fs: &dyn FsView, runtime: &str) -> Resu
 pub fn plan_uninstall(engine: &dyn Engine, fs: &dyn FsView) -> Result<Plan, EngineError> {
     let ep = engine.plan_uninstall(fs)?;
     let edits: Vec<FileChange> = ep.changes.into_iter().filter(|c| !c.is_noop()).collect();
-    let mut plan = Plan { notes: ep.notes, ..Default::default() };
+    let mut plan = Plan {
+        notes: ep.notes,
+        ..Default::default()
+    };
     let installed = engine.installed_runtime(fs)?;
 
     // The tree as it was before install, as far as we can tell: backups in place of the files
@@ -366,7 +428,10 @@ pub fn plan_uninstall(engine: &dyn Engine, fs: &dyn FsView) -> Result<Plan, Engi
         let backup = fs.read(&bpath)?;
         if let (Some(current), Some(rt)) = (&c.before, &installed) {
             // Replay install on the pre-install tree with this file as it was before.
-            let mut ov = Overlay { base: fs, files: pre.clone() };
+            let mut ov = Overlay {
+                base: fs,
+                files: pre.clone(),
+            };
             ov.files.insert(c.path.clone(), backup.clone());
             let replay = engine.plan_install(&ov, rt)?;
             let expected = match replay.changes.iter().find(|x| x.path == c.path) {
@@ -422,8 +487,16 @@ fn print_dry_run(plan: &Plan, fs: &RootFs) {
         let l = label(fs, &c.path);
         match c.kind {
             ChangeKind::Config => {
-                let old = if c.before.is_some() { l.clone() } else { "/dev/null".to_string() };
-                let new = if c.after.is_some() { l.clone() } else { "/dev/null".to_string() };
+                let old = if c.before.is_some() {
+                    l.clone()
+                } else {
+                    "/dev/null".to_string()
+                };
+                let new = if c.after.is_some() {
+                    l.clone()
+                } else {
+                    "/dev/null".to_string()
+                };
                 let _ = write!(
                     io::stdout(),
                     "{}",
@@ -436,7 +509,11 @@ fn print_dry_run(plan: &Plan, fs: &RootFs) {
                 );
             }
             ChangeKind::Backup | ChangeKind::State => {
-                let what = if c.kind == ChangeKind::Backup { "backup" } else { "installer record" };
+                let what = if c.kind == ChangeKind::Backup {
+                    "backup"
+                } else {
+                    "installer record"
+                };
                 match (&c.before, &c.after) {
                     (None, Some(_)) => say!("would write {what} {l}"),
                     (Some(_), Some(_)) => say!("would update {what} {l}"),
@@ -455,14 +532,17 @@ fn apply(plan: &Plan, fs: &RootFs) -> Result<(), EngineError> {
     // Nothing is written if any file changed since it was planned.
     for c in &plan.changes {
         if fs.read(&c.path)? != c.before {
-            return Err(EngineError::Raced { path: c.path.clone() });
+            return Err(EngineError::Raced {
+                path: c.path.clone(),
+            });
         }
     }
     for d in &plan.mkdirs {
         let h = fs.host_path(d);
         match fs::create_dir(&h) {
             Ok(()) => {
-                fs::set_permissions(&h, fs::Permissions::from_mode(0o755)).map_err(|e| EngineError::io(d, e))?;
+                fs::set_permissions(&h, fs::Permissions::from_mode(0o755))
+                    .map_err(|e| EngineError::io(d, e))?;
                 say!("  created directory {}", h.display());
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -504,7 +584,8 @@ fn root_fs(args: &EngineArgs) -> Result<RootFs> {
         None => Ok(RootFs::new(PathBuf::from("/"))),
         Some(r) => {
             let abs = std::path::absolute(r).with_context(|| format!("--root {}", r.display()))?;
-            let m = fs::metadata(&abs).with_context(|| format!("--root {}: cannot use it", abs.display()))?;
+            let m = fs::metadata(&abs)
+                .with_context(|| format!("--root {}: cannot use it", abs.display()))?;
             if !m.is_dir() {
                 anyhow::bail!("--root {}: not a directory", abs.display());
             }
@@ -526,7 +607,8 @@ fn runtime_path(args: &EngineArgs, fs: &RootFs) -> Result<String> {
         }
         Some(p) => std::path::absolute(p)?,
         None => {
-            let exe = std::env::current_exe().context("cannot find the running gpu-quota binary; pass --runtime-path")?;
+            let exe = std::env::current_exe()
+                .context("cannot find the running gpu-quota binary; pass --runtime-path")?;
             let dir = exe.parent().unwrap_or(Path::new("/"));
             let cand = dir.join("gpu-quota-runtime");
             // A packager running DIR/usr/bin/gpu-quota --root DIR means /usr/bin/gpu-quota-runtime.
@@ -543,10 +625,16 @@ fn runtime_path(args: &EngineArgs, fs: &RootFs) -> Result<String> {
         .ok_or_else(|| EngineError::Usage(format!("runtime path {:?} is not printable UTF-8", p)))?
         .to_string();
     let host = fs.host_path(&p);
-    let usable = fs::metadata(&host).map(|m| m.is_file() && m.mode() & 0o111 != 0).unwrap_or(false);
+    let usable = fs::metadata(&host)
+        .map(|m| m.is_file() && m.mode() & 0o111 != 0)
+        .unwrap_or(false);
     if !usable {
         if args.root.is_some() || args.dry_run {
-            let _ = writeln!(io::stderr(), "gpu-quota: warning: {} is not an executable file (yet); registering it anyway", host.display());
+            let _ = writeln!(
+                io::stderr(),
+                "gpu-quota: warning: {} is not an executable file (yet); registering it anyway",
+                host.display()
+            );
         } else {
             return Err(EngineError::invalid(
                 &host,
@@ -563,7 +651,11 @@ fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     let fs = root_fs(args)?;
     let engine = args.engine.engine();
     let name = args.engine.name();
-    let runtime = if installing { runtime_path(args, &fs)? } else { String::new() };
+    let runtime = if installing {
+        runtime_path(args, &fs)?
+    } else {
+        String::new()
+    };
     let plan = if installing {
         plan_install(engine.as_ref(), &fs, &runtime)
     } else {
@@ -571,14 +663,22 @@ fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     }
     .map_err(|e| e.rooted(&fs))?;
 
-    let ctx = Ctx { root_given: args.root.is_some(), dry_run: args.dry_run, no_reload: args.no_reload, runtime };
+    let ctx = Ctx {
+        root_given: args.root.is_some(),
+        dry_run: args.dry_run,
+        no_reload: args.no_reload,
+        runtime,
+    };
     let verb = if installing { "install" } else { "uninstall" };
     for n in &plan.notes {
         say!("note: {n}");
     }
     if plan.changes.is_empty() {
         if installing {
-            say!("{name}: runtime {RUNTIME_NAME:?} already installed ({}); nothing changed", ctx.runtime);
+            say!(
+                "{name}: runtime {RUNTIME_NAME:?} already installed ({}); nothing changed",
+                ctx.runtime
+            );
         } else {
             say!("{name}: runtime {RUNTIME_NAME:?} is not installed; nothing changed");
         }
@@ -590,7 +690,10 @@ fn run(args: &EngineArgs, installing: bool) -> Result<()> {
         return Ok(());
     }
     if installing {
-        say!("{name}: registering runtime {RUNTIME_NAME:?} -> {}", ctx.runtime);
+        say!(
+            "{name}: registering runtime {RUNTIME_NAME:?} -> {}",
+            ctx.runtime
+        );
     } else {
         say!("{name}: removing runtime {RUNTIME_NAME:?}");
     }
@@ -614,10 +717,15 @@ pub fn uninstall(args: &EngineArgs) -> Result<()> {
 /// Signal every running process whose /proc/PID/comm is `comm` (the pid file first, when
 /// given and valid). Returns the pids signalled.
 pub fn signal_daemon(comm: &str, pid_file: Option<&str>, sig: libc::c_int) -> io::Result<Vec<i32>> {
-    let comm_of = |pid: i32| fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim_end().to_string());
+    let comm_of = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim_end().to_string())
+    };
     let mut pids = Vec::new();
     if let Some(pf) = pid_file {
-        if let Some(pid) = fs::read_to_string(pf).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+        if let Some(pid) = fs::read_to_string(pf)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
             if comm_of(pid).map(|c| c == comm).unwrap_or(false) {
                 pids.push(pid);
             }
@@ -659,16 +767,27 @@ mod tests {
         fs.apply(&p.changes);
         let installed = fs.clone();
         let again = plan_install(e.as_ref(), &fs, rt).unwrap();
-        assert!(again.changes.is_empty(), "second install changes nothing: {:?}", again.changes);
+        assert!(
+            again.changes.is_empty(),
+            "second install changes nothing: {:?}",
+            again.changes
+        );
         let u = plan_uninstall(e.as_ref(), &fs).unwrap();
         fs.apply(&u.changes);
         for d in &u.rmdirs {
             fs.dirs.remove(d);
         }
         for d in &p.mkdirs {
-            assert!(u.rmdirs.contains(d), "created dir {} removed again", d.display());
+            assert!(
+                u.rmdirs.contains(d),
+                "created dir {} removed again",
+                d.display()
+            );
         }
-        assert_eq!(fs.files, start.files, "uninstall restores every file byte for byte");
+        assert_eq!(
+            fs.files, start.files,
+            "uninstall restores every file byte for byte"
+        );
         (installed, fs)
     }
 
@@ -696,7 +815,10 @@ mod tests {
         let p = plan_install(&docker::Docker, &fs, "/usr/bin/gpu-quota-runtime").unwrap();
         assert!(p.mkdirs.is_empty());
         assert_eq!(p.changes[0].kind, ChangeKind::Backup);
-        assert_eq!(p.changes[0].path, PathBuf::from("/etc/docker/daemon.json.gpu-quota.bak"));
+        assert_eq!(
+            p.changes[0].path,
+            PathBuf::from("/etc/docker/daemon.json.gpu-quota.bak")
+        );
         let fresh = MemFs::new();
         let p = plan_install(&docker::Docker, &fresh, "/usr/bin/gpu-quota-runtime").unwrap();
         assert_eq!(p.mkdirs[0], PathBuf::from("/etc"));

@@ -27,10 +27,18 @@ impl Engine for Podman {
         EngineKind::Podman
     }
 
-    fn plan_install(&self, fs: &dyn super::fsutil::FsView, runtime: &str) -> Result<EnginePlan, EngineError> {
+    fn plan_install(
+        &self,
+        fs: &dyn super::fsutil::FsView,
+        runtime: &str,
+    ) -> Result<EnginePlan, EngineError> {
         let before = fs.read(Path::new(DROPIN))?;
         Ok(EnginePlan {
-            changes: vec![FileChange::config(DROPIN, before, Some(dropin_text(runtime).into_bytes()))],
+            changes: vec![FileChange::config(
+                DROPIN,
+                before,
+                Some(dropin_text(runtime).into_bytes()),
+            )],
             notes: vec![],
         })
     }
@@ -43,9 +51,16 @@ impl Engine for Podman {
         Ok(plan)
     }
 
-    fn installed_runtime(&self, fs: &dyn super::fsutil::FsView) -> Result<Option<String>, EngineError> {
-        let Some(b) = fs.read(Path::new(DROPIN))? else { return Ok(None) };
-        let Ok(doc) = String::from_utf8_lossy(&b).parse::<toml_edit::DocumentMut>() else { return Ok(None) };
+    fn installed_runtime(
+        &self,
+        fs: &dyn super::fsutil::FsView,
+    ) -> Result<Option<String>, EngineError> {
+        let Some(b) = fs.read(Path::new(DROPIN))? else {
+            return Ok(None);
+        };
+        let Ok(doc) = String::from_utf8_lossy(&b).parse::<toml_edit::DocumentMut>() else {
+            return Ok(None);
+        };
         Ok(doc
             .get("engine")
             .and_then(|e| e.get("runtimes"))
@@ -58,7 +73,10 @@ impl Engine for Podman {
 
     fn finish(&self, _ctx: &Ctx, installed: bool) -> Vec<String> {
         if !installed {
-            return vec!["  podman has no daemon: the next podman command no longer knows the runtime".into()];
+            return vec![
+                "  podman has no daemon: the next podman command no longer knows the runtime"
+                    .into(),
+            ];
         }
         vec![
             "  podman has no daemon: the next podman command sees the runtime".into(),
@@ -80,14 +98,24 @@ mod tests {
     fn drop_in_only() {
         let other = "[engine]\ncgroup_manager = \"cgroupfs\"\n";
         let fs = MemFs::new()
-            .with("/etc/containers/containers.conf", "[containers]\nlog_size_max = -1\n")
+            .with(
+                "/etc/containers/containers.conf",
+                "[containers]\nlog_size_max = -1\n",
+            )
             .with("/etc/containers/containers.conf.d/10-local.conf", other);
         let (inst, _) = round_trip(EngineKind::Podman, fs, RT);
         assert_eq!(inst.get(DROPIN).unwrap(), dropin_text(RT));
-        assert_eq!(inst.get("/etc/containers/containers.conf.d/10-local.conf").unwrap(), other);
+        assert_eq!(
+            inst.get("/etc/containers/containers.conf.d/10-local.conf")
+                .unwrap(),
+            other
+        );
         let doc: toml_edit::DocumentMut = dropin_text(RT).parse().unwrap();
         assert_eq!(doc["engine"]["runtimes"]["gpu-quota"][0].as_str(), Some(RT));
-        assert_eq!(Podman.installed_runtime(&inst).unwrap().as_deref(), Some(RT));
+        assert_eq!(
+            Podman.installed_runtime(&inst).unwrap().as_deref(),
+            Some(RT)
+        );
         round_trip(EngineKind::Podman, MemFs::new(), RT);
     }
 }
