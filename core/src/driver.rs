@@ -133,8 +133,7 @@ fn group(cands: Vec<(String, PathBuf)>) -> Vec<DriverLib> {
 /// Find the driver's libraries and programs on this host.
 pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
     let mut cands: Vec<(String, PathBuf)> = Vec::new();
-    let searched;
-    if cfg.lib_dirs.is_empty() {
+    let searched = if cfg.lib_dirs.is_empty() {
         let bytes = std::fs::read(&cfg.ldcache).map_err(|err| DriverError::Read {
             path: cfg.ldcache.clone(),
             err,
@@ -148,7 +147,7 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
                 cands.push((name, PathBuf::from(path)));
             }
         }
-        searched = cfg.ldcache.display().to_string();
+        cfg.ldcache.display().to_string()
     } else {
         for d in &cfg.lib_dirs {
             let Ok(rd) = std::fs::read_dir(d) else {
@@ -161,13 +160,12 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
                 }
             }
         }
-        searched = cfg
-            .lib_dirs
+        cfg.lib_dirs
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
-            .join(", ");
-    }
+            .join(", ")
+    };
     let libs = group(cands);
     if !libs
         .iter()

@@ -84,7 +84,10 @@ pub enum LedgerError {
     #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({SCHEMA_VERSION}); upgrade gpu-quota")]
     TooNew { path: PathBuf, found: u32 },
     #[error("cannot start container {id}: {err}")]
-    Refused { id: String, err: PlacementError },
+    Refused {
+        id: String,
+        err: Box<PlacementError>,
+    },
     #[error("container {id} already holds a reservation in this ledger ({slices}); delete it first (runc delete {id}) or run `gpu-quota gc`")]
     Duplicate { id: String, slices: String },
     #[error("container {id} (bundle {bundle}) asks for GPU memory but has no reservation; it must be created through gpu-quota-runtime")]
@@ -295,11 +298,17 @@ impl Ledger {
                             if changed {
                                 // keep the reclaim; the refusal is reported after the write
                                 return Ok((
-                                    Err(LedgerError::Refused { id: id.into(), err }),
+                                    Err(LedgerError::Refused {
+                                        id: id.into(),
+                                        err: Box::new(err),
+                                    }),
                                     true,
                                 ));
                             }
-                            return Err(LedgerError::Refused { id: id.into(), err });
+                            return Err(LedgerError::Refused {
+                                id: id.into(),
+                                err: Box::new(err),
+                            });
                         }
                     }
                 }

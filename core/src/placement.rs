@@ -134,7 +134,9 @@ impl Placer<'_> {
         }
     }
 
-    /// Choose GPUs for `req` given `usage`.
+    /// Choose GPUs for `req` given `usage`. (The error carries the whole
+    /// message for the user; it is built only on the cold refusal path.)
+    #[allow(clippy::result_large_err)]
     pub fn place(&self, req: &Request, usage: &Usage) -> Result<Vec<Slice>, PlacementError> {
         let origin = req.origin.to_string();
         let candidates: Vec<&Gpu> = self

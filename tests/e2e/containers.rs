@@ -2,17 +2,32 @@
 //! inside a runc container with the fake driver (issue 3 acceptance 4: a
 //! dynamic program under /etc/ld.so.preload in a rootfs without libgcc_s)
 //! and malicious images (issue 2 acceptance 7).
+#![allow(clippy::type_complexity)]
 use gpu_quota_e2e::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().into()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .into()
 }
 
 fn cc(src: &str, out: &Path, extra: &[&str]) {
-    let o = Command::new("cc").arg("-O2").arg("-o").arg(out).arg(repo().join("tests/e2e").join(src)).args(extra).output().unwrap();
-    assert!(o.status.success(), "cc {src}: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(out)
+        .arg(repo().join("tests/e2e").join(src))
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cc {src}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// Copy a host library into the rootfs at the same path.
@@ -26,7 +41,11 @@ fn ldd_libs(bin: &Path) -> Vec<PathBuf> {
     let o = Command::new("ldd").arg(bin).output().unwrap();
     String::from_utf8_lossy(&o.stdout)
         .lines()
-        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with('/')).map(PathBuf::from))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find(|w| w.starts_with('/'))
+                .map(PathBuf::from)
+        })
         .collect()
 }
 
@@ -35,8 +54,15 @@ fn interceptor_enforces_slice_inside_container() {
     require_e2e!();
     let so = repo().join("interceptor/target/release/libgpuquota.so");
     let fake = repo().join("tests/fake/build");
-    assert!(so.is_file() && fake.join("libcuda.so.1").is_file(), "build first: make build-debug && make -C tests/fake");
-    let h = Host::new(HostOpts { lib_dir: Some(fake.clone()), interceptor: Some(so.clone()), ..HostOpts::default() });
+    assert!(
+        so.is_file() && fake.join("libcuda.so.1").is_file(),
+        "build first: make build-debug && make -C tests/fake"
+    );
+    let h = Host::new(HostOpts {
+        lib_dir: Some(fake.clone()),
+        interceptor: Some(so.clone()),
+        ..HostOpts::default()
+    });
     let b = h.bundle("cuda");
     let rootfs = b.rootfs();
     let probe = rootfs.join("bin/cuda_probe");
@@ -50,20 +76,46 @@ fn interceptor_enforces_slice_inside_container() {
     for l in &libs {
         copy_lib(&rootfs, l);
     }
-    assert!(libs.iter().all(|l| !l.to_string_lossy().contains("libgcc_s")), "{libs:?}");
+    assert!(
+        libs.iter()
+            .all(|l| !l.to_string_lossy().contains("libgcc_s")),
+        "{libs:?}"
+    );
     let script = "cuda_probe info > /out/info 2>&1; cuda_probe alloc 3 2 > /out/alloc 2>/out/alloc_err; \
         (cuda_probe hold 3 5 > /out/hold &); sleep 1; cuda_probe alloc 2 > /out/second 2>&1; \
         find / -name 'libgcc_s*' -not -path '/proc/*' > /out/gcc; ls /run/gpu-quota > /out/state; touch /out/done";
-    b.set(&[("vram", "4g")], script, &["FAKE_CUDA_MEM_BYTES=17179869184"]);
-    assert_ok(&h.runtime(&["run", "--bundle", &b.bundle_arg(), "cuda"]), "run");
+    b.set(
+        &[("vram", "4g")],
+        script,
+        &["FAKE_CUDA_MEM_BYTES=17179869184"],
+    );
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "cuda"]),
+        "run",
+    );
     b.wait_out("done", 10).expect("probe ran");
     let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
     assert_eq!(read("gcc"), "", "image has no libgcc_s");
-    assert!(read("info").contains(&format!("rc=0 total={}", 4 * GIB)), "cuMemGetInfo shows the slice: {}", read("info"));
-    assert_eq!(read("alloc"), "alloc 3 GiB rc=0\nalloc 2 GiB rc=2\n", "over the slice: CUDA_ERROR_OUT_OF_MEMORY");
+    assert!(
+        read("info").contains(&format!("rc=0 total={}", 4 * GIB)),
+        "cuMemGetInfo shows the slice: {}",
+        read("info")
+    );
+    assert_eq!(
+        read("alloc"),
+        "alloc 3 GiB rc=0\nalloc 2 GiB rc=2\n",
+        "over the slice: CUDA_ERROR_OUT_OF_MEMORY"
+    );
     let err = read("alloc_err");
-    assert!(err.contains("gpu-quota") && err.contains("4.00 GiB"), "one line naming the quota: {err}");
-    assert!(read("second").contains("alloc 2 GiB rc=2"), "another process shares the same budget: {}", read("second"));
+    assert!(
+        err.contains("gpu-quota") && err.contains("4.00 GiB"),
+        "one line naming the quota: {err}"
+    );
+    assert!(
+        read("second").contains("alloc 2 GiB rc=2"),
+        "another process shares the same budget: {}",
+        read("second")
+    );
     assert!(read("state").contains("usage"));
 }
 
@@ -76,48 +128,100 @@ fn malicious_images_cannot_touch_the_host() {
     std::fs::write(hostdir.join("ld.so.preload"), b"HOST FILE\n").unwrap();
     std::fs::write(hostdir.join("nvidia-smi"), b"HOST BIN\n").unwrap();
     let snapshot = |d: &Path| {
-        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into(), std::fs::read(e.path()).unwrap_or_default())).collect();
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into(),
+                    std::fs::read(e.path()).unwrap_or_default(),
+                )
+            })
+            .collect();
         v.sort();
         v
     };
     let before = snapshot(&hostdir);
-    let host_mounts = || std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().filter(|l| l.contains("host-secrets")).count();
+    let host_mounts = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("host-secrets"))
+            .count()
+    };
 
     let cases: Vec<(&str, Box<dyn Fn(&Path)>, Option<&str>)> = vec![
-        ("etc-abs", Box::new(|r: &Path| std::os::unix::fs::symlink(&hostdir, r.join("etc")).unwrap()), Some("/etc")),
-        ("preload-abs", Box::new(|r: &Path| {
-            std::fs::create_dir_all(r.join("etc")).unwrap();
-            std::os::unix::fs::symlink(hostdir.join("ld.so.preload"), r.join("etc/ld.so.preload")).unwrap();
-        }), Some("/etc/ld.so.preload")),
-        ("usr-bin-abs", Box::new(|r: &Path| {
-            std::fs::create_dir_all(r.join("usr")).unwrap();
-            std::os::unix::fs::symlink(&hostdir, r.join("usr/bin")).unwrap();
-        }), Some("/usr/bin")),
+        (
+            "etc-abs",
+            Box::new(|r: &Path| std::os::unix::fs::symlink(&hostdir, r.join("etc")).unwrap()),
+            Some("/etc"),
+        ),
+        (
+            "preload-abs",
+            Box::new(|r: &Path| {
+                std::fs::create_dir_all(r.join("etc")).unwrap();
+                std::os::unix::fs::symlink(
+                    hostdir.join("ld.so.preload"),
+                    r.join("etc/ld.so.preload"),
+                )
+                .unwrap();
+            }),
+            Some("/etc/ld.so.preload"),
+        ),
+        (
+            "usr-bin-abs",
+            Box::new(|r: &Path| {
+                std::fs::create_dir_all(r.join("usr")).unwrap();
+                std::os::unix::fs::symlink(&hostdir, r.join("usr/bin")).unwrap();
+            }),
+            Some("/usr/bin"),
+        ),
         // `..` climbs stop at the rootfs: this lands inside the image, safely
-        ("run-dotdot", Box::new(|r: &Path| {
-            let rel = format!("../../../../../../../../..{}", hostdir.display());
-            std::fs::create_dir_all(r.join(hostdir.strip_prefix("/").unwrap())).unwrap();
-            std::os::unix::fs::symlink(rel, r.join("run")).unwrap();
-        }), None),
+        (
+            "run-dotdot",
+            Box::new(|r: &Path| {
+                let rel = format!("../../../../../../../../..{}", hostdir.display());
+                std::fs::create_dir_all(r.join(hostdir.strip_prefix("/").unwrap())).unwrap();
+                std::os::unix::fs::symlink(rel, r.join("run")).unwrap();
+            }),
+            None,
+        ),
     ];
     for (name, setup, refused_path) in &cases {
         let b = h.bundle(name);
         setup(&b.rootfs());
-        b.set(&[("vram", "1g")], "cat /run/gpu-quota/limits > /out/limits", &[]);
+        b.set(
+            &[("vram", "1g")],
+            "cat /run/gpu-quota/limits > /out/limits",
+            &[],
+        );
         let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), name]);
         match refused_path {
             Some(p) => {
                 assert!(!o.status.success(), "{name} must be refused");
                 let e = stderr(&o);
-                assert!(e.contains(p) && e.contains("symlink"), "{name}: clear message naming {p}: {e}");
+                assert!(
+                    e.contains(p) && e.contains("symlink"),
+                    "{name}: clear message naming {p}: {e}"
+                );
             }
             None => {
                 assert_ok(&o, name);
                 assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
-                assert!(b.rootfs().join(hostdir.strip_prefix("/").unwrap()).join("gpu-quota").is_dir(), "{name}: mount point inside the image");
+                assert!(
+                    b.rootfs()
+                        .join(hostdir.strip_prefix("/").unwrap())
+                        .join("gpu-quota")
+                        .is_dir(),
+                    "{name}: mount point inside the image"
+                );
             }
         }
-        assert_eq!(snapshot(&hostdir), before, "{name}: host directory untouched");
+        assert_eq!(
+            snapshot(&hostdir),
+            before,
+            "{name}: host directory untouched"
+        );
         assert_eq!(host_mounts(), 0, "{name}: nothing mounted on the host");
         assert!(h.reservations().is_empty(), "{name}: slice released");
     }
@@ -127,11 +231,28 @@ fn malicious_images_cannot_touch_the_host() {
     cc("evil.c", &evil, &["-shared", "-fPIC"]);
     let marker = h.path().join("evil-loaded");
     let b = h.bundle("evil-env");
-    b.set(&[("vram", "1g")], "echo started > /out/started", &[&format!("LD_PRELOAD={}", evil.display()), &format!("EVIL_MARKER={}", marker.display())]);
-    assert_ok(&h.runtime(&["run", "--bundle", &b.bundle_arg(), "evil-env"]), "evil env");
+    b.set(
+        &[("vram", "1g")],
+        "echo started > /out/started",
+        &[
+            &format!("LD_PRELOAD={}", evil.display()),
+            &format!("EVIL_MARKER={}", marker.display()),
+        ],
+    );
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "evil-env"]),
+        "evil env",
+    );
     assert_eq!(b.wait_out("started", 2).as_deref(), Some("started\n"));
-    assert!(!marker.exists(), "the image's LD_PRELOAD was loaded by a privileged process");
+    assert!(
+        !marker.exists(),
+        "the image's LD_PRELOAD was loaded by a privileged process"
+    );
     // the marker library does work when preloaded: the check above can fail
-    let o = Command::new("/bin/true").env("LD_PRELOAD", &evil).env("EVIL_MARKER", &marker).status().unwrap();
+    let o = Command::new("/bin/true")
+        .env("LD_PRELOAD", &evil)
+        .env("EVIL_MARKER", &marker)
+        .status()
+        .unwrap();
     assert!(o.success() && marker.exists());
 }
