@@ -6,8 +6,8 @@ use crate::ptrtable::Rec;
 use crate::region::{self, Region};
 use crate::state::{self, config};
 use crate::symbols::{real_fn, S};
-use libc::c_int;
 use core::sync::atomic::Ordering::*;
+use libc::c_int;
 
 pub const UNTRACKED: usize = usize::MAX;
 
@@ -75,7 +75,11 @@ fn compute_index(ordinal: c_int) -> (usize, bool) {
             }
         }
     }
-    let idx = if (ordinal as usize) < config::MAX_GPUS { ordinal as usize } else { UNTRACKED };
+    let idx = if (ordinal as usize) < config::MAX_GPUS {
+        ordinal as usize
+    } else {
+        UNTRACKED
+    };
     (idx, have || !callable)
 }
 
@@ -103,13 +107,19 @@ pub fn current_dev() -> Dev {
             }
         }
     }
-    Dev { ordinal, idx: dev_index(ordinal) }
+    Dev {
+        ordinal,
+        idx: dev_index(ordinal),
+    }
 }
 
 pub fn select(sel: DevSel) -> Dev {
     match sel {
         DevSel::Current => current_dev(),
-        DevSel::Ordinal(o) => Dev { ordinal: o, idx: dev_index(o) },
+        DevSel::Ordinal(o) => Dev {
+            ordinal: o,
+            idx: dev_index(o),
+        },
     }
 }
 
@@ -157,16 +167,35 @@ pub fn admit(api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, ()> {
         }
     };
     match r.try_admit(slot, dev.idx, n, limit) {
-        Ok(()) => Ok(Some(Charge { slot, dev, n, region: r })),
+        Ok(()) => Ok(Some(Charge {
+            slot,
+            dev,
+            n,
+            region: r,
+        })),
         Err(_) => admit_slow(api, r, slot, dev, n, limit),
     }
 }
 
 #[cold]
-fn admit_slow(api: &[u8], r: Region, slot: usize, dev: Dev, n: u64, limit: u64) -> Result<Option<Charge>, ()> {
+fn admit_slow(
+    api: &[u8],
+    r: Region,
+    slot: usize,
+    dev: Dev,
+    n: u64,
+    limit: u64,
+) -> Result<Option<Charge>, ()> {
     // reclaim the slots of dead processes, then try once more
-    if r.reclaim_dead(slot, &region::owner_alive) > 0 && r.try_admit(slot, dev.idx, n, limit).is_ok() {
-        return Ok(Some(Charge { slot, dev, n, region: r }));
+    if r.reclaim_dead(slot, &region::owner_alive) > 0
+        && r.try_admit(slot, dev.idx, n, limit).is_ok()
+    {
+        return Ok(Some(Charge {
+            slot,
+            dev,
+            n,
+            region: r,
+        }));
     }
     r.count_refusal();
     msg::refused(api, n, limit, dev.ordinal, r.used(dev.idx));

@@ -8,8 +8,8 @@ use crate::account::{self, Charge, Dev, DevSel, UNTRACKED};
 use crate::ptrtable::{KIND_ARRAY, KIND_DPTR, KIND_MIPMAP, KIND_VMM};
 use crate::state::{self, config, TABLE};
 use crate::symbols::{real_fn, S};
-use libc::{c_int, c_uint, c_void};
 use core::sync::atomic::Ordering::*;
+use libc::{c_int, c_uint, c_void};
 
 pub type CUresult = c_int;
 pub const CUDA_SUCCESS: CUresult = 0;
@@ -65,7 +65,13 @@ unsafe fn produce(
 }
 
 #[inline(always)]
-fn record(ch: Charge, kind: u32, key: Option<u64>, undo: impl FnOnce(u64), r: CUresult) -> CUresult {
+fn record(
+    ch: Charge,
+    kind: u32,
+    key: Option<u64>,
+    undo: impl FnOnce(u64),
+    r: CUresult,
+) -> CUresult {
     match key {
         Some(k) => {
             if TABLE.insert(k, kind, ch.n, ch.dev.idx as u32) {
@@ -111,7 +117,10 @@ unsafe fn free_dptr(p: u64) {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
-    let f = real_or!(S::cuMemAlloc_v2, unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult);
+    let f = real_or!(
+        S::cuMemAlloc_v2,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult
+    );
     produce(
         b"cuMemAlloc",
         DevSel::Current,
@@ -126,14 +135,23 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
 /// Legacy 32-bit cuMemAlloc.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc(dptr: *mut c_uint, size: c_uint) -> CUresult {
-    let f = real_or!(S::cuMemAlloc, unsafe extern "C" fn(*mut c_uint, c_uint) -> CUresult);
+    let f = real_or!(
+        S::cuMemAlloc,
+        unsafe extern "C" fn(*mut c_uint, c_uint) -> CUresult
+    );
     produce(
         b"cuMemAlloc",
         DevSel::Current,
         size as u64,
         KIND_DPTR,
         || f(dptr, size),
-        || if dptr.is_null() { None } else { Some(*dptr as u64) },
+        || {
+            if dptr.is_null() {
+                None
+            } else {
+                Some(*dptr as u64)
+            }
+        },
         |k| free_dptr(k),
     )
 }
@@ -154,7 +172,10 @@ unsafe fn pitch_common(
         return call();
     }
     let api = b"cuMemAllocPitch";
-    let est = width.div_ceil(PITCH_EST_ALIGN).saturating_mul(PITCH_EST_ALIGN).saturating_mul(height);
+    let est = width
+        .div_ceil(PITCH_EST_ALIGN)
+        .saturating_mul(PITCH_EST_ALIGN)
+        .saturating_mul(height);
     let dev = account::current_dev();
     let mut ch = match account::admit(api, dev, est) {
         Ok(Some(c)) => c,
@@ -200,7 +221,13 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
         width as u64,
         height as u64,
         || f(dptr, pitch, width, height, elem),
-        || if dptr.is_null() || pitch.is_null() { None } else { Some((*dptr, *pitch as u64)) },
+        || {
+            if dptr.is_null() || pitch.is_null() {
+                None
+            } else {
+                Some((*dptr, *pitch as u64))
+            }
+        },
     )
 }
 
@@ -218,7 +245,13 @@ pub unsafe extern "C" fn cuMemAllocPitch(
         width as u64,
         height as u64,
         || f(dptr, pitch, width, height, elem),
-        || if dptr.is_null() || pitch.is_null() { None } else { Some((*dptr as u64, *pitch as u64)) },
+        || {
+            if dptr.is_null() || pitch.is_null() {
+                None
+            } else {
+                Some((*dptr as u64, *pitch as u64))
+            }
+        },
     )
 }
 
@@ -226,7 +259,10 @@ pub unsafe extern "C" fn cuMemAllocPitch(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(p: CUdeviceptr) -> CUresult {
-    let f = real_or!(S::cuMemFree_v2, unsafe extern "C" fn(CUdeviceptr) -> CUresult);
+    let f = real_or!(
+        S::cuMemFree_v2,
+        unsafe extern "C" fn(CUdeviceptr) -> CUresult
+    );
     consume(p, KIND_DPTR, || f(p))
 }
 
@@ -241,8 +277,15 @@ pub unsafe extern "C" fn cuMemFree(p: c_uint) -> CUresult {
 /// Managed memory is charged in full to the current device (conservative:
 /// it can all become resident there).
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> CUresult {
-    let f = real_or!(S::cuMemAllocManaged, unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult);
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    flags: c_uint,
+) -> CUresult {
+    let f = real_or!(
+        S::cuMemAllocManaged,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult
+    );
     produce(
         b"cuMemAllocManaged",
         DevSel::Current,
@@ -257,7 +300,8 @@ pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, 
 // ------------------------------------------------------------ async / pools
 
 type AllocAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
-type AllocFromPool = unsafe extern "C" fn(*mut CUdeviceptr, usize, *mut c_void, CUstream) -> CUresult;
+type AllocFromPool =
+    unsafe extern "C" fn(*mut CUdeviceptr, usize, *mut c_void, CUstream) -> CUresult;
 type FreeAsync = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
 
 #[inline(always)]
@@ -274,16 +318,30 @@ unsafe fn alloc_async(f: AllocAsync, dptr: *mut CUdeviceptr, size: usize, s: CUs
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    s: CUstream,
+) -> CUresult {
     alloc_async(real_or!(S::cuMemAllocAsync, AllocAsync), dptr, size, s)
 }
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    s: CUstream,
+) -> CUresult {
     alloc_async(real_or!(S::cuMemAllocAsync_ptsz, AllocAsync), dptr, size, s)
 }
 
 #[inline(always)]
-unsafe fn alloc_pool(f: AllocFromPool, dptr: *mut CUdeviceptr, size: usize, pool: *mut c_void, s: CUstream) -> CUresult {
+unsafe fn alloc_pool(
+    f: AllocFromPool,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: *mut c_void,
+    s: CUstream,
+) -> CUresult {
     produce(
         b"cuMemAllocFromPoolAsync",
         DevSel::Current,
@@ -302,7 +360,13 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     pool: *mut c_void,
     s: CUstream,
 ) -> CUresult {
-    alloc_pool(real_or!(S::cuMemAllocFromPoolAsync, AllocFromPool), dptr, size, pool, s)
+    alloc_pool(
+        real_or!(S::cuMemAllocFromPoolAsync, AllocFromPool),
+        dptr,
+        size,
+        pool,
+        s,
+    )
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
@@ -311,7 +375,13 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     pool: *mut c_void,
     s: CUstream,
 ) -> CUresult {
-    alloc_pool(real_or!(S::cuMemAllocFromPoolAsync_ptsz, AllocFromPool), dptr, size, pool, s)
+    alloc_pool(
+        real_or!(S::cuMemAllocFromPoolAsync_ptsz, AllocFromPool),
+        dptr,
+        size,
+        pool,
+        s,
+    )
 }
 
 #[no_mangle]
@@ -358,7 +428,13 @@ pub unsafe extern "C" fn cuMemCreate(
         size as u64,
         KIND_VMM,
         || f(handle, size, prop, flags),
-        || if handle.is_null() { None } else { Some(*handle) },
+        || {
+            if handle.is_null() {
+                None
+            } else {
+                Some(*handle)
+            }
+        },
         |k| {
             type R = unsafe extern "C" fn(u64) -> CUresult;
             if let Some(r) = real_fn!(S::cuMemRelease, R) {
@@ -427,22 +503,40 @@ const ARRAY_ROUND: u64 = 64 << 10;
 
 pub fn array_bytes(w: u64, h: u64, d: u64, format: c_uint, channels: c_uint) -> u64 {
     let texels = w.max(1).saturating_mul(h.max(1)).saturating_mul(d.max(1));
-    let b = texels.saturating_mul(format_bytes(format)).saturating_mul((channels as u64).max(1));
+    let b = texels
+        .saturating_mul(format_bytes(format))
+        .saturating_mul((channels as u64).max(1));
     b.div_ceil(ARRAY_ROUND).saturating_mul(ARRAY_ROUND)
 }
 
 const CUDA_ARRAY3D_LAYERED: c_uint = 0x01;
 const CUDA_ARRAY3D_CUBEMAP: c_uint = 0x04;
 
-pub fn mipmap_bytes(w: u64, h: u64, d: u64, format: c_uint, channels: c_uint, flags: c_uint, levels: u32) -> u64 {
+pub fn mipmap_bytes(
+    w: u64,
+    h: u64,
+    d: u64,
+    format: c_uint,
+    channels: c_uint,
+    flags: c_uint,
+    levels: u32,
+) -> u64 {
     let layered = flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP) != 0;
     let mut total: u64 = 0;
     for l in 0..levels.clamp(1, 64) {
         let lw = (w >> l).max(1);
         let lh = if h == 0 { 0 } else { (h >> l).max(1) };
-        let ld = if d == 0 || layered { d } else { (d >> l).max(1) };
+        let ld = if d == 0 || layered {
+            d
+        } else {
+            (d >> l).max(1)
+        };
         let texels = lw.saturating_mul(lh.max(1)).saturating_mul(ld.max(1));
-        total = total.saturating_add(texels.saturating_mul(format_bytes(format)).saturating_mul((channels as u64).max(1)));
+        total = total.saturating_add(
+            texels
+                .saturating_mul(format_bytes(format))
+                .saturating_mul((channels as u64).max(1)),
+        );
         if lw == 1 && lh <= 1 && (ld <= 1 || layered) {
             break;
         }
@@ -461,46 +555,110 @@ unsafe fn destroy_array(k: u64) {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuArrayCreate_v2(h: *mut Handle, d: *const ArrayDesc) -> CUresult {
-    let f = real_or!(S::cuArrayCreate_v2, unsafe extern "C" fn(*mut Handle, *const ArrayDesc) -> CUresult);
+    let f = real_or!(
+        S::cuArrayCreate_v2,
+        unsafe extern "C" fn(*mut Handle, *const ArrayDesc) -> CUresult
+    );
     if d.is_null() {
         return f(h, d);
     }
-    let n = array_bytes((*d).width as u64, (*d).height as u64, 1, (*d).format, (*d).channels);
-    produce(b"cuArrayCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+    let n = array_bytes(
+        (*d).width as u64,
+        (*d).height as u64,
+        1,
+        (*d).format,
+        (*d).channels,
+    );
+    produce(
+        b"cuArrayCreate",
+        DevSel::Current,
+        n,
+        KIND_ARRAY,
+        || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) },
+        |k| destroy_array(k),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuArrayCreate(h: *mut Handle, d: *const ArrayDescV1) -> CUresult {
-    let f = real_or!(S::cuArrayCreate, unsafe extern "C" fn(*mut Handle, *const ArrayDescV1) -> CUresult);
+    let f = real_or!(
+        S::cuArrayCreate,
+        unsafe extern "C" fn(*mut Handle, *const ArrayDescV1) -> CUresult
+    );
     if d.is_null() {
         return f(h, d);
     }
-    let n = array_bytes((*d).width as u64, (*d).height as u64, 1, (*d).format, (*d).channels);
-    produce(b"cuArrayCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+    let n = array_bytes(
+        (*d).width as u64,
+        (*d).height as u64,
+        1,
+        (*d).format,
+        (*d).channels,
+    );
+    produce(
+        b"cuArrayCreate",
+        DevSel::Current,
+        n,
+        KIND_ARRAY,
+        || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) },
+        |k| destroy_array(k),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuArray3DCreate_v2(h: *mut Handle, d: *const Array3DDesc) -> CUresult {
-    let f = real_or!(S::cuArray3DCreate_v2, unsafe extern "C" fn(*mut Handle, *const Array3DDesc) -> CUresult);
+    let f = real_or!(
+        S::cuArray3DCreate_v2,
+        unsafe extern "C" fn(*mut Handle, *const Array3DDesc) -> CUresult
+    );
     if d.is_null() {
         return f(h, d);
     }
-    let n = array_bytes((*d).width as u64, (*d).height as u64, (*d).depth as u64, (*d).format, (*d).channels);
-    produce(b"cuArray3DCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+    let n = array_bytes(
+        (*d).width as u64,
+        (*d).height as u64,
+        (*d).depth as u64,
+        (*d).format,
+        (*d).channels,
+    );
+    produce(
+        b"cuArray3DCreate",
+        DevSel::Current,
+        n,
+        KIND_ARRAY,
+        || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) },
+        |k| destroy_array(k),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuArray3DCreate(h: *mut Handle, d: *const Array3DDescV1) -> CUresult {
-    let f = real_or!(S::cuArray3DCreate, unsafe extern "C" fn(*mut Handle, *const Array3DDescV1) -> CUresult);
+    let f = real_or!(
+        S::cuArray3DCreate,
+        unsafe extern "C" fn(*mut Handle, *const Array3DDescV1) -> CUresult
+    );
     if d.is_null() {
         return f(h, d);
     }
-    let n = array_bytes((*d).width as u64, (*d).height as u64, (*d).depth as u64, (*d).format, (*d).channels);
-    produce(b"cuArray3DCreate", DevSel::Current, n, KIND_ARRAY, || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) }, |k| destroy_array(k))
+    let n = array_bytes(
+        (*d).width as u64,
+        (*d).height as u64,
+        (*d).depth as u64,
+        (*d).format,
+        (*d).channels,
+    );
+    produce(
+        b"cuArray3DCreate",
+        DevSel::Current,
+        n,
+        KIND_ARRAY,
+        || f(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) },
+        |k| destroy_array(k),
+    )
 }
 
 #[no_mangle]
@@ -510,26 +668,47 @@ pub unsafe extern "C" fn cuArrayDestroy(h: Handle) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayCreate(h: *mut Handle, d: *const Array3DDesc, levels: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    h: *mut Handle,
+    d: *const Array3DDesc,
+    levels: c_uint,
+) -> CUresult {
     type F = unsafe extern "C" fn(*mut Handle, *const Array3DDesc, c_uint) -> CUresult;
     let f = real_or!(S::cuMipmappedArrayCreate, F);
     if d.is_null() {
         return f(h, d, levels);
     }
-    let n = mipmap_bytes((*d).width as u64, (*d).height as u64, (*d).depth as u64, (*d).format, (*d).channels, (*d).flags, levels);
-    produce(b"cuMipmappedArrayCreate", DevSel::Current, n, KIND_MIPMAP, || f(h, d, levels),
+    let n = mipmap_bytes(
+        (*d).width as u64,
+        (*d).height as u64,
+        (*d).depth as u64,
+        (*d).format,
+        (*d).channels,
+        (*d).flags,
+        levels,
+    );
+    produce(
+        b"cuMipmappedArrayCreate",
+        DevSel::Current,
+        n,
+        KIND_MIPMAP,
+        || f(h, d, levels),
         || if h.is_null() { None } else { Some(*h as u64) },
         |k| {
             type D = unsafe extern "C" fn(Handle) -> CUresult;
             if let Some(g) = real_fn!(S::cuMipmappedArrayDestroy, D) {
                 g(k as Handle);
             }
-        })
+        },
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(h: Handle) -> CUresult {
-    let f = real_or!(S::cuMipmappedArrayDestroy, unsafe extern "C" fn(Handle) -> CUresult);
+    let f = real_or!(
+        S::cuMipmappedArrayDestroy,
+        unsafe extern "C" fn(Handle) -> CUresult
+    );
     consume(h as u64, KIND_MIPMAP, || f(h))
 }
 
@@ -623,12 +802,19 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
-    let f = real_or!(S::cuDeviceTotalMem_v2, unsafe extern "C" fn(*mut usize, c_int) -> CUresult);
+    let f = real_or!(
+        S::cuDeviceTotalMem_v2,
+        unsafe extern "C" fn(*mut usize, c_int) -> CUresult
+    );
     let r = f(bytes, dev);
     if r != CUDA_SUCCESS || bytes.is_null() {
         return r;
     }
-    if let Some((slice, _)) = report(account::select(DevSel::Ordinal(dev)), u64::MAX, *bytes as u64) {
+    if let Some((slice, _)) = report(
+        account::select(DevSel::Ordinal(dev)),
+        u64::MAX,
+        *bytes as u64,
+    ) {
         *bytes = slice as usize;
     }
     r
@@ -636,7 +822,10 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: c_int) -> CUresult {
-    let f = real_or!(S::cuDeviceTotalMem, unsafe extern "C" fn(*mut c_uint, c_int) -> CUresult);
+    let f = real_or!(
+        S::cuDeviceTotalMem,
+        unsafe extern "C" fn(*mut c_uint, c_int) -> CUresult
+    );
     let r = f(bytes, dev);
     if r != CUDA_SUCCESS || bytes.is_null() {
         return r;
@@ -693,30 +882,60 @@ type Ctx = *mut c_void;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CUresult {
-    let f = real_or!(S::cuCtxCreate_v2, unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult);
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, flags, dev))
+    let f = real_or!(
+        S::cuCtxCreate_v2,
+        unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult
+    );
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
+        f(pctx, flags, dev)
+    })
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CUresult {
-    let f = real_or!(S::cuCtxCreate, unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult);
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, flags, dev))
+    let f = real_or!(
+        S::cuCtxCreate,
+        unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult
+    );
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
+        f(pctx, flags, dev)
+    })
 }
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut Ctx, params: *mut c_void, n: c_int, flags: c_uint, dev: c_int) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut Ctx,
+    params: *mut c_void,
+    n: c_int,
+    flags: c_uint,
+    dev: c_int,
+) -> CUresult {
     type F = unsafe extern "C" fn(*mut Ctx, *mut c_void, c_int, c_uint, c_int) -> CUresult;
     let f = real_or!(S::cuCtxCreate_v3, F);
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, params, n, flags, dev))
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
+        f(pctx, params, n, flags, dev)
+    })
 }
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut Ctx, params: *mut c_void, flags: c_uint, dev: c_int) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut Ctx,
+    params: *mut c_void,
+    flags: c_uint,
+    dev: c_int,
+) -> CUresult {
     type F = unsafe extern "C" fn(*mut Ctx, *mut c_void, c_uint, c_int) -> CUresult;
     let f = real_or!(S::cuCtxCreate_v4, F);
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || f(pctx, params, flags, dev))
+    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
+        f(pctx, params, flags, dev)
+    })
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) -> CUresult {
-    let f = real_or!(S::cuDevicePrimaryCtxRetain, unsafe extern "C" fn(*mut Ctx, c_int) -> CUresult);
-    with_ctx_charge(b"cuDevicePrimaryCtxRetain (context overhead)", dev, || f(pctx, dev))
+    let f = real_or!(
+        S::cuDevicePrimaryCtxRetain,
+        unsafe extern "C" fn(*mut Ctx, c_int) -> CUresult
+    );
+    with_ctx_charge(b"cuDevicePrimaryCtxRetain (context overhead)", dev, || {
+        f(pctx, dev)
+    })
 }
 
 // ------------------------------------------------------------ graphs
@@ -731,7 +950,13 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     ndeps: usize,
     params: *mut u8,
 ) -> CUresult {
-    type F = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const *mut c_void, usize, *mut u8) -> CUresult;
+    type F = unsafe extern "C" fn(
+        *mut *mut c_void,
+        *mut c_void,
+        *const *mut c_void,
+        usize,
+        *mut u8,
+    ) -> CUresult;
     let f = real_or!(S::cuGraphAddMemAllocNode, F);
     if !params.is_null() && config().map(|c| c.enforce).unwrap_or(false) {
         // CUDA_MEM_ALLOC_NODE_PARAMS: poolProps.location at 8/12, bytesize at 104
@@ -739,7 +964,11 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         let loc_id = *(params.add(12) as *const c_int);
         let bytes = *(params.add(104) as *const usize) as u64;
         if loc_type == CU_MEM_LOCATION_TYPE_DEVICE
-            && !account::fits(b"cuGraphAddMemAllocNode", account::select(DevSel::Ordinal(loc_id)), bytes)
+            && !account::fits(
+                b"cuGraphAddMemAllocNode",
+                account::select(DevSel::Ordinal(loc_id)),
+                bytes,
+            )
         {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }

@@ -64,7 +64,11 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 
 /// Returns the pointer to hand back, or null for "let the real dlsym answer
 /// with the caller's semantics". Guarantees GQ_REAL_DLSYM is set.
-unsafe extern "C" fn gq_dlsym_hook(handle: *mut c_void, name: *const c_char, _ret: usize) -> *mut c_void {
+unsafe extern "C" fn gq_dlsym_hook(
+    handle: *mut c_void,
+    name: *const c_char,
+    _ret: usize,
+) -> *mut c_void {
     sys::real_dlsym_ptr();
     if name.is_null() {
         return core::ptr::null_mut();

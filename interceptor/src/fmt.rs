@@ -13,7 +13,10 @@ impl<const N: usize> Default for Buf<N> {
 
 impl<const N: usize> Buf<N> {
     pub const fn new() -> Self {
-        Buf { buf: [0; N], len: 0 }
+        Buf {
+            buf: [0; N],
+            len: 0,
+        }
     }
     pub fn push(&mut self, s: &[u8]) -> &mut Self {
         let n = core::cmp::min(s.len(), N - self.len);

@@ -21,7 +21,8 @@ use libc::{c_char, c_int, c_void};
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
 
 type Gpa1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
-type Gpa2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
+type Gpa2 =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
 
 unsafe fn base_eq(sym: *const c_char, base: &[u8]) -> bool {
     for (i, &b) in base.iter().enumerate() {
@@ -65,7 +66,13 @@ unsafe fn choose(sym: *const c_char, ver: c_int, flags: u64) -> Option<usize> {
 
 /// Replace *pfn by our wrapper where one applies. `again(v, out)` asks the
 /// driver once more for the same symbol and flags at cudaVersion v.
-unsafe fn map(sym: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64, again: &dyn Fn(c_int, *mut *mut c_void) -> bool) {
+unsafe fn map(
+    sym: *const c_char,
+    pfn: *mut *mut c_void,
+    ver: c_int,
+    flags: u64,
+    again: &dyn Fn(c_int, *mut *mut c_void) -> bool,
+) {
     if sym.is_null() || pfn.is_null() {
         return;
     }
@@ -93,7 +100,13 @@ unsafe fn map(sym: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64,
     if s.ver != ver && base_eq(sym, s.base) {
         let mut q: *mut c_void = core::ptr::null_mut();
         if !again(s.ver, &mut q) || q as usize != p {
-            dbg(sym, ver, flags, b" -> real pointer left (unknown newer variant than ", s.name);
+            dbg(
+                sym,
+                ver,
+                flags,
+                b" -> real pointer left (unknown newer variant than ",
+                s.name,
+            );
             return;
         }
     }
@@ -114,7 +127,13 @@ unsafe fn dbg(sym: *const c_char, ver: c_int, flags: u64, what: &[u8], name: &[u
     v.push(b" flags=");
     v.push_u64(flags);
     let n = &name[..name.len().saturating_sub(1)];
-    crate::state::debug(&[b"cuGetProcAddress ", crate::sys::cstr_bytes(sym), v.bytes(), what, n]);
+    crate::state::debug(&[
+        b"cuGetProcAddress ",
+        crate::sys::cstr_bytes(sym),
+        v.bytes(),
+        what,
+        n,
+    ]);
 }
 
 #[no_mangle]
@@ -140,11 +159,18 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(sym: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(
+    sym: *const c_char,
+    pfn: *mut *mut c_void,
+    ver: c_int,
+    flags: u64,
+) -> CUresult {
     if let Some(f) = real_fn!(S::cuGetProcAddress, Gpa1) {
         let r = f(sym, pfn, ver, flags);
         if r == CUDA_SUCCESS {
-            map(sym, pfn, ver, flags, &|v, out| f(sym, out, v, flags) == CUDA_SUCCESS);
+            map(sym, pfn, ver, flags, &|v, out| {
+                f(sym, out, v, flags) == CUDA_SUCCESS
+            });
         }
         return r;
     }

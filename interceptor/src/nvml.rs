@@ -56,7 +56,10 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: *mut c_void, mem: *mut NvmlMemory) -> NvmlReturn {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
+    dev: *mut c_void,
+    mem: *mut NvmlMemory,
+) -> NvmlReturn {
     type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> NvmlReturn;
     let f = match real_fn!(S::nvmlDeviceGetMemoryInfo, F) {
         Some(f) => f,
@@ -76,7 +79,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: *mut c_void, mem: *mut Nvm
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(dev: *mut c_void, mem: *mut NvmlMemoryV2) -> NvmlReturn {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    dev: *mut c_void,
+    mem: *mut NvmlMemoryV2,
+) -> NvmlReturn {
     type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemoryV2) -> NvmlReturn;
     let f = match real_fn!(S::nvmlDeviceGetMemoryInfo_v2, F) {
         Some(f) => f,

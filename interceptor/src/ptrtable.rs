@@ -36,7 +36,11 @@ fn pack(size: u64, dev: u32, kind: u32) -> u64 {
 
 #[inline]
 fn unpack(v: u64) -> Rec {
-    Rec { size: v & SIZE_MASK, dev: ((v >> 48) & 0xff) as u32, kind: (v >> 56) as u32 }
+    Rec {
+        size: v & SIZE_MASK,
+        dev: ((v >> 48) & 0xff) as u32,
+        kind: (v >> 56) as u32,
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +68,11 @@ struct Level {
 
 impl Level {
     const fn new(bits: u32, probes: usize) -> Self {
-        Level { ents: AtomicPtr::new(core::ptr::null_mut()), bits, probes }
+        Level {
+            ents: AtomicPtr::new(core::ptr::null_mut()),
+            bits,
+            probes,
+        }
     }
     fn bytes(&self) -> usize {
         (1usize << self.bits) * core::mem::size_of::<Entry>()
@@ -85,7 +93,12 @@ impl Level {
             if m == libc::MAP_FAILED {
                 return None;
             }
-            match self.ents.compare_exchange(core::ptr::null_mut(), m as *mut Entry, AcqRel, Acquire) {
+            match self.ents.compare_exchange(
+                core::ptr::null_mut(),
+                m as *mut Entry,
+                AcqRel,
+                Acquire,
+            ) {
                 Ok(_) => p = m as *mut Entry,
                 Err(other) => {
                     unsafe { libc::munmap(m, self.bytes()) };
@@ -164,7 +177,10 @@ pub struct Table {
 
 impl Table {
     pub const fn new() -> Self {
-        Table { l1: Level::new(L1_BITS, L1_PROBES), l2: Level::new(L2_BITS, L2_PROBES) }
+        Table {
+            l1: Level::new(L1_BITS, L1_PROBES),
+            l2: Level::new(L2_BITS, L2_PROBES),
+        }
     }
 
     /// Forget everything (fork child). Called from the atfork child handler,
@@ -223,7 +239,14 @@ mod tests {
         assert!(t.insert(0x7000_0000_1000, KIND_DPTR, 100, 1));
         assert!(t.insert(0x7000_0000_1000, KIND_VMM, 5, 0));
         assert_eq!(t.get(0x7000_0000_1000, KIND_DPTR).unwrap().size, 100);
-        assert_eq!(t.remove(0x7000_0000_1000, KIND_DPTR), Some(Rec { size: 100, dev: 1, kind: KIND_DPTR }));
+        assert_eq!(
+            t.remove(0x7000_0000_1000, KIND_DPTR),
+            Some(Rec {
+                size: 100,
+                dev: 1,
+                kind: KIND_DPTR
+            })
+        );
         assert_eq!(t.remove(0x7000_0000_1000, KIND_DPTR), None);
         assert_eq!(t.remove(0x7000_0000_1000, KIND_VMM).unwrap().size, 5);
         assert!(!t.insert(0, KIND_DPTR, 1, 0) || mix(0, KIND_DPTR) != 0);
@@ -238,7 +261,10 @@ mod tests {
                 assert!(t.insert(0x1000 + i * 512 + round, KIND_DPTR, i, 0));
             }
             for i in 0..2000u64 {
-                assert_eq!(t.remove(0x1000 + i * 512 + round, KIND_DPTR).unwrap().size, i);
+                assert_eq!(
+                    t.remove(0x1000 + i * 512 + round, KIND_DPTR).unwrap().size,
+                    i
+                );
             }
         }
     }
@@ -247,11 +273,17 @@ mod tests {
         let t = Table::new();
         let n = 150_000u64; // more than the primary level holds
         for i in 0..n {
-            assert!(t.insert(0x10_0000 + i * 4096, KIND_DPTR, i + 1, 0), "insert {i}");
+            assert!(
+                t.insert(0x10_0000 + i * 4096, KIND_DPTR, i + 1, 0),
+                "insert {i}"
+            );
         }
         assert!(t.l2.mapped().is_some());
         for i in (0..n).rev() {
-            assert_eq!(t.remove(0x10_0000 + i * 4096, KIND_DPTR).map(|r| r.size), Some(i + 1));
+            assert_eq!(
+                t.remove(0x10_0000 + i * 4096, KIND_DPTR).map(|r| r.size),
+                Some(i + 1)
+            );
         }
         assert_eq!(t.remove(0x10_0000, KIND_DPTR), None);
     }

@@ -111,13 +111,19 @@ impl Region {
     }
 
     unsafe fn write_header(base: *mut u8, init: &HeaderInit) {
-        let r = Region { base, nslots: SLOT_COUNT, ndev: DEV_COUNT, shared: false };
+        let r = Region {
+            base,
+            nslots: SLOT_COUNT,
+            ndev: DEV_COUNT,
+            shared: false,
+        };
         r.u32_at(H_VERSION).store(VERSION, Relaxed);
         r.u32_at(H_HEADER_SIZE).store(HEADER_SIZE as u32, Relaxed);
         r.u32_at(H_SLOT_COUNT).store(SLOT_COUNT as u32, Relaxed);
         r.u32_at(H_DEV_COUNT).store(DEV_COUNT as u32, Relaxed);
         r.u32_at(H_SLOT_SIZE).store(SLOT_SIZE as u32, Relaxed);
-        r.u32_at(H_SLOT_USED_OFFSET).store(SLOT_USED_OFFSET as u32, Relaxed);
+        r.u32_at(H_SLOT_USED_OFFSET)
+            .store(SLOT_USED_OFFSET as u32, Relaxed);
         r.u64_at(H_SLOTS_OFFSET).store(HEADER_SIZE as u64, Relaxed);
         r.u32_at(H_HIGH_WATER).store(0, Relaxed);
         r.u32_at(H_FLAGS).store(init.flags, Relaxed);
@@ -135,7 +141,12 @@ impl Region {
     }
 
     unsafe fn validate(base: *mut u8, shared: bool) -> Result<Region, OpenError> {
-        let r = Region { base, nslots: 0, ndev: 0, shared };
+        let r = Region {
+            base,
+            nslots: 0,
+            ndev: 0,
+            shared,
+        };
         if r.u64_at(H_MAGIC).load(Acquire) != MAGIC
             || r.u32_at(H_VERSION).load(Relaxed) != VERSION
             || r.u32_at(H_HEADER_SIZE).load(Relaxed) as usize != HEADER_SIZE
@@ -150,7 +161,12 @@ impl Region {
         if nslots != SLOT_COUNT || ndev != DEV_COUNT {
             return Err(OpenError::Incompatible);
         }
-        Ok(Region { base, nslots, ndev, shared })
+        Ok(Region {
+            base,
+            nslots,
+            ndev,
+            shared,
+        })
     }
 
     /// A private region (per-process budget).
@@ -173,7 +189,11 @@ impl Region {
     }
 
     /// Open (and if empty, initialise under flock) a shared usage file.
-    pub fn open_file(path: *const libc::c_char, create: bool, init: &HeaderInit) -> Result<Region, OpenError> {
+    pub fn open_file(
+        path: *const libc::c_char,
+        create: bool,
+        init: &HeaderInit,
+    ) -> Result<Region, OpenError> {
         unsafe {
             let mut flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW;
             if create {
@@ -261,7 +281,12 @@ impl Region {
 
     /// Rebuild a handle to a region validated earlier in this process.
     pub unsafe fn from_validated(base: *mut u8, shared: bool) -> Region {
-        Region { base, nslots: SLOT_COUNT, ndev: DEV_COUNT, shared }
+        Region {
+            base,
+            nslots: SLOT_COUNT,
+            ndev: DEV_COUNT,
+            shared,
+        }
     }
 
     pub unsafe fn unmap(&self) {
@@ -277,7 +302,9 @@ impl Region {
     }
     pub fn set_limit(&self, dev: usize, v: u64) {
         if dev < self.ndev {
-            let _ = self.u64_at(H_LIMIT + 8 * dev).compare_exchange(0, v, Relaxed, Relaxed);
+            let _ = self
+                .u64_at(H_LIMIT + 8 * dev)
+                .compare_exchange(0, v, Relaxed, Relaxed);
         }
     }
     pub fn flags(&self) -> u32 {
@@ -292,7 +319,12 @@ impl Region {
 
     /// Claim a free slot for (pid, start_time). Dead slots are reclaimed
     /// first. None when all slots hold live processes.
-    pub fn claim_slot(&self, pid: i32, start_time: u64, alive: &dyn Fn(u64) -> bool) -> Option<usize> {
+    pub fn claim_slot(
+        &self,
+        pid: i32,
+        start_time: u64,
+        alive: &dyn Fn(u64) -> bool,
+    ) -> Option<usize> {
         self.reclaim_dead(usize::MAX, alive);
         let word = owner_word(pid, start_time);
         for s in 0..self.nslots {
@@ -300,7 +332,9 @@ impl Region {
             if o.load(Relaxed) != OWNER_FREE {
                 continue;
             }
-            if o.compare_exchange(OWNER_FREE, word, SeqCst, Relaxed).is_ok() {
+            if o.compare_exchange(OWNER_FREE, word, SeqCst, Relaxed)
+                .is_ok()
+            {
                 let off = self.slot_off(s);
                 self.u64_at(off + S_START_TIME).store(start_time, Relaxed);
                 self.u64_at(off + S_PID).store(pid as u32 as u64, Relaxed);
@@ -339,7 +373,9 @@ impl Region {
             if alive(w) {
                 continue;
             }
-            if o.compare_exchange(w, OWNER_RECLAIMING, SeqCst, Relaxed).is_ok() {
+            if o.compare_exchange(w, OWNER_RECLAIMING, SeqCst, Relaxed)
+                .is_ok()
+            {
                 for d in 0..self.ndev {
                     self.used_cell(s, d).store(0, SeqCst);
                 }
@@ -405,7 +441,11 @@ impl Region {
                     2 => {
                         let mut cur = [0u8; 16];
                         unsafe {
-                            core::ptr::copy_nonoverlapping(self.base.add(H_UUID + 16 * i), cur.as_mut_ptr(), 16)
+                            core::ptr::copy_nonoverlapping(
+                                self.base.add(H_UUID + 16 * i),
+                                cur.as_mut_ptr(),
+                                16,
+                            )
                         };
                         if &cur == uuid {
                             return Some(i);
@@ -418,7 +458,11 @@ impl Region {
                         }
                         if st.compare_exchange(0, 1, SeqCst, Relaxed).is_ok() {
                             unsafe {
-                                core::ptr::copy_nonoverlapping(uuid.as_ptr(), self.base.add(H_UUID + 16 * i), 16)
+                                core::ptr::copy_nonoverlapping(
+                                    uuid.as_ptr(),
+                                    self.base.add(H_UUID + 16 * i),
+                                    16,
+                                )
                             };
                             st.store(2, Release);
                             return Some(i);
@@ -463,7 +507,13 @@ pub fn owner_alive(word: u64) -> bool {
 mod tests {
     use super::*;
     fn init() -> HeaderInit<'static> {
-        HeaderInit { flags: 0, limit: 100, ctx_overhead: 0, container_id: b"t", uuids: &[] }
+        HeaderInit {
+            flags: 0,
+            limit: 100,
+            ctx_overhead: 0,
+            container_id: b"t",
+            uuids: &[],
+        }
     }
     #[test]
     fn admit_release() {
@@ -491,7 +541,13 @@ mod tests {
     #[test]
     fn uuids() {
         let u1 = [1u8; 16];
-        let init = HeaderInit { flags: 0, limit: 1, ctx_overhead: 0, container_id: b"", uuids: &[u1] };
+        let init = HeaderInit {
+            flags: 0,
+            limit: 1,
+            ctx_overhead: 0,
+            container_id: b"",
+            uuids: &[u1],
+        };
         let r = Region::anonymous(&init).unwrap();
         assert_eq!(r.uuid_index(&u1, false), Some(0));
         assert_eq!(r.uuid_index(&[2; 16], false), None);
@@ -502,7 +558,10 @@ mod tests {
     fn liveness() {
         let me = std::process::id() as i32;
         assert!(owner_alive(owner_word(me, crate::sys::proc_start_time(me))));
-        assert!(!owner_alive(owner_word(me, crate::sys::proc_start_time(me) + 1)));
+        assert!(!owner_alive(owner_word(
+            me,
+            crate::sys::proc_start_time(me) + 1
+        )));
         let child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
         let mut child = child;
@@ -524,7 +583,10 @@ mod tests {
         assert_eq!(r2.used(3), 77);
         assert_eq!(r2.limit(0), 100);
         std::fs::write(&p, b"garbage!garbage!").unwrap();
-        assert_eq!(Region::open_file(cp.as_ptr(), false, &init()).err(), Some(OpenError::Incompatible));
+        assert_eq!(
+            Region::open_file(cp.as_ptr(), false, &init()).err(),
+            Some(OpenError::Incompatible)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

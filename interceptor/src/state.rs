@@ -7,7 +7,9 @@ use crate::ptrtable::Table;
 use crate::region::{self, HeaderInit, Region};
 use crate::sys::{self, PathBuf};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use core::sync::atomic::{
+    AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
+};
 
 pub const DEFAULT_STATE_DIR: &[u8] = b"/run/gpu-quota";
 
@@ -91,7 +93,11 @@ unsafe fn load_config(c: &mut Config) {
         let mut b = crate::fmt::Buf::<768>::new();
         b.push(b"gpu-quota[debug]: pid ");
         b.push_u64(sys::getpid() as u64);
-        b.push(if c.enforce { b" enforcing" } else { b" pass-through" });
+        b.push(if c.enforce {
+            b" enforcing"
+        } else {
+            b" pass-through"
+        });
         b.push(match c.source {
             Source::Container => b" (limits from /run/gpu-quota)",
             Source::StateDirEnv => b" (limits from GPU_QUOTA_STATE_DIR)",
@@ -176,7 +182,9 @@ unsafe fn load_config_inner(c: &mut Config) {
             None => {
                 // fail closed: a container with a broken limits file gets no memory
                 c.limit = Size::Bytes(0);
-                sys::write_stderr(b"gpu-quota: limits file has no valid vram_bytes: refusing all device memory\n");
+                sys::write_stderr(
+                    b"gpu-quota: limits file has no valid vram_bytes: refusing all device memory\n",
+                );
             }
         }
         if let Some(Size::Bytes(e)) = env_vram {
@@ -230,7 +238,12 @@ pub fn region() -> Option<Region> {
 
 fn make_region() -> Region {
     // SAFETY: validated when opened; layout constants fixed for version 1
-    unsafe { Region::from_validated(REGION_BASE.load(Acquire) as *mut u8, REGION_SHARED.load(Acquire) != 0) }
+    unsafe {
+        Region::from_validated(
+            REGION_BASE.load(Acquire) as *mut u8,
+            REGION_SHARED.load(Acquire) != 0,
+        )
+    }
 }
 
 #[cold]

@@ -117,7 +117,8 @@ pub unsafe fn name_eq(c: *const c_char, name: &[u8]) -> bool {
 
 /// Find an intercepted (wrapped) symbol by exact exported name.
 pub unsafe fn lookup_wrapped(name: *const c_char) -> Option<usize> {
-    SYMS.iter().position(|s| !s.wrapper.is_null() && name_eq(name, s.name))
+    SYMS.iter()
+        .position(|s| !s.wrapper.is_null() && name_eq(name, s.name))
 }
 
 /// Record a real pointer for symbol i unless one is known or it is ours.
@@ -137,7 +138,11 @@ fn lib_handle(lib: u8, load: bool) -> *mut c_void {
     if h != 0 {
         return h as *mut c_void;
     }
-    let name: &core::ffi::CStr = if lib == LIB_CUDA { c"libcuda.so.1" } else { c"libnvidia-ml.so.1" };
+    let name: &core::ffi::CStr = if lib == LIB_CUDA {
+        c"libcuda.so.1"
+    } else {
+        c"libnvidia-ml.so.1"
+    };
     let mut p = unsafe { sys::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
     if p.is_null() && load {
         p = unsafe { sys::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };

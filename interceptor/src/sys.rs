@@ -165,7 +165,10 @@ pub fn file_exists(path: *const c_char) -> bool {
 }
 
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -186,7 +189,10 @@ pub struct PathBuf {
 
 impl PathBuf {
     pub const fn empty() -> Self {
-        PathBuf { buf: [0; 512], len: 0 }
+        PathBuf {
+            buf: [0; 512],
+            len: 0,
+        }
     }
     pub fn from_bytes(b: &[u8]) -> Option<Self> {
         let mut p = PathBuf::empty();

@@ -10,14 +10,21 @@ use std::io::Write;
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let ledger = Ledger { dir: a[1].clone().into(), grace_secs: 3600 };
+    let ledger = Ledger {
+        dir: a[1].clone().into(),
+        grace_secs: 3600,
+    };
     let id = a[2].clone();
     let stop_at = a.get(3).map(|s| WRITE_STEPS[s.parse::<usize>().unwrap()]);
     let r = Reservation {
         container_id: id.clone(),
         runtime_root: Some("/run/runc".into()),
         bundle: format!("/bundles/{id}"),
-        slices: vec![Slice { uuid: "GPU-0".into(), index: 0, bytes: 1 << 30 }],
+        slices: vec![Slice {
+            uuid: "GPU-0".into(),
+            index: 0,
+            bytes: 1 << 30,
+        }],
         request: "vram=1g".into(),
         created_unix: 1,
         started_unix: None,

@@ -50,14 +50,23 @@ pub fn bin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("GPU_QUOTA_BIN_DIR") {
         return d.into();
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or(root.join("target"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or(root.join("target"));
     target.join("debug")
 }
 
 pub fn bin(name: &str) -> PathBuf {
     let p = bin_dir().join(name);
-    assert!(p.is_file(), "{} not built: run `cargo build --workspace` (make test does)", p.display());
+    assert!(
+        p.is_file(),
+        "{} not built: run `cargo build --workspace` (make test does)",
+        p.display()
+    );
     p
 }
 
@@ -78,7 +87,13 @@ pub struct HostOpts {
 
 impl Default for HostOpts {
     fn default() -> Self {
-        Self { gpus: 2, gpu_mem: "16g", extra_config: String::new(), lib_dir: None, interceptor: None }
+        Self {
+            gpus: 2,
+            gpu_mem: "16g",
+            extra_config: String::new(),
+            lib_dir: None,
+            interceptor: None,
+        }
     }
 }
 
@@ -89,13 +104,28 @@ pub fn uuid(i: u32) -> String {
 fn mknod(path: &Path, major: u32, minor: u32) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: valid C string; creating a character device node as root.
-    let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(major, minor)) };
-    assert_eq!(r, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
+    let r = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "mknod {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 impl Host {
     pub fn new(opts: HostOpts) -> Host {
-        let dir = tempfile::Builder::new().prefix("gq-e2e-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gq-e2e-")
+            .tempdir()
+            .unwrap();
         let d = dir.path();
         for sub in ["dev", "lib", "bin", "ledger", "state", "runc-root"] {
             std::fs::create_dir_all(d.join(sub)).unwrap();
@@ -111,12 +141,21 @@ impl Host {
             std::fs::write(l.join("libcuda.so.580.1"), b"fake libcuda").unwrap();
             std::os::unix::fs::symlink("libcuda.so.580.1", l.join("libcuda.so.1")).unwrap();
             std::fs::write(l.join("libnvidia-ml.so.580.1"), b"fake nvml").unwrap();
-            std::os::unix::fs::symlink("libnvidia-ml.so.580.1", l.join("libnvidia-ml.so.1")).unwrap();
+            std::os::unix::fs::symlink("libnvidia-ml.so.580.1", l.join("libnvidia-ml.so.1"))
+                .unwrap();
             l
         });
-        std::fs::write(d.join("bin/nvidia-smi"), "#!/bin/sh\necho 'GPU 0: fake nvidia-smi'\n").unwrap();
+        std::fs::write(
+            d.join("bin/nvidia-smi"),
+            "#!/bin/sh\necho 'GPU 0: fake nvidia-smi'\n",
+        )
+        .unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(d.join("bin/nvidia-smi"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            d.join("bin/nvidia-smi"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         let interceptor = opts.interceptor.clone().unwrap_or_else(|| {
             let p = d.join("libgpuquota.so");
             std::fs::write(&p, b"placeholder interceptor").unwrap();
@@ -131,7 +170,11 @@ impl Host {
             extra = opts.extra_config,
         );
         for i in 0..opts.gpus {
-            cfg.push_str(&format!("[[inventory.gpu]]\nindex = {i}\nuuid = \"{}\"\nmemory = \"{}\"\n", uuid(i), opts.gpu_mem));
+            cfg.push_str(&format!(
+                "[[inventory.gpu]]\nindex = {i}\nuuid = \"{}\"\nmemory = \"{}\"\n",
+                uuid(i),
+                opts.gpu_mem
+            ));
         }
         std::fs::write(d.join("config.toml"), cfg).unwrap();
         let runc_root = d.join("runc-root");
@@ -150,7 +193,10 @@ impl Host {
     /// Reservations as JSON (empty when the ledger does not exist yet).
     pub fn reservations(&self) -> Vec<Value> {
         match std::fs::read(self.ledger_path()) {
-            Ok(b) => serde_json::from_slice::<Value>(&b).expect("ledger parses")["reservations"].as_array().unwrap().clone(),
+            Ok(b) => serde_json::from_slice::<Value>(&b).expect("ledger parses")["reservations"]
+                .as_array()
+                .unwrap()
+                .clone(),
             Err(_) => vec![],
         }
     }
@@ -166,13 +212,20 @@ impl Host {
     }
     pub fn runtime_cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin("gpu-quota-runtime"));
-        c.env("GPU_QUOTA_CONFIG", self.config()).arg("--root").arg(&self.runc_root).args(args).stdin(Stdio::null());
+        c.env("GPU_QUOTA_CONFIG", self.config())
+            .arg("--root")
+            .arg(&self.runc_root)
+            .args(args)
+            .stdin(Stdio::null());
         c
     }
     /// Plain runc with the same root (proves the harness without gpu-quota).
     pub fn runc(&self, args: &[&str]) -> Output {
         let mut c = Command::new("runc");
-        c.arg("--root").arg(&self.runc_root).args(args).stdin(Stdio::null());
+        c.arg("--root")
+            .arg(&self.runc_root)
+            .args(args)
+            .stdin(Stdio::null());
         capture(c)
     }
 
@@ -207,12 +260,18 @@ impl Bundle {
         std::fs::create_dir_all(rootfs.join("bin")).unwrap();
         let bb = which("busybox").expect("busybox");
         std::fs::copy(&bb, rootfs.join("bin/busybox")).unwrap();
-        for a in ["sh", "ls", "cat", "sleep", "test", "grep", "readlink", "mount", "touch", "echo", "wc", "env", "stat"] {
+        for a in [
+            "sh", "ls", "cat", "sleep", "test", "grep", "readlink", "mount", "touch", "echo", "wc",
+            "env", "stat",
+        ] {
             std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
         }
         let out = dir.join("out");
         std::fs::create_dir_all(&out).unwrap();
-        let b = Bundle { dir: dir.into(), out };
+        let b = Bundle {
+            dir: dir.into(),
+            out,
+        };
         let cfg = json!({
             "ociVersion": "1.0.2-dev",
             "process": {
@@ -258,7 +317,10 @@ impl Bundle {
     /// Set annotations, process args and extra env in one go.
     pub fn set(&self, annotations: &[(&str, &str)], script: &str, env: &[&str]) -> &Self {
         let mut c = self.config();
-        let ann: serde_json::Map<String, Value> = annotations.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let ann: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
         if !ann.is_empty() {
             c["annotations"] = Value::Object(ann);
         }
@@ -289,7 +351,11 @@ impl Bundle {
 pub fn capture(mut c: Command) -> Output {
     let out = tempfile::tempfile().unwrap();
     let err = tempfile::tempfile().unwrap();
-    let status = c.stdout(out.try_clone().unwrap()).stderr(err.try_clone().unwrap()).status().unwrap();
+    let status = c
+        .stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap())
+        .status()
+        .unwrap();
     let read = |mut f: std::fs::File| {
         use std::io::{Read, Seek};
         let mut v = Vec::new();
@@ -297,7 +363,11 @@ pub fn capture(mut c: Command) -> Output {
         f.read_to_end(&mut v).unwrap();
         v
     };
-    Output { status, stdout: read(out), stderr: read(err) }
+    Output {
+        status,
+        stdout: read(out),
+        stderr: read(err),
+    }
 }
 
 pub fn stderr(o: &Output) -> String {
@@ -305,5 +375,11 @@ pub fn stderr(o: &Output) -> String {
 }
 
 pub fn assert_ok(o: &Output, what: &str) {
-    assert!(o.status.success(), "{what} failed ({}):\nstdout: {}\nstderr: {}", o.status, String::from_utf8_lossy(&o.stdout), stderr(o));
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        stderr(o)
+    );
 }
