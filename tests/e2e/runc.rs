@@ -21,6 +21,26 @@ fn harness_runs_plain_runc() {
         "runc run",
     );
     assert_eq!(b.wait_out("hello", 5).as_deref(), Some("hello\n"));
+    // The same request under plain runc gets none of what slice_lifecycle
+    // checks: those checks observe gpu-quota, not the harness.
+    let b = h.bundle("plain-req");
+    b.set(&[("vram", "4g")], "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits 2>&1; test -e /etc/ld.so.preload || echo none > /out/preload; touch /out/done", &[]);
+    assert_ok(
+        &h.runc(&["run", "--bundle", &b.bundle_arg(), "plain-req"]),
+        "runc run",
+    );
+    b.wait_out("done", 5).unwrap();
+    assert!(!std::fs::read_to_string(b.out.join("dev"))
+        .unwrap()
+        .contains("nvidia"));
+    assert!(!std::fs::read_to_string(b.out.join("limits"))
+        .unwrap()
+        .contains("vram_bytes"));
+    assert_eq!(
+        std::fs::read_to_string(b.out.join("preload")).unwrap(),
+        "none\n"
+    );
+    assert!(h.reservations().is_empty());
 }
 
 #[test]
