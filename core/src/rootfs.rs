@@ -37,6 +37,18 @@ fn components(rel: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `fd` if it names a regular file, else a refusal naming `rel`.
+fn regular_file(fd: OwnedFd, rel: &str) -> Result<OwnedFd, EffectError> {
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(EffectError::Refused {
+            path: rel.into(),
+            what: "exists in the image and is not a regular file".into(),
+        });
+    }
+    Ok(fd)
+}
+
 impl Rootfs {
     pub fn open(path: &Path) -> Result<Rootfs, EffectError> {
         let p = path.display().to_string();
@@ -137,17 +149,7 @@ impl Rootfs {
         })?;
         let pdir = self.mkdir_all(&parent.join("/"))?;
         match self.resolve(rel, OFlag::O_PATH) {
-            Ok(fd) => {
-                let st =
-                    nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
-                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                    return Err(EffectError::Refused {
-                        path: rel.into(),
-                        what: "exists in the image and is not a regular file".into(),
-                    });
-                }
-                Ok(fd)
-            }
+            Ok(fd) => regular_file(fd, rel),
             Err(nix::errno::Errno::ENOENT) => {
                 let cname = CString::new(*name).map_err(|_| EffectError::Refused {
                     path: rel.into(),
@@ -176,13 +178,7 @@ impl Rootfs {
                     drop(unsafe { OwnedFd::from_raw_fd(fd) });
                 }
                 match self.resolve(rel, OFlag::O_PATH) {
-                    Ok(fd) => {
-                        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
-                        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                            return Err(EffectError::Refused { path: rel.into(), what: "exists in the image and is not a regular file".into() });
-                        }
-                        Ok(fd)
-                    }
+                    Ok(fd) => regular_file(fd, rel),
                     Err(nix::errno::Errno::ENOENT) => Err(EffectError::Refused {
                         path: rel.into(),
                         what: "is a symlink in the image pointing to a missing file; refusing to follow it".into(),
@@ -198,14 +194,7 @@ impl Rootfs {
     pub fn read_file(&self, rel: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError> {
         match self.resolve(rel, OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK) {
             Ok(fd) => {
-                let st =
-                    nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
-                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                    return Err(EffectError::Refused {
-                        path: rel.into(),
-                        what: "is not a regular file".into(),
-                    });
-                }
+                let fd = regular_file(fd, rel)?;
                 let mut buf = Vec::new();
                 std::fs::File::from(fd)
                     .take(max as u64 + 1)

@@ -355,41 +355,36 @@ pub fn metrics(_: &MetricsArgs) -> Result<()> {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
     };
     let rows = gpu_rows(&cfg, &inv, &data);
-    gauge(
-        &mut o,
-        "gpu_quota_gpu_capacity_bytes",
-        "Memory of the GPU that may be handed out (total minus reserve).",
-    );
-    for g in &rows {
-        let _ = writeln!(
-            o,
-            "gpu_quota_gpu_capacity_bytes{{gpu=\"{}\",uuid=\"{}\",simulated=\"{}\"}} {}",
-            g.index, g.uuid, g.simulated, g.capacity
-        );
-    }
-    gauge(
-        &mut o,
-        "gpu_quota_gpu_reserved_bytes",
-        "Sum of the slices handed out on the GPU.",
-    );
-    for g in &rows {
-        let _ = writeln!(
-            o,
-            "gpu_quota_gpu_reserved_bytes{{gpu=\"{}\",uuid=\"{}\"}} {}",
-            g.index, g.uuid, g.reserved
-        );
-    }
-    gauge(
-        &mut o,
-        "gpu_quota_gpu_containers",
-        "Containers holding a slice of the GPU.",
-    );
-    for g in &rows {
-        let _ = writeln!(
-            o,
-            "gpu_quota_gpu_containers{{gpu=\"{}\",uuid=\"{}\"}} {}",
-            g.index, g.uuid, g.holders
-        );
+    type PerGpu = fn(&GpuRow) -> u64;
+    let per_gpu: [(&str, &str, PerGpu); 3] = [
+        (
+            "gpu_quota_gpu_capacity_bytes",
+            "Memory of the GPU that may be handed out (total minus reserve).",
+            |g| g.capacity,
+        ),
+        (
+            "gpu_quota_gpu_reserved_bytes",
+            "Sum of the slices handed out on the GPU.",
+            |g| g.reserved,
+        ),
+        (
+            "gpu_quota_gpu_containers",
+            "Containers holding a slice of the GPU.",
+            |g| g.holders as u64,
+        ),
+    ];
+    for (name, help, value) in per_gpu {
+        gauge(&mut o, name, help);
+        for g in &rows {
+            let _ = writeln!(
+                o,
+                "{name}{{gpu=\"{}\",uuid=\"{}\",simulated=\"{}\"}} {}",
+                g.index,
+                g.uuid,
+                g.simulated,
+                value(g)
+            );
+        }
     }
     gauge(
         &mut o,

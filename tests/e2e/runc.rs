@@ -500,7 +500,7 @@ fn operator_commands_ls_gc_doctor_metrics() {
     );
     assert!(
         m.contains(&format!(
-            "gpu_quota_gpu_reserved_bytes{{gpu=\"0\",uuid=\"{}\"}} {}",
+            "gpu_quota_gpu_reserved_bytes{{gpu=\"0\",uuid=\"{}\",simulated=\"true\"}} {}",
             uuid(0),
             5 * GIB
         )),
