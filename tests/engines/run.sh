@@ -13,23 +13,28 @@
 # GQ_ENGINES_KEEP=1 keeps $T (daemons are still stopped) for debugging.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-REL=$ROOT/target/release
+REL=${GPU_QUOTA_BIN_DIR:-$ROOT/target/release}   # gpu-quota, gpu-quota-runtime, gpu-quota-hook, libgpuquota.so
 RT=$REL/gpu-quota-runtime
 GIB=$((1 << 30))
 START=$SECONDS
 passed=0; failed=0
 
+# a case's notes (shown under its result line); the rest of its output is shown only on failure
+note() { printf '%s\n' "$*" | head -c 600 | sed -E 's/([0-9]) (passed|failed)/\1_\2/g; s/^/     > /' >>"$CASE_OUT.notes"; }
 ok()   { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 25 | sed 's/^/     | /'; return 0; }
 # check NAME FUNC ARGS...: FUNC prints diagnostics and returns non-zero on failure
 # (runs in this shell, not a subshell: cases may set variables, e.g. daemon pids)
 check() {
   local name=$1 rc; shift
+  : >"$CASE_OUT.notes"
   "$@" >"$CASE_OUT" 2>&1 </dev/null; rc=$?
   if [ $rc -eq 0 ]; then ok "$name"; else fail "$name" "$(cat "$CASE_OUT")"; fi
+  cat "$CASE_OUT.notes" 2>/dev/null
 }
 finish() {
-  echo "$passed passed, $failed failed   (engines suite, $((SECONDS - START))s)"
+  echo "engines suite: $((SECONDS - START))s"
+  echo "$passed passed, $failed failed"
   [ "$failed" -eq 0 ]
   exit $?
 }
@@ -48,8 +53,13 @@ BB=$(command -v busybox)
 file_static() { ! LC_ALL=C readelf -d "$1" 2>/dev/null | grep -q NEEDED; }
 file_static "$BB" || { [ -x /bin/busybox ] && file_static /bin/busybox && BB=/bin/busybox; }
 
-if ! [ -x "$RT" ] || ! [ -x "$REL/gpu-quota-hook" ] || ! [ -x "$REL/gpu-quota" ] || ! [ -f "$REL/libgpuquota.so" ]; then
-  echo "== make build (release binaries missing)"
+stale() {  # a release binary is missing, or older than a source file
+  local b; for b in "$RT" "$REL/gpu-quota-hook" "$REL/gpu-quota" "$REL/libgpuquota.so"; do [ -e "$b" ] || return 0; done
+  [ -z "${GPU_QUOTA_BIN_DIR:-}" ] || return 1
+  [ -n "$(cd "$ROOT" && find shim hook core install interceptor -newer "$RT" \( -name '*.rs' -o -name Cargo.toml -o -name '*.c' \) -not -path '*/target/*' 2>/dev/null | head -1)" ]
+}
+if stale; then
+  echo "== make build (release binaries missing or older than the sources)"
   make -C "$ROOT" -s build >/dev/null 2>&1 || die "build" "$(make -C "$ROOT" -s build 2>&1 | tail -20)"
 fi
 
@@ -65,7 +75,9 @@ IMG=gq-engines-bb:latest
 CIMG=docker.io/library/$IMG
 LOG=$T/logs; mkdir -p "$LOG"
 CTD_PID=""; DOCKERD_PID=""
-run_containerd_before=0; [ -e /run/containerd ] && run_containerd_before=1
+# containerd-shim-runc-v2 (runc root, socket dir) and podman (runc's default root)
+# create these; remove them afterwards when they were not there before
+RUN_DIRS=(); for d in /run/containerd /run/runc; do [ -e "$d" ] || RUN_DIRS+=("$d"); done
 
 export GPU_QUOTA_CONFIG=$GQ/config.toml
 export DOCKER_CONFIG=$T/docker-cli       # the CLI's own config, not ~/.docker
@@ -147,6 +159,7 @@ teardown() {
   stop_pid "$PNS"; PNS=""
   stop_pid "$DOCKERD_PID"; DOCKERD_PID=""
   stop_pid "$CTD_PID"; CTD_PID=""
+  local d; for d in "${RUN_DIRS[@]}"; do [ -d "$d" ] && find "$d" -depth -type d -empty -delete 2>/dev/null; done
 }
 # Last resort on any exit: kill what is left, unmount, remove $T.
 cleanup() {
@@ -154,9 +167,6 @@ cleanup() {
   teardown
   for p in $(procs_of_T); do kill -KILL "$p" 2>/dev/null; done
   for m in $(mounts_of_T | sort -r); do umount -l "$m" 2>/dev/null; done
-  if [ "$run_containerd_before" = 0 ]; then   # containerd-shim-runc-v2 made these
-    rmdir /run/containerd/s /run/containerd/runc/$NS /run/containerd/runc /run/containerd 2>/dev/null
-  fi
   if [ "${GQ_ENGINES_KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
   exit $rc
 }
@@ -331,6 +341,7 @@ docker_refusal() {
   out=$(D "${DRUN[@]}" --rm --name gq-d2 -e GPU_QUOTA_VRAM=15g -e GPU_QUOTA_GPU="$g" "$IMG" true 2>&1); rc=$?
   [ $rc -ne 0 ] || { echo "docker run succeeded: $out"; return 1; }
   has "$out" "gpu-quota: cannot start container" && has "$out" "requested 15.00 GiB" || return 1
+  note "$out"
   expect_ledger 1 "after the refusal" || return 1
   ! D ps -a --format '{{.Names}}' | grep -qx gq-d2 || { echo "refused --rm container left behind"; return 1; }
 }
@@ -342,6 +353,18 @@ docker_rm() {
 docker_run_rm() {
   local out; out=$(D "${DRUN[@]}" --rm -e GPU_QUOTA_VRAM=2g "$IMG" cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
   has "$out" "vram_bytes=$((2 * GIB))" || return 1
+  wait_ledger 0 5
+}
+docker_stop_start() {
+  # a stopped container holds no slice; start admits it again
+  D "${DRUN[@]}" -d --name gq-d3 -e GPU_QUOTA_VRAM=3g "$IMG" sleep 600 >/dev/null || return 1
+  expect_ledger 1 "after run -d" || return 1
+  D stop -t 1 gq-d3 >/dev/null || return 1
+  wait_ledger 0 5 || return 1
+  D start gq-d3 >/dev/null || return 1
+  expect_ledger 1 "after docker start" || return 1
+  has "$(D exec gq-d3 cat /run/gpu-quota/limits)" "vram_bytes=$((3 * GIB))" || return 1
+  D rm -f gq-d3 >/dev/null || return 1
   wait_ledger 0 5
 }
 docker_plain() {
@@ -362,6 +385,7 @@ if [ "$docker_up" = 1 ]; then
   check "docker: a request that does not fit fails with the gpu-quota message in docker's error" docker_refusal
   check "docker: rm -f releases the slice (ledger empty, state dir gone)" docker_rm
   check "docker: run --rm sees 2 GiB and releases on exit" docker_run_rm
+  check "docker: stop releases the slice, start admits it again, rm -f releases" docker_stop_start
   check "docker: container without a request passes through untouched" docker_plain
   check "docker: 20.10 refuses --annotation (needs API 1.43), so -e GPU_QUOTA_VRAM is the way" docker_annotation_refused
 else
@@ -378,7 +402,7 @@ ctd_config_dump() {
   # and the running daemon was started from that very file
   has "$(tr '\0' ' ' </proc/"$CTD_PID"/cmdline)" "--config $T/etc/containerd/config.toml"
 }
-CRUN=(run --snapshotter native --runc-binary "$RT")
+CRUN=(run --snapshotter native --fifo-dir "$T/fifo" --runc-binary "$RT")
 ctr_slice() {
   C "${CRUN[@]}" -d --annotation vram=2g "$CIMG" gq-c1 sleep 600 >/dev/null || return 1
   expect_ledger 1 "after ctr run -d" || return 1
@@ -391,6 +415,7 @@ ctr_refusal() {
   out=$(C "${CRUN[@]}" --rm --annotation vram=15g --annotation gpu="$g" "$CIMG" gq-c2 true 2>&1); rc=$?
   [ $rc -ne 0 ] || { echo "ctr run succeeded: $out"; return 1; }
   has "$out" "gpu-quota: cannot start container" && has "$out" "requested 15.00 GiB" || return 1
+  note "$out"
   expect_ledger 1 "after the refusal" || return 1
   ! C tasks ls -q | grep -qx gq-c2 || { echo "refused task left behind"; return 1; }
   C containers rm gq-c2 >/dev/null 2>&1; true
@@ -427,6 +452,7 @@ podman_refusal() {  # RUNTIME NAME
   out=$(P run "${PODMAN_RUN[@]}" --rm --name "$2" --runtime "$1" --annotation vram=15g --annotation gpu="$g" "$IMG" true 2>&1); rc=$?
   [ $rc -ne 0 ] || { echo "podman run succeeded: $out"; return 1; }
   has "$out" "gpu-quota: cannot start container" && has "$out" "requested 15.00 GiB" || return 1
+  note "$out"
   expect_ledger 1 "after the refusal" || return 1
   ! P ps -a --format '{{.Names}}' | grep -qx "$2" || { echo "refused --rm container left behind"; return 1; }
 }
@@ -437,6 +463,17 @@ podman_rm() {  # NAME
 podman_run_rm() {  # RUNTIME
   local out; out=$(P run "${PODMAN_RUN[@]}" --rm --runtime "$1" --annotation vram=2g "$IMG" cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
   has "$out" "vram_bytes=$((2 * GIB))" || return 1
+  wait_ledger 0 5
+}
+podman_stop_start() {  # RUNTIME
+  P run "${PODMAN_RUN[@]}" -d --name gq-p5 --runtime "$1" --annotation vram=3g "$IMG" sleep 600 >/dev/null || return 1
+  expect_ledger 1 "after run -d" || return 1
+  P stop -t 1 gq-p5 >/dev/null || return 1
+  wait_ledger 0 5 || return 1
+  P start gq-p5 >/dev/null || return 1
+  expect_ledger 1 "after podman start" || return 1
+  has "$(P exec gq-p5 cat /run/gpu-quota/limits)" "vram_bytes=$((3 * GIB))" || return 1
+  P rm -f -t 0 gq-p5 >/dev/null || return 1
   wait_ledger 0 5
 }
 podman_install() {
@@ -458,6 +495,7 @@ check "podman: --runtime gpu-quota (installed name) gets a 2 GiB slice" podman_s
 check "podman: (name) a request that does not fit fails with the gpu-quota message" podman_refusal gpu-quota gq-p4
 check "podman: (name) rm -f releases the slice" podman_rm gq-p3
 check "podman: (name) run --rm sees 2 GiB and releases" podman_run_rm gpu-quota
+check "podman: (name) stop releases the slice, start admits it again, rm -f releases" podman_stop_start gpu-quota
 
 # ================================================================ 5. nothing left behind
 final_engines_empty() {
@@ -483,6 +521,7 @@ final_nothing_left() {
   for r in "$T/exec/runtime-runc/moby" "/run/containerd/runc/$NS" /run/runc; do   # docker, ctr, podman
     [ -d "$r" ] && runc --root "$r" list 2>/dev/null | grep -qF "$T/" && bad+="runc state in $r: $(runc --root "$r" list)"$'\n'
   done
+  for r in "${RUN_DIRS[@]}"; do [ -e "$r" ] && bad+="left in $r: $(find "$r")"$'\n'; done
   [ -z "$bad" ] || { echo "$bad"; return 1; }
 }
 check "end: no container in docker, ctr or podman; ledger empty; no state dirs" final_engines_empty
