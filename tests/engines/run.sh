@@ -32,7 +32,9 @@ check() {
   if [ $rc -eq 0 ]; then ok "$name"; else fail "$name" "$(cat "$CASE_OUT")"; fi
   cat "$CASE_OUT.notes" 2>/dev/null
 }
+FINISHED=0
 finish() {
+  FINISHED=1
   echo "engines suite: $((SECONDS - START))s"
   echo "$passed passed, $failed failed"
   [ "$failed" -eq 0 ]
@@ -164,6 +166,7 @@ teardown() {
 # Last resort on any exit: kill what is left, unmount, remove $T.
 cleanup() {
   local rc=$? p m
+  if [ "$FINISHED" = 0 ]; then echo "interrupted"; echo "$passed passed, $((failed + 1)) failed"; [ $rc -ne 0 ] || rc=1; fi
   teardown
   for p in $(procs_of_T); do kill -KILL "$p" 2>/dev/null; done
   for m in $(mounts_of_T | sort -r); do umount -l "$m" 2>/dev/null; done
@@ -374,9 +377,14 @@ docker_plain() {
   expect_ledger 0
 }
 docker_annotation_refused() {
-  # Docker 20.10 (API 1.41) cannot pass --annotation (API 1.43, Docker >= 24): hence -e GPU_QUOTA_VRAM
-  local out; out=$(D "${DRUN[@]}" --rm --annotation vram=2g "$IMG" true 2>&1) && { echo "accepted: $out"; return 1; }
-  grep -qiE 'API version 1\.43|unknown flag: --annotation' <<<"$out" || { echo "$out"; return 1; }
+  # Docker 20.10 (API 1.41) cannot pass --annotation (API 1.43, Docker >= 24): hence -e GPU_QUOTA_VRAM.
+  # Its own CLI has no such flag; a newer CLI elsewhere on PATH (if any) is refused by the daemon.
+  local cli out
+  for cli in $(printf "%s\n" "$DOCKER_BIN" $(type -ap docker) | awk '!seen[$0]++'); do
+    out=$(timeout 60 "$cli" "${DRUN[@]}" --rm --annotation vram=2g "$IMG" true 2>&1) && { echo "$cli accepted: $out"; return 1; }
+    grep -qiE 'API version 1\.43|unknown flag: --annotation' <<<"$out" || { echo "$cli: $out"; return 1; }
+    note "$cli ($("$cli" --version | cut -d, -f1)): $(head -1 <<<"$out")"
+  done
   expect_ledger 0
 }
 if [ "$docker_up" = 1 ]; then
