@@ -380,7 +380,7 @@ docker_annotation_refused() {
   # Docker 20.10 (API 1.41) cannot pass --annotation (API 1.43, Docker >= 24): hence -e GPU_QUOTA_VRAM.
   # Its own CLI has no such flag; a newer CLI elsewhere on PATH (if any) is refused by the daemon.
   local cli out
-  for cli in $(printf "%s\n" "$DOCKER_BIN" $(type -ap docker) | awk '!seen[$0]++'); do
+  for cli in $(for c in "$DOCKER_BIN" $(type -ap docker); do readlink -f "$c"; done | awk '!seen[$0]++'); do
     out=$(timeout 60 "$cli" "${DRUN[@]}" --rm --annotation vram=2g "$IMG" true 2>&1) && { echo "$cli accepted: $out"; return 1; }
     grep -qiE 'API version 1\.43|unknown flag: --annotation' <<<"$out" || { echo "$cli: $out"; return 1; }
     note "$cli ($("$cli" --version | cut -d, -f1)): $(head -1 <<<"$out")"
