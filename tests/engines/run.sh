@@ -5,10 +5,14 @@
 #
 # Everything lives under one temp dir $T: private containerd (--config/--root/
 # --state/--address), private dockerd (--config-file/--data-root/--exec-root/
-# --pidfile/-H), podman with --root/--runroot/--tmpdir and CONTAINERS_CONF.
-# The machine's /etc and its daemons are never used or touched.
+# --pidfile/-H), podman with --root/--runroot/--tmpdir and CONTAINERS_CONF, run in
+# a private mount namespace whose /etc carries gpu-quota/config.toml (podman does
+# not pass GPU_QUOTA_CONFIG to the runtime). The machine's /etc and daemons are
+# never used or touched. docs/engines.md describes what is tested and why.
 #
-# Needs root, runc, busybox (static), dockerd, containerd, ctr, podman.
+# Needs root, runc, busybox (static), dockerd, containerd, ctr, podman, conmon,
+# unshare/nsenter (util-linux). Binaries: target/release (built when missing or
+# older than the sources), or GPU_QUOTA_BIN_DIR.
 # Each check is a named case; the last line is "N passed, M failed".
 # GQ_ENGINES_KEEP=1 keeps $T (daemons are still stopped) for debugging.
 set -u
@@ -22,7 +26,7 @@ passed=0; failed=0
 # a case's notes (shown under its result line); the rest of its output is shown only on failure
 note() { printf '%s\n' "$*" | head -c 600 | sed -E 's/([0-9]) (passed|failed)/\1_\2/g; s/^/     > /' >>"$CASE_OUT.notes"; }
 ok()   { passed=$((passed + 1)); echo "ok   $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 25 | sed 's/^/     | /'; return 0; }
+fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 25 | sed -E 's/([0-9]) (passed|failed)/\1_\2/g; s/^/     | /'; return 0; }
 # check NAME FUNC ARGS...: FUNC prints diagnostics and returns non-zero on failure
 # (runs in this shell, not a subshell: cases may set variables, e.g. daemon pids)
 check() {
@@ -45,7 +49,7 @@ die() { fail "$1" "${2:-}"; finish; }
 # ---------------------------------------------------------------- prerequisites
 [ "$(id -u)" = 0 ] || die "prerequisites" "needs root"
 missing=()
-for b in runc busybox dockerd containerd ctr containerd-shim-runc-v2 podman conmon mknod timeout; do
+for b in runc busybox dockerd containerd ctr containerd-shim-runc-v2 podman conmon mknod timeout unshare nsenter tar; do
   command -v "$b" >/dev/null 2>&1 || missing+=("$b")
 done
 [ ${#missing[@]} -eq 0 ] || die "prerequisites" "missing: ${missing[*]} (apt-get install runc busybox-static docker.io containerd podman)"
