@@ -114,13 +114,19 @@ podman_ns() {
     [ "$(readlink /proc/$PNS/ns/mnt)" != "$(readlink /proc/self/ns/mnt)" ] && break; sleep 0.1
   done
   [ "$(readlink /proc/$PNS/ns/mnt 2>/dev/null)" != "$(readlink /proc/self/ns/mnt)" ] || { echo "unshare -m failed"; return 1; }
-  mkdir -p "$T/podman/etc" || return 1
+  # /etc gets gpu-quota/config.toml; /var/lib and /run catch what podman writes outside
+  # --root/--runroot/--tmpdir (/var/lib/containers/cache, /run/containers/networks,
+  # runc's default root /run/runc): overlays with their upper dirs on a tmpfs of the namespace
+  mkdir -p "$T/podman/ns" || return 1
   nsenter -t "$PNS" -m -- sh -ec "
-    mount -t tmpfs -o mode=755 gq-etc '$T/podman/etc'
-    mkdir -p '$T/podman/etc/up/gpu-quota' '$T/podman/etc/work'
-    cp '$GQ/config.toml' '$T/podman/etc/up/gpu-quota/config.toml'
-    mount -t overlay gq-etc -o 'lowerdir=/etc,upperdir=$T/podman/etc/up,workdir=$T/podman/etc/work' /etc
-    cmp '$GQ/config.toml' /etc/gpu-quota/config.toml" || return 1
+    mount -t tmpfs -o mode=755 gq-ns '$T/podman/ns'
+    for d in etc var/lib run; do
+      u='$T/podman/ns/'\$(echo \$d | tr / _)
+      mkdir -p \$u/up \$u/work
+      mount -t overlay gq-ns -o lowerdir=/\$d,upperdir=\$u/up,workdir=\$u/work /\$d
+    done
+    mkdir -p /etc/gpu-quota
+    cp '$GQ/config.toml' /etc/gpu-quota/config.toml" || return 1
   if [ -e /etc/gpu-quota/config.toml ] && cmp -s "$GQ/config.toml" /etc/gpu-quota/config.toml; then
     echo "the host sees the namespace's /etc"; return 1
   fi
@@ -522,10 +528,11 @@ final_engines_empty() {
 }
 final_nothing_left() {
   local bad="" p r
-  # podman's namespace: nothing of the suite mounted there but its own /etc overlay
+  # podman's namespace: nothing of the suite mounted there but its own tmpfs; no runc state
   if [ -n "$PNS" ]; then
-    p=$(awk -v t="$T/" 'index($5, t) == 1 && $5 != t "podman/etc"' /proc/$PNS/mountinfo)
+    p=$(awk -v t="$T/" 'index($5, t) == 1 && $5 != t "podman/ns"' /proc/$PNS/mountinfo)
     [ -z "$p" ] || bad+="mounts in podman's namespace: $p"$'\n'
+    nsenter -t "$PNS" -m -- runc --root /run/runc list 2>/dev/null | grep -qF "$T/" && bad+="runc state of podman's containers"$'\n'
   fi
   teardown
   for p in $(procs_of_T); do bad+="process $p: $(tr '\0' ' ' </proc/$p/cmdline)"$'\n'; done
