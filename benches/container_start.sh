@@ -53,4 +53,6 @@ done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
 mp=$(median "${plain[@]}"); ms=$(median "${sliced[@]}")
 [ -z "$(cat "$D/ledger/ledger.json" | grep container_id || true)" ] || { echo "ledger not empty after the runs"; exit 1; }
-printf '| %s | %s | %d | %.1f ms | %.1f ms | %+.1f ms | %.2f× |\n' "$(date -u +%F)" "$([ -n "${GQ_BENCH_REAL:-}" ] && echo "real GPU" || echo simulated)" "$N" "$(echo "$mp/1000" | bc -l)" "$(echo "$ms/1000" | bc -l)" "$(echo "($ms-$mp)/1000" | bc -l)" "$(echo "$ms/$mp" | bc -l)"
+kind=$([ -n "${GQ_BENCH_REAL:-}" ] && echo "real GPU" || echo simulated)
+awk -v d="$(date -u +%F)" -v k="$kind" -v n="$N" -v p="$mp" -v s="$ms" \
+  'BEGIN { printf "| %s | %s | %d | %.1f ms | %.1f ms | %+.1f ms | %.2f× |\n", d, k, n, p / 1000, s / 1000, (s - p) / 1000, s / p }'

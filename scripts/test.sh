@@ -30,15 +30,14 @@ fi
 # count NAME LOGFILE RC: add a suite's counts from its closing lines
 count() {
   local name=$1 log=$2 rc=$3 p f
-  p=$(grep -hoE '(^|[^0-9])[0-9]+ passed' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null || echo 0)
-  f=$(grep -hoE '[0-9]+ failed' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null || echo 0)
+  p=$(grep -hoE '(^|[^0-9])[0-9]+ passed' "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}')
+  f=$(grep -hoE '[0-9]+ failed' "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}')
   passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
   if [ "$rc" != 0 ]; then
     broken+=("$name")
     [ "${f:-0}" -gt 0 ] || failed=$((failed + 1))
   fi
 }
-command -v bc >/dev/null || { [ "$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bc >/dev/null; }
 
 echo "== build"
 make -s build-debug 2>&1 | tail -20 || { echo "0 passed, 1 failed"; exit 1; }
