@@ -158,7 +158,7 @@ if [ $OVERLAY_OK = 1 ] && want probe; then
   fi
   ctr h1 delete --force p1 < /dev/null; clog p1
   echo "ledger after delete: $(ledger h1)"
-else res SKIP "2#10" "probe container" "no rootfs"; fi
+else res SKIP "2#10" "probe container" "no rootfs, or not in SECTIONS"; fi
 
 ############################ Issue 4 #1 seed + #3 release ############################
 sec "seed: vram=24g containers on GPU 0 until full"
@@ -203,7 +203,7 @@ if [ $OVERLAY_OK = 1 ] && want seed; then
   sleep 1
   if [ "$(nres h1)" = 0 ]; then res PASS "4#3" "delete of all containers empties the ledger" "GPU 0 used after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader -i 0)"
   else res FAIL "4#3" "ledger after delete" "$(ledger h1 | cut -c1-300)"; fi
-else res SKIP "4#1" "seed" "no rootfs"; fi
+else res SKIP "4#1" "seed" "no rootfs, or not in SECTIONS"; fi
 
 ############################ Issue 4 #4: 2 GPUs ############################
 sec "2 GPUs"
