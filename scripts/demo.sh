@@ -42,7 +42,7 @@ else
   mkdir -p "$D/dev" "$D/bin"
   mknod "$D/dev/nvidia0" c 195 0; mknod "$D/dev/nvidia1" c 195 1
   mknod "$D/dev/nvidiactl" c 195 255; mknod "$D/dev/nvidia-uvm" c 237 0
-  printf '#!/bin/sh\necho "GPU 0: Simulated GPU (gpu-quota demo)"\n' > "$D/bin/nvidia-smi"; chmod +x "$D/bin/nvidia-smi"
+  cp tests/fake/build/nvidia-smi "$D/bin/nvidia-smi"   # a static stand-in
   cat > "$GPU_QUOTA_CONFIG" <<EOT
 ledger_dir = "$D/ledger"
 state_dir = "$D/state"

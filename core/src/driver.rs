@@ -176,27 +176,55 @@ pub fn discover(cfg: &DriverConfig) -> Result<DriverFiles, DriverError> {
             searched,
         });
     }
-    let mut bins = Vec::new();
-    for b in &cfg.binaries {
-        if let Some(p) = cfg
-            .bin_dirs
-            .iter()
-            .map(|d| d.join(b))
-            .find(|p| is_executable(p))
-        {
-            if let Ok(real) = std::fs::canonicalize(&p) {
-                bins.push((b.clone(), real));
-            }
-        }
-    }
+    let bins = find_programs(cfg, &libs);
     Ok(DriverFiles { libs, bins })
 }
 
-fn is_executable(p: &Path) -> bool {
+/// Driver programs: the first executable ELF file of each name, looked up
+/// first in the `bin` directory beside the driver's libnvidia-ml (where
+/// the driver installed it, e.g. /usr/local/nvidia/bin), then in
+/// `bin_dirs`. Scripts are skipped: a host wrapper such as
+/// `exec /usr/local/nvidia/bin/nvidia-smi` names a path the container
+/// does not have.
+fn find_programs(cfg: &DriverConfig, libs: &[DriverLib]) -> Vec<(String, PathBuf)> {
+    let mut dirs: Vec<PathBuf> = libs
+        .iter()
+        .filter(|l| {
+            l.name.starts_with("libnvidia-ml.so")
+                || l.aliases.iter().any(|a| a.starts_with("libnvidia-ml.so"))
+        })
+        .filter_map(|l| {
+            l.host_path
+                .parent()
+                .and_then(Path::parent)
+                .map(|d| d.join("bin"))
+        })
+        .collect();
+    dirs.extend(cfg.bin_dirs.iter().cloned());
+    let mut bins = Vec::new();
+    for b in &cfg.binaries {
+        let found = dirs
+            .iter()
+            .filter_map(|d| std::fs::canonicalize(d.join(b)).ok())
+            .find(|p| is_executable_elf(p));
+        if let Some(real) = found {
+            bins.push((b.clone(), real));
+        }
+    }
+    bins
+}
+
+fn is_executable_elf(p: &Path) -> bool {
+    use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
+    let exec = std::fs::metadata(p)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+        .unwrap_or(false);
+    let mut magic = [0u8; 4];
+    exec && std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
 }
 
 #[cfg(test)]
@@ -222,6 +250,42 @@ mod tests {
         assert!(parse_ldcache(b"").is_err());
         assert!(parse_ldcache(b"glibc-ld.so.cache1.1\xff\xff\xff\x7f").is_err());
         assert!(parse_ldcache(&[0u8; 100]).is_err());
+    }
+
+    #[test]
+    fn programs_skip_wrapper_scripts_and_prefer_the_driver_bin_dir() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        for sub in ["wrapper", "other", "nvidia/lib64", "nvidia/bin"] {
+            std::fs::create_dir_all(p.join(sub)).unwrap();
+        }
+        let script = p.join("wrapper/nvidia-smi");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::copy("/bin/true", p.join("other/nvidia-smi")).unwrap();
+        std::fs::write(p.join("nvidia/lib64/libcuda.so.580.1"), b"x").unwrap();
+        let cfg = DriverConfig {
+            lib_dirs: vec![p.join("nvidia/lib64")],
+            bin_dirs: vec![p.join("wrapper"), p.join("other")],
+            ..DriverConfig::default()
+        };
+        // the script comes first in bin_dirs but is skipped
+        assert_eq!(
+            discover(&cfg).unwrap().bins,
+            vec![("nvidia-smi".to_string(), p.join("other/nvidia-smi"))]
+        );
+        // with libnvidia-ml installed, the bin dir beside it wins
+        std::fs::write(p.join("nvidia/lib64/libnvidia-ml.so.580.1"), b"x").unwrap();
+        std::fs::copy("/bin/true", p.join("nvidia/bin/nvidia-smi")).unwrap();
+        assert_eq!(
+            discover(&cfg).unwrap().bins[0].1,
+            p.join("nvidia/bin/nvidia-smi")
+        );
     }
 
     #[test]

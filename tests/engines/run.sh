@@ -210,7 +210,7 @@ setup_host() {
   mknod -m 666 "$GQ/dev/nvidia-uvm-tools" c 237 1 || return 1
   echo "fake libcuda" >"$GQ/lib/libcuda.so.580.1"; ln -s libcuda.so.580.1 "$GQ/lib/libcuda.so.1"
   echo "fake nvml" >"$GQ/lib/libnvidia-ml.so.580.1"; ln -s libnvidia-ml.so.580.1 "$GQ/lib/libnvidia-ml.so.1"
-  printf '#!/bin/sh\necho "GPU 0: fake nvidia-smi"\n' >"$GQ/bin/nvidia-smi"; chmod 755 "$GQ/bin/nvidia-smi"
+  make -s -C "$ROOT/tests/fake" && cp "$ROOT/tests/fake/build/nvidia-smi" "$GQ/bin/nvidia-smi"   # static ELF stand-in
   cat >"$GQ/config.toml" <<EOF
 ledger_dir = "$GQ/ledger"
 state_dir = "$GQ/state"

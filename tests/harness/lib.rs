@@ -46,6 +46,14 @@ pub fn which(name: &str) -> Option<PathBuf> {
 
 /// Directory holding the built binaries (`GPU_QUOTA_BIN_DIR`, else the
 /// workspace's target/debug).
+/// The repository root.
+pub fn repo_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
 pub fn bin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("GPU_QUOTA_BIN_DIR") {
         return d.into();
@@ -145,17 +153,14 @@ impl Host {
                 .unwrap();
             l
         });
-        std::fs::write(
-            d.join("bin/nvidia-smi"),
-            "#!/bin/sh\necho 'GPU 0: fake nvidia-smi'\n",
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            d.join("bin/nvidia-smi"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
+        // a static ELF stand-in (the hook injects executables, never scripts)
+        let smi = repo_dir().join("tests/fake/build/nvidia-smi");
+        assert!(
+            smi.is_file(),
+            "{} not built: make -C tests/fake",
+            smi.display()
+        );
+        std::fs::copy(&smi, d.join("bin/nvidia-smi")).unwrap();
         let interceptor = opts.interceptor.clone().unwrap_or_else(|| {
             let p = d.join("libgpuquota.so");
             std::fs::write(&p, b"placeholder interceptor").unwrap();
