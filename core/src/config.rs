@@ -130,6 +130,9 @@ pub struct Config {
     pub interceptor: Option<PathBuf>,
     /// Memory kept free on every GPU (never handed out), e.g. "1g".
     pub reserve: String,
+    /// Charged by the interceptor once per process and GPU when it creates
+    /// its CUDA context (the driver's own per-context memory), e.g. "512m".
+    pub context_overhead: String,
     pub placement: Policy,
     /// GPUs that may be sliced (indices or UUIDs); empty = all.
     pub gpus: Vec<String>,
@@ -149,6 +152,7 @@ impl Default for Config {
             hook: None,
             interceptor: None,
             reserve: "0".into(),
+            context_overhead: "0".into(),
             placement: Policy::Binpack,
             gpus: vec![],
             create_grace_secs: 120,
@@ -196,6 +200,8 @@ impl Config {
             message,
         };
         let c: Config = toml::from_str(s).map_err(|e| bad(e.to_string()))?;
+        c.context_overhead_bytes()
+            .map_err(|e| bad(format!("context_overhead = {:?}: {e}", c.context_overhead)))?;
         c.reserve_bytes()
             .map_err(|e| bad(format!("reserve = {:?}: {e}", c.reserve)))?;
         for g in &c.inventory.gpu {
@@ -211,12 +217,12 @@ impl Config {
 
     /// Per-GPU reserve in bytes ("0" allowed here).
     pub fn reserve_bytes(&self) -> Result<u64, units::SizeError> {
-        match units::parse_size(&self.reserve) {
-            Ok(units::Size::Bytes(b)) => Ok(b),
-            Ok(units::Size::Ppm(_)) => Err(units::SizeError::UnknownUnit("%".into())),
-            Err(units::SizeError::Zero) => Ok(0),
-            Err(e) => Err(e),
-        }
+        absolute_or_zero(&self.reserve)
+    }
+
+    /// Per-process context charge in bytes ("0" allowed).
+    pub fn context_overhead_bytes(&self) -> Result<u64, units::SizeError> {
+        absolute_or_zero(&self.context_overhead)
     }
 
     pub fn ledger_path(&self) -> PathBuf {
@@ -226,6 +232,16 @@ impl Config {
     /// Per-container state directory on the host.
     pub fn container_state_dir(&self, id: &str) -> PathBuf {
         self.state_dir.join("containers").join(id)
+    }
+}
+
+/// An absolute size where "0" means none (percentages make no sense here).
+fn absolute_or_zero(s: &str) -> Result<u64, units::SizeError> {
+    match units::parse_size(s) {
+        Ok(units::Size::Bytes(b)) => Ok(b),
+        Ok(units::Size::Ppm(_)) => Err(units::SizeError::UnknownUnit("%".into())),
+        Err(units::SizeError::Zero) => Ok(0),
+        Err(e) => Err(e),
     }
 }
 
@@ -256,6 +272,7 @@ ledger_dir = "/tmp/l"
 state_dir = "/tmp/s"
 runc = "/usr/sbin/runc"
 reserve = "1g"
+context_overhead = "512m"
 placement = "spread"
 gpus = ["0", "GPU-abc"]
 [driver]
@@ -271,6 +288,7 @@ memory = "16g"
         let c = Config::parse(s, Path::new("x.toml")).unwrap();
         assert_eq!(c.placement, Policy::Spread);
         assert_eq!(c.reserve_bytes().unwrap(), 1 << 30);
+        assert_eq!(c.context_overhead_bytes().unwrap(), 512 << 20);
         assert_eq!(c.inventory.gpu[0].memory_bytes().unwrap(), 16 << 30);
         assert_eq!(c.driver.dev_root, PathBuf::from("/tmp/dev"));
         assert_eq!(c.driver.ldconfig, PathBuf::from("/sbin/ldconfig"));

@@ -17,7 +17,7 @@ use std::path::Path;
 pub const LIMITS_VERSION: u32 = 1;
 
 /// The `limits` file for a reservation.
-pub fn limits_text(r: &Reservation) -> String {
+pub fn limits_text(r: &Reservation, context_overhead: u64) -> String {
     let vram = r.slices.iter().map(|s| s.bytes).min().unwrap_or(0);
     let mut s = String::new();
     s.push_str("# gpu-quota limits, written by gpu-quota-hook; read-only in the container\n");
@@ -34,6 +34,9 @@ pub fn limits_text(r: &Reservation) -> String {
     ));
     for sl in &r.slices {
         s.push_str(&format!("gpu.{}.vram_bytes={}\n", sl.uuid, sl.bytes));
+    }
+    if context_overhead > 0 {
+        s.push_str(&format!("context_overhead_bytes={context_overhead}\n"));
     }
     s
 }
@@ -60,13 +63,22 @@ fn write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
 
 /// Create the state directory afresh (a leftover from an earlier container
 /// with the same id is removed first).
-pub fn prepare(dir: &Path, r: &Reservation, files: &DriverFiles) -> std::io::Result<()> {
+pub fn prepare(
+    dir: &Path,
+    r: &Reservation,
+    files: &DriverFiles,
+    context_overhead: u64,
+) -> std::io::Result<()> {
     if dir.symlink_metadata().is_ok() {
         std::fs::remove_dir_all(dir)?;
     }
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-    write(&dir.join("limits"), limits_text(r).as_bytes(), 0o644)?;
+    write(
+        &dir.join("limits"),
+        limits_text(r, context_overhead).as_bytes(),
+        0o644,
+    )?;
     write(&dir.join("usage"), b"", 0o666)?;
     write(&dir.join(INTERCEPTOR_NAME), b"", 0o644)?;
     write(&dir.join("ld.so.preload"), b"", 0o644)?;
@@ -123,11 +135,15 @@ mod tests {
             }],
             bins: vec![],
         };
-        prepare(&dir, &r, &files).unwrap();
-        prepare(&dir, &r, &files).unwrap(); // a leftover is replaced
+        prepare(&dir, &r, &files, 0).unwrap();
+        prepare(&dir, &r, &files, 512 << 20).unwrap(); // a leftover is replaced
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
         assert!(
             limits.contains("vram_bytes=4294967296\n") && limits.contains("gpus=GPU-a\n"),
+            "{limits}"
+        );
+        assert!(
+            limits.contains("context_overhead_bytes=536870912\n"),
             "{limits}"
         );
         assert_eq!(

@@ -89,7 +89,8 @@ fn create_runtime() -> Result<()> {
         anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
     })?;
     let dir = cfg.container_state_dir(&ctx.id);
-    state::prepare(&dir, &r, &files).with_context(|| format!("preparing {}", dir.display()))?;
+    state::prepare(&dir, &r, &files, cfg.context_overhead_bytes().unwrap_or(0))
+        .with_context(|| format!("preparing {}", dir.display()))?;
     let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;

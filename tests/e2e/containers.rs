@@ -49,9 +49,11 @@ fn ldd_libs(bin: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-#[test]
-fn interceptor_enforces_slice_inside_container() {
-    require_e2e!();
+/// A host whose driver is the fake one from tests/fake and whose
+/// interceptor is the real libgpuquota.so, and a bundle with a minimal
+/// glibc image: a CUDA probe program, the loader and exactly the libraries
+/// needed (no libgcc_s). Returns the libraries copied into the image.
+fn cuda_host(name: &str, extra_config: &str) -> (Host, Bundle, Vec<PathBuf>) {
     let so = repo().join("interceptor/target/release/libgpuquota.so");
     let fake = repo().join("tests/fake/build");
     assert!(
@@ -61,13 +63,13 @@ fn interceptor_enforces_slice_inside_container() {
     let h = Host::new(HostOpts {
         lib_dir: Some(fake.clone()),
         interceptor: Some(so.clone()),
+        extra_config: extra_config.into(),
         ..HostOpts::default()
     });
-    let b = h.bundle("cuda");
+    let b = h.bundle(name);
     let rootfs = b.rootfs();
     let probe = rootfs.join("bin/cuda_probe");
     cc("cuda_probe.c", &probe, &["-ldl"]);
-    // a minimal glibc image: the loader and exactly the libraries needed, no libgcc_s
     let mut libs = ldd_libs(&probe);
     libs.extend(ldd_libs(&so));
     libs.extend(ldd_libs(&fake.join("libcuda.so.1")));
@@ -76,6 +78,13 @@ fn interceptor_enforces_slice_inside_container() {
     for l in &libs {
         copy_lib(&rootfs, l);
     }
+    (h, b, libs)
+}
+
+#[test]
+fn interceptor_enforces_slice_inside_container() {
+    require_e2e!();
+    let (h, b, libs) = cuda_host("cuda", "");
     assert!(
         libs.iter()
             .all(|l| !l.to_string_lossy().contains("libgcc_s")),
@@ -117,6 +126,38 @@ fn interceptor_enforces_slice_inside_container() {
         read("second")
     );
     assert!(read("state").contains("usage"));
+}
+
+#[test]
+fn context_overhead_from_the_config_is_charged_in_the_container() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("ctx", "context_overhead = \"1g\"");
+    b.set(
+        &[("vram", "4g")],
+        "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; cuda_probe alloc 3.5 > /out/alloc 2>&1; touch /out/done",
+        &["FAKE_CUDA_MEM_BYTES=17179869184"],
+    );
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "ctx"]),
+        "run",
+    );
+    b.wait_out("done", 10).expect("probe ran");
+    let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
+    assert!(
+        read("limits").contains(&format!("context_overhead_bytes={GIB}")),
+        "{}",
+        read("limits")
+    );
+    assert!(
+        read("info").contains(&format!("total={} free={}", 4 * GIB, 3 * GIB)),
+        "the context's 1 GiB is in use: {}",
+        read("info")
+    );
+    assert!(
+        read("alloc").contains("alloc 3.5 GiB rc=2"),
+        "3.5 GiB + 1 GiB context exceed 4 GiB: {}",
+        read("alloc")
+    );
 }
 
 #[test]
