@@ -4,9 +4,7 @@
 //! (`io.kubernetes.cri-o.*`, ...), and CRI-O refuses a runtime handler that lists any other key
 //! ("invalid allowed_annotation"). Ordinary pod annotations such as `gpu-quota.io/vram` reach
 //! the container's config.json without it.
-use std::path::Path;
-
-use super::{toml_str, Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, RUNTIME_NAME};
+use super::{dropin, toml_str, Ctx, Engine, EngineError, EngineKind, EnginePlan, RUNTIME_NAME};
 
 pub const DROPIN: &str = "/etc/crio/crio.conf.d/99-gpu-quota.conf";
 /// runc state of containers of this handler (separate from runc's /run/runc).
@@ -38,33 +36,18 @@ impl Engine for Crio {
         fs: &dyn super::fsutil::FsView,
         runtime: &str,
     ) -> Result<EnginePlan, EngineError> {
-        let before = fs.read(Path::new(DROPIN))?;
-        Ok(EnginePlan {
-            changes: vec![FileChange::config(
-                DROPIN,
-                before,
-                Some(dropin_text(runtime).into_bytes()),
-            )],
-            notes: vec![],
-        })
+        dropin::plan_install(fs, DROPIN, dropin_text(runtime))
     }
 
     fn plan_uninstall(&self, fs: &dyn super::fsutil::FsView) -> Result<EnginePlan, EngineError> {
-        let mut plan = EnginePlan::default();
-        if let Some(b) = fs.read(Path::new(DROPIN))? {
-            plan.changes.push(FileChange::config(DROPIN, Some(b), None));
-        }
-        Ok(plan)
+        dropin::plan_uninstall(fs, DROPIN)
     }
 
     fn installed_runtime(
         &self,
         fs: &dyn super::fsutil::FsView,
     ) -> Result<Option<String>, EngineError> {
-        let Some(b) = fs.read(Path::new(DROPIN))? else {
-            return Ok(None);
-        };
-        let Ok(doc) = String::from_utf8_lossy(&b).parse::<toml_edit::DocumentMut>() else {
+        let Some(doc) = dropin::read_toml(fs, DROPIN)? else {
             return Ok(None);
         };
         Ok(doc

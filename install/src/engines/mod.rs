@@ -32,6 +32,7 @@ macro_rules! say {
 mod containerd;
 mod crio;
 mod docker;
+mod dropin;
 pub mod fsutil;
 mod podman;
 

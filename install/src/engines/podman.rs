@@ -4,9 +4,7 @@
 //! No other file is touched. No OCI hooks.d file either: gpu-quota-runtime injects its hook
 //! into config.json itself, and a hooks.d entry would run the hook a second time (or, with
 //! crun or runc as the runtime, outside the quota runtime).
-use std::path::Path;
-
-use super::{toml_str, Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, RUNTIME_NAME};
+use super::{dropin, toml_str, Ctx, Engine, EngineError, EngineKind, EnginePlan, RUNTIME_NAME};
 
 pub const DROPIN: &str = "/etc/containers/containers.conf.d/gpu-quota.conf";
 
@@ -32,33 +30,18 @@ impl Engine for Podman {
         fs: &dyn super::fsutil::FsView,
         runtime: &str,
     ) -> Result<EnginePlan, EngineError> {
-        let before = fs.read(Path::new(DROPIN))?;
-        Ok(EnginePlan {
-            changes: vec![FileChange::config(
-                DROPIN,
-                before,
-                Some(dropin_text(runtime).into_bytes()),
-            )],
-            notes: vec![],
-        })
+        dropin::plan_install(fs, DROPIN, dropin_text(runtime))
     }
 
     fn plan_uninstall(&self, fs: &dyn super::fsutil::FsView) -> Result<EnginePlan, EngineError> {
-        let mut plan = EnginePlan::default();
-        if let Some(b) = fs.read(Path::new(DROPIN))? {
-            plan.changes.push(FileChange::config(DROPIN, Some(b), None));
-        }
-        Ok(plan)
+        dropin::plan_uninstall(fs, DROPIN)
     }
 
     fn installed_runtime(
         &self,
         fs: &dyn super::fsutil::FsView,
     ) -> Result<Option<String>, EngineError> {
-        let Some(b) = fs.read(Path::new(DROPIN))? else {
-            return Ok(None);
-        };
-        let Ok(doc) = String::from_utf8_lossy(&b).parse::<toml_edit::DocumentMut>() else {
+        let Some(doc) = dropin::read_toml(fs, DROPIN)? else {
             return Ok(None);
         };
         Ok(doc
