@@ -553,30 +553,41 @@ unsafe fn destroy_array(k: u64) {
     }
 }
 
+/// An array producer: charge the descriptor's estimated size (a NULL
+/// descriptor goes straight to the driver, which reports the error).
+unsafe fn create_array<D>(
+    api: &[u8],
+    h: *mut Handle,
+    d: *const D,
+    call: impl FnOnce(*mut Handle, *const D) -> CUresult,
+    bytes: impl FnOnce(&D) -> u64,
+) -> CUresult {
+    if d.is_null() {
+        return call(h, d);
+    }
+    produce(
+        api,
+        DevSel::Current,
+        bytes(&*d),
+        KIND_ARRAY,
+        || call(h, d),
+        || if h.is_null() { None } else { Some(*h as u64) },
+        |k| destroy_array(k),
+    )
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuArrayCreate_v2(h: *mut Handle, d: *const ArrayDesc) -> CUresult {
     let f = real_or!(
         S::cuArrayCreate_v2,
         unsafe extern "C" fn(*mut Handle, *const ArrayDesc) -> CUresult
     );
-    if d.is_null() {
-        return f(h, d);
-    }
-    let n = array_bytes(
-        (*d).width as u64,
-        (*d).height as u64,
-        1,
-        (*d).format,
-        (*d).channels,
-    );
-    produce(
+    create_array(
         b"cuArrayCreate",
-        DevSel::Current,
-        n,
-        KIND_ARRAY,
-        || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) },
-        |k| destroy_array(k),
+        h,
+        d,
+        |h, d| f(h, d),
+        |d| array_bytes(d.width as u64, d.height as u64, 1, d.format, d.channels),
     )
 }
 
@@ -586,24 +597,12 @@ pub unsafe extern "C" fn cuArrayCreate(h: *mut Handle, d: *const ArrayDescV1) ->
         S::cuArrayCreate,
         unsafe extern "C" fn(*mut Handle, *const ArrayDescV1) -> CUresult
     );
-    if d.is_null() {
-        return f(h, d);
-    }
-    let n = array_bytes(
-        (*d).width as u64,
-        (*d).height as u64,
-        1,
-        (*d).format,
-        (*d).channels,
-    );
-    produce(
+    create_array(
         b"cuArrayCreate",
-        DevSel::Current,
-        n,
-        KIND_ARRAY,
-        || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) },
-        |k| destroy_array(k),
+        h,
+        d,
+        |h, d| f(h, d),
+        |d| array_bytes(d.width as u64, d.height as u64, 1, d.format, d.channels),
     )
 }
 
@@ -613,24 +612,20 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(h: *mut Handle, d: *const Array3DDes
         S::cuArray3DCreate_v2,
         unsafe extern "C" fn(*mut Handle, *const Array3DDesc) -> CUresult
     );
-    if d.is_null() {
-        return f(h, d);
-    }
-    let n = array_bytes(
-        (*d).width as u64,
-        (*d).height as u64,
-        (*d).depth as u64,
-        (*d).format,
-        (*d).channels,
-    );
-    produce(
+    create_array(
         b"cuArray3DCreate",
-        DevSel::Current,
-        n,
-        KIND_ARRAY,
-        || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) },
-        |k| destroy_array(k),
+        h,
+        d,
+        |h, d| f(h, d),
+        |d| {
+            array_bytes(
+                d.width as u64,
+                d.height as u64,
+                d.depth as u64,
+                d.format,
+                d.channels,
+            )
+        },
     )
 }
 
@@ -640,24 +635,20 @@ pub unsafe extern "C" fn cuArray3DCreate(h: *mut Handle, d: *const Array3DDescV1
         S::cuArray3DCreate,
         unsafe extern "C" fn(*mut Handle, *const Array3DDescV1) -> CUresult
     );
-    if d.is_null() {
-        return f(h, d);
-    }
-    let n = array_bytes(
-        (*d).width as u64,
-        (*d).height as u64,
-        (*d).depth as u64,
-        (*d).format,
-        (*d).channels,
-    );
-    produce(
+    create_array(
         b"cuArray3DCreate",
-        DevSel::Current,
-        n,
-        KIND_ARRAY,
-        || f(h, d),
-        || if h.is_null() { None } else { Some(*h as u64) },
-        |k| destroy_array(k),
+        h,
+        d,
+        |h, d| f(h, d),
+        |d| {
+            array_bytes(
+                d.width as u64,
+                d.height as u64,
+                d.depth as u64,
+                d.format,
+                d.channels,
+            )
+        },
     )
 }
 
