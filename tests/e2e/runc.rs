@@ -534,3 +534,37 @@ fn operator_commands_ls_gc_doctor_metrics() {
     assert!(String::from_utf8_lossy(&gq(&["gc", "--reset-corrupt"]).stdout).contains("moved to"));
     assert_ok(&gq(&["ls"]), "ls after reset");
 }
+
+/// `make install` layout: PREFIX/bin/{gpu-quota,gpu-quota-runtime,gpu-quota-hook}
+/// and PREFIX/lib/gpu-quota/libgpuquota.so are found without any path in the config.
+#[test]
+fn install_layout_is_found_by_default() {
+    let prefix = tempfile::tempdir().unwrap();
+    let p = prefix.path();
+    std::fs::create_dir_all(p.join("bin")).unwrap();
+    std::fs::create_dir_all(p.join("lib/gpu-quota")).unwrap();
+    for b in ["gpu-quota", "gpu-quota-runtime", "gpu-quota-hook"] {
+        std::fs::copy(bin(b), p.join("bin").join(b)).unwrap();
+    }
+    std::fs::write(p.join("lib/gpu-quota/libgpuquota.so"), b"so").unwrap();
+    let cfg = p.join("config.toml");
+    std::fs::write(&cfg, format!("ledger_dir = \"{}/ledger\"\n", p.display())).unwrap();
+    let mut c = std::process::Command::new(p.join("bin/gpu-quota"));
+    c.env("GPU_QUOTA_CONFIG", &cfg).arg("doctor");
+    let out = String::from_utf8_lossy(&capture(c).stdout).to_string();
+    let real = std::fs::canonicalize(p).unwrap();
+    assert!(
+        out.contains(&format!(
+            "ok    gpu-quota-hook: {}/bin/gpu-quota-hook",
+            p.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "ok    libgpuquota.so: {}/lib/gpu-quota/libgpuquota.so",
+            real.display()
+        )),
+        "{out}"
+    );
+}
