@@ -268,7 +268,20 @@ pub fn release(rec: Rec) {
 
 /// Container usage of a region device (reclaiming dead slots first).
 pub fn container_used(r: &Region, idx: usize) -> u64 {
-    let me = state::my_slot_if_any();
-    r.reclaim_dead(me, &region::owner_alive);
+    // Checking other processes' liveness costs a kill(2) and a /proc read
+    // per slot: for memory queries (which frameworks may poll) do it at
+    // most every RECLAIM_INTERVAL_NS per process. A refused allocation
+    // always reclaims first (admit_slow), so admission never waits on this.
+    static LAST: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+    let now = crate::sys::monotonic_ns();
+    let last = LAST.load(Relaxed);
+    if now.saturating_sub(last) >= RECLAIM_INTERVAL_NS
+        && LAST.compare_exchange(last, now, Relaxed, Relaxed).is_ok()
+    {
+        r.reclaim_dead(state::my_slot_if_any(), &region::owner_alive);
+    }
     r.used(idx)
 }
+
+/// How often a memory query may re-check other processes' liveness.
+const RECLAIM_INTERVAL_NS: u64 = 100_000_000;
