@@ -228,11 +228,6 @@ impl Config {
     pub fn ledger_path(&self) -> PathBuf {
         self.ledger_dir.join("ledger.json")
     }
-
-    /// Per-container state directory on the host.
-    pub fn container_state_dir(&self, id: &str) -> PathBuf {
-        self.state_dir.join("containers").join(id)
-    }
 }
 
 /// An absolute size where "0" means none (percentages make no sense here).

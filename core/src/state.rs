@@ -1,4 +1,4 @@
-//! The per-container state directory on the host (`<state_dir>/containers/<id>`),
+//! The per-container state directory on the host (`<state_dir>/containers/<id>-<bundle hash>`),
 //! bind-mounted read-only at `/run/gpu-quota` in the container:
 //!
 //! * `limits` — written by the hook: `key=value` lines (see docs/interceptor.md)
@@ -7,12 +7,13 @@
 //! * `driver/` — mount points for the driver libraries plus SONAME symlinks
 //! * `libgpuquota.so` — mount point for the interceptor
 //! * `ld.so.preload` — the merged preload list, bind-mounted on /etc/ld.so.preload
+use crate::config::Config;
 use crate::driver::DriverFiles;
 use crate::ledger::Reservation;
 use crate::mountplan::{DRIVER_SUBDIR, INTERCEPTOR_NAME};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const LIMITS_VERSION: u32 = 1;
 
@@ -39,6 +40,20 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> String {
         s.push_str(&format!("context_overhead_bytes={context_overhead}\n"));
     }
     s
+}
+
+/// The host state directory of a reservation:
+/// `<state_dir>/containers/<id>-<hash of the bundle path>`. The hash keeps
+/// containers apart that share an id under different engines or runc roots
+/// (ctr namespaces, docker and podman on one host).
+pub fn container_dir(cfg: &Config, r: &Reservation) -> PathBuf {
+    // FNV-1a 64: stable across versions and processes (unlike std's hasher).
+    let h = r.bundle.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    cfg.state_dir
+        .join("containers")
+        .join(format!("{}-{:016x}", r.container_id, h))
 }
 
 /// Container ids become directory names: allow what engines generate.
@@ -158,6 +173,21 @@ mod tests {
             std::fs::read_link(dir.join("driver/libcuda.so.1")).unwrap(),
             Path::new("libcuda.so.580")
         );
+        let cfg = Config {
+            state_dir: "/s".into(),
+            ..Config::default()
+        };
+        let mut other = r.clone();
+        other.bundle = "/other/bundle".into();
+        assert!(container_dir(&cfg, &r)
+            .to_string_lossy()
+            .starts_with("/s/containers/c1-"));
+        assert_ne!(
+            container_dir(&cfg, &r),
+            container_dir(&cfg, &other),
+            "same id, other bundle"
+        );
+        assert_eq!(container_dir(&cfg, &r), container_dir(&cfg, &r.clone()));
         assert!(valid_container_id("0123abc_x.y-z"));
         assert!(
             !valid_container_id("../etc") && !valid_container_id("..") && !valid_container_id("")

@@ -88,7 +88,7 @@ fn create_runtime() -> Result<()> {
     let interceptor = paths::interceptor(&cfg).ok_or_else(|| {
         anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
     })?;
-    let dir = cfg.container_state_dir(&ctx.id);
+    let dir = state::container_dir(&cfg, &r);
     state::prepare(&dir, &r, &files, cfg.context_overhead_bytes().unwrap_or(0))
         .with_context(|| format!("preparing {}", dir.display()))?;
     let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
@@ -123,12 +123,12 @@ fn poststop() -> Result<()> {
         return Ok(());
     }
     let cfg = Config::load_default()?;
-    Ledger::new(&cfg).release(Key::Bundle {
+    let gone = Ledger::new(&cfg).release(Key::Bundle {
         id: &ctx.id,
         bundle: &ctx.bundle.to_string_lossy(),
     })?;
-    if state::valid_container_id(&ctx.id) {
-        state::remove(&cfg.container_state_dir(&ctx.id))?;
+    for r in gone {
+        state::remove(&state::container_dir(&cfg, &r))?;
     }
     Ok(())
 }

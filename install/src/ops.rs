@@ -1,8 +1,8 @@
 //! Operator commands over the host ledger: `ls`, `gc`, `doctor`, `metrics`.
 use anyhow::{Context, Result};
 use gpuquota_core::{
-    config::Config, driver, fsutil, inventory::describe, ledger::LedgerData, paths, units::human,
-    usage, Inventory, Ledger,
+    config::Config, driver, fsutil, inventory::describe, ledger::LedgerData, ledger::Reservation,
+    paths, units::human, usage, Inventory, Ledger,
 };
 use std::fmt::Write as _;
 
@@ -66,8 +66,8 @@ fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
 }
 
 /// Bytes in use by a container (sum over its devices), from its usage file.
-fn container_used(cfg: &Config, id: &str) -> Option<usage::Usage> {
-    usage::read(&cfg.container_state_dir(id).join("usage"))
+fn container_used(cfg: &Config, r: &Reservation) -> Option<usage::Usage> {
+    usage::read(&gpuquota_core::state::container_dir(cfg, r).join("usage"))
 }
 
 pub fn ls(a: &LsArgs) -> Result<()> {
@@ -91,7 +91,7 @@ pub fn ls(a: &LsArgs) -> Result<()> {
             .map(|r| {
                 let mut v = serde_json::to_value(r).unwrap_or_default();
                 v["stale"] = serde_json::json!(ledger.is_stale(r, now));
-                if let Some(u) = container_used(&cfg, &r.container_id) {
+                if let Some(u) = container_used(&cfg, r) {
                     v["used_bytes"] = serde_json::json!(u.used.iter().sum::<u64>());
                 }
                 v
@@ -114,7 +114,7 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         } else {
             format!("{:?}", r.state).to_lowercase()
         };
-        let used = container_used(&cfg, &r.container_id)
+        let used = container_used(&cfg, r)
             .map(|u| human(u.used.iter().sum()))
             .unwrap_or_else(|| "-".into());
         let gpus = r
@@ -192,7 +192,7 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             r.pid.map(|p| format!(", pid {p} gone")).unwrap_or_default()
         );
         if !a.dry_run && gpuquota_core::state::valid_container_id(&r.container_id) {
-            let _ = gpuquota_core::state::remove(&cfg.container_state_dir(&r.container_id));
+            let _ = gpuquota_core::state::remove(&gpuquota_core::state::container_dir(&cfg, r));
         }
     }
     if gone.is_empty() {
@@ -412,7 +412,7 @@ pub fn metrics(_: &MetricsArgs) -> Result<()> {
         "# (absent for containers whose processes have not used CUDA yet)"
     );
     for r in &data.reservations {
-        if let Some(u) = container_used(&cfg, &r.container_id) {
+        if let Some(u) = container_used(&cfg, r) {
             for (i, s) in r.slices.iter().enumerate() {
                 let _ = writeln!(
                     o,
@@ -426,7 +426,7 @@ pub fn metrics(_: &MetricsArgs) -> Result<()> {
     }
     let _ = writeln!(o, "# HELP gpu_quota_container_refusals_total Allocations refused by the interceptor.\n# TYPE gpu_quota_container_refusals_total counter");
     for r in &data.reservations {
-        if let Some(u) = container_used(&cfg, &r.container_id) {
+        if let Some(u) = container_used(&cfg, r) {
             let _ = writeln!(
                 o,
                 "gpu_quota_container_refusals_total{{container=\"{}\"}} {}",

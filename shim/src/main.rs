@@ -180,8 +180,9 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     let foreground_run = a.command.as_deref() == Some("run") && !a.detach;
     if code != 0 || foreground_run {
         // the container never started, or `runc run` already deleted it
-        let _ = ledger.release(key);
-        let _ = state::remove(&cfg.container_state_dir(&id));
+        for r in ledger.release(key).unwrap_or_default() {
+            let _ = state::remove(&state::container_dir(&cfg, &r));
+        }
     }
     Ok(code)
 }
@@ -202,13 +203,14 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         // release only once runc no longer knows the container
         if !Path::new(&root).join(id).exists() {
             let ledger = Ledger::new(&cfg);
-            if let Ok(gone) = ledger.release(Key::Root {
-                id,
-                root: Some(&root),
-            }) {
-                if !gone.is_empty() {
-                    let _ = state::remove(&cfg.container_state_dir(id));
-                }
+            let gone = ledger
+                .release(Key::Root {
+                    id,
+                    root: Some(&root),
+                })
+                .unwrap_or_default();
+            for r in gone {
+                let _ = state::remove(&state::container_dir(&cfg, &r));
             }
         }
     }

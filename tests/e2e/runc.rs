@@ -61,6 +61,14 @@ fn slice_lifecycle() {
     );
     assert_eq!(r[0]["slices"][0]["bytes"], 4 * GIB);
     assert_ok(&h.runtime(&["start", "c1"]), "start");
+    let dirs: Vec<String> = std::fs::read_dir(h.path().join("state/containers"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        dirs.len() == 1 && dirs[0].starts_with("c1-"),
+        "one state dir, named by id and bundle: {dirs:?}"
+    );
     b.wait_out("done", 20).expect("container ran its probe");
     let dev = std::fs::read_to_string(b.out.join("dev")).unwrap();
     let gpu = r[0]["slices"][0]["index"].as_u64().unwrap();
@@ -136,10 +144,10 @@ fn slice_lifecycle() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_ok(&h.runtime(&["delete", "c1"]), "delete");
     assert!(h.reservations().is_empty(), "released on delete");
-    assert!(
-        !h.path().join("state/containers/c1").exists(),
-        "state dir removed"
-    );
+    let left: Vec<_> = std::fs::read_dir(h.path().join("state/containers"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "state dir removed: {left:?}");
 }
 
 #[test]
