@@ -576,3 +576,78 @@ fn install_layout_is_found_by_default() {
         "{out}"
     );
 }
+
+/// Two engines (two runc roots) may use the same container id: each keeps
+/// its own reservation and state, and deleting one leaves the other intact.
+#[test]
+fn same_id_under_two_runc_roots() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let root2 = h.path().join("runc-root-2");
+    let with_root = |root: &std::path::Path, args: &[&str]| {
+        let mut c = std::process::Command::new(bin("gpu-quota-runtime"));
+        c.env("GPU_QUOTA_CONFIG", h.config())
+            .arg("--root")
+            .arg(root)
+            .args(args)
+            .stdin(std::process::Stdio::null());
+        capture(c)
+    };
+    let a = h.bundle("a");
+    let b = h.bundle("b");
+    for bd in [&a, &b] {
+        bd.set(
+            &[("vram", "2g")],
+            "while true; do cat /run/gpu-quota/limits > /out/limits; sleep 0.2; done",
+            &[],
+        );
+    }
+    assert_ok(
+        &with_root(
+            &h.runc_root,
+            &["create", "--bundle", &a.bundle_arg(), "dup"],
+        ),
+        "create in root 1",
+    );
+    assert_ok(
+        &with_root(&root2, &["create", "--bundle", &b.bundle_arg(), "dup"]),
+        "create in root 2",
+    );
+    assert_eq!(h.reservations().len(), 2);
+    assert_eq!(
+        std::fs::read_dir(h.path().join("state/containers"))
+            .unwrap()
+            .count(),
+        2
+    );
+    assert_ok(&with_root(&root2, &["start", "dup"]), "start 2");
+    assert!(b
+        .wait_out("limits", 5)
+        .unwrap()
+        .contains("container_id=dup"));
+    assert_ok(
+        &with_root(&h.runc_root, &["delete", "--force", "dup"]),
+        "delete 1",
+    );
+    assert_eq!(
+        h.reservations().len(),
+        1,
+        "only root 1's reservation released"
+    );
+    std::fs::remove_file(b.out.join("limits")).unwrap();
+    assert!(
+        b.wait_out("limits", 5).unwrap().contains("vram_bytes="),
+        "the other container's state is intact"
+    );
+    assert_ok(
+        &with_root(&root2, &["delete", "--force", "dup"]),
+        "delete 2",
+    );
+    assert!(h.reservations().is_empty());
+    assert_eq!(
+        std::fs::read_dir(h.path().join("state/containers"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
