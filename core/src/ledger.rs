@@ -366,16 +366,6 @@ impl Ledger {
         })
     }
 
-    /// Find a reservation without changing anything.
-    pub fn find(&self, key: Key<'_>) -> Result<Option<Reservation>, LedgerError> {
-        self.transact(|d| {
-            Ok((
-                d.reservations.iter().find(|r| key.matches(r)).cloned(),
-                false,
-            ))
-        })
-    }
-
     /// Move a corrupt ledger aside and start empty (operator action).
     pub fn reset_corrupt(&self) -> Result<Option<PathBuf>, LedgerError> {
         let _g = self.lock()?;

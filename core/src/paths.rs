@@ -4,7 +4,6 @@ use crate::config::Config;
 use std::path::PathBuf;
 
 pub const HOOK_NAME: &str = "gpu-quota-hook";
-pub const RUNTIME_NAME: &str = "gpu-quota-runtime";
 pub const INTERCEPTOR_FILE: &str = "libgpuquota.so";
 
 fn exe_dir() -> Option<PathBuf> {

@@ -17,17 +17,13 @@ pub enum SpecError {
         path: PathBuf,
         err: serde_json::Error,
     },
-    #[error("cannot write {path}: {err}")]
-    Write { path: PathBuf, err: std::io::Error },
-    #[error("{path}: {what}")]
-    Shape { path: PathBuf, what: String },
 }
 
 pub fn config_path(bundle: &Path) -> PathBuf {
     bundle.join("config.json")
 }
 
-pub fn read_config(bundle: &Path) -> Result<(Vec<u8>, Value), SpecError> {
+pub fn read_config(bundle: &Path) -> Result<Value, SpecError> {
     let path = config_path(bundle);
     let bytes = std::fs::read(&path).map_err(|err| SpecError::Read {
         path: path.clone(),
@@ -37,7 +33,7 @@ pub fn read_config(bundle: &Path) -> Result<(Vec<u8>, Value), SpecError> {
         path: path.clone(),
         err,
     })?;
-    Ok((bytes, v))
+    Ok(v)
 }
 
 /// The container's rootfs directory on the host.

@@ -48,7 +48,7 @@ fn read_state() -> Result<Ctx> {
     let st: oci_spec::runtime::State =
         serde_json::from_slice(&buf).context("the OCI state on stdin is not valid")?;
     let bundle = st.bundle().clone();
-    let (_, config) = spec::read_config(&bundle)?;
+    let config = spec::read_config(&bundle)?;
     Ok(Ctx {
         id: st.id().clone(),
         pid: st.pid().filter(|p| *p > 0).map(|p| p as u32),

@@ -52,12 +52,6 @@ fn runc_path(cfg_runc: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// The config, tolerating a missing file; only needed once a container
-/// asks for something (pass-through never depends on it).
-fn load_config() -> Result<Config> {
-    Ok(Config::load_default()?)
-}
-
 /// runc for pass-through commands: the configured one if the config loads,
 /// else `runc` from PATH (a broken config must not break other containers).
 fn passthrough(argv: &[OsString]) -> Result<i32> {
@@ -120,7 +114,8 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             "container id {id:?} has characters gpu-quota does not accept"
         ));
     }
-    let cfg = load_config()?;
+    // only needed once a container asks for something (pass-through never reads it)
+    let cfg = Config::load_default()?;
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
     let ledger = Ledger::new(&cfg);
