@@ -598,7 +598,7 @@ fn same_id_under_two_runc_roots() {
     for bd in [&a, &b] {
         bd.set(
             &[("vram", "2g")],
-            "while true; do cat /run/gpu-quota/limits > /out/limits; sleep 0.2; done",
+            "while true; do cat /run/gpu-quota/limits > /out/l.tmp && mv /out/l.tmp /out/limits; sleep 0.2; done",
             &[],
         );
     }

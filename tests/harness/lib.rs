@@ -267,7 +267,7 @@ impl Bundle {
         std::fs::copy(&bb, rootfs.join("bin/busybox")).unwrap();
         for a in [
             "sh", "ls", "cat", "sleep", "test", "grep", "readlink", "mount", "touch", "echo", "wc",
-            "env", "stat",
+            "mv", "env", "stat",
         ] {
             std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
         }
