@@ -77,7 +77,9 @@ pub struct DriverConfig {
     pub binaries: Vec<String>,
     /// Directories searched for `binaries`.
     pub bin_dirs: Vec<PathBuf>,
-    /// The host's ldconfig, run chrooted into the container rootfs.
+    /// Accepted for old configs and ignored: gpu-quota no longer runs any
+    /// host program against a container rootfs (it writes the container's
+    /// loader cache itself).
     pub ldconfig: PathBuf,
 }
 
@@ -136,6 +138,11 @@ pub struct Config {
     pub placement: Policy,
     /// GPUs that may be sliced (indices or UUIDs); empty = all.
     pub gpus: Vec<String>,
+    /// Whether `GPU_QUOTA_*` variables in a container's environment may be a
+    /// request (only for engines that cannot pass annotations, Docker < 24).
+    /// Off by default: the environment includes the image's ENV. Even when
+    /// on, any request annotation makes the environment irrelevant.
+    pub env_requests: bool,
     /// Seconds a reservation may stay without a container process before
     /// it counts as abandoned (a create that crashed).
     pub create_grace_secs: u64,
@@ -155,6 +162,7 @@ impl Default for Config {
             context_overhead: "0".into(),
             placement: Policy::Binpack,
             gpus: vec![],
+            env_requests: false,
             create_grace_secs: 120,
             driver: DriverConfig::default(),
             inventory: InventoryConfig::default(),
@@ -225,6 +233,15 @@ impl Config {
         absolute_or_zero(&self.context_overhead)
     }
 
+    /// The request policy for container environments.
+    pub fn env_policy(&self) -> crate::request::EnvRequests {
+        if self.env_requests {
+            crate::request::EnvRequests::Allowed
+        } else {
+            crate::request::EnvRequests::Ignored
+        }
+    }
+
     pub fn ledger_path(&self) -> PathBuf {
         self.ledger_dir.join("ledger.json")
     }
@@ -269,6 +286,7 @@ runc = "/usr/sbin/runc"
 reserve = "1g"
 context_overhead = "512m"
 placement = "spread"
+env_requests = true
 gpus = ["0", "GPU-abc"]
 [driver]
 dev_root = "/tmp/dev"
@@ -282,6 +300,12 @@ memory = "16g"
 "#;
         let c = Config::parse(s, Path::new("x.toml")).unwrap();
         assert_eq!(c.placement, Policy::Spread);
+        assert_eq!(c.env_policy(), crate::request::EnvRequests::Allowed);
+        assert_eq!(
+            Config::default().env_policy(),
+            crate::request::EnvRequests::Ignored,
+            "env requests are off unless the host turns them on"
+        );
         assert_eq!(c.reserve_bytes().unwrap(), 1 << 30);
         assert_eq!(c.context_overhead_bytes().unwrap(), 512 << 20);
         assert_eq!(c.inventory.gpu[0].memory_bytes().unwrap(), 16 << 30);

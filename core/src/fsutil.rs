@@ -99,6 +99,94 @@ pub fn lock_exclusive(path: &Path) -> std::io::Result<LockGuard> {
     }
 }
 
+/// Make sure `path` is a real directory that only we can change: created
+/// with `mode` when missing (parents 0755), never a symlink, owned by our
+/// euid, not writable by group or others; every ancestor owned by root (or
+/// us) and not group/other-writable unless sticky (`/tmp`). Nothing is
+/// followed through a symlink we did not check. (Modes of existing
+/// directories are not changed here; see `state::containers_root`.)
+pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let bad = |what: String| Error::new(ErrorKind::PermissionDenied, what);
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                if std::fs::symlink_metadata(parent).is_err() {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o755)
+                        .create(parent)?;
+                }
+            }
+            match std::fs::DirBuilder::new().mode(mode).create(path) {
+                Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    let m = std::fs::symlink_metadata(path)?;
+    if m.file_type().is_symlink() {
+        return Err(bad(format!(
+            "{} is a symlink; gpu-quota keeps host state only in real directories (make it a directory owned by root)",
+            path.display()
+        )));
+    }
+    if !m.is_dir() {
+        return Err(bad(format!("{} is not a directory", path.display())));
+    }
+    if m.uid() != me {
+        return Err(bad(format!(
+            "{} is owned by uid {}, not by uid {me}; refusing to keep host state there (chown root {0})",
+            path.display(),
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(bad(format!(
+            "{} is writable by group or others (mode {:o}); chmod go-w it",
+            path.display(),
+            m.mode() & 0o7777
+        )));
+    }
+    // ancestors: only root (or we) may change what the path resolves to
+    let canon = std::fs::canonicalize(path)?;
+    for a in canon.ancestors().skip(1) {
+        let m = std::fs::metadata(a)?;
+        let sticky = m.mode() & 0o1000 != 0;
+        if (m.uid() != 0 && m.uid() != me) || (m.mode() & 0o022 != 0 && !sticky) {
+            return Err(bad(format!(
+                "{} (a parent of {}) can be changed by other users (owner uid {}, mode {:o}); keep gpu-quota's state under root-owned directories",
+                a.display(),
+                path.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Identity of a namespace of this process (`/proc/self/ns/KIND` inode).
+pub fn namespace_id(kind: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/self/ns/{kind}"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// This boot of the host (`/proc/sys/kernel/random/boot_id`).
+pub fn boot_id() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let s = s.trim();
+    (!s.is_empty() && s.len() <= 64).then(|| s.to_string())
+}
+
 /// Start time of a process (clock ticks since boot, field 22 of
 /// /proc/PID/stat); with the pid it names a process uniquely across pid reuse.
 pub fn process_start_time(pid: u32) -> Option<u64> {
@@ -135,6 +223,51 @@ pub fn now_unix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secure_dir_refuses_symlinks_foreign_owners_and_open_modes() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a/b/state");
+        secure_dir(&p, 0o700).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o700);
+        secure_dir(&p, 0o700).unwrap(); // idempotent
+                                        // a directory others can write is refused
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = secure_dir(&p, 0o755).unwrap_err().to_string();
+        assert!(e.contains("writable by group or others"), "{e}");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // a symlink (to a directory anyone could have made) is refused
+        let target = d.path().join("elsewhere");
+        std::fs::create_dir(&target).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = secure_dir(&link, 0o700).unwrap_err().to_string();
+        assert!(e.contains("symlink"), "{e}");
+        // a directory owned by another user is refused
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let foreign = d.path().join("foreign");
+            std::fs::create_dir(&foreign).unwrap();
+            std::os::unix::fs::chown(&foreign, Some(1000), Some(1000)).unwrap();
+            let e = secure_dir(&foreign, 0o700).unwrap_err().to_string();
+            assert!(e.contains("owned by uid 1000"), "{e}");
+            // and so is anything under a directory another user can write
+            let open = d.path().join("open");
+            std::fs::create_dir(&open).unwrap();
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let e = secure_dir(&open.join("x"), 0o700).unwrap_err().to_string();
+            assert!(e.contains("can be changed by other users"), "{e}");
+            assert_eq!(std::fs::metadata(&foreign).unwrap().uid(), 1000);
+        }
+    }
+
+    #[test]
+    fn namespaces_and_boot() {
+        assert!(namespace_id("pid").is_some());
+        assert_eq!(namespace_id("pid"), namespace_id("pid"));
+        assert_eq!(boot_id().map(|b| b.len()), Some(36));
+    }
 
     #[test]
     fn atomic_write_replaces() {

@@ -39,6 +39,16 @@ pub struct Reservation {
     pub pid: Option<u32>,
     pub pid_start: Option<u64>,
     pub state: ResState,
+    /// Where `pid` (and the runc state dir) mean something: the pid and
+    /// mount namespaces of the gpu-quota process that recorded them, and the
+    /// boot they belong to. Liveness is judged only from the same
+    /// namespaces; a different boot means the container is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mnt_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,9 +156,9 @@ impl Ledger {
         }
     }
 
-    fn load_unlocked(&self) -> Result<LedgerData, LedgerError> {
+    fn load_unlocked(&self, save_corrupt: bool) -> Result<LedgerData, LedgerError> {
         let path = self.path();
-        let bytes = match std::fs::read(&path) {
+        let bytes = match read_capped(&path, MAX_LEDGER_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LedgerData::default()),
             Err(e) => return Err(self.io(&path)(e)),
@@ -158,11 +168,14 @@ impl Ledger {
             version: u32,
         }
         let corrupt = |message: String| {
-            let saved = self
-                .dir
-                .join(format!("ledger.json.corrupt-{}", fsutil::now_unix()));
-            if !saved.exists() {
-                let _ = std::fs::write(&saved, &bytes);
+            // one copy per distinct content (not one per failing call), made
+            // with O_EXCL|O_NOFOLLOW: never written through a planted link
+            let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+            });
+            let saved = self.dir.join(format!("ledger.json.corrupt-{h:016x}"));
+            if save_corrupt {
+                let _ = write_new(&saved, &bytes, 0o600);
             }
             LedgerError::Corrupt {
                 path: path.clone(),
@@ -180,16 +193,39 @@ impl Ledger {
         serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))
     }
 
-    /// A consistent snapshot (taken under the lock).
+    /// A consistent snapshot for read-only commands: writes are atomic
+    /// renames, so no lock is needed, and nothing is created (a missing
+    /// directory or file is an empty ledger; see `exists`).
     pub fn read(&self) -> Result<LedgerData, LedgerError> {
-        let _g = self.lock()?;
-        self.load_unlocked()
+        self.load_unlocked(false)
+    }
+
+    /// Whether the ledger file exists (it is made by the first admission).
+    pub fn exists(&self) -> bool {
+        self.path().is_file()
     }
 
     fn lock(&self) -> Result<fsutil::LockGuard, LedgerError> {
-        std::fs::create_dir_all(&self.dir).map_err(self.io(&self.dir))?;
+        fsutil::secure_dir(&self.dir, 0o755).map_err(self.io(&self.dir))?;
         let lp = self.dir.join("ledger.lock");
-        fsutil::lock_exclusive(&lp).map_err(self.io(&lp))
+        let g = fsutil::lock_exclusive(&lp).map_err(self.io(&lp))?;
+        self.remove_crashed_temps();
+        Ok(g)
+    }
+
+    /// Temp files of writes that crashed before their rename (only a
+    /// writer holding the lock makes them, so under the lock they are all
+    /// leftovers).
+    fn remove_crashed_temps(&self) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let n = e.file_name();
+            if n.to_string_lossy().starts_with(".ledger.json.tmp.") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 
     /// Read-modify-write under the lock. `f` returns a value and whether it
@@ -209,7 +245,7 @@ impl Ledger {
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<T, LedgerError> {
         let _g = self.lock()?;
-        let mut data = self.load_unlocked()?;
+        let mut data = self.load_unlocked(true)?;
         let (out, changed) = f(&mut data)?;
         if changed {
             data.version = SCHEMA_VERSION;
@@ -221,8 +257,21 @@ impl Ledger {
         Ok(out)
     }
 
-    /// Whether the container behind `r` is gone.
+    /// Whether the container behind `r` is gone. Judged only where the
+    /// reservation's pid and runc state mean something: a reservation
+    /// recorded in another pid or mount namespace (a containerized
+    /// containerd, Docker-in-Docker, kind) is never stale from here — only
+    /// a different boot makes it so.
     pub fn is_stale(&self, r: &Reservation, now: u64) -> bool {
+        if let (Some(b), Some(cur)) = (&r.boot_id, fsutil::boot_id()) {
+            if *b != cur {
+                return true;
+            }
+        }
+        let foreign = |recorded: Option<u64>, kind: &str| matches!((recorded, fsutil::namespace_id(kind)), (Some(a), Some(b)) if a != b);
+        if foreign(r.pid_ns, "pid") || foreign(r.mnt_ns, "mnt") {
+            return false;
+        }
         match (r.pid, r.pid_start) {
             (Some(pid), Some(start)) => !fsutil::process_alive(pid, start),
             _ => {
@@ -258,6 +307,10 @@ impl Ledger {
 
     /// Admission: place `req` and record it, atomically with respect to
     /// every other admission on this host.
+    /// Reservations of dead containers reclaimed on the way are appended to
+    /// `reclaimed` (also when the admission is refused), so the caller can
+    /// remove their state.
+    #[allow(clippy::too_many_arguments)]
     pub fn admit(
         &self,
         cfg: &Config,
@@ -266,6 +319,7 @@ impl Ledger {
         id: &str,
         root: Option<&str>,
         bundle: &str,
+        reclaimed: &mut Vec<Reservation>,
     ) -> Result<Reservation, LedgerError> {
         let reserve = cfg.reserve_bytes().unwrap_or(0);
         let placer = Placer {
@@ -291,7 +345,9 @@ impl Ledger {
                 Ok(s) => s,
                 Err(_) => {
                     // Before refusing, reclaim what dead containers still hold.
-                    let changed = !self.reclaim(d).is_empty();
+                    let gone = self.reclaim(d);
+                    let changed = !gone.is_empty();
+                    reclaimed.extend(gone);
                     match placer.place(req, &d.usage()) {
                         Ok(s) => s,
                         Err(err) => {
@@ -326,6 +382,9 @@ impl Ledger {
                 pid: None,
                 pid_start: None,
                 state: ResState::Reserved,
+                pid_ns: fsutil::namespace_id("pid"),
+                mnt_ns: fsutil::namespace_id("mnt"),
+                boot_id: fsutil::boot_id(),
             };
             d.reservations.push(r.clone());
             Ok((Ok(r), true))
@@ -349,6 +408,9 @@ impl Ledger {
             r.pid = Some(pid);
             r.pid_start = start;
             r.state = ResState::Running;
+            r.pid_ns = fsutil::namespace_id("pid");
+            r.mnt_ns = fsutil::namespace_id("mnt");
+            r.boot_id = fsutil::boot_id();
             r.started_unix = Some(fsutil::now_unix());
             Ok((r.clone(), true))
         })
@@ -369,7 +431,7 @@ impl Ledger {
     /// Move a corrupt ledger aside and start empty (operator action).
     pub fn reset_corrupt(&self) -> Result<Option<PathBuf>, LedgerError> {
         let _g = self.lock()?;
-        match self.load_unlocked() {
+        match self.load_unlocked(true) {
             Err(LedgerError::Corrupt { path, .. }) => {
                 let aside = self
                     .dir
@@ -381,6 +443,46 @@ impl Ledger {
             Ok(_) => Ok(None),
         }
     }
+}
+
+/// Upper bound on a ledger file we parse (a host has at most a few
+/// thousand reservations; anything larger is not ours).
+pub const MAX_LEDGER_BYTES: u64 = 64 << 20;
+
+fn read_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let mut b = Vec::new();
+    f.take(max + 1).read_to_end(&mut b)?;
+    if b.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(b)
+}
+
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.write_all(bytes)
 }
 
 pub fn describe_slices(s: &[Slice]) -> String {
@@ -454,13 +556,37 @@ mod tests {
     fn admit_refuse_release() {
         let (_d, cfg, inv) = setup();
         let l = Ledger::new(&cfg);
-        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "a", None, "/b/a")
-            .unwrap();
-        l.admit(&cfg, &inv, &req(8 * G, Some(0)), "b", None, "/b/b")
-            .unwrap();
+        l.admit(
+            &cfg,
+            &inv,
+            &req(8 * G, Some(0)),
+            "a",
+            None,
+            "/b/a",
+            &mut vec![],
+        )
+        .unwrap();
+        l.admit(
+            &cfg,
+            &inv,
+            &req(8 * G, Some(0)),
+            "b",
+            None,
+            "/b/b",
+            &mut vec![],
+        )
+        .unwrap();
         let before = std::fs::read(l.path()).unwrap();
         let e = l
-            .admit(&cfg, &inv, &req(8 * G, Some(0)), "c", None, "/b/c")
+            .admit(
+                &cfg,
+                &inv,
+                &req(8 * G, Some(0)),
+                "c",
+                None,
+                "/b/c",
+                &mut vec![],
+            )
             .unwrap_err()
             .to_string();
         assert!(
@@ -473,11 +599,19 @@ mod tests {
             "a refusal leaves the ledger untouched"
         );
         let r = l
-            .admit(&cfg, &inv, &req(8 * G, None), "c", None, "/b/c")
+            .admit(
+                &cfg,
+                &inv,
+                &req(8 * G, None),
+                "c",
+                None,
+                "/b/c",
+                &mut vec![],
+            )
             .unwrap();
         assert_eq!(r.slices[0].index, 1);
         assert!(matches!(
-            l.admit(&cfg, &inv, &req(G, None), "c", None, "/b/c"),
+            l.admit(&cfg, &inv, &req(G, None), "c", None, "/b/c", &mut vec![]),
             Err(LedgerError::Duplicate { .. })
         ));
         assert_eq!(
@@ -506,8 +640,16 @@ mod tests {
     fn confirm_and_stale_pid_reclaimed() {
         let (_d, cfg, inv) = setup();
         let l = Ledger::new(&cfg);
-        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "a", None, "/b/a")
-            .unwrap();
+        l.admit(
+            &cfg,
+            &inv,
+            &req(16 * G, Some(0)),
+            "a",
+            None,
+            "/b/a",
+            &mut vec![],
+        )
+        .unwrap();
         // a child that exits: its reservation becomes stale
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
@@ -515,8 +657,16 @@ mod tests {
         assert_eq!(r.state, ResState::Running);
         child.wait().unwrap();
         // GPU 0 is full by a dead container: admission reclaims it
-        l.admit(&cfg, &inv, &req(16 * G, Some(0)), "b", None, "/b/b")
-            .unwrap();
+        l.admit(
+            &cfg,
+            &inv,
+            &req(16 * G, Some(0)),
+            "b",
+            None,
+            "/b/b",
+            &mut vec![],
+        )
+        .unwrap();
         let d = l.read().unwrap();
         assert_eq!(d.reservations.len(), 1);
         assert_eq!(d.reservations[0].container_id, "b");
@@ -532,7 +682,7 @@ mod tests {
         let l = Ledger::new(&cfg);
         std::fs::write(l.path(), b"{\"version\":1,\"reserv").unwrap();
         let e = l
-            .admit(&cfg, &inv, &req(G, None), "a", None, "/b")
+            .admit(&cfg, &inv, &req(G, None), "a", None, "/b", &mut vec![])
             .unwrap_err();
         assert!(matches!(e, LedgerError::Corrupt { .. }), "{e}");
         assert_eq!(
@@ -543,8 +693,167 @@ mod tests {
         assert!(e.to_string().contains("corrupt"));
         let aside = l.reset_corrupt().unwrap().unwrap();
         assert!(aside.exists());
-        l.admit(&cfg, &inv, &req(G, None), "a", None, "/b").unwrap();
+        l.admit(&cfg, &inv, &req(G, None), "a", None, "/b", &mut vec![])
+            .unwrap();
         std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
         assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
+    }
+
+    fn dead_reservation(l: &Ledger, cfg: &Config, inv: &Inventory, id: &str, gpu: u32) {
+        l.admit(
+            cfg,
+            inv,
+            &req(16 * G, Some(gpu)),
+            id,
+            None,
+            &format!("/b/{id}"),
+            &mut vec![],
+        )
+        .unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        l.confirm(id, &format!("/b/{id}"), child.id()).unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Issue 8, class 4: reservations reclaimed during an admission were
+    /// dropped, so their state directories were never removed.
+    #[test]
+    fn admission_reports_what_it_reclaimed() {
+        let (_d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        dead_reservation(&l, &cfg, &inv, "dead", 0);
+        let mut reclaimed = vec![];
+        l.admit(
+            &cfg,
+            &inv,
+            &req(16 * G, Some(0)),
+            "b",
+            None,
+            "/b/b",
+            &mut reclaimed,
+        )
+        .unwrap();
+        assert_eq!(reclaimed.len(), 1);
+        assert_eq!(reclaimed[0].container_id, "dead");
+        // also when the admission is refused after reclaiming
+        dead_reservation(&l, &cfg, &inv, "dead2", 1);
+        let mut reclaimed = vec![];
+        assert!(l
+            .admit(
+                &cfg,
+                &inv,
+                &req(17 * G, None),
+                "c",
+                None,
+                "/b/c",
+                &mut reclaimed
+            )
+            .is_err());
+        assert_eq!(reclaimed.len(), 1, "the refusal still reports the reclaim");
+    }
+
+    /// Issue 8, class 4: liveness was judged by pid alone, so `gc` or an
+    /// admission from another pid namespace saw every live container as dead.
+    #[test]
+    fn liveness_is_never_judged_across_namespaces_but_a_new_boot_ends_all() {
+        let (_d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        l.admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
+            .unwrap();
+        let mut r = l.confirm("a", "/b/a", std::process::id()).unwrap();
+        assert!(r.pid_ns.is_some() && r.mnt_ns.is_some() && r.boot_id.is_some());
+        let now = fsutil::now_unix();
+        assert!(!l.is_stale(&r, now), "our own live process");
+        // recorded in another pid namespace, with a pid that is dead here
+        r.pid = Some(u32::MAX - 7);
+        r.pid_ns = Some(1);
+        assert!(
+            !l.is_stale(&r, now),
+            "dead-looking pid of another namespace"
+        );
+        r.pid_ns = fsutil::namespace_id("pid");
+        assert!(l.is_stale(&r, now), "same namespace, dead pid");
+        // another mount namespace: the runc state dir check is meaningless
+        let mut q = r.clone();
+        q.pid = None;
+        q.pid_start = None;
+        q.created_unix = 0;
+        q.mnt_ns = Some(1);
+        assert!(!l.is_stale(&q, now));
+        // a reservation from an earlier boot is gone, whatever its namespace
+        r.pid_ns = Some(1);
+        r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+        assert!(l.is_stale(&r, now));
+    }
+
+    #[test]
+    fn read_only_use_creates_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            ledger_dir: d.path().join("absent/ledger"),
+            ..Config::default()
+        };
+        let l = Ledger::new(&cfg);
+        assert_eq!(l.read().unwrap().reservations.len(), 0);
+        assert!(!l.exists());
+        assert!(
+            !d.path().join("absent").exists(),
+            "read() created the directory"
+        );
+    }
+
+    #[test]
+    fn crashed_temps_are_removed_and_corrupt_copies_are_made_once_without_following_links() {
+        let (d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        let tmp = d.path().join(".ledger.json.tmp.999999");
+        std::fs::write(&tmp, b"half").unwrap();
+        l.admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
+            .unwrap();
+        assert!(!tmp.exists(), "a crashed write's temp file stays");
+        std::fs::write(l.path(), b"{not json").unwrap();
+        // a planted link at the copy's name is never written through
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        for _ in 0..3 {
+            assert!(matches!(
+                l.admit(&cfg, &inv, &req(G, None), "b", None, "/b/b", &mut vec![]),
+                Err(LedgerError::Corrupt { .. })
+            ));
+        }
+        let copies: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("corrupt"))
+            .collect();
+        assert_eq!(copies.len(), 1, "one copy per content, not per call");
+        let name = copies[0].path();
+        std::fs::remove_file(&name).unwrap();
+        std::os::unix::fs::symlink(&victim, &name).unwrap();
+        let _ = l.admit(&cfg, &inv, &req(G, None), "b", None, "/b/b", &mut vec![]);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        // read-only use never writes a copy
+        std::fs::remove_file(&name).unwrap();
+        assert!(l.read().is_err());
+        assert!(!name.exists());
+    }
+
+    #[test]
+    fn a_symlinked_ledger_dir_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
+        let cfg = Config {
+            ledger_dir: d.path().join("link"),
+            ..Config::default()
+        };
+        let (_d2, _, inv) = setup();
+        let e = Ledger::new(&cfg)
+            .admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symlink"), "{e}");
+        assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
     }
 }

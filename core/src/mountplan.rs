@@ -3,6 +3,7 @@
 //! tested without root); the hook supplies effects that resolve every
 //! container path inside the rootfs without leaving it.
 use crate::driver::DriverFiles;
+use crate::ldcache;
 use std::path::{Path, PathBuf};
 
 /// Where the per-container state directory appears in the container.
@@ -36,9 +37,33 @@ pub enum Op {
         dst: String,
         ours: String,
     },
-    /// Rebuild the container's loader cache including `dirs`.
-    Ldconfig { dirs: Vec<String> },
+    /// Add the injected libraries to the image's own loader cache (glibc
+    /// images only): the image's `dst` is read as hostile bytes, parsed,
+    /// given one entry per library name, and written back in place. No host
+    /// program ever runs against the rootfs.
+    LoaderCache { dst: String, libs: Vec<CacheLib> },
 }
+
+/// One loader-cache entry to add: `key` (a SONAME, e.g. `libcuda.so.1`)
+/// resolves to `path` in the container; `host` is the library on the host,
+/// whose ELF header gives the entry's flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheLib {
+    pub key: String,
+    pub path: String,
+    pub host: PathBuf,
+}
+
+pub const LOADER_CACHE: &str = "/etc/ld.so.cache";
+/// A glibc dynamic loader at any of these paths means the image uses
+/// /etc/ld.so.cache; images without one (static, musl) need none.
+pub const GLIBC_LOADERS: [&str; 5] = [
+    "/lib64/ld-linux-x86-64.so.2",
+    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    "/lib/ld-linux-aarch64.so.1",
+    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+    "/lib/ld-linux.so.2",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum EffectError {
@@ -65,11 +90,21 @@ pub trait Effects {
     /// Read a file of the image (None when absent), at most `max` bytes.
     fn read_rootfs_file(&mut self, dst: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError>;
     fn write_host_file(&mut self, path: &Path, bytes: &[u8]) -> Result<(), EffectError>;
-    fn ldconfig(&mut self, dirs: &[String]) -> Result<(), EffectError>;
+    /// Whether the image has an entry at `dst` (not following it).
+    fn rootfs_exists(&mut self, dst: &str) -> bool;
+    /// Replace (or create) the image's regular file `dst` atomically.
+    fn replace_rootfs_file(
+        &mut self,
+        dst: &str,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), EffectError>;
+    /// The first `max` bytes of a trusted host file.
+    fn read_host_file(&mut self, path: &Path, max: usize) -> Result<Vec<u8>, EffectError>;
 }
 
 /// The plan for one container whose host state directory is `host_state`
-/// (already prepared by `state::prepare`).
+/// (made by `state::create` and filled by `state::fill`).
 pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<Op> {
     let cdir = CONTAINER_DIR.to_string();
     let mut ops = vec![
@@ -81,7 +116,7 @@ pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<O
         },
         // the usage file stays writable: its own mount survives the remount below
         Op::Bind {
-            src: host_state.join("usage"),
+            src: crate::state::usage_path(host_state),
             dst: format!("{cdir}/usage"),
             kind: Kind::File,
             readonly: false,
@@ -121,10 +156,55 @@ pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<O
         kind: Kind::File,
         readonly: true,
     });
-    ops.push(Op::Ldconfig {
-        dirs: vec![format!("{cdir}/{DRIVER_SUBDIR}")],
+    let mut libs = Vec::new();
+    for l in &files.libs {
+        for key in l.aliases.iter().chain(std::iter::once(&l.name)) {
+            if libs.iter().any(|c: &CacheLib| &c.key == key) {
+                continue;
+            }
+            libs.push(CacheLib {
+                key: key.clone(),
+                path: format!("{cdir}/{DRIVER_SUBDIR}/{key}"),
+                host: l.host_path.clone(),
+            });
+        }
+    }
+    ops.push(Op::LoaderCache {
+        dst: LOADER_CACHE.into(),
+        libs,
     });
     ops
+}
+
+/// The image's loader cache with `libs` added (replacing the image's own
+/// entries of the same names, so the host driver wins over a stub in the
+/// image). `None`: the image has no glibc loader and needs no cache.
+pub fn loader_cache(
+    fx: &mut dyn Effects,
+    dst: &str,
+    libs: &[CacheLib],
+) -> Result<Option<Vec<u8>>, EffectError> {
+    if !GLIBC_LOADERS.iter().any(|p| fx.rootfs_exists(p)) {
+        return Ok(None);
+    }
+    let mut cache = match fx.read_rootfs_file(dst, ldcache::MAX_CACHE_BYTES)? {
+        Some(bytes) => ldcache::LdCache::parse(&bytes).map_err(|e| EffectError::Refused {
+            path: dst.into(),
+            what: format!(
+                "is not a loader cache gpu-quota can read ({e}); rebuild it in the image (RUN ldconfig) or remove it"
+            ),
+        })?,
+        None => ldcache::LdCache::default(),
+    };
+    for l in libs {
+        let head = fx.read_host_file(&l.host, 64)?;
+        let flags = ldcache::elf_cache_flags(&head).ok_or_else(|| EffectError::Refused {
+            path: l.host.display().to_string(),
+            what: "is not an ELF shared library of a known architecture".into(),
+        })?;
+        cache.insert(l.key.as_bytes(), l.path.as_bytes(), flags);
+    }
+    Ok(Some(cache.to_bytes()))
 }
 
 /// Our entry first (so its symbols take precedence), then the image's own
@@ -160,7 +240,11 @@ pub fn execute(ops: &[Op], fx: &mut dyn Effects) -> Result<(), EffectError> {
                 let existing = fx.read_rootfs_file(dst, MAX_PRELOAD)?.unwrap_or_default();
                 fx.write_host_file(host_file, &merge_preload(&existing, ours))?;
             }
-            Op::Ldconfig { dirs } => fx.ldconfig(dirs)?,
+            Op::LoaderCache { dst, libs } => {
+                if let Some(bytes) = loader_cache(fx, dst, libs)? {
+                    fx.replace_rootfs_file(dst, &bytes, 0o644)?;
+                }
+            }
         }
     }
     Ok(())
@@ -171,10 +255,11 @@ mod tests {
     use super::*;
     use crate::driver::DriverLib;
 
+    /// A pretend rootfs: its files by container path, and a log of effects.
     #[derive(Default)]
     struct Record {
         log: Vec<String>,
-        image_preload: Option<Vec<u8>>,
+        image: std::collections::BTreeMap<String, Vec<u8>>,
         written: Vec<(PathBuf, Vec<u8>)>,
     }
     impl Effects for Record {
@@ -190,16 +275,32 @@ mod tests {
             self.log.push(format!("ro {dst}"));
             Ok(())
         }
-        fn read_rootfs_file(&mut self, _: &str, _: usize) -> Result<Option<Vec<u8>>, EffectError> {
-            Ok(self.image_preload.clone())
+        fn read_rootfs_file(&mut self, p: &str, _: usize) -> Result<Option<Vec<u8>>, EffectError> {
+            Ok(self.image.get(p).cloned())
         }
         fn write_host_file(&mut self, p: &Path, b: &[u8]) -> Result<(), EffectError> {
             self.written.push((p.into(), b.into()));
             Ok(())
         }
-        fn ldconfig(&mut self, dirs: &[String]) -> Result<(), EffectError> {
-            self.log.push(format!("ldconfig {}", dirs.join(",")));
+        fn rootfs_exists(&mut self, p: &str) -> bool {
+            self.image.contains_key(p)
+        }
+        fn replace_rootfs_file(&mut self, p: &str, b: &[u8], mode: u32) -> Result<(), EffectError> {
+            self.log.push(format!("replace {p} {mode:o}"));
+            self.image.insert(p.into(), b.into());
             Ok(())
+        }
+        fn read_host_file(&mut self, _: &Path, max: usize) -> Result<Vec<u8>, EffectError> {
+            // an x86-64 ELF64 shared object header
+            let mut h = vec![0u8; 64];
+            h[..4].copy_from_slice(b"\x7fELF");
+            h[4] = 2; // ELFCLASS64
+            h[5] = 1; // little endian
+            h[6] = 1;
+            h[16] = 3; // ET_DYN
+            h[18] = 62; // EM_X86_64
+            h.truncate(max);
+            Ok(h)
         }
     }
 
@@ -218,28 +319,112 @@ mod tests {
             &files,
             Path::new("/lib/gpu-quota/libgpuquota.so"),
         );
-        let mut fx = Record {
-            image_preload: Some(b"/usr/lib/libfoo.so\n".to_vec()),
-            ..Default::default()
-        };
+        let mut fx = Record::default();
+        fx.image
+            .insert(PRELOAD.into(), b"/usr/lib/libfoo.so\n".to_vec());
         execute(&ops, &mut fx).unwrap();
         assert_eq!(
             fx.log,
             vec![
                 "bind /run/gpu-quota/containers/c1 /run/gpu-quota Dir rw",
-                "bind /run/gpu-quota/containers/c1/usage /run/gpu-quota/usage File rw",
+                "bind /run/gpu-quota/containers/c1/rw/usage /run/gpu-quota/usage File rw",
                 "bind /h/libcuda.so.580 /run/gpu-quota/driver/libcuda.so.580 File ro",
                 "bind /lib/gpu-quota/libgpuquota.so /run/gpu-quota/libgpuquota.so File ro",
                 "ro /run/gpu-quota",
                 "bind /h/nvidia-smi /usr/bin/nvidia-smi File ro",
                 "bind /run/gpu-quota/containers/c1/ld.so.preload /etc/ld.so.preload File ro",
-                "ldconfig /run/gpu-quota/driver",
-            ]
+            ],
+            "an image without a glibc loader gets no loader cache"
         );
         assert_eq!(
             fx.written[0].1,
             b"/run/gpu-quota/libgpuquota.so\n/usr/lib/libfoo.so\n"
         );
+    }
+
+    fn driver() -> DriverFiles {
+        DriverFiles {
+            libs: vec![
+                DriverLib {
+                    host_path: "/h/libcuda.so.580.1".into(),
+                    name: "libcuda.so.580.1".into(),
+                    aliases: vec!["libcuda.so.1".into()],
+                },
+                DriverLib {
+                    host_path: "/h/libnvidia-ml.so.580.1".into(),
+                    name: "libnvidia-ml.so.580.1".into(),
+                    aliases: vec!["libnvidia-ml.so.1".into()],
+                },
+            ],
+            bins: vec![],
+        }
+    }
+
+    /// The loader cache of a glibc image: the image's entries stay, ours
+    /// are added (replacing an image stub of the same name), written in
+    /// place; nothing but bytes crosses between image and host.
+    #[test]
+    fn glibc_image_gets_its_own_cache_plus_the_driver() {
+        let ops = plan(
+            Path::new("/s/c1"),
+            &driver(),
+            Path::new("/l/libgpuquota.so"),
+        );
+        let mut image = ldcache::LdCache::default();
+        image.insert(b"libz.so.1", b"/usr/lib/x86_64-linux-gnu/libz.so.1", 0x0303);
+        image.insert(
+            b"libcuda.so.1",
+            b"/usr/local/cuda/compat/libcuda.so.1",
+            0x0303,
+        );
+        let mut fx = Record::default();
+        fx.image.insert(GLIBC_LOADERS[0].into(), b"ELF".to_vec());
+        fx.image.insert(LOADER_CACHE.into(), image.to_bytes());
+        execute(&ops, &mut fx).unwrap();
+        assert_eq!(fx.log.last().unwrap(), "replace /etc/ld.so.cache 644");
+        let c = ldcache::LdCache::parse(&fx.image[LOADER_CACHE]).unwrap();
+        let get = |k: &[u8]| -> Vec<Vec<u8>> {
+            c.entries
+                .iter()
+                .filter(|e| e.key == k)
+                .map(|e| e.value.clone())
+                .collect()
+        };
+        assert_eq!(
+            get(b"libz.so.1"),
+            vec![b"/usr/lib/x86_64-linux-gnu/libz.so.1".to_vec()]
+        );
+        assert_eq!(
+            get(b"libcuda.so.1"),
+            vec![b"/run/gpu-quota/driver/libcuda.so.1".to_vec()],
+            "the host driver replaces the image's stub"
+        );
+        assert_eq!(
+            get(b"libnvidia-ml.so.1"),
+            vec![b"/run/gpu-quota/driver/libnvidia-ml.so.1".to_vec()]
+        );
+        assert!(c.entries.iter().all(|e| e.flags == 0x0303));
+
+        // no cache in the image: one with just the driver
+        let mut fx = Record::default();
+        fx.image.insert(GLIBC_LOADERS[0].into(), b"ELF".to_vec());
+        execute(&ops, &mut fx).unwrap();
+        let c = ldcache::LdCache::parse(&fx.image[LOADER_CACHE]).unwrap();
+        assert_eq!(c.entries.len(), 4, "two SONAMEs and two file names");
+
+        // a cache that is not one is refused, naming the path
+        let mut fx = Record::default();
+        fx.image.insert(GLIBC_LOADERS[0].into(), b"ELF".to_vec());
+        fx.image.insert(
+            LOADER_CACHE.into(),
+            b"glibc-ld.so.cache1.1 garbage".to_vec(),
+        );
+        let e = execute(&ops, &mut fx).unwrap_err().to_string();
+        assert!(
+            e.contains("/etc/ld.so.cache") && e.contains("not a loader cache"),
+            "{e}"
+        );
+        assert!(!fx.log.iter().any(|l| l.starts_with("replace")));
     }
 
     #[test]

@@ -1,7 +1,13 @@
 //! The request model: what a container asks for, read from OCI annotations
-//! (`vram`, `gpu`, `gpus`, and the `gpu-quota.io/…` aliases) with the
-//! process environment (`GPU_QUOTA_VRAM`, `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`)
-//! as a fallback for engines that cannot set annotations.
+//! (`vram`, `gpu`, `gpus`, and the `gpu-quota.io/…` aliases) or, only where
+//! the host allows it (`env_requests` in the config, for engines that cannot
+//! pass annotations), the process environment (`GPU_QUOTA_VRAM`,
+//! `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`).
+//!
+//! One request has one source: when any request annotation is present the
+//! environment is ignored entirely. The environment includes the image's
+//! `ENV`, which nobody reviewing a pod or a `docker run` line sees, so it must
+//! never add to (or widen) what the annotations asked for.
 //!
 //! Parsing is pure: it never looks at the host. Checks that need the
 //! inventory (unknown index, slice larger than the GPU) happen in placement.
@@ -130,10 +136,9 @@ fn err(field: Field, origin: &Origin, value: &str, reason: impl Into<String>) ->
     }
 }
 
-fn lookup(
+fn lookup_annotation(
     field: Field,
     annotations: Option<&Map<String, Value>>,
-    env: &[String],
 ) -> Result<Option<Raw>, RequestError> {
     let mut found: Option<Raw> = None;
     if let Some(ann) = annotations {
@@ -168,16 +173,50 @@ fn lookup(
             });
         }
     }
-    if found.is_some() {
-        return Ok(found); // annotations win over the environment
-    }
+    Ok(found)
+}
+
+fn lookup_env(field: Field, env: &[String]) -> Option<Raw> {
     let prefix = format!("{}=", field.env());
-    Ok(env.iter().find_map(|e| {
+    // the first definition wins, as glibc's getenv sees it
+    env.iter().find_map(|e| {
         e.strip_prefix(&prefix).map(|v| Raw {
             origin: Origin::Env(field.env()),
             value: v.to_string(),
         })
-    }))
+    })
+}
+
+/// Whether the container's environment may carry a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvRequests {
+    /// `env_requests = true`: used when no request annotation is present.
+    Allowed,
+    /// The default: `GPU_QUOTA_*` in the environment is never a request.
+    Ignored,
+}
+
+/// Every request field set in `env` (`GPU_QUOTA_VRAM`, …), for the notice
+/// that they were ignored.
+pub fn env_request_vars(env: &[String]) -> Vec<&'static str> {
+    [Field::Vram, Field::Gpu, Field::Gpus]
+        .into_iter()
+        .filter(|f| lookup_env(*f, env).is_some())
+        .map(Field::env)
+        .collect()
+}
+
+/// The OCI process environment of a config.json.
+pub fn config_env(config: &Value) -> Vec<String> {
+    config
+        .pointer("/process/env")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn parse_vram(raw: &Raw) -> Result<Size, RequestError> {
@@ -258,10 +297,17 @@ impl Request {
     pub fn from_parts(
         annotations: Option<&Map<String, Value>>,
         env: &[String],
+        env_requests: EnvRequests,
     ) -> Result<Option<Request>, RequestError> {
-        let vram = lookup(Field::Vram, annotations, env)?;
-        let gpu = lookup(Field::Gpu, annotations, env)?;
-        let gpus = lookup(Field::Gpus, annotations, env)?;
+        let mut vram = lookup_annotation(Field::Vram, annotations)?;
+        let mut gpu = lookup_annotation(Field::Gpu, annotations)?;
+        let mut gpus = lookup_annotation(Field::Gpus, annotations)?;
+        let any_annotation = vram.is_some() || gpu.is_some() || gpus.is_some();
+        if !any_annotation && env_requests == EnvRequests::Allowed {
+            vram = lookup_env(Field::Vram, env);
+            gpu = lookup_env(Field::Gpu, env);
+            gpus = lookup_env(Field::Gpus, env);
+        }
         let Some(vram) = vram else {
             if let Some(r) = gpu.as_ref().or(gpus.as_ref()) {
                 let field = if gpu.is_some() {
@@ -321,7 +367,10 @@ impl Request {
     /// Read from a parsed OCI config.json. Kubernetes sandbox ("pause")
     /// containers get the pod's annotations too but never use a GPU: they
     /// are left alone.
-    pub fn from_config(config: &Value) -> Result<Option<Request>, RequestError> {
+    pub fn from_config(
+        config: &Value,
+        env_requests: EnvRequests,
+    ) -> Result<Option<Request>, RequestError> {
         let ann = config.get("annotations").and_then(Value::as_object);
         if let Some(a) = ann {
             let sandbox = |k: &str| a.get(k).and_then(Value::as_str) == Some("sandbox");
@@ -331,16 +380,7 @@ impl Request {
                 return Ok(None);
             }
         }
-        let env: Vec<String> = config
-            .pointer("/process/env")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Request::from_parts(ann, &env)
+        Request::from_parts(ann, &config_env(config), env_requests)
     }
 }
 
@@ -357,15 +397,22 @@ mod tests {
     #[test]
     fn no_request() {
         assert_eq!(
-            Request::from_parts(Some(&ann(json!({"foo": "bar"}))), &["PATH=/bin".into()]),
+            Request::from_parts(
+                Some(&ann(json!({"foo": "bar"}))),
+                &["PATH=/bin".into()],
+                EnvRequests::Allowed
+            ),
             Ok(None)
         );
-        assert_eq!(Request::from_parts(None, &[]), Ok(None));
+        assert_eq!(
+            Request::from_parts(None, &[], EnvRequests::Ignored),
+            Ok(None)
+        );
     }
 
     #[test]
     fn annotation_and_aliases() {
-        let r = Request::from_parts(Some(&ann(json!({"vram": "4g"}))), &[])
+        let r = Request::from_parts(Some(&ann(json!({"vram": "4g"}))), &[], EnvRequests::Ignored)
             .unwrap()
             .unwrap();
         assert_eq!(r.vram, Size::Bytes(4 * G));
@@ -375,6 +422,7 @@ mod tests {
                 json!({"gpu-quota.io/vram": "2g", "gpu-quota.io/gpu": "1"}),
             )),
             &[],
+            EnvRequests::Ignored,
         )
         .unwrap()
         .unwrap();
@@ -383,7 +431,8 @@ mod tests {
         // same value under both keys is fine
         assert!(Request::from_parts(
             Some(&ann(json!({"vram": "2g", "gpu-quota.io/vram": "2g"}))),
-            &[]
+            &[],
+            EnvRequests::Ignored
         )
         .is_ok());
     }
@@ -391,27 +440,66 @@ mod tests {
     #[test]
     fn kubernetes_sandbox_is_left_alone() {
         let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri.container-type": "sandbox"}});
-        assert_eq!(Request::from_config(&c), Ok(None));
+        assert_eq!(Request::from_config(&c, EnvRequests::Ignored), Ok(None));
         let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri-o.ContainerType": "sandbox"}});
-        assert_eq!(Request::from_config(&c), Ok(None));
+        assert_eq!(Request::from_config(&c, EnvRequests::Ignored), Ok(None));
         let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri.container-type": "container"}});
-        assert!(Request::from_config(&c).unwrap().is_some());
+        assert!(Request::from_config(&c, EnvRequests::Ignored)
+            .unwrap()
+            .is_some());
     }
 
+    /// Issue 8, class 2: annotation `vram=1g` plus image `ENV GPU_QUOTA_GPUS=2`
+    /// gave the container two GPUs (fields were merged one by one). One
+    /// request has one source.
     #[test]
-    fn annotation_wins_over_env() {
+    fn annotations_make_the_environment_irrelevant() {
         let env = vec![
             "GPU_QUOTA_VRAM=8g".to_string(),
             "GPU_QUOTA_GPUS=2".to_string(),
         ];
-        let r = Request::from_parts(Some(&ann(json!({"vram": "1g"}))), &env)
+        for policy in [EnvRequests::Allowed, EnvRequests::Ignored] {
+            let r = Request::from_parts(Some(&ann(json!({"vram": "1g"}))), &env, policy)
+                .unwrap()
+                .unwrap();
+            assert_eq!(r.vram, Size::Bytes(G));
+            assert_eq!(
+                r.gpus,
+                GpuSelector::Count(1),
+                "{policy:?}: env must not add GPUs"
+            );
+            assert_eq!(r.origin, Origin::Annotation("vram".into()));
+        }
+        // an annotation naming only the GPU still makes the env irrelevant
+        // (and is refused for lacking a slice, not completed from the env)
+        let e = Request::from_parts(Some(&ann(json!({"gpu": "0"}))), &env, EnvRequests::Allowed)
+            .unwrap_err();
+        assert!(e.to_string().contains("without a memory slice"), "{e}");
+        // where the host allows env requests and no annotation is present
+        let r = Request::from_parts(None, &env, EnvRequests::Allowed)
             .unwrap()
             .unwrap();
-        assert_eq!(r.vram, Size::Bytes(G));
-        assert_eq!(r.gpus, GpuSelector::Count(2));
-        let r = Request::from_parts(None, &env).unwrap().unwrap();
         assert_eq!(r.vram, Size::Bytes(8 * G));
+        assert_eq!(r.gpus, GpuSelector::Count(2));
         assert_eq!(r.origin, Origin::Env("GPU_QUOTA_VRAM"));
+        // by default the environment is never a request
+        assert_eq!(
+            Request::from_parts(None, &env, EnvRequests::Ignored),
+            Ok(None)
+        );
+        assert_eq!(
+            env_request_vars(&env),
+            vec!["GPU_QUOTA_VRAM", "GPU_QUOTA_GPUS"]
+        );
+        // the first definition wins, as getenv sees it
+        let dup = vec![
+            "GPU_QUOTA_VRAM=2g".to_string(),
+            "GPU_QUOTA_VRAM=8g".to_string(),
+        ];
+        let r = Request::from_parts(None, &dup, EnvRequests::Allowed)
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.vram, Size::Bytes(2 * G));
     }
 
     #[test]
@@ -419,6 +507,7 @@ mod tests {
         let r = Request::from_parts(
             Some(&ann(json!({"vram": "1g", "gpu": "0, GPU-ABCDEF01-2345"}))),
             &[],
+            EnvRequests::Ignored,
         )
         .unwrap()
         .unwrap();
@@ -429,13 +518,18 @@ mod tests {
                 GpuRef::Uuid("GPU-abcdef01-2345".into())
             ])
         );
-        let r = Request::from_parts(Some(&ann(json!({"vram": "1g", "gpus": "all"}))), &[])
-            .unwrap()
-            .unwrap();
+        let r = Request::from_parts(
+            Some(&ann(json!({"vram": "1g", "gpus": "all"}))),
+            &[],
+            EnvRequests::Ignored,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(r.gpus, GpuSelector::All);
         let r = Request::from_parts(
             Some(&ann(json!({"vram": "1g", "gpus": "2", "gpu": "0,1"}))),
             &[],
+            EnvRequests::Ignored,
         )
         .unwrap()
         .unwrap();
@@ -541,13 +635,15 @@ mod tests {
             ),
         ];
         for (a, origin, reason) in cases {
-            let e = Request::from_parts(Some(&ann(a.clone())), &[]).expect_err(&a.to_string());
+            let e = Request::from_parts(Some(&ann(a.clone())), &[], EnvRequests::Ignored)
+                .expect_err(&a.to_string());
             let msg = e.to_string();
             assert!(msg.contains(origin), "{msg} should name {origin}");
             assert!(msg.contains(reason), "{msg} should say {reason}");
             assert!(msg.contains("accepted:"), "{msg}");
         }
-        let e = Request::from_parts(None, &["GPU_QUOTA_VRAM=lots".into()]).unwrap_err();
+        let e = Request::from_parts(None, &["GPU_QUOTA_VRAM=lots".into()], EnvRequests::Allowed)
+            .unwrap_err();
         assert!(
             e.to_string()
                 .contains("environment variable GPU_QUOTA_VRAM"),
@@ -559,7 +655,7 @@ mod tests {
         #[test]
         fn any_annotation_never_panics(v in ".{0,80}", g in ".{0,40}", n in ".{0,12}") {
             let a = ann(json!({"vram": v, "gpu": g, "gpus": n}));
-            let _ = Request::from_parts(Some(&a), &[]);
+            let _ = Request::from_parts(Some(&a), &[], EnvRequests::Ignored);
         }
     }
 }

@@ -2,17 +2,23 @@
 //!
 //! Every container path is resolved with `openat2(RESOLVE_IN_ROOT |
 //! RESOLVE_NO_MAGICLINKS)` from a handle on the rootfs: symlinks in the image
-//! (absolute or `..`-laden) resolve inside the rootfs, never out of it.
-//! Mounts target the resolved handle through `/proc/self/fd/N`, so no path
-//! is looked up twice (no window for a swapped symlink).
+//! (absolute or `..`-laden) resolve inside the rootfs, never out of it, and
+//! magic links (`/proc/1/root`, `/proc/self/fd/N`) are refused by the kernel.
+//! The final component of every path we read, write or mount onto is opened
+//! `O_PATH | O_NOFOLLOW` and its type checked with `fstat` before anything
+//! else happens: a symlink, FIFO, device or socket there is refused with a
+//! message naming the path, and nothing is ever opened for reading before
+//! that check. Mounts and reads go through the checked handle
+//! (`/proc/self/fd/N`), so no path is looked up twice (no window for a
+//! swapped symlink).
 use crate::mountplan::{EffectError, Effects, Kind};
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 use std::ffi::CString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 pub struct Rootfs {
     root: OwnedFd,
@@ -37,17 +43,50 @@ fn components(rel: &str) -> Vec<&str> {
         .collect()
 }
 
-/// `fd` if it names a regular file, else a refusal naming `rel`.
-fn regular_file(fd: OwnedFd, rel: &str) -> Result<OwnedFd, EffectError> {
+/// What an `fstat` mode is, for messages.
+fn type_name(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "a regular file",
+        libc::S_IFDIR => "a directory",
+        libc::S_IFLNK => "a symlink",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        libc::S_IFSOCK => "a socket",
+        _ => "of an unknown type",
+    }
+}
+
+/// `fd` (opened `O_PATH | O_NOFOLLOW`) if it is of type `want`, else a
+/// refusal naming `rel` and what it is.
+fn check_type(fd: OwnedFd, rel: &str, want: u32) -> Result<OwnedFd, EffectError> {
     let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| io("stat", rel)(errno(e)))?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    let got = st.st_mode & libc::S_IFMT;
+    if got != want {
+        let what = if got == libc::S_IFLNK {
+            "is a symlink in the image; gpu-quota never follows or mounts over image symlinks here, refusing".to_string()
+        } else {
+            format!(
+                "exists in the image as {}, not {}; refusing",
+                type_name(got),
+                type_name(want)
+            )
+        };
         return Err(EffectError::Refused {
             path: rel.into(),
-            what: "exists in the image and is not a regular file".into(),
+            what,
         });
     }
     Ok(fd)
 }
+
+fn regular_file(fd: OwnedFd, rel: &str) -> Result<OwnedFd, EffectError> {
+    check_type(fd, rel, libc::S_IFREG)
+}
+
+/// `O_PATH | O_NOFOLLOW` for final components: the handle names the entry
+/// itself, never what a symlink there points to.
+const FINAL: OFlag = OFlag::O_PATH.union(OFlag::O_NOFOLLOW);
 
 impl Rootfs {
     pub fn open(path: &Path) -> Result<Rootfs, EffectError> {
@@ -140,7 +179,13 @@ impl Rootfs {
     /// file or directory when it does not exist.
     pub fn ensure(&self, rel: &str, kind: Kind) -> Result<OwnedFd, EffectError> {
         if kind == Kind::Dir {
-            return self.mkdir_all(rel);
+            // directories on the way may be image symlinks (resolved inside
+            // the rootfs); the mount target itself never is
+            self.mkdir_all(rel)?;
+            let fd = self
+                .resolve(rel, FINAL)
+                .map_err(|e| io("open", rel)(errno(e)))?;
+            return check_type(fd, rel, libc::S_IFDIR);
         }
         let comps = components(rel);
         let (name, parent) = comps.split_last().ok_or_else(|| EffectError::Refused {
@@ -148,7 +193,7 @@ impl Rootfs {
             what: "empty path".into(),
         })?;
         let pdir = self.mkdir_all(&parent.join("/"))?;
-        match self.resolve(rel, OFlag::O_PATH) {
+        match self.resolve(rel, FINAL) {
             Ok(fd) => regular_file(fd, rel),
             Err(nix::errno::Errno::ENOENT) => {
                 let cname = CString::new(*name).map_err(|_| EffectError::Refused {
@@ -177,12 +222,8 @@ impl Rootfs {
                     // SAFETY: fresh fd.
                     drop(unsafe { OwnedFd::from_raw_fd(fd) });
                 }
-                match self.resolve(rel, OFlag::O_PATH) {
+                match self.resolve(rel, FINAL) {
                     Ok(fd) => regular_file(fd, rel),
-                    Err(nix::errno::Errno::ENOENT) => Err(EffectError::Refused {
-                        path: rel.into(),
-                        what: "is a symlink in the image pointing to a missing file; refusing to follow it".into(),
-                    }),
                     Err(e) => Err(io("open", rel)(errno(e))),
                 }
             }
@@ -190,14 +231,95 @@ impl Rootfs {
         }
     }
 
-    /// Read a regular file of the image, at most `max` bytes.
+    /// Whether `rel` exists in the image (symlinks on the way resolve inside
+    /// the rootfs; the entry itself is not followed).
+    pub fn exists(&self, rel: &str) -> bool {
+        self.resolve(rel, FINAL).is_ok()
+    }
+
+    /// Replace the image's regular file `rel` (or create it) with `bytes`:
+    /// a fresh temp file (`O_CREAT | O_EXCL | O_NOFOLLOW`) in the resolved
+    /// parent directory, renamed over the name. A symlink, directory or
+    /// special file at `rel` is refused; nothing is ever written through a
+    /// path the image controls.
+    pub fn replace_file(&self, rel: &str, bytes: &[u8], mode: u32) -> Result<(), EffectError> {
+        let comps = components(rel);
+        let (name, parent) = comps.split_last().ok_or_else(|| EffectError::Refused {
+            path: rel.into(),
+            what: "empty path".into(),
+        })?;
+        let pdir = self.mkdir_all(&parent.join("/"))?;
+        match self.resolve(rel, FINAL) {
+            Ok(fd) => drop(regular_file(fd, rel)?),
+            Err(nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(io("open", rel)(errno(e))),
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let tmp = format!(".{name}.gpu-quota.{}.{nanos}", std::process::id());
+        let ctmp = CString::new(tmp.as_str()).map_err(|_| EffectError::Refused {
+            path: rel.into(),
+            what: "NUL in path".into(),
+        })?;
+        let cname = CString::new(*name).map_err(|_| EffectError::Refused {
+            path: rel.into(),
+            what: "NUL in path".into(),
+        })?;
+        // SAFETY: valid dirfd and C string; O_EXCL|O_NOFOLLOW never reuse a planted entry.
+        let fd = unsafe {
+            libc::openat(
+                pdir.as_raw_fd(),
+                ctmp.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io("create", rel)(std::io::Error::last_os_error()));
+        }
+        // SAFETY: fresh fd.
+        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let written = (|| {
+            f.write_all(bytes)?;
+            // SAFETY: fchmod on an owned fd (the umask must not narrow the mode).
+            if unsafe { libc::fchmod(f.as_raw_fd(), mode) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            f.sync_data()?;
+            // SAFETY: valid dirfds and C strings.
+            if unsafe {
+                libc::renameat(
+                    pdir.as_raw_fd(),
+                    ctmp.as_ptr(),
+                    pdir.as_raw_fd(),
+                    cname.as_ptr(),
+                )
+            } != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })();
+        if let Err(e) = written {
+            // SAFETY: valid dirfd and C string.
+            unsafe { libc::unlinkat(pdir.as_raw_fd(), ctmp.as_ptr(), 0) };
+            return Err(io("write", rel)(e));
+        }
+        Ok(())
+    }
+
+    /// Read a regular file of the image, at most `max` bytes. The entry is
+    /// opened `O_PATH | O_NOFOLLOW` and type-checked first; only a regular
+    /// file is then opened for reading, through that same handle.
     pub fn read_file(&self, rel: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError> {
-        match self.resolve(rel, OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK) {
+        match self.resolve(rel, FINAL) {
             Ok(fd) => {
                 let fd = regular_file(fd, rel)?;
+                let f = reopen_read(&fd).map_err(io("open", rel))?;
                 let mut buf = Vec::new();
-                std::fs::File::from(fd)
-                    .take(max as u64 + 1)
+                f.take(max as u64 + 1)
                     .read_to_end(&mut buf)
                     .map_err(io("read", rel))?;
                 if buf.len() > max {
@@ -214,6 +336,14 @@ impl Rootfs {
     }
 }
 
+/// Open the checked `O_PATH` handle `fd` for reading (no second lookup).
+fn reopen_read(fd: &OwnedFd) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(proc_fd(fd))
+}
+
 fn proc_fd(fd: &OwnedFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
@@ -222,7 +352,6 @@ fn proc_fd(fd: &OwnedFd) -> String {
 /// container's first), targets resolved inside `rootfs`.
 pub struct MountEffects {
     pub rootfs: Rootfs,
-    pub ldconfig: PathBuf,
 }
 
 impl Effects for MountEffects {
@@ -283,40 +412,26 @@ impl Effects for MountEffects {
         std::fs::write(path, bytes).map_err(io("write", &path.display().to_string()))
     }
 
-    fn ldconfig(&mut self, dirs: &[String]) -> Result<(), EffectError> {
-        // Only images with a glibc loader need (or can use) a loader cache.
-        let has_loader = [
-            "/lib64/ld-linux-x86-64.so.2",
-            "/lib/ld-linux-aarch64.so.1",
-            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-        ]
-        .iter()
-        .any(|p| self.rootfs.resolve(p, OFlag::O_PATH).is_ok());
-        if !has_loader {
-            return Ok(());
-        }
-        // The host's ldconfig chroots into the rootfs itself (-r), with a
-        // clean environment; -X: links were made by us already.
-        let out = Command::new(&self.ldconfig)
-            .arg("-X")
-            .arg("-r")
-            .arg(self.rootfs.path())
-            .args(dirs)
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .output()
-            .map_err(io("run", &self.ldconfig.display().to_string()))?;
-        if !out.status.success() {
-            return Err(EffectError::Refused {
-                path: self.ldconfig.display().to_string(),
-                what: format!(
-                    "failed ({}): {}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            });
-        }
-        Ok(())
+    fn rootfs_exists(&mut self, dst: &str) -> bool {
+        self.rootfs.exists(dst)
+    }
+
+    fn replace_rootfs_file(
+        &mut self,
+        dst: &str,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), EffectError> {
+        self.rootfs.replace_file(dst, bytes, mode)
+    }
+
+    fn read_host_file(&mut self, path: &Path, max: usize) -> Result<Vec<u8>, EffectError> {
+        let p = path.display().to_string();
+        let mut buf = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(max as u64).read_to_end(&mut buf))
+            .map_err(io("read", &p))?;
+        Ok(buf)
     }
 }
 
@@ -372,5 +487,54 @@ mod tests {
             r.ensure("/run", Kind::File).is_err(),
             "a directory is not a file target"
         );
+    }
+
+    /// Issue 8, class 3: the final component is checked before anything is
+    /// opened for reading; symlinks (even ones inside the rootfs) and
+    /// special files are refused with the path named.
+    #[test]
+    fn final_components_are_never_followed_or_read_before_their_type_is_known() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir(root.join("etc")).unwrap();
+        std::fs::write(root.join("key"), b"SECRET").unwrap();
+        symlink("/key", root.join("etc/ld.so.preload")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("etc/fifo").to_str().unwrap()).unwrap();
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let r = Rootfs::open(root).unwrap();
+        let e = r
+            .read_file("/etc/ld.so.preload", 100)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/ld.so.preload") && e.contains("symlink"),
+            "{e}"
+        );
+        let t = std::time::Instant::now();
+        let e = r.read_file("/etc/fifo", 100).unwrap_err().to_string();
+        assert!(e.contains("FIFO"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        let e = r
+            .ensure("/etc/ld.so.preload", Kind::File)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symlink"), "{e}");
+        // replace_file: atomic, refuses links and leaves no temp behind
+        r.replace_file("/etc/ld.so.cache", b"one", 0o644).unwrap();
+        r.replace_file("/etc/ld.so.cache", b"two", 0o644).unwrap();
+        assert_eq!(std::fs::read(root.join("etc/ld.so.cache")).unwrap(), b"two");
+        assert!(r.replace_file("/etc/ld.so.preload", b"x", 0o644).is_err());
+        assert_eq!(std::fs::read(root.join("key")).unwrap(), b"SECRET");
+        let names: Vec<_> = std::fs::read_dir(root.join("etc"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.contains("gpu-quota")), "{names:?}");
+        // a directory mount target that is a symlink is refused too
+        symlink("/etc", root.join("run")).unwrap();
+        let e = r.ensure("/run", Kind::Dir).unwrap_err().to_string();
+        assert!(e.contains("symlink"), "{e}");
     }
 }

@@ -2,8 +2,13 @@
 //! bind-mounted read-only at `/run/gpu-quota` in the container:
 //!
 //! * `limits` — written by the hook: `key=value` lines (see docs/interceptor.md)
-//! * `usage` — empty, mode 0666, its own read-write mount; the interceptor
-//!   owns its binary format
+//! * `usage` — a mount point; the real usage file is `rw/usage` (mode
+//!   0666), on a tmpfs of `USAGE_FS_BYTES` mounted at `rw/` just for this
+//!   container, and bind-mounted read-write over `usage` in the container.
+//!   The container can write its counters but can never grow the file past
+//!   that tmpfs (a usage file on the host's /run could otherwise fill the
+//!   tmpfs that docker, containerd and runc need). The interceptor owns its
+//!   binary format.
 //! * `driver/` — mount points for the driver libraries plus SONAME symlinks
 //! * `libgpuquota.so` — mount point for the interceptor
 //! * `ld.so.preload` — the merged preload list, bind-mounted on /etc/ld.so.preload
@@ -16,6 +21,20 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 pub const LIMITS_VERSION: u32 = 1;
+/// Size of the per-container tmpfs that holds the usage file (the file
+/// itself is 260 KiB, see interceptor/include/gpuquota_usage.h).
+pub const USAGE_FS_BYTES: u64 = 512 << 10;
+/// Where the usage tmpfs is mounted inside the state directory.
+pub const USAGE_FS_DIR: &str = "rw";
+
+/// How the usage file is backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageBacking {
+    /// Its own size-limited tmpfs (the hook, as root).
+    Tmpfs,
+    /// A plain file in the state directory (unit tests without root).
+    Plain,
+}
 
 /// The `limits` file for a reservation.
 pub fn limits_text(r: &Reservation, context_overhead: u64) -> String {
@@ -76,25 +95,79 @@ fn write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     f.set_permissions(std::fs::Permissions::from_mode(mode))
 }
 
-/// Create the state directory afresh (a leftover from an earlier container
-/// with the same id is removed first).
-pub fn prepare(
+/// `<state_dir>/containers`: root-owned 0700, so no host user can reach a
+/// container's files (the usage file inside is 0666 for the container's
+/// users, who reach it through their bind mount only).
+pub fn containers_root(state_dir: &Path) -> std::io::Result<PathBuf> {
+    crate::fsutil::secure_dir(state_dir, 0o755)?;
+    let c = state_dir.join("containers");
+    crate::fsutil::secure_dir(&c, 0o700)?;
+    // releases before 0.2 made it 0755: narrow it (it is ours, by name)
+    std::fs::set_permissions(&c, std::fs::Permissions::from_mode(0o700))?;
+    Ok(c)
+}
+
+/// The usage file on the host.
+pub fn usage_path(dir: &Path) -> PathBuf {
+    dir.join(USAGE_FS_DIR).join("usage")
+}
+
+/// Create the state directory of `r` afresh, with its usage file on its
+/// own tmpfs (a leftover from an earlier container with the same id is
+/// removed first). gpu-quota-runtime does this before it calls runc: mounts
+/// made on the host after runc cloned the container's mount namespace are
+/// not visible from it, and the hook bind-mounts from there.
+pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::Result<PathBuf> {
+    containers_root(&cfg.state_dir)?;
+    let dir = container_dir(cfg, r);
+    remove(&dir)?;
+    std::fs::create_dir(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    let rw = dir.join(USAGE_FS_DIR);
+    std::fs::create_dir(&rw)?;
+    std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
+    if backing == UsageBacking::Tmpfs {
+        use nix::mount::{mount, MsFlags};
+        let r = mount(
+            Some("gpu-quota-usage"),
+            &rw,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some(format!("size={USAGE_FS_BYTES},nr_inodes=16,mode=0755").as_str()),
+        );
+        if let Err(e) = r {
+            let _ = remove(&dir);
+            return Err(e.into());
+        }
+    }
+    if let Err(e) = write(&usage_path(&dir), b"", 0o666) {
+        let _ = remove(&dir);
+        return Err(e);
+    }
+    Ok(dir)
+}
+
+/// Fill a directory made by `create`: limits, mount points, driver links
+/// (the hook, once it knows the driver files).
+pub fn fill(
     dir: &Path,
     r: &Reservation,
     files: &DriverFiles,
     context_overhead: u64,
 ) -> std::io::Result<()> {
-    if dir.symlink_metadata().is_ok() {
-        std::fs::remove_dir_all(dir)?;
+    let m = dir.symlink_metadata()?;
+    if !m.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a directory",
+        ));
     }
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     write(
         &dir.join("limits"),
         limits_text(r, context_overhead).as_bytes(),
         0o644,
     )?;
-    write(&dir.join("usage"), b"", 0o666)?;
+    write(&dir.join("usage"), b"", 0o644)?; // mount point
     write(&dir.join(INTERCEPTOR_NAME), b"", 0o644)?;
     write(&dir.join("ld.so.preload"), b"", 0o644)?;
     let d = dir.join(DRIVER_SUBDIR);
@@ -108,11 +181,46 @@ pub fn prepare(
     Ok(())
 }
 
+/// Remove a state directory, unmounting its usage tmpfs first (a lazy
+/// unmount: a container process still holding the file keeps only its own
+/// reference).
 pub fn remove(dir: &Path) -> std::io::Result<()> {
+    match dir.symlink_metadata() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) if !m.is_dir() => return std::fs::remove_file(dir),
+        Ok(_) => {}
+    }
+    let rw = dir.join(USAGE_FS_DIR);
+    if rw.is_dir() && !rw.is_symlink() {
+        let _ = nix::mount::umount2(&rw, nix::mount::MntFlags::MNT_DETACH);
+    }
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         r => r,
     }
+}
+
+/// `gc`'s sweep: remove every directory under `<state_dir>/containers`
+/// that belongs to none of `live` (left by a crash, or by a reclaim in an
+/// older release). Returns what was removed.
+pub fn sweep(cfg: &Config, live: &[Reservation]) -> std::io::Result<Vec<PathBuf>> {
+    let c = cfg.state_dir.join("containers");
+    let rd = match std::fs::read_dir(&c) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(e),
+    };
+    let keep: Vec<PathBuf> = live.iter().map(|r| container_dir(cfg, r)).collect();
+    let mut gone = vec![];
+    for e in rd.flatten() {
+        let p = e.path();
+        if !keep.contains(&p) {
+            remove(&p)?;
+            gone.push(p);
+        }
+    }
+    Ok(gone)
 }
 
 #[cfg(test)]
@@ -125,7 +233,6 @@ mod tests {
     #[test]
     fn prepare_layout() {
         let d = tempfile::tempdir().unwrap();
-        let dir = d.path().join("c1");
         let r = Reservation {
             container_id: "c1".into(),
             runtime_root: None,
@@ -140,6 +247,9 @@ mod tests {
             started_unix: None,
             pid: None,
             pid_start: None,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
             state: ResState::Reserved,
         };
         let files = DriverFiles {
@@ -150,8 +260,17 @@ mod tests {
             }],
             bins: vec![],
         };
-        prepare(&dir, &r, &files, 0).unwrap();
-        prepare(&dir, &r, &files, 512 << 20).unwrap(); // a leftover is replaced
+        let cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
+        let dir = create(&cfg, &r, UsageBacking::Plain).unwrap();
+        fill(&dir, &r, &files, 0).unwrap();
+        std::fs::write(dir.join("leftover"), b"x").unwrap();
+        let again = create(&cfg, &r, UsageBacking::Plain).unwrap();
+        assert_eq!(dir, again);
+        assert!(!dir.join("leftover").exists(), "a leftover is replaced");
+        fill(&dir, &r, &files, 512 << 20).unwrap();
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
         assert!(
             limits.contains("vram_bytes=4294967296\n") && limits.contains("gpus=GPU-a\n"),
@@ -162,7 +281,7 @@ mod tests {
             "{limits}"
         );
         assert_eq!(
-            std::fs::metadata(dir.join("usage"))
+            std::fs::metadata(usage_path(&dir))
                 .unwrap()
                 .permissions()
                 .mode()
@@ -170,9 +289,25 @@ mod tests {
             0o666
         );
         assert_eq!(
+            std::fs::metadata(cfg.state_dir.join("containers"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700,
+            "containers/ keeps host users out"
+        );
+        // gc's sweep: a directory no reservation owns goes, a live one stays
+        let orphan = cfg.state_dir.join("containers/ghost-0000000000000000");
+        std::fs::create_dir(&orphan).unwrap();
+        let gone = sweep(&cfg, std::slice::from_ref(&r)).unwrap();
+        assert_eq!(gone, vec![orphan.clone()]);
+        assert!(!orphan.exists() && dir.is_dir());
+        assert_eq!(
             std::fs::read_link(dir.join("driver/libcuda.so.1")).unwrap(),
             Path::new("libcuda.so.580")
         );
+        assert_eq!(sweep(&cfg, &[]).unwrap(), vec![dir.clone()]);
         let cfg = Config {
             state_dir: "/s".into(),
             ..Config::default()

@@ -2,10 +2,22 @@
 //! libgpuquota.so, documented in docs/interceptor.md and
 //! interceptor/include/gpuquota_usage.h). For monitoring only: a snapshot
 //! read without the container's atomics may be a few bytes stale.
+//!
+//! The file is written by the container and so is hostile: it is read with
+//! `O_NOFOLLOW`, only when it is a regular file, at most `TOTAL_SIZE`
+//! bytes; the header must match the version-1 layout exactly (every size
+//! and offset is a constant of the format, never taken from the file), so
+//! every loop is bounded by those constants.
 use std::path::Path;
 
 pub const MAGIC: u64 = 0x4154_4F55_5155_5047; // "GPUQUOTA"
 pub const VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 4096;
+pub const SLOT_COUNT: usize = 1024;
+pub const DEV_COUNT: usize = 16;
+pub const SLOT_SIZE: usize = 256;
+pub const SLOT_USED_OFFSET: usize = 64;
+pub const TOTAL_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Usage {
@@ -27,57 +39,133 @@ fn u64_at(b: &[u8], o: usize) -> Option<u64> {
 }
 
 /// Parse a usage file's bytes; None when it is empty (no CUDA process ran
-/// yet) or not a usage file of a version we know.
+/// yet), shorter than the format, or not exactly the version-1 layout.
 pub fn parse(b: &[u8]) -> Option<Usage> {
-    if u64_at(b, 0)? != MAGIC || u32_at(b, 8)? != VERSION {
+    if b.len() < TOTAL_SIZE || u64_at(b, 0)? != MAGIC || u32_at(b, 8)? != VERSION {
         return None;
     }
-    let slot_count = u32_at(b, 16)? as usize;
-    let dev_count = (u32_at(b, 20)? as usize).min(64);
-    let slot_size = u32_at(b, 24)? as usize;
-    let used_off = u32_at(b, 28)? as usize;
-    let slots = u64_at(b, 32)? as usize;
-    let high = (u32_at(b, 40)? as usize).min(slot_count);
+    let layout = [
+        (12, HEADER_SIZE),
+        (16, SLOT_COUNT),
+        (20, DEV_COUNT),
+        (24, SLOT_SIZE),
+        (28, SLOT_USED_OFFSET),
+    ];
+    if layout.iter().any(|&(o, v)| u32_at(b, o) != Some(v as u32))
+        || u64_at(b, 32)? != HEADER_SIZE as u64
+    {
+        return None;
+    }
+    let high = (u32_at(b, 40)? as usize).min(SLOT_COUNT);
     let mut u = Usage {
-        used: vec![0; dev_count],
-        limit: (0..dev_count)
+        used: vec![0; DEV_COUNT],
+        limit: (0..DEV_COUNT)
             .map(|d| u64_at(b, 48 + 8 * d).unwrap_or(0))
             .collect(),
         processes: 0,
         refusals: u64_at(b, 504).unwrap_or(0),
     };
     for i in 0..high {
-        let s = slots + i * slot_size;
+        let s = HEADER_SIZE + i * SLOT_SIZE;
         let owner = u64_at(b, s)?;
         if owner == 0 || owner == u64::MAX {
             continue;
         }
         u.processes += 1;
-        for d in 0..dev_count {
-            u.used[d] = u.used[d].saturating_add(u64_at(b, s + used_off + 8 * d)?);
+        for d in 0..DEV_COUNT {
+            u.used[d] = u.used[d].saturating_add(u64_at(b, s + SLOT_USED_OFFSET + 8 * d)?);
         }
     }
     Some(u)
 }
 
+/// Read a usage file: a regular file, not followed through a symlink,
+/// never more than `TOTAL_SIZE` bytes (a FIFO or a huge sparse file there
+/// cannot stall or exhaust the reader).
 pub fn read(path: &Path) -> Option<Usage> {
-    parse(&std::fs::read(path).ok()?)
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut b = Vec::with_capacity(TOTAL_SIZE);
+    f.take(TOTAL_SIZE as u64).read_to_end(&mut b).ok()?;
+    parse(&b)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn parse_layout() {
-        let mut b = vec![0u8; 4096 + 4 * 256];
+    fn header() -> Vec<u8> {
+        let mut b = vec![0u8; TOTAL_SIZE];
         b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
         b[8..12].copy_from_slice(&1u32.to_le_bytes());
-        b[16..20].copy_from_slice(&4u32.to_le_bytes());
+        b[12..16].copy_from_slice(&4096u32.to_le_bytes());
+        b[16..20].copy_from_slice(&1024u32.to_le_bytes());
         b[20..24].copy_from_slice(&16u32.to_le_bytes());
         b[24..28].copy_from_slice(&256u32.to_le_bytes());
         b[28..32].copy_from_slice(&64u32.to_le_bytes());
         b[32..40].copy_from_slice(&4096u64.to_le_bytes());
+        b
+    }
+
+    /// Issue 8, class 4: a crafted header (slot_size 0, huge counts) made
+    /// `gpu-quota ls` and `metrics` spin forever. Every layout field other
+    /// than the constants is refused, and the reader never reads more than
+    /// the format's size.
+    #[test]
+    fn hostile_headers_are_refused_quickly() {
+        let good = header();
+        assert!(parse(&good).is_some());
+        for (off, val) in [
+            (16usize, u32::MAX),
+            (20, u32::MAX),
+            (24, 0),
+            (28, u32::MAX),
+            (12, 0),
+        ] {
+            let mut b = good.clone();
+            b[off..off + 4].copy_from_slice(&val.to_le_bytes());
+            b[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+            let t = std::time::Instant::now();
+            assert_eq!(parse(&b), None, "field at {off} = {val}");
+            assert!(t.elapsed() < std::time::Duration::from_millis(50));
+        }
+        let mut b = good.clone();
+        b[32..40].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(parse(&b), None, "slots offset");
+        // a huge high_water is clamped to the slot count
+        let mut b = good.clone();
+        b[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(parse(&b).unwrap().processes, 0);
+        // a truncated file is not a usage file
+        assert_eq!(parse(&good[..TOTAL_SIZE - 1]), None);
+        // the reader: FIFOs and symlinks are not opened for reading; big
+        // files are read only up to the format's size
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read(&fifo), None);
+        let big = d.path().join("big");
+        let mut v = good.clone();
+        v.resize(8 << 20, 0xff);
+        std::fs::write(&big, &v).unwrap();
+        assert!(read(&big).is_some());
+        std::os::unix::fs::symlink(&big, d.path().join("link")).unwrap();
+        assert_eq!(read(&d.path().join("link")), None);
+    }
+
+    #[test]
+    fn parse_layout() {
+        let mut b = header();
         b[40..44].copy_from_slice(&3u32.to_le_bytes());
         b[48..56].copy_from_slice(&(4u64 << 30).to_le_bytes());
         for (slot, owner, used) in [(0usize, 7u64, 100u64), (1, 0, 999), (2, 9, 50)] {

@@ -10,7 +10,10 @@
 //!
 //! The hook reads only the OCI state on stdin, the bundle's config.json and
 //! its own config; runc gives it a clean environment, and nothing of the
-//! container's environment is ever used.
+//! container's environment is ever used. It runs no other program: the
+//! container's loader cache is written by gpu-quota itself (core::ldcache),
+//! never by a host tool run against the rootfs. It stops itself after
+//! `HOOK_TIMEOUT_SECS`, well before runc's 60 s hook timeout.
 use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{
     config::Config,
@@ -24,7 +27,14 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
+/// The hook's own deadline (runc kills hooks after the spec's 60 s).
+const HOOK_TIMEOUT_SECS: u32 = 20;
+
 fn main() {
+    // SIGALRM's default action ends the process: nothing the image can do
+    // (a FIFO, a slow FUSE mount) keeps a root process waiting past this.
+    // SAFETY: alarm has no preconditions.
+    unsafe { libc::alarm(HOOK_TIMEOUT_SECS) };
     let stage = std::env::args().nth(1).unwrap_or_default();
     if let Err(e) = run(&stage) {
         eprintln!("gpu-quota-hook: {e:#}");
@@ -67,7 +77,8 @@ fn run(stage: &str) -> Result<()> {
 
 fn create_runtime() -> Result<()> {
     let ctx = read_state()?;
-    if Request::from_config(&ctx.config)?.is_none() {
+    let cfg = Config::load_default()?;
+    if Request::from_config(&ctx.config, cfg.env_policy())?.is_none() {
         return Ok(()); // nothing asked: nothing to do
     }
     if !state::valid_container_id(&ctx.id) {
@@ -81,22 +92,22 @@ fn create_runtime() -> Result<()> {
             "the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"
         )
     })?;
-    let cfg = Config::load_default()?;
     let ledger = Ledger::new(&cfg);
     let r = ledger.confirm(&ctx.id, &ctx.bundle.to_string_lossy(), pid)?;
     let files = driver::discover(&cfg.driver)?;
     let interceptor = paths::interceptor(&cfg).ok_or_else(|| {
         anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
     })?;
+    // made by gpu-quota-runtime before runc cloned the container's mount
+    // namespace (so its usage tmpfs is visible there); filled in here
     let dir = state::container_dir(&cfg, &r);
-    state::prepare(&dir, &r, &files, cfg.context_overhead_bytes().unwrap_or(0))
+    state::fill(&dir, &r, &files, cfg.context_overhead_bytes().unwrap_or(0))
         .with_context(|| format!("preparing {}", dir.display()))?;
     let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;
     let mut fx = MountEffects {
         rootfs: Rootfs::open(&rootfs)?,
-        ldconfig: cfg.driver.ldconfig.clone(),
     };
     mountplan::execute(&ops, &mut fx).with_context(|| {
         format!(
@@ -119,10 +130,14 @@ fn enter_mount_ns(pid: u32) -> Result<()> {
 
 fn poststop() -> Result<()> {
     let ctx = read_state()?;
-    if Request::from_config(&ctx.config).ok().flatten().is_none() {
+    let cfg = Config::load_default()?;
+    if Request::from_config(&ctx.config, cfg.env_policy())
+        .ok()
+        .flatten()
+        .is_none()
+    {
         return Ok(());
     }
-    let cfg = Config::load_default()?;
     let gone = Ledger::new(&cfg).release(Key::Bundle {
         id: &ctx.id,
         bundle: &ctx.bundle.to_string_lossy(),

@@ -67,7 +67,9 @@ fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
 
 /// Bytes in use by a container (sum over its devices), from its usage file.
 fn container_used(cfg: &Config, r: &Reservation) -> Option<usage::Usage> {
-    usage::read(&gpuquota_core::state::container_dir(cfg, r).join("usage"))
+    usage::read(&gpuquota_core::state::usage_path(
+        &gpuquota_core::state::container_dir(cfg, r),
+    ))
 }
 
 pub fn ls(a: &LsArgs) -> Result<()> {
@@ -197,6 +199,28 @@ pub fn gc(a: &GcArgs) -> Result<()> {
     }
     if gone.is_empty() {
         println!("nothing to reclaim");
+    }
+    // state directories that no reservation owns (crashes, older releases)
+    let live = ledger.read()?.reservations;
+    if a.dry_run {
+        let c = cfg.state_dir.join("containers");
+        let keep: Vec<_> = live
+            .iter()
+            .map(|r| gpuquota_core::state::container_dir(&cfg, r))
+            .collect();
+        for e in std::fs::read_dir(&c).into_iter().flatten().flatten() {
+            if !keep.contains(&e.path())
+                && !gone
+                    .iter()
+                    .any(|r| gpuquota_core::state::container_dir(&cfg, r) == e.path())
+            {
+                println!("would remove orphaned state {}", e.path().display());
+            }
+        }
+    } else {
+        for p in gpuquota_core::state::sweep(&cfg, &live)? {
+            println!("removed orphaned state {}", p.display());
+        }
     }
     Ok(())
 }

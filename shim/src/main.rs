@@ -11,7 +11,12 @@ mod report;
 
 use anyhow::{anyhow, Context, Result};
 use gpuquota_core::{
-    config::Config, devices, fsutil, ledger::Key, paths, spec, state, Inventory, Ledger, Request,
+    config::Config,
+    devices, fsutil,
+    ledger::Key,
+    paths,
+    request::{self, EnvRequests},
+    spec, state, Inventory, Ledger, Request,
 };
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -100,7 +105,26 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             return passthrough(argv);
         }
     };
-    let Some(req) = Request::from_config(&config)? else {
+    // The host config decides whether the environment may carry a request.
+    // A config that does not load counts as allowing it, so that an env
+    // request on a broken host is refused below rather than run unsliced.
+    let cfg = Config::load_default();
+    let policy = cfg
+        .as_ref()
+        .map(Config::env_policy)
+        .unwrap_or(EnvRequests::Allowed);
+    let Some(req) = Request::from_config(&config, policy)? else {
+        let ignored = request::env_request_vars(&request::config_env(&config));
+        if !ignored.is_empty() && policy == EnvRequests::Ignored {
+            report::warning(
+                a,
+                &format!(
+                    "ignoring {} in the container's environment: this host takes requests only from annotations (`env_requests` is off in {}); pass --annotation vram=SIZE",
+                    ignored.join(", "),
+                    Config::path_from_env().display()
+                ),
+            );
+        }
         return passthrough(argv);
     };
     let id = a.id.clone().ok_or_else(|| {
@@ -114,20 +138,25 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             "container id {id:?} has characters gpu-quota does not accept"
         ));
     }
-    // only needed once a container asks for something (pass-through never reads it)
-    let cfg = Config::load_default()?;
+    let cfg = cfg?;
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
     let ledger = Ledger::new(&cfg);
     let root = effective_root(a);
-    let r = ledger.admit(
+    let mut reclaimed = vec![];
+    let admitted = ledger.admit(
         &cfg,
         &inv,
         &req,
         &id,
         Some(&root),
         &bundle.to_string_lossy(),
-    )?;
+        &mut reclaimed,
+    );
+    for gone in &reclaimed {
+        let _ = state::remove(&state::container_dir(&cfg, gone));
+    }
+    let r = admitted?;
     let key = Key::Root {
         id: &id,
         root: Some(&root),
@@ -158,6 +187,9 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
         spec::patch(&mut config, &nodes, &hs, &assigned.join(","))
             .map_err(|w| anyhow!("{}: {w}", cfg_path.display()))?;
+        // before runc clones the container's mount namespace (see state::create)
+        state::create(&cfg, &r, state::UsageBacking::Tmpfs)
+            .with_context(|| format!("preparing {}", state::container_dir(&cfg, &r).display()))?;
         let mode = std::fs::metadata(&cfg_path)
             .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
             .unwrap_or(0o644);
@@ -169,6 +201,7 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     })();
     if let Err(e) = patched {
         let _ = ledger.release(key.clone());
+        let _ = state::remove(&state::container_dir(&cfg, &r));
         return Err(e);
     }
     let code = spawn_forwarding(&runc, argv)?;

@@ -30,13 +30,22 @@ fn rfc3339_now() -> String {
 }
 
 pub fn error(a: &RuncArgs, msg: &str) {
+    log(a, "error", msg)
+}
+
+/// A notice that does not stop the container (stderr and runc's log).
+pub fn warning(a: &RuncArgs, msg: &str) {
+    log(a, "warning", msg)
+}
+
+fn log(a: &RuncArgs, level: &str, msg: &str) {
     let msg = format!("gpu-quota: {msg}");
     eprintln!("{msg}");
     let Some(path) = &a.log else { return };
     let line = if a.log_format.as_deref() == Some("json") {
-        serde_json::json!({"level": "error", "msg": msg, "time": rfc3339_now()}).to_string()
+        serde_json::json!({"level": level, "msg": msg, "time": rfc3339_now()}).to_string()
     } else {
-        format!("time=\"{}\" level=error msg={:?}", rfc3339_now(), msg)
+        format!("time=\"{}\" level={level} msg={:?}", rfc3339_now(), msg)
     };
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)

@@ -30,6 +30,9 @@ fn main() {
         started_unix: None,
         pid: None,
         pid_start: None,
+        pid_ns: None,
+        mnt_ns: None,
+        boot_id: None,
         state: ResState::Reserved,
     };
     ledger

@@ -241,7 +241,11 @@ fn refusal_and_placement() {
 #[test]
 fn malformed_requests_have_no_side_effect() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
+    // env requests on, so that a malformed one is refused (not ignored)
+    let h = Host::new(HostOpts {
+        extra_config: "env_requests = true".into(),
+        ..HostOpts::default()
+    });
     // one admitted container so the ledger exists and must stay byte-identical
     let ok = h.bundle("ok");
     ok.set(&[("vram", "1g")], "sleep 600", &[]);
@@ -386,7 +390,11 @@ fn foreground_run_releases_on_exit() {
 #[test]
 fn env_fallback() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
+    // only where the host allows env requests (Docker < 24 installs)
+    let h = Host::new(HostOpts {
+        extra_config: "env_requests = true".into(),
+        ..HostOpts::default()
+    });
     let b = h.bundle("env");
     b.set(
         &[],

@@ -1,0 +1,621 @@
+//! Issue 8: untrusted images and tenants, against real runc 1.1.5. One test
+//! per class of attack; each keeps a negative control that shows the check
+//! can fail (the attack's premise holds here, or the old step, reproduced in
+//! the harness, does reach the host).
+use gpu_quota_e2e::*;
+use gpuquota_core::ldcache::LdCache;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn fake_driver_dir() -> PathBuf {
+    let d = repo_dir().join("tests/fake/build");
+    assert!(
+        d.join("libcuda.so.1").is_file(),
+        "build first: make -C tests/fake"
+    );
+    d
+}
+
+/// A host whose driver libraries are real ELF files (the fake driver), so
+/// glibc images get a loader cache.
+fn elf_host(extra_config: &str) -> Host {
+    Host::new(HostOpts {
+        lib_dir: Some(fake_driver_dir()),
+        extra_config: extra_config.into(),
+        ..HostOpts::default()
+    })
+}
+
+/// Make the bundle's image a glibc image (it has the dynamic loader; the
+/// container's programs stay static busybox).
+fn glibc_image(b: &Bundle) {
+    let r = b.rootfs();
+    std::fs::create_dir_all(r.join("lib64")).unwrap();
+    std::fs::copy(
+        std::fs::canonicalize("/lib64/ld-linux-x86-64.so.2").unwrap(),
+        r.join("lib64/ld-linux-x86-64.so.2"),
+    )
+    .unwrap();
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+/// Names and contents of a directory's entries (FIFOs by name only).
+fn snapshot(d: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let regular = e.file_type().map(|t| t.is_file()).unwrap_or(false);
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                if regular {
+                    std::fs::read(e.path()).unwrap()
+                } else {
+                    vec![]
+                },
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Processes whose command line mentions `needle` (a leftover ldconfig
+/// would name the rootfs).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains(needle) {
+                out.push(format!("{}: {c}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+fn set_hook(b: &Bundle, stage: &str, script: &Path) {
+    let mut c = b.config();
+    c["hooks"] = serde_json::json!({ stage: [{"path": script.to_str().unwrap(), "timeout": 20}] });
+    b.write_config(&c);
+}
+
+/// Class 1: the loader-cache step ran the host's `ldconfig -X -r <rootfs>`
+/// with host privileges. Before pivot_root, `<rootfs>/proc/1/root` is the
+/// host's `/`: an image pointing /var/cache/ldconfig, /etc/ld.so.conf or a
+/// library symlink there made root write, parse or open host files (and a
+/// FIFO hung it). gpu-quota now writes the cache itself and runs nothing.
+#[test]
+fn loader_cache_step_never_reaches_the_host() {
+    require_e2e!();
+    let h = elf_host("");
+    let canary = h.path().join("canary");
+    std::fs::create_dir(&canary).unwrap();
+    std::fs::write(canary.join("file"), b"CANARY\n").unwrap();
+    mkfifo(&canary.join("fifo"));
+    let hostlib = h.path().join("hostlib");
+    std::fs::create_dir(&hostlib).unwrap();
+    std::fs::copy(
+        fake_driver_dir().join("libcuda.so.1"),
+        hostlib.join("libhostonly.so.1"),
+    )
+    .unwrap();
+    let before = snapshot(&canary);
+    let plant = |b: &Bundle, with_fifo: bool| {
+        let r = b.rootfs();
+        glibc_image(b);
+        std::fs::create_dir_all(r.join("var/cache")).unwrap();
+        symlink(
+            format!("/proc/1/root{}", canary.display()),
+            r.join("var/cache/ldconfig"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(r.join("etc")).unwrap();
+        std::fs::write(
+            r.join("etc/ld.so.conf"),
+            format!("/proc/1/root{}\n/usr/lib\n", hostlib.display()),
+        )
+        .unwrap();
+        std::fs::create_dir_all(r.join("usr/lib")).unwrap();
+        symlink("/proc/1/root/dev/zero", r.join("usr/lib/libzero.so.1")).unwrap();
+        if with_fifo {
+            symlink(
+                format!("/proc/1/root{}/fifo", canary.display()),
+                r.join("usr/lib/libfifo.so.1"),
+            )
+            .unwrap();
+        }
+    };
+
+    // Negative control: the old step, reproduced as a createRuntime hook
+    // under plain runc (enter the container's mount namespace, run the
+    // host's ldconfig -r on the rootfs), does write into the host canary.
+    let old = h.bundle("old-ldconfig");
+    plant(&old, false);
+    old.set(&[], "true", &[]);
+    let hook = h.path().join("old-step.sh");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nst=$(cat)\npid=$(echo \"$st\" | sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p')\n\
+         bundle=$(echo \"$st\" | sed -n 's/.*\"bundle\": *\"\\([^\"]*\\)\".*/\\1/p')\n\
+         exec nsenter --mount=/proc/$pid/ns/mnt /sbin/ldconfig -X -r \"$bundle/rootfs\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    set_hook(&old, "createRuntime", &hook);
+    let o = h.runc(&["run", "--bundle", &old.bundle_arg(), "old-ldconfig"]);
+    assert_ok(&o, "plain runc with the old loader-cache step");
+    assert!(
+        canary.join("aux-cache").exists(),
+        "negative control: the old step must reach the host canary, else this test proves nothing ({:?})",
+        snapshot(&canary)
+    );
+    std::fs::remove_file(canary.join("aux-cache")).unwrap();
+    assert_eq!(snapshot(&canary), before);
+
+    // gpu-quota: the same image (plus a library symlink to a host FIFO,
+    // which hung the old step) starts, quickly, and the host is untouched.
+    let b = h.bundle("ldc");
+    plant(&b, true);
+    b.set(
+        &[("vram", "1g")],
+        "cat /run/gpu-quota/limits > /out/limits",
+        &[],
+    );
+    let t = Instant::now();
+    let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "ldc"]);
+    assert_ok(&o, "gpu-quota run");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+    assert_eq!(snapshot(&canary), before, "host canary untouched");
+    let rootfs = b.rootfs().display().to_string();
+    assert_eq!(
+        processes_mentioning(&rootfs),
+        Vec::<String>::new(),
+        "no process left behind"
+    );
+    let cache = LdCache::parse(&std::fs::read(b.rootfs().join("etc/ld.so.cache")).unwrap())
+        .expect("the container's cache is a valid loader cache");
+    let values: Vec<String> = cache
+        .entries
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.value).into_owned())
+        .collect();
+    assert!(
+        values.contains(&"/run/gpu-quota/driver/libcuda.so.1".to_string()),
+        "{values:?}"
+    );
+    assert!(
+        values
+            .iter()
+            .all(|v| !v.contains("/proc/") && !v.contains("hostlib")),
+        "nothing of the host was parsed into the cache: {values:?}"
+    );
+    assert!(h.reservations().is_empty());
+}
+
+/// Class 2: annotation `vram=1g` plus image `ENV GPU_QUOTA_GPUS=2` gave the
+/// container both GPUs. One request has one source; env requests only
+/// where the host allows them.
+#[test]
+fn image_environment_never_adds_to_a_request() {
+    require_e2e!();
+    let script = "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits 2>&1; echo \"$GPU_QUOTA_GPUS\" > /out/envseen; touch /out/done; sleep 600";
+    let env = ["GPU_QUOTA_GPUS=2", "GPU_QUOTA_VRAM=8g"];
+    for extra in ["", "env_requests = true"] {
+        let h = Host::new(HostOpts {
+            extra_config: extra.into(),
+            ..HostOpts::default()
+        });
+        let b = h.bundle("mix");
+        b.set(&[("vram", "1g")], script, &env);
+        assert_ok(
+            &h.runtime(&["create", "--bundle", &b.bundle_arg(), "mix"]),
+            "create",
+        );
+        assert_ok(&h.runtime(&["start", "mix"]), "start");
+        b.wait_out("done", 5).expect("container ran");
+        let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
+        assert_eq!(
+            read("envseen"),
+            "2\n",
+            "negative control: the image env is really there"
+        );
+        let r = h.reservations();
+        assert_eq!(r.len(), 1);
+        let slices = r[0]["slices"].as_array().unwrap();
+        assert_eq!(slices.len(), 1, "[{extra}] the env added GPUs: {r:?}");
+        assert_eq!(slices[0]["bytes"], GIB);
+        let gpus = read("dev")
+            .lines()
+            .filter(|l| l.starts_with("nvidia") && l[6..].parse::<u32>().is_ok())
+            .count();
+        assert_eq!(gpus, 1, "[{extra}] {}", read("dev"));
+        assert!(read("limits").contains(&format!("vram_bytes={GIB}")));
+        h.cleanup();
+    }
+
+    // env alone: ignored by default (with a notice), a request where allowed
+    for (extra, granted) in [("", false), ("env_requests = true", true)] {
+        let h = Host::new(HostOpts {
+            extra_config: extra.into(),
+            ..HostOpts::default()
+        });
+        let b = h.bundle("envonly");
+        b.set(
+            &[],
+            "ls /dev > /out/dev; touch /out/done",
+            &["GPU_QUOTA_VRAM=2g"],
+        );
+        let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "envonly"]);
+        assert_ok(&o, "run");
+        b.wait_out("done", 5).unwrap();
+        let dev = std::fs::read_to_string(b.out.join("dev")).unwrap();
+        assert_eq!(dev.contains("nvidia0"), granted, "[{extra}] {dev}");
+        if !granted {
+            assert!(
+                stderr(&o).contains("ignoring GPU_QUOTA_VRAM"),
+                "a notice says why: {}",
+                stderr(&o)
+            );
+        }
+    }
+}
+
+/// Class 3: `/etc/ld.so.preload -> /data/key` (a 0600 root file on a
+/// volume) was followed before its type was checked, and the merged preload
+/// file republished the key to the container's user. Every final component
+/// the hook reads or mounts over is opened O_PATH|O_NOFOLLOW and checked.
+#[test]
+fn image_links_and_special_files_are_refused_before_any_read() {
+    require_e2e!();
+    let h = elf_host("");
+    let data = h.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("key"), b"SECRET-KEY-0600\n").unwrap();
+    std::fs::set_permissions(data.join("key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let with_volume = |b: &Bundle| {
+        let mut c = b.config();
+        c["mounts"].as_array_mut().unwrap().push(serde_json::json!(
+            {"destination": "/data", "type": "bind", "source": data.to_str().unwrap(), "options": ["rbind", "ro"]}));
+        c["process"]["user"] = serde_json::json!({"uid": 1000, "gid": 1000});
+        b.write_config(&c);
+        std::fs::set_permissions(&b.out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    };
+
+    // Negative control: the key is protected from the container's user, so
+    // a copy of it anywhere the user can read would be a leak.
+    let ctl = h.bundle("ctl");
+    ctl.set(
+        &[],
+        "cat /data/key > /out/key 2>/out/err; echo $? > /out/rc",
+        &[],
+    );
+    with_volume(&ctl);
+    assert_ok(
+        &h.runc(&["run", "--bundle", &ctl.bundle_arg(), "ctl"]),
+        "control",
+    );
+    assert_ne!(
+        ctl.wait_out("rc", 5).unwrap(),
+        "0\n",
+        "uid 1000 cannot read the key"
+    );
+
+    type Plant = Box<dyn Fn(&Path)>;
+    let fifo_cache: Plant = Box::new(|r: &Path| mkfifo(&r.join("etc/ld.so.cache")));
+    let cases: Vec<(&str, Plant, &str, &str)> = vec![
+        (
+            "preload-link",
+            Box::new(|r: &Path| symlink("/data/key", r.join("etc/ld.so.preload")).unwrap()),
+            "/etc/ld.so.preload",
+            "symlink",
+        ),
+        (
+            "preload-chardev",
+            Box::new(|r: &Path| {
+                let c =
+                    std::ffi::CString::new(r.join("etc/ld.so.preload").to_str().unwrap()).unwrap();
+                // SAFETY: valid C string; mknod of /dev/null's numbers as root.
+                assert_eq!(
+                    unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 3)) },
+                    0
+                );
+            }),
+            "/etc/ld.so.preload",
+            "character device",
+        ),
+        ("cache-fifo", fifo_cache, "/etc/ld.so.cache", "FIFO"),
+        (
+            "cache-link",
+            Box::new(|r: &Path| symlink("/data/key", r.join("etc/ld.so.cache")).unwrap()),
+            "/etc/ld.so.cache",
+            "symlink",
+        ),
+        (
+            "mountpoint-link",
+            Box::new(|r: &Path| {
+                std::fs::create_dir_all(r.join("run/elsewhere")).unwrap();
+                symlink("/run/elsewhere", r.join("run/gpu-quota")).unwrap();
+            }),
+            "/run/gpu-quota",
+            "symlink",
+        ),
+    ];
+    for (name, plant, path, what) in &cases {
+        let b = h.bundle(name);
+        glibc_image(&b);
+        std::fs::create_dir_all(b.rootfs().join("etc")).unwrap();
+        plant(&b.rootfs());
+        b.set(
+            &[("vram", "1g")],
+            "cat /etc/ld.so.preload > /out/preload",
+            &[],
+        );
+        with_volume(&b);
+        let t = Instant::now();
+        let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), name]);
+        assert!(!o.status.success(), "{name} must be refused");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{name}: {:?}",
+            t.elapsed()
+        );
+        let e = stderr(&o);
+        assert!(
+            e.contains(path) && e.contains(what),
+            "{name}: message names {path} ({what}): {e}"
+        );
+        assert!(!e.contains("SECRET"), "{name}: {e}");
+        assert!(h.reservations().is_empty(), "{name}: released");
+        let state = h.path().join("state/containers");
+        for entry in walk(&state) {
+            let bytes = std::fs::read(&entry).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains("SECRET"),
+                "{name}: {} republishes the key",
+                entry.display()
+            );
+        }
+    }
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                out.extend(walk(&p));
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Runs `script` as uid/gid 65534 (nobody); whether it succeeded.
+fn as_nobody(script: &str) -> bool {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn gq(h: &Host, args: &[&str]) -> std::process::Output {
+    let mut c = Command::new("timeout");
+    c.arg("20")
+        .arg(bin("gpu-quota"))
+        .env("GPU_QUOTA_CONFIG", h.config())
+        .args(args);
+    capture(c)
+}
+
+/// Class 4: host-side state. The usage file was 0666 under directories
+/// any host user could traverse, unbounded in size on /run, and a crafted
+/// header made `gpu-quota ls`/`metrics` spin forever.
+#[test]
+fn host_state_resists_containers_and_host_users() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let b = h.bundle("st");
+    b.set(
+        &[("vram", "4g")],
+        "busybox dd if=/dev/zero of=/run/gpu-quota/usage bs=1048576 count=300 2>/out/dd; echo $? > /out/ddrc; sleep 600",
+        &[],
+    );
+    assert_ok(
+        &h.runtime(&["create", "--bundle", &b.bundle_arg(), "st"]),
+        "create",
+    );
+    assert_ok(&h.runtime(&["start", "st"]), "start");
+    let rc = b.wait_out("ddrc", 20).expect("dd finished");
+    let containers = h.path().join("state/containers");
+    let m = std::fs::metadata(&containers).unwrap();
+    assert_eq!(
+        (m.mode() & 0o777, m.uid()),
+        (0o700, 0),
+        "containers/ is root's alone"
+    );
+    let dir = std::fs::read_dir(&containers)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let usage = dir.join("rw/usage");
+    // growth: the container's writes stop at its small tmpfs
+    assert_ne!(rc, "0\n", "300 MB into the usage file must fail");
+    let size = std::fs::metadata(&usage).unwrap().len();
+    assert!(
+        size <= gpuquota_core::state::USAGE_FS_BYTES,
+        "usage file grew to {size}"
+    );
+
+    // host users cannot reach it; the probe itself works (negative control)
+    let open = h.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(open.join("f"), b"").unwrap();
+    std::fs::set_permissions(open.join("f"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(h.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(
+        as_nobody(&format!("echo x >> {}/f", open.display())),
+        "negative control"
+    );
+    assert!(
+        !as_nobody(&format!("echo x >> {}", usage.display())),
+        "a host user wrote a container's counters"
+    );
+
+    // a crafted header: the operator commands still finish
+    let mut hdr = vec![0u8; 4096];
+    hdr[0..8].copy_from_slice(&gpuquota_core::usage::MAGIC.to_le_bytes());
+    hdr[8..12].copy_from_slice(&1u32.to_le_bytes());
+    hdr[16..20].copy_from_slice(&u32::MAX.to_le_bytes()); // slot_count
+    hdr[20..24].copy_from_slice(&16u32.to_le_bytes());
+    hdr[24..28].copy_from_slice(&0u32.to_le_bytes()); // slot_size 0
+    hdr[40..44].copy_from_slice(&u32::MAX.to_le_bytes()); // high_water
+    std::fs::write(&usage, &hdr).unwrap();
+    for args in [&["ls"][..], &["ls", "--json"], &["metrics"]] {
+        let t = Instant::now();
+        let o = gq(&h, args);
+        assert_ne!(o.status.code(), Some(124), "gpu-quota {args:?} hung");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        assert_ok(&o, &format!("{args:?}"));
+    }
+    h.cleanup();
+    assert!(!dir.exists(), "delete removes the state (and its tmpfs)");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&dir.display().to_string()),
+        "usage tmpfs unmounted"
+    );
+}
+
+fn wait_stopped(h: &Host, id: &str) {
+    for _ in 0..50 {
+        if String::from_utf8_lossy(&h.runc(&["state", id]).stdout).contains("stopped") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{id} did not stop");
+}
+
+/// Class 4: liveness from another pid namespace, and state directories of
+/// reclaimed reservations.
+#[test]
+fn reclaims_are_judged_in_the_right_namespace_and_leave_no_state() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let b = h.bundle("live");
+    b.set(&[("vram", "16g"), ("gpu", "0")], "sleep 600", &[]);
+    assert_ok(
+        &h.runtime(&["create", "--bundle", &b.bundle_arg(), "live"]),
+        "create",
+    );
+    // gc from a fresh pid namespace (a containerized containerd, kind)
+    let o = capture({
+        let mut c = Command::new("unshare");
+        c.args(["--pid", "--fork", "--mount-proc"])
+            .arg(bin("gpu-quota"))
+            .arg("gc")
+            .env("GPU_QUOTA_CONFIG", h.config());
+        c
+    });
+    assert_ok(&o, "gc in another pid namespace");
+    assert_eq!(
+        h.reservations().len(),
+        1,
+        "a live container was reclaimed: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // negative control: from our namespace, once the process is dead, gc does reclaim
+    let containers = h.path().join("state/containers");
+    let dir = std::fs::read_dir(&containers)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_ok(&h.runc(&["kill", "live", "KILL"]), "kill");
+    wait_stopped(&h, "live");
+    // the next admission on the full GPU reclaims it, and its state goes too
+    let b2 = h.bundle("next");
+    b2.set(&[("vram", "16g"), ("gpu", "0")], "sleep 600", &[]);
+    assert_ok(
+        &h.runtime(&["create", "--bundle", &b2.bundle_arg(), "next"]),
+        "create next",
+    );
+    let r = h.reservations();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0]["container_id"], "next");
+    assert!(
+        !dir.exists(),
+        "the reclaimed container's state directory stays"
+    );
+    // gc sweeps directories no reservation owns
+    let orphan = containers.join("orphan-0123456789abcdef");
+    std::fs::create_dir(&orphan).unwrap();
+    let o = gq(&h, &["gc"]);
+    assert_ok(&o, "gc");
+    assert!(!orphan.exists(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(h.reservations().len(), 1, "the live one stays");
+}
+
+/// Class 4: the ledger and state directories are never followed through a
+/// symlink nor kept where another user could change them.
+#[test]
+fn state_directories_must_be_real_and_root_owned() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    // ledger_dir is a symlink
+    let real = h.path().join("ledger-real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::remove_dir(h.path().join("ledger")).unwrap();
+    symlink(&real, h.path().join("ledger")).unwrap();
+    let b = h.bundle("l");
+    b.set(&[("vram", "1g")], "true", &[]);
+    let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "l"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("symlink"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_dir(&real).unwrap().count(),
+        0,
+        "nothing written through it"
+    );
+    std::fs::remove_file(h.path().join("ledger")).unwrap();
+    std::fs::create_dir(h.path().join("ledger")).unwrap();
+    // state_dir owned by another user
+    std::os::unix::fs::chown(h.path().join("state"), Some(1000), Some(1000)).unwrap();
+    let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "l"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("owned by uid 1000"), "{}", stderr(&o));
+    assert!(h.reservations().is_empty());
+    std::os::unix::fs::chown(h.path().join("state"), Some(0), Some(0)).unwrap();
+    // and with both fixed it runs (the refusals above were about the dirs)
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "l"]),
+        "run",
+    );
+    assert_eq!(std::fs::read_to_string(h.config()).unwrap(), cfg);
+}
