@@ -4,6 +4,7 @@
 pub mod config;
 pub mod fsutil;
 pub mod inventory;
+pub mod ldcache;
 pub mod ledger;
 pub mod placement;
 pub mod request;

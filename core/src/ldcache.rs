@@ -1,0 +1,1518 @@
+//! Reader and writer of glibc's loader cache (`/etc/ld.so.cache`), for
+//! adding the injected driver libraries to an image's own cache without
+//! running the host's `ldconfig` against the untrusted rootfs.
+//!
+//! The bytes come from the container image and are hostile: every count,
+//! offset and length is checked against the buffer, strings must be
+//! NUL-terminated inside the string table, allocation is bounded by the
+//! input, and anything malformed is an error rather than a guess. Bytes in,
+//! bytes out: no I/O here.
+//!
+//! Format (glibc `sysdeps/generic/dl-cache.h`, writer `elf/cache.c`, reader
+//! `elf/dl-cache.c`, all native byte order):
+//! - old (`"ld.so-1.7.0"`): 16-byte header (`nlibs` at 12), `nlibs` 12-byte
+//!   entries {flags i32, key u32, value u32}, then strings; string indices
+//!   are relative to the end of the entry table.
+//! - new (`"glibc-ld.so.cache1.1"`): 48-byte header {magic 20, nlibs u32,
+//!   len_strings u32, flags u8 (endianness), 3 pad, extension_offset u32,
+//!   3 unused u32}, `nlibs` 24-byte entries {flags i32, key u32, value u32,
+//!   osversion u32, hwcap u64}, then the string table of `len_strings`
+//!   bytes; string indices are relative to the new header. The extension
+//!   directory (magic `0xeaa42174`, count, {tag, flags, offset, size}
+//!   sections with offsets from the start of the file) follows, 4-aligned:
+//!   tag 0 = generator string (not NUL-terminated), tag 1 = glibc-hwcaps
+//!   subdirectory names (u32 string indices, sorted by strcmp). An entry
+//!   whose hwcap has `DL_CACHE_HWCAP_EXTENSION` (bit 62) as its only upper
+//!   bit besides the ISA level bits refers, in its low 32 bits, to one of
+//!   those names.
+//! - compat: an old cache whose string area starts (8-aligned) with a new
+//!   one; like the loader, only the new part is read.
+//!
+//! The loader binary-searches the entries, so [`LdCache::to_bytes`] orders
+//! them exactly as ldconfig's `compare()` does: keys descending by
+//! `_dl_cache_libcmp` (digit runs compare numerically), then flags
+//! descending, glibc-hwcaps entries first (by subdirectory name), then the
+//! most specific legacy hwcap first.
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::ffi::c_char;
+
+/// Inputs larger than this are refused.
+pub const MAX_CACHE_BYTES: usize = 32 << 20;
+/// Entries accepted in one cache (real caches have a few thousand).
+pub const MAX_ENTRIES: usize = 1 << 20;
+/// Longest string accepted (PATH_MAX, NUL excluded).
+pub const MAX_STRING: usize = 4096;
+/// Total bytes of strings decoded from one cache. Strings may share bytes
+/// in the file (suffix merging), so this bounds what a small file can make
+/// us copy.
+pub const MAX_DECODED_BYTES: usize = 2 * MAX_CACHE_BYTES;
+
+pub const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
+pub const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+pub const EXTENSION_MAGIC: u32 = 0xeaa4_2174;
+pub const EXTENSION_TAG_GENERATOR: u32 = 0;
+pub const EXTENSION_TAG_GLIBC_HWCAPS: u32 = 1;
+/// hwcap bit marking an entry from a glibc-hwcaps subdirectory.
+pub const DL_CACHE_HWCAP_EXTENSION: u64 = 1 << 62;
+/// ISA-level bits (in the upper 32 bits) of a glibc-hwcaps entry's hwcap.
+pub const DL_CACHE_HWCAP_ISA_LEVEL_MASK: u64 = (1 << 10) - 1;
+
+pub const FLAG_ELF: i32 = 0x0001;
+pub const FLAG_ELF_LIBC6: i32 = 0x0003;
+pub const FLAG_SPARC_LIB64: i32 = 0x0100;
+pub const FLAG_IA64_LIB64: i32 = 0x0200;
+pub const FLAG_X8664_LIB64: i32 = 0x0300;
+pub const FLAG_S390_LIB64: i32 = 0x0400;
+pub const FLAG_POWERPC_LIB64: i32 = 0x0500;
+pub const FLAG_MIPS64_LIBN32: i32 = 0x0600;
+pub const FLAG_MIPS64_LIBN64: i32 = 0x0700;
+pub const FLAG_X8664_LIBX32: i32 = 0x0800;
+pub const FLAG_ARM_LIBHF: i32 = 0x0900;
+pub const FLAG_AARCH64_LIB64: i32 = 0x0a00;
+pub const FLAG_ARM_LIBSF: i32 = 0x0b00;
+pub const FLAG_MIPS_LIB32_NAN2008: i32 = 0x0c00;
+pub const FLAG_MIPS64_LIBN32_NAN2008: i32 = 0x0d00;
+pub const FLAG_MIPS64_LIBN64_NAN2008: i32 = 0x0e00;
+pub const FLAG_RISCV_FLOAT_ABI_SOFT: i32 = 0x0f00;
+pub const FLAG_RISCV_FLOAT_ABI_DOUBLE: i32 = 0x1000;
+
+const OLD_HEADER: usize = 16;
+const OLD_ENTRY: usize = 12;
+const NEW_HEADER: usize = 48;
+const NEW_ENTRY: usize = 24;
+const EXT_HEADER: usize = 8;
+const EXT_SECTION: usize = 16;
+/// `__alignof__ (struct cache_file_new)`: it holds u64 fields.
+const NEW_ALIGN: usize = std::mem::align_of::<u64>();
+/// `cache_file_new_flags_endian_current`.
+const ENDIAN_CURRENT: u8 = if cfg!(target_endian = "little") { 2 } else { 3 };
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LdCacheError {
+    #[error("loader cache is {len} bytes, more than the {max} accepted")]
+    TooLarge { len: usize, max: usize },
+    #[error(
+        "not a loader cache: it starts with neither \"ld.so-1.7.0\" nor \"glibc-ld.so.cache1.1\""
+    )]
+    BadMagic,
+    #[error("loader cache truncated: {what} needs bytes {start}..{end} but the file has {len}")]
+    Truncated {
+        what: &'static str,
+        start: u64,
+        end: u64,
+        len: usize,
+    },
+    #[error("loader cache {what}: offset {offset} is outside {region} {start}..{end}")]
+    BadOffset {
+        what: &'static str,
+        offset: u64,
+        region: &'static str,
+        start: u64,
+        end: u64,
+    },
+    #[error("loader cache {what}: {count} is more than the {max} accepted")]
+    TooMany {
+        what: &'static str,
+        count: u64,
+        max: u64,
+    },
+    #[error(
+        "loader cache {what} at offset {offset} has no NUL before the end of the string table"
+    )]
+    Unterminated { what: &'static str, offset: u64 },
+    #[error("loader cache {what} at offset {offset} is longer than {max} bytes")]
+    StringTooLong {
+        what: &'static str,
+        offset: u64,
+        max: usize,
+    },
+    #[error("loader cache {what} at offset {offset} is empty")]
+    EmptyString { what: &'static str, offset: u64 },
+    #[error(
+        "loader cache byte-order flags {flags:#x} do not match this machine ({ENDIAN_CURRENT:#x})"
+    )]
+    WrongEndian { flags: u8 },
+    #[error("loader cache extensions: {what}")]
+    BadExtension { what: String },
+    #[error("loader cache entry {entry}: glibc-hwcaps index {index}, but the cache names {count} subdirectories")]
+    BadHwcapsIndex {
+        entry: usize,
+        index: u32,
+        count: usize,
+    },
+}
+
+type Result<T> = std::result::Result<T, LdCacheError>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// FLAG_ELF_LIBC6 | FLAG_*_LIB64 etc.; the loader uses only entries
+    /// with flags 1 or its own `_DL_CACHE_DEFAULT_ID`.
+    pub flags: i32,
+    /// The soname looked up (`libcuda.so.1`).
+    pub key: Vec<u8>,
+    /// The file the loader opens.
+    pub value: Vec<u8>,
+    /// `osversion_unused` in glibc ≥ 2.35; kept as read.
+    pub osversion: u32,
+    /// Legacy hwcap mask, or DL_CACHE_HWCAP_EXTENSION | ISA level << 32 |
+    /// index into [`LdCache::hwcaps`].
+    pub hwcap: u64,
+}
+
+impl Entry {
+    /// True when `hwcap` refers to a glibc-hwcaps subdirectory
+    /// (`dl_cache_hwcap_extension`).
+    pub fn is_hwcaps_extension(&self) -> bool {
+        is_extension(self.hwcap)
+    }
+}
+
+fn is_extension(hwcap: u64) -> bool {
+    ((hwcap >> 32) & !DL_CACHE_HWCAP_ISA_LEVEL_MASK) == (DL_CACHE_HWCAP_EXTENSION >> 32)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LdCache {
+    /// In file order after `parse`; `to_bytes` writes them in ldconfig's
+    /// order whatever the order here.
+    pub entries: Vec<Entry>,
+    /// glibc-hwcaps subdirectory names (`x86-64-v3`), sorted by strcmp;
+    /// hwcaps-extension entries index this list.
+    pub hwcaps: Vec<Vec<u8>>,
+    /// The generator extension (`ldconfig (GNU libc) stable release
+    /// version 2.36`), None when the cache has none.
+    pub generator: Option<Vec<u8>>,
+}
+
+/// Bounds-checked native-endian reads.
+struct Bytes<'a>(&'a [u8]);
+
+impl<'a> Bytes<'a> {
+    fn range(&self, what: &'static str, start: u64, len: u64) -> Result<&'a [u8]> {
+        let end = start.saturating_add(len);
+        let truncated = || LdCacheError::Truncated {
+            what,
+            start,
+            end,
+            len: self.0.len(),
+        };
+        let s = usize::try_from(start).map_err(|_| truncated())?;
+        let e = usize::try_from(end).map_err(|_| truncated())?;
+        self.0.get(s..e).ok_or_else(truncated)
+    }
+    fn u32(&self, what: &'static str, off: u64) -> Result<u32> {
+        let b = self.range(what, off, 4)?;
+        Ok(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&self, what: &'static str, off: u64) -> Result<u64> {
+        let b = self.range(what, off, 8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_ne_bytes(a))
+    }
+}
+
+/// Where strings may lie, and the budget of bytes decoded so far.
+struct Strings<'a> {
+    file: &'a [u8],
+    /// String indices are relative to this file offset.
+    base: u64,
+    /// The string table, as file offsets.
+    start: u64,
+    end: u64,
+    decoded: usize,
+}
+
+impl Strings<'_> {
+    fn get(&mut self, what: &'static str, index: u32) -> Result<Vec<u8>> {
+        let offset = self.base + u64::from(index);
+        if offset < self.start || offset >= self.end {
+            return Err(LdCacheError::BadOffset {
+                what,
+                offset,
+                region: "the string table",
+                start: self.start,
+                end: self.end,
+            });
+        }
+        // start..end was checked against the file when `self` was made.
+        let (o, e) = (offset as usize, self.end as usize);
+        let window = &self.file[o..e.min(o.saturating_add(MAX_STRING + 1))];
+        let Some(n) = window.iter().position(|&c| c == 0) else {
+            return Err(if window.len() > MAX_STRING {
+                LdCacheError::StringTooLong {
+                    what,
+                    offset,
+                    max: MAX_STRING,
+                }
+            } else {
+                LdCacheError::Unterminated { what, offset }
+            });
+        };
+        if n == 0 {
+            return Err(LdCacheError::EmptyString { what, offset });
+        }
+        self.spend(n)?;
+        Ok(window[..n].to_vec())
+    }
+    fn spend(&mut self, n: usize) -> Result<()> {
+        self.decoded = self.decoded.saturating_add(n);
+        if self.decoded > MAX_DECODED_BYTES {
+            return Err(LdCacheError::TooMany {
+                what: "bytes of decoded strings",
+                count: self.decoded as u64,
+                max: MAX_DECODED_BYTES as u64,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_count(what: &'static str, count: u64, entry: usize, room: u64) -> Result<()> {
+    if count > MAX_ENTRIES as u64 {
+        return Err(LdCacheError::TooMany {
+            what,
+            count,
+            max: MAX_ENTRIES as u64,
+        });
+    }
+    let max = room / entry as u64;
+    if count > max {
+        return Err(LdCacheError::TooMany { what, count, max });
+    }
+    Ok(())
+}
+
+impl LdCache {
+    /// Parse a cache in the old, compat or new format.
+    pub fn parse(bytes: &[u8]) -> Result<LdCache> {
+        if bytes.len() > MAX_CACHE_BYTES {
+            return Err(LdCacheError::TooLarge {
+                len: bytes.len(),
+                max: MAX_CACHE_BYTES,
+            });
+        }
+        if bytes.starts_with(NEW_MAGIC) {
+            return parse_new(bytes, 0);
+        }
+        if !bytes.starts_with(OLD_MAGIC) {
+            return Err(LdCacheError::BadMagic);
+        }
+        let b = Bytes(bytes);
+        let nlibs = b.u32("old header", 12)?;
+        let len = bytes.len() as u64;
+        check_count(
+            "old entry count",
+            u64::from(nlibs),
+            OLD_ENTRY,
+            len.saturating_sub(OLD_HEADER as u64),
+        )?;
+        let entries_end = OLD_HEADER as u64 + u64::from(nlibs) * OLD_ENTRY as u64;
+        let new_at = entries_end.next_multiple_of(NEW_ALIGN as u64);
+        if new_at.saturating_add(NEW_HEADER as u64) <= len
+            && b.range("new header", new_at, NEW_MAGIC.len() as u64)? == NEW_MAGIC
+        {
+            return parse_new(bytes, new_at);
+        }
+        let mut strings = Strings {
+            file: bytes,
+            base: entries_end,
+            start: entries_end,
+            end: len,
+            decoded: 0,
+        };
+        let mut entries = Vec::with_capacity((nlibs as usize).min(1 << 16));
+        for i in 0..u64::from(nlibs) {
+            let e = OLD_HEADER as u64 + i * OLD_ENTRY as u64;
+            entries.push(Entry {
+                flags: b.u32("old entry", e)? as i32,
+                key: strings.get("entry key", b.u32("old entry", e + 4)?)?,
+                value: strings.get("entry value", b.u32("old entry", e + 8)?)?,
+                osversion: 0,
+                hwcap: 0,
+            });
+        }
+        Ok(LdCache {
+            entries,
+            hwcaps: Vec::new(),
+            generator: None,
+        })
+    }
+
+    /// Remove every entry whose key is `key` (or equal to it as the loader
+    /// compares names, e.g. `libfoo.so.01`), then add key -> path with these
+    /// flags (osversion 0, hwcap 0) where ldconfig would put it.
+    pub fn insert(&mut self, key: &[u8], path: &[u8], flags: i32) {
+        self.entries
+            .retain(|e| libcmp(c_str(&e.key), c_str(key)) != Ordering::Equal);
+        let new = Entry {
+            flags,
+            key: key.to_vec(),
+            value: path.to_vec(),
+            osversion: 0,
+            hwcap: 0,
+        };
+        // add_to_cache: after every entry that does not compare greater.
+        let at = self
+            .entries
+            .iter()
+            .position(|e| self.compare(e, &new) == Ordering::Greater)
+            .unwrap_or(self.entries.len());
+        self.entries.insert(at, new);
+    }
+
+    /// Put the entries in ldconfig's order (stable: entries that compare
+    /// equal keep their relative order). `to_bytes` does this itself.
+    pub fn sort_entries(&mut self) {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.sort_by(|a, b| self.compare(a, b));
+        self.entries = entries;
+    }
+
+    /// The glibc-hwcaps subdirectory an entry belongs to (empty when its
+    /// index is out of range; `parse` never yields such entries).
+    fn hwcaps_name(&self, e: &Entry) -> Option<&[u8]> {
+        if !e.is_hwcaps_extension() {
+            return None;
+        }
+        Some(
+            self.hwcaps
+                .get(e.hwcap as u32 as usize)
+                .map(|n| c_str(n))
+                .unwrap_or(b""),
+        )
+    }
+
+    /// ldconfig's `compare()` (elf/cache.c), as a total order.
+    fn compare(&self, e1: &Entry, e2: &Entry) -> Ordering {
+        let res = libcmp(c_str(&e2.key), c_str(&e1.key));
+        if res != Ordering::Equal {
+            return res;
+        }
+        match e2.flags.cmp(&e1.flags) {
+            Ordering::Equal => {}
+            o => return o,
+        }
+        let (h1, h2) = (self.hwcaps_name(e1), self.hwcaps_name(e2));
+        match (h1, h2) {
+            (Some(_), None) => return Ordering::Less,
+            (None, Some(_)) => return Ordering::Greater,
+            (Some(a), Some(b)) if a != b => return a.cmp(b),
+            _ => {}
+        }
+        // In ldconfig a glibc-hwcaps entry's in-memory hwcap is 0.
+        let legacy = |e: &Entry, h: Option<&[u8]>| if h.is_some() { 0 } else { e.hwcap };
+        let (w1, w2) = (legacy(e1, h1), legacy(e2, h2));
+        w2.count_ones()
+            .cmp(&w1.count_ones())
+            .then_with(|| w2.cmp(&w1))
+    }
+
+    /// Serialize in the new format, entries in ldconfig's order, strings
+    /// written up to their first NUL, extensions kept. Offsets are 32-bit:
+    /// a cache over 4 GiB (never one from `parse`) is not representable and
+    /// its offsets saturate.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut order: Vec<&Entry> = self.entries.iter().collect();
+        order.sort_by(|a, b| self.compare(a, b));
+
+        let strings = order
+            .iter()
+            .flat_map(|e| [c_str(&e.key), c_str(&e.value)])
+            .chain(self.hwcaps.iter().map(|h| c_str(h)));
+        let (table, index) = string_table(strings);
+
+        let n = order.len();
+        let str_start = NEW_HEADER + n * NEW_ENTRY;
+        let at = |s: &[u8]| -> u32 {
+            let off = index.get(s).copied().unwrap_or(0);
+            sat32(str_start.saturating_add(off))
+        };
+        let strings_end = str_start + table.len();
+        let has_ext = self.generator.is_some() || !self.hwcaps.is_empty();
+        let ext_off = strings_end.next_multiple_of(4);
+
+        let mut out = Vec::with_capacity(ext_off + 64);
+        out.extend_from_slice(NEW_MAGIC);
+        out.extend_from_slice(&sat32(n).to_ne_bytes());
+        out.extend_from_slice(&sat32(table.len()).to_ne_bytes());
+        out.extend_from_slice(&[ENDIAN_CURRENT, 0, 0, 0]);
+        out.extend_from_slice(&(if has_ext { sat32(ext_off) } else { 0 }).to_ne_bytes());
+        out.extend_from_slice(&[0; 12]);
+        for e in &order {
+            out.extend_from_slice(&e.flags.to_ne_bytes());
+            out.extend_from_slice(&at(c_str(&e.key)).to_ne_bytes());
+            out.extend_from_slice(&at(c_str(&e.value)).to_ne_bytes());
+            out.extend_from_slice(&e.osversion.to_ne_bytes());
+            out.extend_from_slice(&e.hwcap.to_ne_bytes());
+        }
+        out.extend_from_slice(&table);
+        if !has_ext {
+            return out;
+        }
+        out.resize(ext_off, 0);
+
+        // ldconfig's write_extensions: directory, hwcaps array, generator.
+        let mut sections: Vec<(u32, usize)> = Vec::new();
+        if let Some(g) = &self.generator {
+            sections.push((EXTENSION_TAG_GENERATOR, g.len()));
+        }
+        if !self.hwcaps.is_empty() {
+            sections.push((EXTENSION_TAG_GLIBC_HWCAPS, 4 * self.hwcaps.len()));
+        }
+        let data_start = ext_off + EXT_HEADER + EXT_SECTION * sections.len();
+        let hwcaps_off = data_start;
+        let generator_off = data_start + 4 * self.hwcaps.len();
+        out.extend_from_slice(&EXTENSION_MAGIC.to_ne_bytes());
+        out.extend_from_slice(&sat32(sections.len()).to_ne_bytes());
+        for &(tag, size) in &sections {
+            let off = if tag == EXTENSION_TAG_GENERATOR {
+                generator_off
+            } else {
+                hwcaps_off
+            };
+            out.extend_from_slice(&tag.to_ne_bytes());
+            out.extend_from_slice(&0u32.to_ne_bytes());
+            out.extend_from_slice(&sat32(off).to_ne_bytes());
+            out.extend_from_slice(&sat32(size).to_ne_bytes());
+        }
+        for h in &self.hwcaps {
+            out.extend_from_slice(&at(c_str(h)).to_ne_bytes());
+        }
+        if let Some(g) = &self.generator {
+            out.extend_from_slice(g);
+        }
+        out
+    }
+}
+
+fn sat32(v: usize) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// The part of `s` a C reader sees: up to its first NUL.
+fn c_str(s: &[u8]) -> &[u8] {
+    match s.iter().position(|&c| c == 0) {
+        Some(n) => &s[..n],
+        None => s,
+    }
+}
+
+/// A NUL-separated table holding every string once, a string that ends
+/// another one sharing its bytes (as glibc's stringtable does), and each
+/// string's offset in it.
+fn string_table<'a>(
+    strings: impl Iterator<Item = &'a [u8]>,
+) -> (Vec<u8>, HashMap<&'a [u8], usize>) {
+    let mut uniq: Vec<&[u8]> = strings.collect();
+    // Sorted by reversed bytes, every string that ends another comes just
+    // before the strings it ends, so walking backwards the current "owner"
+    // (the longest string of its run) is the only candidate.
+    uniq.sort_by(|a, b| a.iter().rev().cmp(b.iter().rev()));
+    uniq.dedup();
+    let mut table = Vec::new();
+    let mut index = HashMap::with_capacity(uniq.len());
+    let mut owner: Option<(&[u8], usize)> = None;
+    for s in uniq.into_iter().rev() {
+        match owner {
+            Some((o, off)) if o.ends_with(s) => {
+                index.insert(s, off + (o.len() - s.len()));
+            }
+            _ => {
+                let off = table.len();
+                table.extend_from_slice(s);
+                table.push(0);
+                index.insert(s, off);
+                owner = Some((s, off));
+            }
+        }
+    }
+    (table, index)
+}
+
+fn parse_new(bytes: &[u8], base: u64) -> Result<LdCache> {
+    let b = Bytes(bytes);
+    let len = bytes.len() as u64;
+    b.range("new header", base, NEW_HEADER as u64)?;
+    let nlibs = b.u32("new header", base + 20)?;
+    let len_strings = b.u32("new header", base + 24)?;
+    let flags = b.range("new header", base + 28, 1)?[0];
+    let ext_off = b.u32("new header", base + 32)?;
+    if flags != 0 && flags & 3 != ENDIAN_CURRENT {
+        return Err(LdCacheError::WrongEndian { flags });
+    }
+    let entries_at = base + NEW_HEADER as u64;
+    check_count(
+        "entry count",
+        u64::from(nlibs),
+        NEW_ENTRY,
+        len.saturating_sub(entries_at),
+    )?;
+    let str_start = entries_at + u64::from(nlibs) * NEW_ENTRY as u64;
+    b.range("string table", str_start, u64::from(len_strings))?;
+    let mut strings = Strings {
+        file: bytes,
+        base,
+        start: str_start,
+        end: str_start + u64::from(len_strings),
+        decoded: 0,
+    };
+
+    let (hwcaps, generator) = if ext_off == 0 {
+        (Vec::new(), None)
+    } else {
+        parse_extensions(&b, u64::from(ext_off), &mut strings)?
+    };
+
+    let mut entries = Vec::with_capacity((nlibs as usize).min(1 << 16));
+    for i in 0..u64::from(nlibs) {
+        let e = entries_at + i * NEW_ENTRY as u64;
+        let entry = Entry {
+            flags: b.u32("entry", e)? as i32,
+            key: strings.get("entry key", b.u32("entry", e + 4)?)?,
+            value: strings.get("entry value", b.u32("entry", e + 8)?)?,
+            osversion: b.u32("entry", e + 12)?,
+            hwcap: b.u64("entry", e + 16)?,
+        };
+        if entry.is_hwcaps_extension() && entry.hwcap as u32 as usize >= hwcaps.len() {
+            return Err(LdCacheError::BadHwcapsIndex {
+                entry: i as usize,
+                index: entry.hwcap as u32,
+                count: hwcaps.len(),
+            });
+        }
+        entries.push(entry);
+    }
+    Ok(LdCache {
+        entries,
+        hwcaps,
+        generator,
+    })
+}
+
+type Extensions = (Vec<Vec<u8>>, Option<Vec<u8>>);
+
+fn parse_extensions(b: &Bytes<'_>, ext_off: u64, strings: &mut Strings<'_>) -> Result<Extensions> {
+    let bad = |what: String| LdCacheError::BadExtension { what };
+    if ext_off & 3 != 0 {
+        return Err(bad(format!(
+            "directory offset {ext_off} is not a multiple of 4"
+        )));
+    }
+    if b.u32("extension directory", ext_off)? != EXTENSION_MAGIC {
+        return Err(bad(format!(
+            "no magic {EXTENSION_MAGIC:#x} at offset {ext_off}"
+        )));
+    }
+    let count = b.u32("extension directory", ext_off + 4)?;
+    let dir = ext_off + EXT_HEADER as u64;
+    check_count(
+        "extension section count",
+        u64::from(count),
+        EXT_SECTION,
+        (b.0.len() as u64).saturating_sub(dir),
+    )?;
+    let mut hwcaps = None;
+    let mut generator = None;
+    for i in 0..u64::from(count) {
+        let s = dir + i * EXT_SECTION as u64;
+        let tag = b.u32("extension section", s)?;
+        let off = u64::from(b.u32("extension section", s + 8)?);
+        let size = u64::from(b.u32("extension section", s + 12)?);
+        let data = b.range("extension data", off, size)?;
+        match tag {
+            EXTENSION_TAG_GENERATOR => {
+                if generator.is_some() {
+                    return Err(bad("two generator sections".into()));
+                }
+                strings.spend(data.len())?;
+                generator = Some(data.to_vec());
+            }
+            EXTENSION_TAG_GLIBC_HWCAPS => {
+                if hwcaps.is_some() {
+                    return Err(bad("two glibc-hwcaps sections".into()));
+                }
+                if off & 3 != 0 || size & 3 != 0 || size == 0 {
+                    return Err(bad(format!(
+                        "glibc-hwcaps section at {off} of {size} bytes (must be 4-aligned, a non-zero multiple of 4)"
+                    )));
+                }
+                let mut names: Vec<Vec<u8>> = Vec::with_capacity(data.len() / 4);
+                for w in data.chunks_exact(4) {
+                    let idx = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
+                    let name = strings.get("glibc-hwcaps name", idx)?;
+                    if names.last().is_some_and(|prev| *prev >= name) {
+                        return Err(bad("glibc-hwcaps names are not sorted and unique".into()));
+                    }
+                    names.push(name);
+                }
+                hwcaps = Some(names);
+            }
+            // Unknown tags are ignored, as the loader does.
+            _ => {}
+        }
+    }
+    Ok((hwcaps.unwrap_or_default(), generator))
+}
+
+/// One token of `_dl_cache_libcmp`: a run of digits (its value, computed
+/// with the C code's wrapping int arithmetic) or one other byte as a C
+/// `char` (signed on x86), the terminating NUL being 0.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Token {
+    Char(i32),
+    Number(i32),
+}
+
+fn tokens(s: &[u8]) -> impl Iterator<Item = Token> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let &c = s.get(i)?;
+        i += 1;
+        if !c.is_ascii_digit() {
+            return Some(Token::Char(c as c_char as i32));
+        }
+        let mut v = i32::from(c - b'0');
+        while let Some(&d) = s.get(i).filter(|d| d.is_ascii_digit()) {
+            v = v.wrapping_mul(10).wrapping_add(i32::from(d - b'0'));
+            i += 1;
+        }
+        Some(Token::Number(v))
+    })
+    .chain(std::iter::once(Token::Char(0)))
+}
+
+/// glibc's `_dl_cache_libcmp` (elf/dl-cache.c): byte-wise, but runs of
+/// digits compare by value and a digit sorts after any other byte. The C
+/// code returns `val1 - val2` for numbers; this compares the values, which
+/// differs only when that subtraction overflows (digit runs over 2^31
+/// apart, where the C order is not transitive); this one is a total order.
+pub fn libcmp(a: &[u8], b: &[u8]) -> Ordering {
+    tokens(a).cmp(tokens(b))
+}
+
+/// Cache flags for a library from its ELF header (the first 64 bytes), as
+/// ldconfig's readelflib.c for each architecture computes them. None for
+/// non-ELF input or a machine/ABI glibc's ldconfig would not cache.
+pub fn elf_cache_flags(header: &[u8]) -> Option<i32> {
+    if header.get(..4)? != b"\x7fELF" {
+        return None;
+    }
+    let class64 = match *header.get(4)? {
+        1 => false,
+        2 => true,
+        _ => return None,
+    };
+    let big = match *header.get(5)? {
+        1 => false,
+        2 => true,
+        _ => return None,
+    };
+    let u16_at = |o: usize| -> Option<u16> {
+        let b: [u8; 2] = header.get(o..o + 2)?.try_into().ok()?;
+        Some(if big {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        })
+    };
+    let u32_at = |o: usize| -> Option<u32> {
+        let b: [u8; 4] = header.get(o..o + 4)?.try_into().ok()?;
+        Some(if big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
+    };
+    let machine = u16_at(18)?;
+    let e_flags = u32_at(if class64 { 48 } else { 36 })?;
+    const EM_SPARC: u16 = 2;
+    const EM_386: u16 = 3;
+    const EM_MIPS: u16 = 8;
+    const EM_SPARC32PLUS: u16 = 18;
+    const EM_PPC: u16 = 20;
+    const EM_PPC64: u16 = 21;
+    const EM_S390: u16 = 22;
+    const EM_ARM: u16 = 40;
+    const EM_SPARCV9: u16 = 43;
+    const EM_IA_64: u16 = 50;
+    const EM_X86_64: u16 = 62;
+    const EM_AARCH64: u16 = 183;
+    const EM_RISCV: u16 = 243;
+    let libc6 = FLAG_ELF_LIBC6;
+    Some(match (machine, class64) {
+        (EM_X86_64, true) => FLAG_X8664_LIB64 | libc6,
+        (EM_X86_64, false) => FLAG_X8664_LIBX32 | libc6,
+        (EM_386, false) => libc6,
+        (EM_AARCH64, true) => FLAG_AARCH64_LIB64 | libc6,
+        (EM_ARM, false) => {
+            const EF_ARM_EABI_VER5: u32 = 0x0500_0000;
+            const EF_ARM_ABI_FLOAT_SOFT: u32 = 0x200;
+            const EF_ARM_ABI_FLOAT_HARD: u32 = 0x400;
+            if e_flags & 0xff00_0000 == EF_ARM_EABI_VER5 && e_flags & EF_ARM_ABI_FLOAT_HARD != 0 {
+                FLAG_ARM_LIBHF | libc6
+            } else if e_flags & 0xff00_0000 == EF_ARM_EABI_VER5
+                && e_flags & EF_ARM_ABI_FLOAT_SOFT != 0
+            {
+                FLAG_ARM_LIBSF | libc6
+            } else {
+                libc6
+            }
+        }
+        (EM_PPC64, true) => FLAG_POWERPC_LIB64 | libc6,
+        (EM_PPC, false) => libc6,
+        (EM_S390, true) => FLAG_S390_LIB64 | libc6,
+        (EM_S390, false) => libc6,
+        (EM_SPARCV9, true) => FLAG_SPARC_LIB64 | libc6,
+        (EM_SPARC | EM_SPARC32PLUS, false) => libc6,
+        (EM_IA_64, true) => FLAG_IA64_LIB64 | libc6,
+        (EM_MIPS, _) => {
+            const EF_MIPS_ABI2: u32 = 0x20;
+            const EF_MIPS_NAN2008: u32 = 0x400;
+            let nan2008 = e_flags & EF_MIPS_NAN2008 != 0;
+            match (class64, e_flags & EF_MIPS_ABI2 != 0, nan2008) {
+                (true, _, false) => FLAG_MIPS64_LIBN64 | libc6,
+                (true, _, true) => FLAG_MIPS64_LIBN64_NAN2008 | libc6,
+                (false, true, false) => FLAG_MIPS64_LIBN32 | libc6,
+                (false, true, true) => FLAG_MIPS64_LIBN32_NAN2008 | libc6,
+                (false, false, true) => FLAG_MIPS_LIB32_NAN2008 | libc6,
+                (false, false, false) => libc6,
+            }
+        }
+        (EM_RISCV, _) => {
+            const EF_RISCV_RVC: u32 = 0x1;
+            const EF_RISCV_FLOAT_ABI: u32 = 0x6;
+            if e_flags & !(EF_RISCV_FLOAT_ABI | EF_RISCV_RVC) != 0 {
+                return None;
+            }
+            match e_flags & EF_RISCV_FLOAT_ABI {
+                0x0 => FLAG_RISCV_FLOAT_ABI_SOFT | libc6,
+                0x4 => FLAG_RISCV_FLOAT_ABI_DOUBLE | libc6,
+                _ => return None,
+            }
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(flags: i32, key: &str, value: &str, hwcap: u64) -> Entry {
+        Entry {
+            flags,
+            key: key.into(),
+            value: value.into(),
+            osversion: 0,
+            hwcap,
+        }
+    }
+
+    /// A small cache with every feature: glibc-hwcaps entries, a legacy
+    /// hwcap, two architectures, digit runs, shared suffixes, a generator.
+    fn sample() -> LdCache {
+        let ext = |i: u64| DL_CACHE_HWCAP_EXTENSION | (2 << 32) | i;
+        LdCache {
+            entries: vec![
+                entry(0x0303, "libfoo.so.1", "/usr/lib/libfoo.so.1", 0),
+                entry(0x0303, "libfoo.so.10", "/usr/lib/libfoo.so.10", 0),
+                entry(0x0003, "libfoo.so.1", "/usr/lib32/libfoo.so.1", 0),
+                entry(
+                    0x0303,
+                    "libfoo.so.1",
+                    "/usr/lib/glibc-hwcaps/x86-64-v3/libfoo.so.1",
+                    ext(1),
+                ),
+                entry(
+                    0x0303,
+                    "libfoo.so.1",
+                    "/usr/lib/glibc-hwcaps/x86-64-v2/libfoo.so.1",
+                    ext(0),
+                ),
+                entry(
+                    0x0303,
+                    "libfoo.so.1",
+                    "/usr/lib/tls/libfoo.so.1",
+                    0x8000_0000_0000_0001,
+                ),
+                entry(0x0303, "libfoo.so.2", "/usr/lib/libfoo.so.2", 0),
+                entry(0x0303, "libbar.so", "/usr/lib/libbar.so", 0),
+            ],
+            hwcaps: vec![b"x86-64-v2".to_vec(), b"x86-64-v3".to_vec()],
+            generator: Some(b"ldconfig (test) stable release version 2.36".to_vec()),
+        }
+    }
+
+    fn keys_and_values(c: &LdCache) -> Vec<(i32, String, String)> {
+        c.entries
+            .iter()
+            .map(|e| {
+                let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                (e.flags, s(&e.key), s(&e.value))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn to_bytes_orders_as_ldconfig() {
+        let got = LdCache::parse(&sample().to_bytes()).unwrap();
+        let v: Vec<_> = keys_and_values(&got)
+            .into_iter()
+            .map(|(f, k, v)| format!("{f:#x} {k} {v}"))
+            .collect();
+        assert_eq!(
+            v,
+            [
+                // keys descending, digit runs by value: 10 > 2 > 1
+                "0x303 libfoo.so.10 /usr/lib/libfoo.so.10",
+                "0x303 libfoo.so.2 /usr/lib/libfoo.so.2",
+                // same key: flags descending, glibc-hwcaps first by name,
+                // then the most specific legacy hwcap, then hwcap 0
+                "0x303 libfoo.so.1 /usr/lib/glibc-hwcaps/x86-64-v2/libfoo.so.1",
+                "0x303 libfoo.so.1 /usr/lib/glibc-hwcaps/x86-64-v3/libfoo.so.1",
+                "0x303 libfoo.so.1 /usr/lib/tls/libfoo.so.1",
+                "0x303 libfoo.so.1 /usr/lib/libfoo.so.1",
+                "0x3 libfoo.so.1 /usr/lib32/libfoo.so.1",
+                "0x303 libbar.so /usr/lib/libbar.so",
+            ]
+        );
+        assert_eq!(got.hwcaps, sample().hwcaps);
+        assert_eq!(got.generator, sample().generator);
+    }
+
+    #[test]
+    fn libcmp_is_glibcs() {
+        use Ordering::*;
+        for (a, b, want) in [
+            ("libfoo.so.10", "libfoo.so.9", Greater),
+            ("libfoo.so.1", "libfoo.so.1", Equal),
+            ("libfoo.so.01", "libfoo.so.1", Equal),
+            ("libfoo.so.1.2", "libfoo.so.1", Greater),
+            ("libfoo.so", "libfoo.so.1", Less),
+            // a digit sorts after every other byte, even the end
+            ("libc6", "libc.", Greater),
+            ("lib1", "lib", Greater),
+            ("libA", "liba", Less),
+            ("", "", Equal),
+            ("a", "", Greater),
+            // wrapping like the C int arithmetic: 4294967297 wraps to 1
+            ("x4294967297", "x1", Equal),
+        ] {
+            assert_eq!(libcmp(a.as_bytes(), b.as_bytes()), want, "{a} vs {b}");
+            assert_eq!(
+                libcmp(b.as_bytes(), a.as_bytes()),
+                want.reverse(),
+                "{b} vs {a}"
+            );
+        }
+        // A byte >= 0x80 is a negative C char on x86 (signed char), so it
+        // sorts before ASCII and before the end of the other string.
+        let high = libcmp(b"a\xc3", b"a");
+        if (0xc3u8 as c_char as i32) < 0 {
+            assert_eq!(high, Ordering::Less);
+        } else {
+            assert_eq!(high, Ordering::Greater);
+        }
+    }
+
+    #[test]
+    fn insert_replaces_every_equal_key_and_keeps_order() {
+        let mut c = sample();
+        c.sort_entries();
+        c.insert(
+            b"libfoo.so.01",
+            b"/run/gpu-quota/driver/libfoo.so.1",
+            0x0303,
+        );
+        let kv = keys_and_values(&c);
+        // every libfoo.so.1 (any flags, any hwcaps) is gone, ours is in
+        assert_eq!(
+            kv.iter()
+                .filter(|(_, k, _)| k.ends_with(".so.1") || k.ends_with(".so.01"))
+                .count(),
+            1
+        );
+        assert!(kv.contains(&(
+            0x0303,
+            "libfoo.so.01".into(),
+            "/run/gpu-quota/driver/libfoo.so.1".into()
+        )));
+        // inserted where ldconfig would put it: parse(to_bytes) keeps order
+        assert_eq!(LdCache::parse(&c.to_bytes()).unwrap(), c);
+        let pos = kv.iter().position(|(_, k, _)| k == "libfoo.so.01").unwrap();
+        assert_eq!(kv[pos - 1].1, "libfoo.so.2");
+        assert_eq!(kv[pos + 1].1, "libbar.so");
+        // into an empty cache
+        let mut e = LdCache::default();
+        e.insert(
+            b"libcuda.so.1",
+            b"/run/gpu-quota/driver/libcuda.so.1",
+            0x0303,
+        );
+        let back = LdCache::parse(&e.to_bytes()).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(back.entries.len(), 1);
+    }
+
+    #[test]
+    fn strings_share_suffixes() {
+        let mut c = LdCache::default();
+        c.insert(b"libfoo.so.1", b"/usr/lib/libfoo.so.1", 0x0303);
+        let b = c.to_bytes();
+        // the key is the tail of the value: one copy of "libfoo.so.1"
+        let text = &b[NEW_HEADER + NEW_ENTRY..];
+        assert_eq!(text, b"/usr/lib/libfoo.so.1\0");
+        let key = u32::from_ne_bytes(b[52..56].try_into().unwrap()) as usize;
+        assert_eq!(&b[key..key + 11], b"libfoo.so.1");
+    }
+
+    #[test]
+    fn header_fields_are_glibcs() {
+        let b = sample().to_bytes();
+        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
+        assert_eq!(&b[..20], NEW_MAGIC);
+        assert_eq!(u32_at(20), 8);
+        let len_strings = u32_at(24) as usize;
+        assert_eq!(b[28], if cfg!(target_endian = "little") { 2 } else { 3 });
+        let ext = u32_at(32) as usize;
+        assert_eq!(ext, (48 + 8 * 24 + len_strings).next_multiple_of(4));
+        assert_eq!(u32_at(ext), 0xeaa4_2174);
+        assert_eq!(u32_at(ext + 4), 2);
+        // generator section first, data after the hwcaps array
+        assert_eq!(
+            (u32_at(ext + 8), u32_at(ext + 16), u32_at(ext + 20)),
+            (0, (ext + 40 + 8) as u32, 43)
+        );
+        assert_eq!(
+            (u32_at(ext + 24), u32_at(ext + 32), u32_at(ext + 36)),
+            (1, (ext + 40) as u32, 8)
+        );
+        assert_eq!(b.len(), ext + 40 + 8 + 43);
+        // no extensions at all: extension_offset 0
+        let mut plain = sample();
+        plain.hwcaps.clear();
+        plain.generator = None;
+        plain.entries.retain(|e| !e.is_hwcaps_extension());
+        let p = plain.to_bytes();
+        assert_eq!(u32::from_ne_bytes(p[32..36].try_into().unwrap()), 0);
+        assert_eq!(LdCache::parse(&p).unwrap().generator, None);
+    }
+
+    fn put32(b: &mut [u8], o: usize, v: u32) {
+        b[o..o + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+    fn get32(b: &[u8], o: usize) -> u32 {
+        u32::from_ne_bytes(b[o..o + 4].try_into().unwrap())
+    }
+
+    /// An old-format cache: (flags, key, value) entries.
+    fn old_format(entries: &[(i32, &str, &str)]) -> Vec<u8> {
+        let mut strings = Vec::new();
+        let mut b = OLD_MAGIC.to_vec();
+        b.push(0);
+        b.extend_from_slice(&(entries.len() as u32).to_ne_bytes());
+        for (f, k, v) in entries {
+            b.extend_from_slice(&f.to_ne_bytes());
+            for s in [k, v] {
+                b.extend_from_slice(&(strings.len() as u32).to_ne_bytes());
+                strings.extend_from_slice(s.as_bytes());
+                strings.push(0);
+            }
+        }
+        b.extend_from_slice(&strings);
+        b
+    }
+
+    #[test]
+    fn old_and_compat_formats() {
+        let old = old_format(&[
+            (0x0303, "libold.so.1", "/lib/libold.so.1"),
+            (1, "libx.so", "/lib/libx.so"),
+        ]);
+        let c = LdCache::parse(&old).unwrap();
+        assert_eq!(
+            keys_and_values(&c),
+            [
+                (0x0303, "libold.so.1".into(), "/lib/libold.so.1".into()),
+                (1, "libx.so".into(), "/lib/libx.so".into())
+            ]
+        );
+        assert!(c.hwcaps.is_empty() && c.generator.is_none());
+
+        // compat: the old table, padded to 8, then a new cache whose
+        // extension offsets are file offsets; only the new part is read
+        let mut compat = old_format(&[(0x0303, "libold.so.1", "/lib/libold.so.1")]);
+        let new_at = (16 + 12usize).next_multiple_of(NEW_ALIGN);
+        compat.truncate(16 + 12);
+        compat.resize(new_at, 0);
+        let mut new = sample().to_bytes();
+        let ext = get32(&new, 32) as usize;
+        put32(&mut new, 32, (ext + new_at) as u32);
+        for s in 0..2 {
+            let o = ext + 8 + 16 * s + 8;
+            let v = get32(&new, o);
+            put32(&mut new, o, v + new_at as u32);
+        }
+        compat.extend_from_slice(&new);
+        let want = LdCache::parse(&sample().to_bytes()).unwrap();
+        assert_eq!(LdCache::parse(&compat).unwrap(), want);
+    }
+
+    /// Entry i's field at byte `field` in `sample().to_bytes()`.
+    fn field(i: usize, f: usize) -> usize {
+        NEW_HEADER + NEW_ENTRY * i + f
+    }
+
+    #[test]
+    fn hostile_inputs_are_errors() {
+        use LdCacheError as E;
+        let good = sample().to_bytes();
+        let n = 8usize;
+        let str_start = NEW_HEADER + NEW_ENTRY * n;
+        let len_strings = get32(&good, 24) as usize;
+        let ext = get32(&good, 32) as usize;
+        type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+        type Case = (&'static str, Mutation, fn(&LdCacheError) -> bool);
+        let cases: Vec<Case> = vec![
+            ("empty", Box::new(|b| b.clear()), |e| {
+                matches!(e, E::BadMagic)
+            }),
+            ("garbage", Box::new(|b| b[0] = b'x'), |e| {
+                matches!(e, E::BadMagic)
+            }),
+            ("other version", Box::new(|b| b[19] = b'2'), |e| {
+                matches!(e, E::BadMagic)
+            }),
+            ("magic only", Box::new(|b| b.truncate(20)), |e| {
+                matches!(e, E::Truncated { .. })
+            }),
+            ("header cut", Box::new(|b| b.truncate(40)), |e| {
+                matches!(e, E::Truncated { .. })
+            }),
+            ("huge count", Box::new(|b| put32(b, 20, u32::MAX)), |e| {
+                matches!(e, E::TooMany { .. })
+            }),
+            (
+                "count past end",
+                Box::new(|b| {
+                    let n = (b.len() / 24) as u32;
+                    put32(b, 20, n)
+                }),
+                |e| matches!(e, E::TooMany { .. }),
+            ),
+            (
+                "strings past end",
+                Box::new(|b| put32(b, 24, u32::MAX)),
+                |e| matches!(e, E::Truncated { .. }),
+            ),
+            (
+                "key past end",
+                Box::new(|b| put32(b, field(0, 4), u32::MAX)),
+                |e| matches!(e, E::BadOffset { .. }),
+            ),
+            (
+                "value past strings",
+                Box::new(move |b| put32(b, field(3, 8), (str_start + len_strings) as u32)),
+                |e| matches!(e, E::BadOffset { .. }),
+            ),
+            (
+                "key in header",
+                Box::new(|b| put32(b, field(1, 4), 0)),
+                |e| matches!(e, E::BadOffset { .. }),
+            ),
+            (
+                "key in entries",
+                Box::new(|b| put32(b, field(1, 4), field(2, 0) as u32)),
+                |e| matches!(e, E::BadOffset { .. }),
+            ),
+            (
+                "no final NUL",
+                Box::new(move |b| b[str_start + len_strings - 1] = b'x'),
+                |e| matches!(e, E::Unterminated { .. }),
+            ),
+            (
+                "strings shrunk under the last NUL",
+                Box::new(|b| {
+                    let l = get32(b, 24);
+                    put32(b, 24, l - 1)
+                }),
+                |e| matches!(e, E::Unterminated { .. } | E::BadOffset { .. }),
+            ),
+            (
+                "empty key",
+                Box::new(move |b| put32(b, field(0, 4), (str_start + len_strings - 1) as u32)),
+                |e| matches!(e, E::EmptyString { .. }),
+            ),
+            (
+                "wrong endian",
+                Box::new(|b| b[28] = if cfg!(target_endian = "little") { 3 } else { 2 }),
+                |e| matches!(e, E::WrongEndian { .. }),
+            ),
+            ("endian invalid", Box::new(|b| b[28] = 1), |e| {
+                matches!(e, E::WrongEndian { .. })
+            }),
+            (
+                "ext misaligned",
+                Box::new(move |b| put32(b, 32, ext as u32 + 1)),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "ext past end",
+                Box::new(|b| put32(b, 32, 0xffff_fff0)),
+                |e| matches!(e, E::Truncated { .. }),
+            ),
+            (
+                "ext bad magic",
+                Box::new(move |b| put32(b, ext, 0x1234_5678)),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "ext huge count",
+                Box::new(move |b| put32(b, ext + 4, u32::MAX)),
+                |e| matches!(e, E::TooMany { .. }),
+            ),
+            (
+                "ext data past end",
+                Box::new(move |b| put32(b, ext + 8 + 12, 1 << 20)),
+                |e| matches!(e, E::Truncated { .. }),
+            ),
+            (
+                "ext data offset wraps",
+                Box::new(move |b| {
+                    put32(b, ext + 8 + 8, u32::MAX);
+                    put32(b, ext + 8 + 12, 2)
+                }),
+                |e| matches!(e, E::Truncated { .. }),
+            ),
+            (
+                "hwcaps size not x4",
+                Box::new(move |b| put32(b, ext + 24 + 12, 6)),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "hwcaps empty",
+                Box::new(move |b| put32(b, ext + 24 + 12, 0)),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "hwcaps misaligned",
+                Box::new(move |b| {
+                    let o = get32(b, ext + 24 + 8);
+                    put32(b, ext + 24 + 8, o + 2)
+                }),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "hwcaps name past end",
+                Box::new(move |b| {
+                    let o = get32(b, ext + 24 + 8) as usize;
+                    put32(b, o, u32::MAX)
+                }),
+                |e| matches!(e, E::BadOffset { .. }),
+            ),
+            (
+                "hwcaps unsorted",
+                Box::new(move |b| {
+                    let o = get32(b, ext + 24 + 8) as usize;
+                    let (x, y) = (get32(b, o), get32(b, o + 4));
+                    put32(b, o, y);
+                    put32(b, o + 4, x)
+                }),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "hwcaps duplicate",
+                Box::new(move |b| {
+                    let o = get32(b, ext + 24 + 8) as usize;
+                    let x = get32(b, o);
+                    put32(b, o + 4, x)
+                }),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "two generators",
+                Box::new(move |b| put32(b, ext + 24, 0)),
+                |e| matches!(e, E::BadExtension { .. }),
+            ),
+            (
+                "hwcaps index out of range",
+                Box::new(|b| put32(b, field(2, 16), 7)),
+                |e| matches!(e, E::BadHwcapsIndex { index: 7, .. }),
+            ),
+        ];
+        for (name, mutate, want) in cases {
+            let mut b = good.clone();
+            mutate(&mut b);
+            match LdCache::parse(&b) {
+                Err(e) => assert!(want(&e), "{name}: unexpected error {e:?}"),
+                Ok(c) => panic!("{name}: accepted {c:?}"),
+            }
+        }
+        // the sample's third sorted entry is a glibc-hwcaps one (see above)
+        assert!(LdCache::parse(&good).unwrap().entries[2].is_hwcaps_extension());
+
+        // every strict prefix of a valid cache is refused
+        for cut in 0..good.len() {
+            assert!(
+                LdCache::parse(&good[..cut]).is_err(),
+                "prefix {cut} accepted"
+            );
+        }
+        // too large, before looking at anything else
+        let mut big = good.clone();
+        big.resize(MAX_CACHE_BYTES + 1, 0);
+        assert!(matches!(LdCache::parse(&big), Err(E::TooLarge { .. })));
+        // old format: huge count, string past end, missing NUL
+        let mut old = old_format(&[(3, "a", "b")]);
+        put32(&mut old, 12, u32::MAX);
+        assert!(matches!(LdCache::parse(&old), Err(E::TooMany { .. })));
+        let mut old = old_format(&[(3, "a", "b")]);
+        put32(&mut old, 20, 1000);
+        assert!(matches!(LdCache::parse(&old), Err(E::BadOffset { .. })));
+        let mut old = old_format(&[(3, "a", "b")]);
+        *old.last_mut().unwrap() = b'c';
+        assert!(matches!(LdCache::parse(&old), Err(E::Unterminated { .. })));
+        assert!(matches!(
+            LdCache::parse(b"ld.so-1.7.0\0\x01"),
+            Err(E::Truncated { .. })
+        ));
+    }
+
+    /// One long string, every entry pointing at it (or into it): a naive
+    /// reader copies count x length bytes. Must be refused quickly.
+    #[test]
+    fn shared_strings_cannot_blow_up() {
+        use LdCacheError as E;
+        let n = 400_000usize;
+        let str_start = NEW_HEADER + NEW_ENTRY * n;
+        let mut b = vec![0u8; str_start];
+        b[..20].copy_from_slice(NEW_MAGIC);
+        put32(&mut b, 20, n as u32);
+        b.extend_from_slice(&[b'a'; MAX_STRING]);
+        b.push(0);
+        put32(&mut b, 24, (MAX_STRING + 1) as u32);
+        for i in 0..n {
+            // distinct offsets into the same run defeat a per-offset memo
+            put32(&mut b, field(i, 0), 0x0303);
+            put32(&mut b, field(i, 4), (str_start + i % 64) as u32);
+            put32(&mut b, field(i, 8), str_start as u32);
+        }
+        let t = std::time::Instant::now();
+        let r = LdCache::parse(&b);
+        assert!(
+            matches!(
+                r,
+                Err(E::TooMany {
+                    what: "bytes of decoded strings",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            t.elapsed()
+        );
+
+        // a string longer than PATH_MAX
+        let mut c = LdCache::default();
+        c.insert(b"libx.so", &vec![b'/'; MAX_STRING + 1], 3);
+        assert!(matches!(
+            LdCache::parse(&c.to_bytes()),
+            Err(E::StringTooLong { .. })
+        ));
+        let mut c = LdCache::default();
+        c.insert(b"libx.so", &vec![b'/'; MAX_STRING], 3);
+        assert!(LdCache::parse(&c.to_bytes()).is_ok());
+    }
+
+    #[test]
+    fn elf_flags() {
+        fn hdr(class: u8, data: u8, machine: u16, flags: u32) -> Vec<u8> {
+            let mut h = vec![0u8; 64];
+            h[..4].copy_from_slice(b"\x7fELF");
+            h[4] = class;
+            h[5] = data;
+            let be = data == 2;
+            let m = if be {
+                machine.to_be_bytes()
+            } else {
+                machine.to_le_bytes()
+            };
+            h[18..20].copy_from_slice(&m);
+            let f = if be {
+                flags.to_be_bytes()
+            } else {
+                flags.to_le_bytes()
+            };
+            let at = if class == 2 { 48 } else { 36 };
+            h[at..at + 4].copy_from_slice(&f);
+            h
+        }
+        for (h, want) in [
+            (hdr(2, 1, 62, 0), Some(0x0303)),
+            (hdr(1, 1, 62, 0), Some(0x0803)),
+            (hdr(2, 1, 183, 0), Some(0x0a03)),
+            (hdr(1, 1, 3, 0), Some(0x0003)),
+            (hdr(2, 1, 3, 0), None),
+            (hdr(1, 1, 40, 0x0500_0400), Some(0x0903)),
+            (hdr(1, 1, 40, 0x0500_0200), Some(0x0b03)),
+            (hdr(1, 1, 40, 0x0400_0400), Some(0x0003)),
+            (hdr(2, 2, 21, 0), Some(0x0503)),
+            (hdr(2, 1, 21, 2), Some(0x0503)),
+            (hdr(2, 2, 22, 0), Some(0x0403)),
+            (hdr(2, 2, 43, 0), Some(0x0103)),
+            (hdr(2, 1, 50, 0), Some(0x0203)),
+            (hdr(2, 1, 243, 0x5), Some(0x1003)),
+            (hdr(2, 1, 243, 0x1), Some(0x0f03)),
+            (hdr(2, 1, 243, 0x2), None),
+            (hdr(2, 1, 243, 0x10), None),
+            (hdr(1, 2, 8, 0x20), Some(0x0603)),
+            (hdr(1, 2, 8, 0x420), Some(0x0d03)),
+            (hdr(1, 2, 8, 0x400), Some(0x0c03)),
+            (hdr(1, 2, 8, 0), Some(0x0003)),
+            (hdr(2, 2, 8, 0), Some(0x0703)),
+            (hdr(2, 2, 8, 0x400), Some(0x0e03)),
+            (hdr(2, 1, 0x1234, 0), None),
+            (hdr(3, 1, 62, 0), None),
+            (hdr(2, 3, 62, 0), None),
+            (hdr(2, 1, 62, 0)[..30].to_vec(), None),
+            (b"\x7fELF".to_vec(), None),
+            (b"#!/bin/sh\n".to_vec(), None),
+            (Vec::new(), None),
+        ] {
+            assert_eq!(elf_cache_flags(&h), want, "{:?}", &h[..h.len().min(20)]);
+        }
+        // a real library of this machine
+        let libc = std::fs::read("/proc/self/exe").unwrap();
+        let want = if cfg!(target_arch = "x86_64") {
+            Some(0x0303)
+        } else if cfg!(target_arch = "aarch64") {
+            Some(0x0a03)
+        } else {
+            elf_cache_flags(&libc)
+        };
+        assert_eq!(elf_cache_flags(&libc[..64]), want);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::collection::{btree_set, vec};
+        use proptest::prelude::*;
+
+        fn name() -> impl Strategy<Value = Vec<u8>> {
+            "lib[a-c]{1,3}(\\.so(\\.[0-9]{1,3}){0,3})?".prop_map(String::into_bytes)
+        }
+
+        fn cache() -> impl Strategy<Value = LdCache> {
+            (
+                btree_set("[a-z0-9-]{1,10}".prop_map(String::into_bytes), 0..4),
+                vec(
+                    (
+                        prop_oneof![Just(0x0303), Just(0x0003), Just(1), any::<i32>()],
+                        name(),
+                        "/[a-z0-9./]{0,30}".prop_map(String::into_bytes),
+                        any::<u32>(),
+                        (0u8..3, any::<u64>(), 0u64..1024, 0u64..8),
+                    ),
+                    0..40,
+                ),
+                proptest::option::of(vec(any::<u8>(), 0..60)),
+            )
+                .prop_map(|(hw, entries, generator)| {
+                    let hwcaps: Vec<Vec<u8>> = hw.into_iter().collect();
+                    let entries = entries
+                        .into_iter()
+                        .map(|(flags, key, value, osversion, (kind, h, isa, i))| {
+                            let hwcap = match kind {
+                                1 if is_extension(h) => h & !DL_CACHE_HWCAP_EXTENSION,
+                                1 => h,
+                                2 if !hwcaps.is_empty() => {
+                                    DL_CACHE_HWCAP_EXTENSION | isa << 32 | (i % hwcaps.len() as u64)
+                                }
+                                _ => 0,
+                            };
+                            let mut value = value;
+                            value.extend_from_slice(&key);
+                            Entry {
+                                flags,
+                                key,
+                                value,
+                                osversion,
+                                hwcap,
+                            }
+                        })
+                        .collect();
+                    let mut c = LdCache {
+                        entries,
+                        hwcaps,
+                        generator,
+                    };
+                    c.sort_entries();
+                    c
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn round_trip(c in cache()) {
+                let bytes = c.to_bytes();
+                prop_assert_eq!(LdCache::parse(&bytes).unwrap(), c.clone());
+                // sorting a sorted cache changes nothing; order of input
+                // entries does not change the bytes up to ties
+                let mut rev = c.clone();
+                rev.entries.reverse();
+                let back = LdCache::parse(&rev.to_bytes()).unwrap();
+                for w in back.entries.windows(2) {
+                    prop_assert!(back.compare(&w[0], &w[1]) != Ordering::Greater);
+                }
+            }
+
+            #[test]
+            fn to_bytes_never_panics(
+                entries in vec((any::<i32>(), vec(any::<u8>(), 0..12), vec(any::<u8>(), 0..12), any::<u32>(), any::<u64>()), 0..20),
+                hwcaps in vec(vec(any::<u8>(), 0..6), 0..4),
+                generator in proptest::option::of(vec(any::<u8>(), 0..20)),
+            ) {
+                let entries = entries.into_iter().map(|(flags, key, value, osversion, hwcap)| Entry { flags, key, value, osversion, hwcap }).collect();
+                let c = LdCache { entries, hwcaps, generator };
+                let b = c.to_bytes();
+                let _ = LdCache::parse(&b);
+            }
+
+            #[test]
+            fn parse_never_panics_on_mutations(
+                edits in vec((any::<proptest::sample::Index>(), any::<u8>()), 1..8),
+                cut in any::<proptest::sample::Index>(),
+            ) {
+                let mut b = sample().to_bytes();
+                for (i, v) in edits {
+                    let i = i.index(b.len());
+                    b[i] = v;
+                }
+                let n = cut.index(b.len() + 1);
+                if let Ok(c) = LdCache::parse(&b[..n]) {
+                    // what parses, writes and reads back to the same thing
+                    let mut s = c.clone();
+                    s.sort_entries();
+                    prop_assert_eq!(LdCache::parse(&c.to_bytes()).unwrap(), s);
+                }
+            }
+
+            #[test]
+            fn parse_never_panics(b in vec(any::<u8>(), 0..200)) {
+                let _ = LdCache::parse(&b);
+                let mut m = NEW_MAGIC.to_vec();
+                m.extend_from_slice(&b);
+                let _ = LdCache::parse(&m);
+                let mut o = OLD_MAGIC.to_vec();
+                o.extend_from_slice(&b);
+                let _ = LdCache::parse(&o);
+            }
+        }
+    }
+}
