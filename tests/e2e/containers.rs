@@ -160,6 +160,43 @@ fn context_overhead_from_the_config_is_charged_in_the_container() {
     );
 }
 
+/// Issue 8, class 5: a usage file the container's own processes broke
+/// (foreign magic, wrong size) made each new process fall back to a private
+/// budget, so two processes each held most of one slice. In a container the
+/// interceptor fails closed instead.
+#[test]
+fn interceptor_fails_closed_on_a_broken_usage_file() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("broken-usage", "");
+    // negative control first: with an intact usage file 3 GiB fits
+    let script = "cuda_probe alloc 3 > /out/before 2>&1; \
+        printf 'NOTOURS!' > /run/gpu-quota/usage; busybox dd if=/dev/zero bs=1024 count=300 >> /run/gpu-quota/usage 2>/dev/null; \
+        cuda_probe alloc 3 > /out/a1 2>/out/a1err; cuda_probe alloc 3 > /out/a2 2>&1; touch /out/done";
+    b.set(
+        &[("vram", "4g")],
+        script,
+        &["FAKE_CUDA_MEM_BYTES=17179869184"],
+    );
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "broken-usage"]),
+        "run",
+    );
+    b.wait_out("done", 10).expect("probe ran");
+    let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
+    assert!(read("before").contains("alloc 3 GiB rc=0"), "control: {}", read("before"));
+    assert!(
+        read("a1").contains("alloc 3 GiB rc=2") && read("a2").contains("alloc 3 GiB rc=2"),
+        "a broken usage file must refuse, not fall back to a private budget: {} / {}",
+        read("a1"),
+        read("a2")
+    );
+    let err = read("a1err");
+    assert!(
+        err.contains("gpu-quota") && err.contains("/run/gpu-quota/usage"),
+        "one line naming the usage file: {err}"
+    );
+}
+
 #[test]
 fn malicious_images_cannot_touch_the_host() {
     require_e2e!();
