@@ -7,14 +7,14 @@
 # parses and rewrites a real-sized cache).
 # Usage: benches/container_start.sh [N]   (root)
 # Env: GQ_BENCH_REAL=1 uses the host's NVML/ldcache/nodes (a GPU machine),
-# GQ_BIN (dir of gpu-quota binaries, default target/release), RUNC.
+# GQ_BIN (dir of gpu-quota binaries, default target/release), RUNC, GQ_BENCH_KEEP=1 keeps the work dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-25}
 BIN=${GQ_BIN:-$(pwd)/target/release}
 RUNC=${RUNC:-$(command -v runc)}
 D=$(mktemp -d /tmp/gq-bench.XXXXXX)
-trap 'for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do "$RUNC" --root "$D/root" delete -f "$id"; done; rm -rf "$D"' EXIT
+[ -n "${GQ_BENCH_KEEP:-}" ] || trap 'for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do "$RUNC" --root "$D/root" delete -f "$id"; done; rm -rf "$D"' EXIT
 export GPU_QUOTA_CONFIG="$D/config.toml"
 cat > "$GPU_QUOTA_CONFIG" <<EOT
 ledger_dir = "$D/ledger"
