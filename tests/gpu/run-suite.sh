@@ -136,7 +136,7 @@ if [ $OVERLAY_OK = 1 ] && want probe; then
     ctr h1 start p1 < /dev/null
     if wait_for $W/b/p1/out/dlready 150; then
       sleep 1
-      (cd $T && $PY $WORK usage --usage-file "$(ls -d $W/h1/state/containers/p1-* | head -1)/usage" --hold $W/b/p1/out/dlrelease --hold-secs 5 > $T/p1usage)
+      (cd $T && $PY $WORK usage --usage-file "$(ls -d $W/h1/state/containers/p1-* | head -1)/rw/usage" --hold $W/b/p1/out/dlrelease --hold-secs 5 > $T/p1usage)
       apps_mib 0 > $T/p1apps; cat $T/p1apps
       touch $W/b/p1/out/dlrelease
     fi
