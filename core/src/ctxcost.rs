@@ -410,8 +410,18 @@ pub fn run_helper(
             v
         })
     };
-    let out_t = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err_t = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let out_t = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err_t = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -439,7 +449,11 @@ pub fn run_helper(
         return Err(CtxCostError::Failed {
             what: what.into(),
             status: status.to_string(),
-            stderr: String::from_utf8_lossy(&stderr).trim().chars().take(400).collect(),
+            stderr: String::from_utf8_lossy(&stderr)
+                .trim()
+                .chars()
+                .take(400)
+                .collect(),
         });
     }
     Ok(HelperOutput { stdout, stderr })
@@ -476,7 +490,11 @@ impl Measurer for ChildMeasurer {
             &what,
         )?;
         let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or("");
         serde_json::from_str(line).map_err(|e| CtxCostError::Output {
             what,
             message: format!("{e}: {:?}", text.chars().take(300).collect::<String>()),
@@ -534,7 +552,10 @@ mod tests {
     fn charge_adds_the_margin_rounded_to_2_mib() {
         assert_eq!(charge_for(518 * MIB), 614 * MIB);
         assert_eq!(charge_for(518 * MIB + 1), 616 * MIB);
-        assert!(charge_for(520 * MIB) >= 612 * MIB, "covers the H200 bare torch figure");
+        assert!(
+            charge_for(520 * MIB) >= 612 * MIB,
+            "covers the H200 bare torch figure"
+        );
     }
 
     #[test]
@@ -570,7 +591,10 @@ mod tests {
         assert_eq!(cache.entries().len(), 2);
         // an override wins and measures nothing
         let r3 = resolve(Setting::Bytes(MIB), &cache, Some("9"), &[H200], Some(&m));
-        assert_eq!((r3.source, r3.bytes, m.calls.get()), (Source::Config, MIB, 2));
+        assert_eq!(
+            (r3.source, r3.bytes, m.calls.get()),
+            (Source::Config, MIB, 2)
+        );
     }
 
     #[test]
@@ -583,13 +607,14 @@ mod tests {
         assert_eq!(r.bytes, BUILTIN_DEFAULT_BYTES);
         resolve(Setting::Auto, &cache, Some("580.1"), &[H200], Some(&m));
         assert_eq!(m.calls.get(), 1);
-        assert!(cache.get(&Key {
-            driver_version: "580.1".into(),
-            gpu_name: "NVIDIA H200".into()
-        })
-        .unwrap()
-        .error
-        .is_some());
+        assert!(cache
+            .get(&Key {
+                driver_version: "580.1".into(),
+                gpu_name: "NVIDIA H200".into()
+            })
+            .unwrap()
+            .error
+            .is_some());
     }
 
     #[test]
@@ -613,9 +638,18 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let cache = Cache::new(d.path());
         let r = resolve(Setting::Auto, &cache, None, &[H200], None);
-        assert_eq!((r.bytes, r.source), (BUILTIN_DEFAULT_BYTES, Source::Builtin));
+        assert_eq!(
+            (r.bytes, r.source),
+            (BUILTIN_DEFAULT_BYTES, Source::Builtin)
+        );
         assert_ne!(BUILTIN_DEFAULT_BYTES, 0);
-        resolve(Setting::Auto, &cache, Some("580.1"), &[H200], Some(&fake(Ok(300 * MIB))));
+        resolve(
+            Setting::Auto,
+            &cache,
+            Some("580.1"),
+            &[H200],
+            Some(&fake(Ok(300 * MIB))),
+        );
         let r = resolve(Setting::Auto, &cache, None, &[H200], None);
         assert_eq!((r.bytes, r.source), (charge_for(300 * MIB), Source::Cache));
     }
@@ -628,7 +662,11 @@ mod tests {
         struct ByUuid;
         impl Measurer for ByUuid {
             fn measure(&self, uuid: &str) -> Result<Measurement, CtxCostError> {
-                let ctx = if uuid == "GPU-big" { 700 * MIB } else { 400 * MIB };
+                let ctx = if uuid == "GPU-big" {
+                    700 * MIB
+                } else {
+                    400 * MIB
+                };
                 Ok(Measurement {
                     uuid: uuid.into(),
                     gpu_name: String::new(),
@@ -659,10 +697,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let marker = d.path().join("grandchild-alive");
         // the helper starts a grandchild that would write the marker after 1.5 s
-        let script = format!(
-            "(sleep 1.5; touch {}) & sleep 30",
-            marker.display()
-        );
+        let script = format!("(sleep 1.5; touch {}) & sleep 30", marker.display());
         let t = Instant::now();
         let e = run_helper(
             Path::new("/bin/sh"),
@@ -690,8 +725,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(String::from_utf8_lossy(&o.stdout), "ONLY=this\n");
-        let e = run_helper(Path::new("/bin/false"), &[], &[], Duration::from_secs(5), "false")
-            .unwrap_err();
+        let e = run_helper(
+            Path::new("/bin/false"),
+            &[],
+            &[],
+            Duration::from_secs(5),
+            "false",
+        )
+        .unwrap_err();
         assert!(matches!(e, CtxCostError::Failed { .. }));
     }
 }

@@ -185,14 +185,18 @@ pub fn container_cgroup(
     let canon = std::fs::canonicalize(&dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
     let root = std::fs::canonicalize(cgroup_root).map_err(|e| bad(e.to_string()))?;
     if canon != dir || !canon.starts_with(&root) || !canon.is_dir() {
-        return Err(bad(format!("{} is not a plain cgroup directory", dir.display())));
+        return Err(bad(format!(
+            "{} is not a plain cgroup directory",
+            dir.display()
+        )));
     }
     Ok(canon)
 }
 
 /// The effect: set one GPU's limits on one cgroup.
 pub trait LimitDriver {
-    fn set(&mut self, uuid: &str, cgroup: &Path, soft: u64, hard: u64) -> Result<(), DrvLimitError>;
+    fn set(&mut self, uuid: &str, cgroup: &Path, soft: u64, hard: u64)
+        -> Result<(), DrvLimitError>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,10 +288,11 @@ struct Lib(*mut c_void);
 
 impl Lib {
     fn open(path: &Path) -> Result<Lib, DrvLimitError> {
-        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| DrvLimitError::Load {
-            path: path.into(),
-            message: "NUL in path".into(),
-        })?;
+        let c =
+            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| DrvLimitError::Load {
+                path: path.into(),
+                message: "NUL in path".into(),
+            })?;
         // SAFETY: dlopen with a valid C string.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if h.is_null() {
@@ -297,7 +302,9 @@ impl Lib {
                 "dlopen failed".into()
             } else {
                 // SAFETY: non-null C string from dlerror.
-                unsafe { std::ffi::CStr::from_ptr(m) }.to_string_lossy().into_owned()
+                unsafe { std::ffi::CStr::from_ptr(m) }
+                    .to_string_lossy()
+                    .into_owned()
             };
             return Err(DrvLimitError::Load {
                 path: path.into(),
@@ -380,7 +387,13 @@ impl Drop for NvmlLimits {
 }
 
 impl LimitDriver for NvmlLimits {
-    fn set(&mut self, uuid: &str, cgroup: &Path, soft: u64, hard: u64) -> Result<(), DrvLimitError> {
+    fn set(
+        &mut self,
+        uuid: &str,
+        cgroup: &Path,
+        soft: u64,
+        hard: u64,
+    ) -> Result<(), DrvLimitError> {
         let u = CString::new(uuid).map_err(|_| DrvLimitError::Nvml {
             call: "nvmlDeviceGetHandleByUUID",
             code: 2,
@@ -446,8 +459,13 @@ pub fn apply_via_helper(
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_helper(hook, &a, &[], HELPER_TIMEOUT, "driver-limits set")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
-    let v: HelperReply = serde_json::from_str(line).map_err(|e| DrvLimitError::Output(format!("{e}: {text:?}")))?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    let v: HelperReply =
+        serde_json::from_str(line).map_err(|e| DrvLimitError::Output(format!("{e}: {text:?}")))?;
     match v {
         HelperReply::Set(r) => Ok(Some(r)),
         HelperReply::Unsupported(_) => Ok(None),
@@ -476,18 +494,30 @@ pub fn clear_recorded(
     let Ok(bytes) = std::fs::read(&p) else {
         return Ok(None);
     };
-    let rec: Record = serde_json::from_slice(&bytes).map_err(|e| DrvLimitError::Output(e.to_string()))?;
+    let rec: Record =
+        serde_json::from_slice(&bytes).map_err(|e| DrvLimitError::Output(e.to_string()))?;
     let rec_s = serde_json::to_string(&rec).expect("serializable");
     let nv = libnvml.to_string_lossy();
     let out = run_helper(
         hook,
-        &[HELPER_SUBCOMMAND, "clear", "--nvml", &nv, "--record", &rec_s],
+        &[
+            HELPER_SUBCOMMAND,
+            "clear",
+            "--nvml",
+            &nv,
+            "--record",
+            &rec_s,
+        ],
         &[],
         HELPER_TIMEOUT,
         "driver-limits clear",
     )?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
     match serde_json::from_str::<HelperReply>(line) {
         Ok(HelperReply::Cleared(c)) => {
             let _ = std::fs::remove_file(&p);
@@ -495,6 +525,50 @@ pub fn clear_recorded(
         }
         _ => Err(DrvLimitError::Output(text.into_owned())),
     }
+}
+
+/// For the runtime's `delete`, before it calls runc (runc removes the
+/// cgroup before poststop hooks run): clear the driver limits of container
+/// `id` under runc root `root`, if the hook set any. Ok(None): nothing set,
+/// or the container's init is still alive and `force` is not set (a
+/// `delete` without `--force` of a running container fails in runc and
+/// must not drop the limit).
+pub fn clear_for_container(
+    cfg: &crate::Config,
+    id: &str,
+    root: Option<&str>,
+    force: bool,
+) -> Result<Option<Cleared>, DrvLimitError> {
+    let Ok(data) = crate::Ledger::new(cfg).read() else {
+        return Ok(None);
+    };
+    let Some(r) = data
+        .reservations
+        .iter()
+        .find(|r| r.container_id == id && r.runtime_root.as_deref() == root)
+    else {
+        return Ok(None);
+    };
+    let dir = crate::state::container_dir(cfg, r);
+    if !dir.join(RECORD_FILE).is_file() {
+        return Ok(None);
+    }
+    if let (Some(pid), Some(start), false) = (r.pid, r.pid_start, force) {
+        if crate::fsutil::process_alive(pid, start) {
+            return Ok(None);
+        }
+    }
+    let hook = crate::paths::hook(cfg)
+        .ok_or_else(|| DrvLimitError::Output("gpu-quota-hook not found".into()))?;
+    let files = crate::driver::discover(&cfg.driver).map_err(|e| DrvLimitError::Load {
+        path: cfg.driver.ldcache.clone(),
+        message: e.to_string(),
+    })?;
+    let nvml = libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
+        path: "libnvidia-ml.so.1".into(),
+        message: "not found among the driver files".into(),
+    })?;
+    clear_recorded(&hook, &nvml, &dir)
 }
 
 #[cfg(test)]
@@ -507,10 +581,19 @@ mod tests {
         fail_uuid: Option<String>,
     }
     impl LimitDriver for Log {
-        fn set(&mut self, uuid: &str, cg: &Path, soft: u64, hard: u64) -> Result<(), DrvLimitError> {
+        fn set(
+            &mut self,
+            uuid: &str,
+            cg: &Path,
+            soft: u64,
+            hard: u64,
+        ) -> Result<(), DrvLimitError> {
             self.calls.push((uuid.into(), cg.into(), soft, hard));
             if self.fail_uuid.as_deref() == Some(uuid) {
-                return Err(DrvLimitError::Nvml { call: SYMBOL, code: 4 });
+                return Err(DrvLimitError::Nvml {
+                    call: SYMBOL,
+                    code: 4,
+                });
             }
             Ok(())
         }
@@ -537,8 +620,17 @@ mod tests {
     fn cgroup_of_the_container() {
         let (_d, root, proc_) = fake_cgroup_fs();
         let cg = container_cgroup(&proc_, &root, 42).unwrap();
-        assert_eq!(cg, std::fs::canonicalize(root.join("system.slice/ctr-1.scope")).unwrap());
-        for bad in ["0::/../../etc\n", "0::/\n", "0::relative\n", "1:cpu:/x\n", "0::/missing\n"] {
+        assert_eq!(
+            cg,
+            std::fs::canonicalize(root.join("system.slice/ctr-1.scope")).unwrap()
+        );
+        for bad in [
+            "0::/../../etc\n",
+            "0::/\n",
+            "0::relative\n",
+            "1:cpu:/x\n",
+            "0::/missing\n",
+        ] {
             std::fs::write(proc_.join("42/cgroup"), bad).unwrap();
             assert!(container_cgroup(&proc_, &root, 42).is_err(), "{bad:?}");
         }
@@ -594,7 +686,10 @@ mod tests {
             ..Log::default()
         };
         assert!(apply(&mut log, &cg, &[gl("GPU-a", 1 << 30), gl("GPU-b", 1 << 30)]).is_err());
-        assert_eq!(log.calls.last().unwrap(), &("GPU-a".to_string(), cg.clone(), 0, HARD_MAX));
+        assert_eq!(
+            log.calls.last().unwrap(),
+            &("GPU-a".to_string(), cg.clone(), 0, HARD_MAX)
+        );
     }
 
     #[test]
@@ -608,7 +703,10 @@ mod tests {
     fn detect_without_a_library() {
         let d = detect_at(None, Path::new("/nonexistent"));
         assert!(!d.usable() && !d.symbol && !d.cgroup_v2);
-        let d = detect_at(Some(Path::new("/nonexistent/libnvidia-ml.so.1")), Path::new("/x"));
+        let d = detect_at(
+            Some(Path::new("/nonexistent/libnvidia-ml.so.1")),
+            Path::new("/x"),
+        );
         assert!(!d.symbol && d.note.contains("cannot load"), "{}", d.note);
     }
 }

@@ -11,6 +11,8 @@
 //! The hook reads only the OCI state on stdin, the bundle's config.json and
 //! its own config; runc gives it a clean environment, and nothing of the
 //! container's environment is ever used.
+mod measure;
+
 use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{
     config::Config,
@@ -61,6 +63,10 @@ fn run(stage: &str) -> Result<()> {
     match stage {
         "create-runtime" | "prestart" => create_runtime(),
         "poststop" => poststop(),
+        "measure-context" => measure::measure_main(&std::env::args().skip(2).collect::<Vec<_>>()),
+        "driver-limits" => {
+            measure::driver_limits_main(&std::env::args().skip(2).collect::<Vec<_>>())
+        }
         other => bail!("unknown stage {other:?}; expected create-runtime, prestart or poststop"),
     }
 }
@@ -89,8 +95,10 @@ fn create_runtime() -> Result<()> {
         anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
     })?;
     let dir = state::container_dir(&cfg, &r);
-    state::prepare(&dir, &r, &files, cfg.context_overhead_bytes().unwrap_or(0))
+    let ctx_charge = measure::context_charge(&cfg, &files, &r)?;
+    state::prepare(&dir, &r, &files, ctx_charge)
         .with_context(|| format!("preparing {}", dir.display()))?;
+    measure::driver_limits(&files, &dir, &r, pid);
     let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;

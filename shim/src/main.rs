@@ -192,6 +192,18 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         return passthrough(argv);
     };
     let runc = runc_path(&cfg.runc)?;
+    if let Some(id) = &a.id {
+        // runc removes the cgroup before it runs poststop hooks: clear the
+        // driver limit (r615+) now, while the cgroup still exists
+        let force = argv
+            .iter()
+            .any(|x| x == "--force" || x == "-f" || x == "--force=true");
+        if let Err(e) =
+            gpuquota_core::drvlimit::clear_for_container(&cfg, id, Some(&effective_root(a)), force)
+        {
+            eprintln!("gpu-quota-runtime: warning: driver memory limit not cleared: {e}");
+        }
+    }
     let code = spawn_forwarding(&runc, argv)?;
     if let Some(id) = &a.id {
         let root = effective_root(a);

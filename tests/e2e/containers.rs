@@ -160,6 +160,88 @@ fn context_overhead_from_the_config_is_charged_in_the_container() {
     );
 }
 
+/// Issue 9: with the default `context_overhead = "auto"` the hook measures
+/// the context once (fake driver: 300 MiB seen only through NVML's
+/// per-process query), caches it, and charges it + the 96 MiB margin.
+#[test]
+fn context_cost_is_measured_and_charged_by_default() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("ctxauto", "");
+    // the inventory GPU is the fake driver's GPU 0
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    std::fs::write(
+        h.config(),
+        cfg.replace(&uuid(0), "GPU-face3344-5566-7788-99aa-bbccddeeff00"),
+    )
+    .unwrap();
+    let script =
+        "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; touch /out/done";
+    let charge = (300 + 96) << 20;
+    for round in 0..2 {
+        let _ = std::fs::remove_file(b.out.join("done"));
+        b.set(
+            &[("vram", "4g")],
+            script,
+            &["FAKE_CUDA_MEM_BYTES=17179869184"],
+        );
+        assert_ok(
+            &h.runtime(&[
+                "run",
+                "--bundle",
+                &b.bundle_arg(),
+                &format!("ctxauto{round}"),
+            ]),
+            "run",
+        );
+        b.wait_out("done", 10).expect("probe ran");
+        let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
+        assert!(
+            read("limits").contains(&format!("context_overhead_bytes={charge}\n")),
+            "round {round}: {}",
+            read("limits")
+        );
+        assert!(
+            read("info").contains(&format!("total={} free={}", 4 * GIB, 4 * GIB - charge)),
+            "the measured context is in use from the start: {}",
+            read("info")
+        );
+    }
+    let cache = h.path().join("ledger/context-cost.json");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    assert!(text.contains("\"context_bytes\": 314572800"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+}
+
+/// Without a usable measurement (here: the inventory names a GPU the
+/// driver does not have) "auto" is the documented built-in default, not 0.
+#[test]
+fn context_cost_falls_back_to_the_builtin_default() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("ctxdef", "");
+    b.set(
+        &[("vram", "4g")],
+        "cat /run/gpu-quota/limits > /out/limits; touch /out/done",
+        &[],
+    );
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "ctxdef"]),
+        "run",
+    );
+    b.wait_out("done", 10).expect("ran");
+    let limits = std::fs::read_to_string(b.out.join("limits")).unwrap();
+    assert!(
+        limits.contains(&format!(
+            "context_overhead_bytes={}\n",
+            gpuquota_core::ctxcost::BUILTIN_DEFAULT_BYTES
+        )),
+        "{limits}"
+    );
+}
+
 #[test]
 fn malicious_images_cannot_touch_the_host() {
     require_e2e!();
