@@ -31,6 +31,8 @@ left() { echo $((BUDGET - SECONDS)); }
 # SECTIONS="probe seed gpu2 standalone mp i9 bench" (default all); PROBE_LIGHT=1: probe runs only the nvidia-smi parts.
 # I9_PROCS="1 4" I9_SCEN="fill vmm ..." narrow the issue-9 section; AB_ROUNDS scales the A/B benchmarks (default 3).
 # GQ_BIN_DIRS='"/usr/local/nvidia/bin", "/usr/bin"' puts [driver] bin_dirs in every config (workaround, see docs/gpu-evidence.md).
+# GQ_EXTRA_CFG (printf %b) is appended to every config; I9_DRY=1 runs the issue-9 containers without CUDA
+# (orchestration only: a CPU dry run with the fake driver, see docs/gpu-evidence.md).
 want() { case " ${SECTIONS:-probe seed gpu2 standalone mp i9 bench} " in *" $1 "*) return 0;; esac; return 1; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 apps_mib() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -i "${1:-0}" 2>/dev/null; }
@@ -68,7 +70,8 @@ mkcfg() { # NAME toml-lines...
   local n=$1; shift; mkdir -p $W/$n/ledger $W/$n/state $W/$n/root
   { echo "ledger_dir = \"$W/$n/ledger\""; echo "state_dir = \"$W/$n/state\""; echo "runc = \"$W/runc\""
     echo "hook = \"$B/gpu-quota-hook\""; echo "interceptor = \"$SO\""; printf '%s\n' "$@"
-    [ -n "${GQ_BIN_DIRS:-}" ] && printf '[driver]\nbin_dirs = [%s]\n' "$GQ_BIN_DIRS"; } > $W/$n/config.toml; }
+    [ -n "${GQ_BIN_DIRS:-}" ] && printf '[driver]\nbin_dirs = [%s]\n' "$GQ_BIN_DIRS"
+    [ -n "${GQ_EXTRA_CFG:-}" ] && printf '%b\n' "$GQ_EXTRA_CFG"; } > $W/$n/config.toml; }
 ctr() { local n=$1; shift; GPU_QUOTA_CONFIG=$W/$n/config.toml timeout 90 $B/gpu-quota-runtime --root $W/$n/root "$@"; }
 plainrunc() { timeout 90 $W/runc --root $W/plain/root "$@"; }
 mkdir -p $W/plain/root $W/b
@@ -303,7 +306,7 @@ for N in ${I9_PROCS:-1 4}; do
   for sc in ${I9_SCEN:-fill vmm pool_torch pool_raw reset destroy exec zombie fork}; do
     if [ "$(left)" -lt 150 ]; then res SKIP "9#$sc" "$sc, $N proc(s), vram=${S}g" "no time left ($(left)s)"; continue; fi
     id=i9$sc$N; O=$W/b/$id/out
-    bundle $id overlay vram=${S}g -- sh -c "timeout 100 $PY /gq/issue9.py drive $sc --procs $N --gib $S > /out/drive.log 2>&1"
+    bundle $id overlay vram=${S}g -- sh -c "timeout 100 $PY /gq/issue9.py drive $sc --procs $N --gib $S ${I9_DRY:+--dry} > /out/drive.log 2>&1"
     if ! ctr h9 create --bundle $W/b/$id $id > $W/b/$id/create.out 2> $W/b/$id/create.err < /dev/null; then
       res FAIL "9#$sc" "$sc, $N proc(s), vram=${S}g" "create: $(tr '\n' ' ' < $W/b/$id/create.err | cut -c1-300)"; continue; fi
     ctr h9 start $id < /dev/null
@@ -326,7 +329,7 @@ echo "context-cost cache: $(cat $W/h9/ledger/context-cost.json 2>/dev/null | tr 
 # logs nothing, when the cgroup directory no longer exists)
 if [ -f $C/fake/libnvidia-ml.so.1 ]; then
   FK=$W/fakedrv; mkdir -p $FK/lib; cp $C/fake/libcuda.so.1 $C/fake/libnvidia-ml.so.1 $FK/lib/; : > $FK/lib/fake-nvml-limits.log
-  mkcfg h9f 'context_overhead = "256m"' "[driver]" "lib_dirs = [\"$FK/lib\"]" "[[inventory.gpu]]" "index = 0" 'uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff00"' 'memory = "16g"'
+  GQ_EXTRA_CFG= mkcfg h9f 'context_overhead = "256m"' "[driver]" "lib_dirs = [\"$FK/lib\"]" "[[inventory.gpu]]" "index = 0" 'uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff00"' 'memory = "16g"'
   bundle dl1 busybox vram=4g -- true
   ctr h9f create --bundle $W/b/dl1 dl1 > $W/b/dl1/create.out 2> $W/b/dl1/create.err < /dev/null && ctr h9f start dl1 < /dev/null
   sleep 1; ctr h9f delete dl1 < /dev/null; sleep 0.2
