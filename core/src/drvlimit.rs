@@ -36,6 +36,13 @@ pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// In the container's state directory: what was set, for the clear.
 pub const RECORD_FILE: &str = "driver-limits.json";
 pub const HELPER_SUBCOMMAND: &str = "driver-limits";
+/// In the ledger directory: written once the hook has set a driver limit on
+/// this host; tells the runtime that a foreground `run` needs `--keep`.
+pub const ACTIVE_MARKER: &str = "driver-limits-active";
+
+pub fn active_marker(cfg: &crate::Config) -> PathBuf {
+    cfg.ledger_dir.join(ACTIVE_MARKER)
+}
 pub const HELPER_TIMEOUT: Duration = Duration::from_secs(10);
 /// hardLimit of a cleared limit ("max": device capacity).
 pub const HARD_MAX: u64 = u64::MAX;

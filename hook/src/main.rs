@@ -98,7 +98,7 @@ fn create_runtime() -> Result<()> {
     let ctx_charge = measure::context_charge(&cfg, &files, &r)?;
     state::prepare(&dir, &r, &files, ctx_charge)
         .with_context(|| format!("preparing {}", dir.display()))?;
-    measure::driver_limits(&files, &dir, &r, pid);
+    measure::driver_limits(&cfg, &files, &dir, &r, pid);
     let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;

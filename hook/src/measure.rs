@@ -86,7 +86,7 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
 /// Set the driver limit on the container's cgroup when the driver has
 /// one (r615+) and record it in `dir` for the clear. Never fatal: the
 /// interceptor enforces either way.
-pub fn driver_limits(files: &DriverFiles, dir: &Path, r: &Reservation, pid: u32) {
+pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservation, pid: u32) {
     let Some(nvml) = drvlimit::libnvml_of(files) else {
         return;
     };
@@ -120,6 +120,10 @@ pub fn driver_limits(files: &DriverFiles, dir: &Path, r: &Reservation, pid: u32)
                 gpuquota_core::fsutil::write_atomic(&dir.join(drvlimit::RECORD_FILE), &bytes, 0o644)
             {
                 eprintln!("gpu-quota-hook: driver limits set but not recorded: {e}");
+            }
+            let m = drvlimit::active_marker(cfg);
+            if !m.exists() {
+                let _ = gpuquota_core::fsutil::write_atomic(&m, b"", 0o644);
             }
         }
         Ok(None) => {}

@@ -242,6 +242,43 @@ fn context_cost_falls_back_to_the_builtin_default() {
     );
 }
 
+/// Once the hook has set a driver limit on this host (r615+), a foreground
+/// `run` goes through `runc run --keep` so the runtime can clear the limit
+/// while the cgroup still exists, then deletes the container itself: the
+/// exit code, the release and the removal must be as without it.
+#[test]
+fn foreground_run_with_driver_limits_active_keeps_then_deletes() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    std::fs::write(
+        h.path()
+            .join("ledger")
+            .join(gpuquota_core::drvlimit::ACTIVE_MARKER),
+        b"",
+    )
+    .unwrap();
+    let b = h.bundle("keep");
+    b.set(&[("vram", "4g")], "touch /out/done; exit 3", &[]);
+    let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "keep1"]);
+    assert_eq!(o.status.code(), Some(3), "exit code kept: {}", stderr(&o));
+    assert!(b.out.join("done").exists());
+    assert!(h.reservations().is_empty(), "{:?}", h.reservations());
+    let l = h.runc(&["list", "-q"]);
+    assert!(
+        !String::from_utf8_lossy(&l.stdout).contains("keep1"),
+        "the kept container was deleted: {}",
+        String::from_utf8_lossy(&l.stdout)
+    );
+    assert!(
+        !h.path().join("state/containers").exists()
+            || std::fs::read_dir(h.path().join("state/containers"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "state directory removed"
+    );
+}
+
 #[test]
 fn malicious_images_cannot_touch_the_host() {
     require_e2e!();
