@@ -342,7 +342,9 @@ if [ -f $C/fake/libnvidia-ml.so.1 ]; then
   bundle dl2 busybox vram=4g -- true
   ctr h9f run --bundle $W/b/dl2 dl2 > $W/b/dl2/run.out 2>&1 < /dev/null
   LOG=$(cat $FK/lib/fake-nvml-limits.log)
-  res INFO "9#drv" "same, foreground \`run\` (runc destroys the cgroup, then poststop)" "$(echo "$LOG" | sed 's/ pid=[0-9]*//' | tr '\n' ';' | cut -c1-300) — a set without a clear here is the known gap of the foreground path"
+  if echo "$LOG" | grep -q 'soft=0 hard=4294967296' && echo "$LOG" | grep -q 'soft=0 hard=18446744073709551615' && [ "$(nres h9f)" = 0 ]; then
+    res PASS "9#drv" "same, foreground \`run\`: the runtime adds --keep (limits active on this host), clears, then deletes" "$(echo "$LOG" | sed 's/ pid=[0-9]*//' | tr '\n' ';' | cut -c1-300); ledger empty after"
+  else res FAIL "9#drv" "same, foreground \`run\` (set, clear before the cgroup goes, ledger empty)" "log: $(echo "$LOG" | tr '\n' ';' | cut -c1-300); ledger $(nres h9f); $(tail -2 $W/b/dl2/run.out | tr '\n' ' ')"; fi
 fi
 else res SKIP "9#" "issue 9 section" "not in SECTIONS, or no rootfs"; fi
 if want bench; then
