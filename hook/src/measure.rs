@@ -18,7 +18,7 @@ use gpuquota_core::{
     ctxcost::{self, Cache, ChildMeasurer, Measurement, Setting, Source, Target},
     driver::DriverFiles,
     drvlimit::{self, GpuLimit, HelperReply, NvmlLimits, Record},
-    Inventory, Reservation,
+    Reservation,
 };
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
@@ -36,7 +36,7 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
     if let Setting::Bytes(b) = setting {
         return Ok(b);
     }
-    let inv = Inventory::load(cfg).ok();
+    let inv = ctxcost::inventory_without_nvml(cfg);
     let names: Vec<(String, String)> = r
         .slices
         .iter()

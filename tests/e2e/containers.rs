@@ -84,7 +84,8 @@ fn cuda_host(name: &str, extra_config: &str) -> (Host, Bundle, Vec<PathBuf>) {
 #[test]
 fn interceptor_enforces_slice_inside_container() {
     require_e2e!();
-    let (h, b, libs) = cuda_host("cuda", "");
+    // allocations only: no context charge (the default "auto" charges one per process)
+    let (h, b, libs) = cuda_host("cuda", "context_overhead = \"0\"");
     assert!(
         libs.iter()
             .all(|l| !l.to_string_lossy().contains("libgcc_s")),
