@@ -260,8 +260,9 @@ pub fn resolve(
     let mut best: Option<Resolved> = None;
     for t in targets {
         let r = resolve_one(cache, driver_version, t, measurer);
-        if best.as_ref().map_or(true, |b| r.bytes > b.bytes) {
-            best = Some(r);
+        match &best {
+            Some(b) if b.bytes >= r.bytes => {}
+            _ => best = Some(r),
         }
     }
     best.unwrap_or(Resolved {

@@ -71,7 +71,7 @@ class Prop(C.Structure):  # CUmemAllocationProp
 
 
 class CU:
-    def __init__(self):
+    def __init__(self, primary=True):
         l = self.l = C.CDLL("libcuda.so.1")
         u64p, vp, sz = C.POINTER(C.c_uint64), C.POINTER(C.c_void_p), C.c_size_t
         sig = {
@@ -97,7 +97,8 @@ class CU:
         d = C.c_int()
         self.ck(l.cuDeviceGet(C.byref(d), 0), "cuDeviceGet")
         self.dev = d.value
-        self.retain()
+        if primary:
+            self.retain()
 
     @staticmethod
     def ck(r, what):
@@ -244,7 +245,7 @@ def w_reset(a, s):
 
 
 def w_destroy(a, s):
-    cu = CU()
+    cu = CU(primary=False)  # only the created contexts: one at a time
     c1 = cu.ctx_create()
     p1 = cu.alloc(s["x"])
     cu.ck(cu.l.cuCtxDestroy_v2(c1), "cuCtxDestroy_v2")
