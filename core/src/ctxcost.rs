@@ -43,6 +43,9 @@ pub const CACHE_FILE: &str = "context-cost.json";
 /// covers the hook's mounts and ldconfig.
 pub const MEASURE_TIMEOUT: Duration = Duration::from_secs(20);
 const CACHE_VERSION: u32 = 1;
+/// A cached failure is retried after this long (a driver that was busy or
+/// being upgraded gets measured again; a broken one costs one try an hour).
+pub const FAILED_RETRY_SECS: u64 = 3600;
 
 /// The config key `context_overhead`: `"auto"` or an absolute size ("0" = none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,10 +297,13 @@ fn resolve_one(
         gpu_name: t.gpu_name.into(),
     };
     if let Some(e) = cache.get(&key) {
-        return Resolved {
-            bytes: e.charge_bytes,
-            source: Source::Cache,
-        };
+        let fresh = fsutil::now_unix().saturating_sub(e.at_unix) < FAILED_RETRY_SECS;
+        if e.error.is_none() || fresh {
+            return Resolved {
+                bytes: e.charge_bytes,
+                source: Source::Cache,
+            };
+        }
     }
     let (entry, source) = measure_entry(key, t.uuid, m);
     let bytes = entry.charge_bytes;
@@ -660,14 +666,23 @@ mod tests {
         assert_eq!(r.bytes, BUILTIN_DEFAULT_BYTES);
         resolve(Setting::Auto, &cache, Some("580.1"), &[H200], Some(&m));
         assert_eq!(m.calls.get(), 1);
-        assert!(cache
-            .get(&Key {
-                driver_version: "580.1".into(),
-                gpu_name: "NVIDIA H200".into()
-            })
-            .unwrap()
-            .error
-            .is_some());
+        let key = Key {
+            driver_version: "580.1".into(),
+            gpu_name: "NVIDIA H200".into(),
+        };
+        let mut e = cache.get(&key).unwrap();
+        assert!(e.error.is_some());
+        // an hour later the failure is retried; a success is kept forever
+        e.at_unix -= FAILED_RETRY_SECS;
+        cache.put(e).unwrap();
+        let ok = fake(Ok(400 * MIB));
+        let r = resolve(Setting::Auto, &cache, Some("580.1"), &[H200], Some(&ok));
+        assert_eq!((r.source, ok.calls.get()), (Source::Measured, 1));
+        let mut e = cache.get(&key).unwrap();
+        e.at_unix -= 100 * FAILED_RETRY_SECS;
+        cache.put(e).unwrap();
+        resolve(Setting::Auto, &cache, Some("580.1"), &[H200], Some(&ok));
+        assert_eq!(ok.calls.get(), 1);
     }
 
     #[test]
