@@ -155,7 +155,16 @@ pub fn maybe_supported(libnvml: &Path) -> bool {
         return false;
     };
     let needle = format!("{SYMBOL}\0");
-    b.windows(needle.len()).any(|w| w == needle.as_bytes())
+    // SAFETY: memmem reads within the two live buffers of the given lengths.
+    let hit = unsafe {
+        libc::memmem(
+            b.as_ptr().cast(),
+            b.len(),
+            needle.as_ptr().cast(),
+            needle.len(),
+        )
+    };
+    !hit.is_null()
 }
 
 /// The container's own cgroup directory from `/proc/<pid>/cgroup` (cgroup
@@ -704,6 +713,21 @@ mod tests {
         assert_eq!(std::mem::size_of::<SetMemoryLimitsV1>(), 24);
         assert_eq!(std::mem::offset_of!(SetMemoryLimitsV1, soft_limit), 8);
         assert_eq!(std::mem::offset_of!(SetMemoryLimitsV1, hard_limit), 16);
+    }
+
+    #[test]
+    fn precheck_finds_the_symbol_name_only_when_present() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("libnvidia-ml.so.1");
+        let mut b = vec![0u8; 1 << 20];
+        std::fs::write(&p, &b).unwrap();
+        assert!(!maybe_supported(&p));
+        b.extend_from_slice(b"nvmlDeviceSetMemoryLimits_v1\0tail");
+        std::fs::write(&p, &b).unwrap();
+        assert!(maybe_supported(&p));
+        std::fs::write(&p, b"nvmlDeviceSetMemoryLimits_v10").unwrap();
+        assert!(!maybe_supported(&p), "a longer name is another symbol");
+        assert!(!maybe_supported(&d.path().join("missing")));
     }
 
     #[test]
