@@ -311,12 +311,12 @@ for N in ${I9_PROCS:-1 4}; do
       res FAIL "9#$sc" "$sc, $N proc(s), vram=${S}g" "create: $(tr '\n' ' ' < $W/b/$id/create.err | cut -c1-300)"; continue; fi
     ctr h9 start $id < /dev/null
     for ph in 1 2; do
-      if wait_for $O/ready$ph 60; then sleep 0.3; M=$(ctr_nvml $id); sleep 0.2; M2=$(ctr_nvml $id)
+      if wait_for $O/ready$ph 45; then sleep 0.3; M=$(ctr_nvml $id); sleep 0.2; M2=$(ctr_nvml $id)
         # the larger of two samples
         [ "${M2%% *}" -gt "${M%% *}" ] 2>/dev/null && M=$M2; echo "$M" > $O/nvml$ph; fi
       touch $O/go$ph
     done
-    wait_for $O/result.json 40
+    wait_for $O/result.json 20
     J=$($PY $I9 judge --result $O/result.json --nvml1 $O/nvml1 --nvml2 $O/nvml2)
     echo "$sc N=$N: $J"; [ -f $O/result.json ] && cut -c1-1500 $O/result.json; echo
     ST=${J%%$'\t'*}; [ "$ST" = PASS ] || ST=FAIL
