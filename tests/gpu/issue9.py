@@ -499,9 +499,52 @@ def judge(a):
     return 1 if bad else 0
 
 
+def selftest(a):
+    """The judge on synthetic results (CPU): good figures pass, each kind of
+    leak the issue describes fails. `issue9.py selftest` exits 0 when all hold."""
+    import tempfile
+    S4, C = 4 * GIB, 616 * MIB
+    base = {"procs": 1, "slice": S4, "context_charge": C, "x": 3 * GIB, "fill": {"filled": 13 * 256 * MIB}}
+    cases = [
+        ("fill ok", dict(base, scenario="fill", workers=[{"filled": 13 * 256 * MIB}]), (3846, 1), (3846, 1), "PASS"),
+        ("fill: context not charged (4614 MiB)", dict(base, scenario="fill", context_charge=0,
+         workers=[{"filled": 16 * 256 * MIB}]), (4614, 1), (4614, 1), "FAIL"),
+        ("vmm ok", dict(base, scenario="vmm", workers=[{"rounds_ok": 3, "refused": True}]), (3590, 1), (3846, 1), "PASS"),
+        ("vmm: 8 GiB live", dict(base, scenario="vmm", workers=[{"rounds_ok": 8, "refused": False}]), (8710, 1), (3846, 1), "FAIL"),
+        ("pool ok", dict(base, scenario="pool_torch", workers=[{"second_ok": False, "pool_reserved_after_free": 3 * GIB}]), (3590, 1), (3846, 1), "PASS"),
+        ("pool: CuPy got 3 GiB more", dict(base, scenario="pool_torch", workers=[{"second_ok": True, "pool_reserved_after_free": 3 * GIB}]), (6662, 1), (3846, 1), "FAIL"),
+        ("reset ok", dict(base, scenario="reset", workers=[{"first_ok": True, "second_ok": True}]), (3590, 1), (3846, 1), "PASS"),
+        ("reset: second refused", dict(base, scenario="reset", workers=[{"first_ok": True, "second_ok": False}]), (518, 1), (3846, 1), "FAIL"),
+        ("exec: old charge kept", dict(base, scenario="exec", workers=[{"filled": 256 * MIB, "execd": True}]), (774, 1), (3846, 1), "FAIL"),
+        ("zombie: charge kept until reaped", dict(base, scenario="zombie", zombies=1, workers=[{"first_ok": True}],
+         fill={"filled": 256 * MIB}), (0, 0), (774, 1), "FAIL"),
+        ("zombie ok", dict(base, scenario="zombie", zombies=1, workers=[{"first_ok": True}]), (0, 0), (3846, 1), "PASS"),
+        ("fork: a child spins", dict(base, scenario="fork", workers=[{"children": 4, "children_stuck": 1}]), (3846, 1), (3846, 1), "FAIL"),
+        ("empty NVML sample", dict(base, scenario="fill", workers=[{"filled": 13 * 256 * MIB}]), (0, 0), (3846, 1), "FAIL"),
+        ("a worker error", dict(base, scenario="reset", workers=[{"error": "CuErr"}]), (518, 1), (3846, 1), "FAIL"),
+    ]
+    bad = 0
+    with tempfile.TemporaryDirectory() as d:
+        for name, res, n1, n2, want in cases:
+            r, f1, f2 = (os.path.join(d, x) for x in ("r", "n1", "n2"))
+            write_json(r, res)
+            open(f1, "w").write(f"{n1[0]} {n1[1]}")
+            open(f2, "w").write(f"{n2[0]} {n2[1]}")
+            import io, contextlib
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                judge(argparse.Namespace(result=r, nvml1=f1, nvml2=f2))
+            got = buf.getvalue().split("\t")[0]
+            ok = got == want
+            bad += not ok
+            print(("ok  " if ok else "BAD ") + f"{name}: {got} (want {want})")
+    print(f"{len(cases) - bad} passed, {bad} failed")
+    return 1 if bad else 0
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["drive", "worker", "judge"])
+    p.add_argument("mode", choices=["drive", "worker", "judge", "selftest"])
     p.add_argument("scenario", nargs="?", default="fill", choices=SCENARIOS)
     p.add_argument("--procs", type=int, default=1)
     p.add_argument("--gib", type=float, default=4)
@@ -512,7 +555,7 @@ def main():
     p.add_argument("--dry", action="store_true", help="no CUDA: exercise the orchestration only")
     p.add_argument("--result"); p.add_argument("--nvml1"); p.add_argument("--nvml2")
     a = p.parse_args()
-    sys.exit({"drive": drive, "worker": worker, "judge": judge}[a.mode](a))
+    sys.exit({"drive": drive, "worker": worker, "judge": judge, "selftest": selftest}[a.mode](a))
 
 
 if __name__ == "__main__":

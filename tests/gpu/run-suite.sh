@@ -289,6 +289,7 @@ if [ $r = 0 ] && [ -n "$CTXM" ]; then res PASS "9#ctx" "gpu-quota-hook measure-c
 else res FAIL "9#ctx" "measure-context on the real driver" "rc=$r $(cat $T/ctxm.err | tr '\n' ' ' | cut -c1-300)"; fi
 DET=$(grep -c 'nvmlDeviceSetMemoryLimits_v1' "$HOSTNVML" 2>/dev/null); CG2=$([ -f /sys/fs/cgroup/cgroup.controllers ] && echo yes || echo no)
 res INFO "9#drv" "driver-enforced limits (nvmlDeviceSetMemoryLimits_v1, r615+)" "symbol name in $(basename "$HOSTNVML"): $([ "${DET:-0}" -gt 0 ] && echo present || echo absent) (driver $DRV); cgroup v2: $CG2 — on r580 the hook sets nothing (one file read, no child)"
+$PY $I9 selftest > $T/i9self 2>&1 || res FAIL "9#judge" "issue9.py judge on synthetic results" "$(grep -v '^ok' $T/i9self | tr '\n' ' ' | cut -c1-300)"
 mkcfg h9 'reserve = "2g"' 'gpus = ["0"]'
 ctr_nvml() { # ID -> "MiB nprocs" of the container's processes (host NVML, cgroup v2 membership)
   local pid cg
