@@ -460,29 +460,15 @@ pub fn run_helper(
         err,
     })?;
     let pgid = child.id() as i32;
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.by_ref().take(1 << 20).read_to_end(&mut v);
-            }
-            v
-        })
-    };
-    let out_t = drain(
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let err_t = drain(
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
+    // Single-threaded on purpose: the hook enters a mount namespace after
+    // this, which the kernel refuses to a process with other threads. The
+    // pipes are read without blocking while the child runs.
+    let mut out = Pipe::new(child.stdout.take());
+    let mut err = Pipe::new(child.stderr.take());
     let deadline = Instant::now() + timeout;
     let status = loop {
+        out.drain();
+        err.drain();
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
@@ -502,8 +488,9 @@ pub fn run_helper(
             });
         }
     };
-    let stdout = out_t.join().unwrap_or_default();
-    let stderr = err_t.join().unwrap_or_default();
+    out.drain();
+    err.drain();
+    let (stdout, stderr) = (out.buf, err.buf);
     if !status.success() {
         return Err(CtxCostError::Failed {
             what: what.into(),
@@ -516,6 +503,44 @@ pub fn run_helper(
         });
     }
     Ok(HelperOutput { stdout, stderr })
+}
+
+/// A child's output pipe, read without blocking (at most 1 MiB kept).
+struct Pipe<R> {
+    r: Option<R>,
+    buf: Vec<u8>,
+}
+
+impl<R: Read + std::os::fd::AsRawFd> Pipe<R> {
+    fn new(r: Option<R>) -> Pipe<R> {
+        if let Some(p) = &r {
+            // SAFETY: fcntl on an fd this process owns.
+            unsafe {
+                let fl = libc::fcntl(p.as_raw_fd(), libc::F_GETFL);
+                libc::fcntl(p.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+            }
+        }
+        Pipe { r, buf: Vec::new() }
+    }
+    fn drain(&mut self) {
+        let Some(r) = self.r.as_mut() else { return };
+        let mut chunk = [0u8; 8192];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) => {
+                    self.r = None; // EOF
+                    return;
+                }
+                Ok(n) => {
+                    if self.buf.len() < 1 << 20 {
+                        self.buf.extend_from_slice(&chunk[..n]);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return, // WouldBlock: nothing more for now
+            }
+        }
+    }
 }
 
 /// The real measurer: `<hook> measure-context --cuda LIB --nvml LIB --uuid U`.
@@ -803,6 +828,23 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(5));
         std::thread::sleep(Duration::from_millis(1800));
         assert!(!marker.exists(), "the grandchild was killed with the group");
+    }
+
+    #[test]
+    fn helper_returns_when_the_child_exits_even_if_an_escaped_process_holds_its_pipe() {
+        // setsid leaves the process group (so killpg cannot reach it) and
+        // keeps stdout open: reading must not wait for it (no reader threads)
+        let t = Instant::now();
+        let o = run_helper(
+            Path::new("/bin/sh"),
+            &["-c", "setsid sleep 4 & echo hi"],
+            &[],
+            Duration::from_secs(10),
+            "escaper",
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     }
 
     #[test]
