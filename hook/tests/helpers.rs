@@ -172,3 +172,46 @@ fn drivers_before_r615_are_detected_and_left_alone() {
     let det = drvlimit::detect_at(Some(&fake("libnvidia-ml.so.1")), Path::new("/nonexistent"));
     assert!(det.symbol && !det.cgroup_v2 && !det.usable(), "{det:?}");
 }
+
+/// A driver whose cuInit never returns: the child is killed at the timeout
+/// (with its process group) and the parent gets an error, not a hang.
+#[test]
+fn a_hanging_driver_is_killed_at_the_timeout() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("hang.c");
+    std::fs::write(
+        &src,
+        "#include <unistd.h>\nint cuInit(unsigned f) { (void)f; for (;;) pause(); return 0; }\n",
+    )
+    .unwrap();
+    let lib = d.path().join("libcuda.so.1");
+    let o = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = ChildMeasurer {
+        libcuda: lib,
+        timeout: Duration::from_millis(800),
+        ..measurer()
+    };
+    let t = std::time::Instant::now();
+    let e = m.measure(FAKE_UUID).unwrap_err();
+    assert!(matches!(e, ctxcost::CtxCostError::Timeout { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // no measure-context child of ours is left
+    std::thread::sleep(Duration::from_millis(200));
+    let me = std::process::id().to_string();
+    let left: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|st| {
+            let f: Vec<&str> = st.rsplit(") ").next().unwrap_or("").split(' ').collect();
+            f.get(1) == Some(&me.as_str()) && st.contains("(gpu-quota-hook)") && f[0] != "Z"
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
