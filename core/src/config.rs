@@ -227,6 +227,16 @@ impl Config {
         crate::ctxcost::parse_setting(&self.context_overhead)
     }
 
+    /// The charge in bytes as far as the config alone knows it: the size
+    /// given, or for "auto" the built-in default (the measured value lives
+    /// in the context-cost cache, see `ctxcost`).
+    pub fn context_overhead_bytes(&self) -> Result<u64, units::SizeError> {
+        Ok(match self.context_overhead_setting()? {
+            crate::ctxcost::Setting::Bytes(b) => b,
+            crate::ctxcost::Setting::Auto => crate::ctxcost::BUILTIN_DEFAULT_BYTES,
+        })
+    }
+
     pub fn ledger_path(&self) -> PathBuf {
         self.ledger_dir.join("ledger.json")
     }
