@@ -133,7 +133,9 @@ pub struct Config {
     /// Memory kept free on every GPU (never handed out), e.g. "1g".
     pub reserve: String,
     /// Charged by the interceptor once per process and GPU when it creates
-    /// its CUDA context (the driver's own per-context memory), e.g. "512m".
+    /// its CUDA context (the driver's own per-context memory): "auto"
+    /// (measured once per driver and GPU model, see ctxcost.rs) or a size
+    /// such as "512m" ("0" = none).
     pub context_overhead: String,
     pub placement: Policy,
     /// GPUs that may be sliced (indices or UUIDs); empty = all.
@@ -159,7 +161,7 @@ impl Default for Config {
             hook: None,
             interceptor: None,
             reserve: "0".into(),
-            context_overhead: "0".into(),
+            context_overhead: "auto".into(),
             placement: Policy::Binpack,
             gpus: vec![],
             env_requests: false,
@@ -208,7 +210,7 @@ impl Config {
             message,
         };
         let c: Config = toml::from_str(s).map_err(|e| bad(e.to_string()))?;
-        c.context_overhead_bytes()
+        c.context_overhead_setting()
             .map_err(|e| bad(format!("context_overhead = {:?}: {e}", c.context_overhead)))?;
         c.reserve_bytes()
             .map_err(|e| bad(format!("reserve = {:?}: {e}", c.reserve)))?;
@@ -228,9 +230,19 @@ impl Config {
         absolute_or_zero(&self.reserve)
     }
 
-    /// Per-process context charge in bytes ("0" allowed).
+    /// Per-process context charge: "auto" or bytes ("0" allowed).
+    pub fn context_overhead_setting(&self) -> Result<crate::ctxcost::Setting, units::SizeError> {
+        crate::ctxcost::parse_setting(&self.context_overhead)
+    }
+
+    /// The charge in bytes as far as the config alone knows it: the size
+    /// given, or for "auto" the built-in default (the measured value lives
+    /// in the context-cost cache, see `ctxcost`).
     pub fn context_overhead_bytes(&self) -> Result<u64, units::SizeError> {
-        absolute_or_zero(&self.context_overhead)
+        Ok(match self.context_overhead_setting()? {
+            crate::ctxcost::Setting::Bytes(b) => b,
+            crate::ctxcost::Setting::Auto => crate::ctxcost::BUILTIN_DEFAULT_BYTES,
+        })
     }
 
     /// The request policy for container environments.
@@ -307,7 +319,14 @@ memory = "16g"
             "env requests are off unless the host turns them on"
         );
         assert_eq!(c.reserve_bytes().unwrap(), 1 << 30);
-        assert_eq!(c.context_overhead_bytes().unwrap(), 512 << 20);
+        assert_eq!(
+            c.context_overhead_setting().unwrap(),
+            crate::ctxcost::Setting::Bytes(512 << 20)
+        );
+        assert_eq!(
+            Config::default().context_overhead_setting().unwrap(),
+            crate::ctxcost::Setting::Auto
+        );
         assert_eq!(c.inventory.gpu[0].memory_bytes().unwrap(), 16 << 30);
         assert_eq!(c.driver.dev_root, PathBuf::from("/tmp/dev"));
         assert_eq!(c.driver.ldconfig, PathBuf::from("/sbin/ldconfig"));

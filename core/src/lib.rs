@@ -2,6 +2,8 @@
 //! operator CLI share. Pure planning lives here; effects (mounts, writes,
 //! exec) are behind small traits so planning is unit-tested without root.
 pub mod config;
+pub mod ctxcost;
+pub mod drvlimit;
 pub mod fsutil;
 pub mod inventory;
 pub mod ldcache;

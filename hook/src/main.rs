@@ -10,10 +10,15 @@
 //!
 //! The hook reads only the OCI state on stdin, the bundle's config.json and
 //! its own config; runc gives it a clean environment, and nothing of the
-//! container's environment is ever used. It runs no other program: the
-//! container's loader cache is written by gpu-quota itself (core::ldcache),
-//! never by a host tool run against the rootfs. It stops itself after
-//! `HOOK_TIMEOUT_SECS`, well before runc's 60 s hook timeout.
+//! container's environment is ever used. No host program ever runs against
+//! the rootfs: the container's loader cache is written by gpu-quota itself
+//! (core::ldcache). The only children are the hook's own binary, re-executed
+//! with an empty environment in its own process group under a timeout
+//! (`measure-context` once per driver version and GPU model, `driver-limits`
+//! on r615+ drivers), killed with their group and when the hook dies. The
+//! hook stops itself after `HOOK_TIMEOUT_SECS`, before runc's 60 s timeout.
+mod measure;
+
 use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{
     config::Config,
@@ -28,7 +33,7 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 /// The hook's own deadline (runc kills hooks after the spec's 60 s).
-const HOOK_TIMEOUT_SECS: u32 = 20;
+const HOOK_TIMEOUT_SECS: u32 = 45;
 
 fn main() {
     // SIGALRM's default action ends the process: nothing the image can do
@@ -71,6 +76,10 @@ fn run(stage: &str) -> Result<()> {
     match stage {
         "create-runtime" | "prestart" => create_runtime(),
         "poststop" => poststop(),
+        "measure-context" => measure::measure_main(&std::env::args().skip(2).collect::<Vec<_>>()),
+        "driver-limits" => {
+            measure::driver_limits_main(&std::env::args().skip(2).collect::<Vec<_>>())
+        }
         other => bail!("unknown stage {other:?}; expected create-runtime, prestart or poststop"),
     }
 }
@@ -101,8 +110,10 @@ fn create_runtime() -> Result<()> {
     // made by gpu-quota-runtime before runc cloned the container's mount
     // namespace (so its usage tmpfs is visible there); filled in here
     let dir = state::container_dir(&cfg, &r);
-    state::fill(&dir, &r, &files, cfg.context_overhead_bytes().unwrap_or(0))
+    let ctx_charge = measure::context_charge(&cfg, &files, &r)?;
+    state::fill(&dir, &r, &files, ctx_charge)
         .with_context(|| format!("preparing {}", dir.display()))?;
+    measure::driver_limits(&cfg, &files, &dir, &r, pid);
     let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;

@@ -12,6 +12,17 @@ pub struct RuncArgs {
     pub bundle: Option<String>,
     pub id: Option<String>,
     pub detach: bool,
+    /// `run --keep`: runc leaves the stopped container for a later delete.
+    pub keep: bool,
+    /// Index of the command in argv (what precedes it are global flags).
+    pub command_index: Option<usize>,
+}
+
+/// `argv` with `--keep` right after the command (for `run`).
+pub fn with_keep(argv: &[OsString], command_index: usize) -> Vec<OsString> {
+    let mut v = argv.to_vec();
+    v.insert(command_index + 1, "--keep".into());
+    v
 }
 
 const GLOBAL_VALUE: &[&str] = &["root", "log", "log-format", "criu", "rootless"];
@@ -97,6 +108,7 @@ pub fn parse(argv: &[OsString]) -> RuncArgs {
         i += 1;
     }
     r.command = args.get(i).cloned();
+    r.command_index = r.command.as_ref().map(|_| i);
     i += 1;
     // command flags and the first positional (the container id)
     while i < args.len() {
@@ -123,6 +135,9 @@ pub fn parse(argv: &[OsString]) -> RuncArgs {
             Some((name, _)) => {
                 if name == "detach" || name == "d" {
                     r.detach = true;
+                }
+                if name == "keep" {
+                    r.keep = true;
                 }
             }
             None => {
@@ -178,5 +193,18 @@ mod tests {
             (Some("/r"), Some("state"), Some("c3"))
         );
         assert_eq!(p("--version").command, None);
+        let argv: Vec<OsString> = "--root /r run -b /b c4"
+            .split_whitespace()
+            .map(OsString::from)
+            .collect();
+        let r = parse(&argv);
+        assert_eq!((r.command_index, r.keep), (Some(2), false));
+        let k = with_keep(&argv, 2);
+        assert_eq!(k[3], OsString::from("--keep"));
+        let r = parse(&k);
+        assert_eq!(
+            (r.keep, r.id.as_deref(), r.bundle.as_deref()),
+            (true, Some("c4"), Some("/b"))
+        );
     }
 }

@@ -204,7 +204,21 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         let _ = state::remove(&state::container_dir(&cfg, &r));
         return Err(e);
     }
-    let code = spawn_forwarding(&runc, argv)?;
+    // r615+ driver limits: a foreground `run` gets `--keep`, so that the
+    // limit is cleared while the cgroup exists, then it is deleted here
+    let keep_for_limits = a.command.as_deref() == Some("run")
+        && !a.detach
+        && !a.keep
+        && a.command_index.is_some()
+        && gpuquota_core::drvlimit::active_marker(&cfg).exists();
+    let run_argv = match a.command_index {
+        Some(i) if keep_for_limits => args::with_keep(argv, i),
+        _ => argv.to_vec(),
+    };
+    let code = spawn_forwarding(&runc, &run_argv)?;
+    if keep_for_limits {
+        finish_kept_run(&cfg, &runc, argv, a, &id, &root);
+    }
     let foreground_run = a.command.as_deref() == Some("run") && !a.detach;
     if code != 0 || foreground_run {
         // the container never started, or `runc run` already deleted it
@@ -213,6 +227,28 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// After `runc run --keep`: clear the driver limit, then delete the stopped
+/// container as `runc run` would have (its poststop hook runs then).
+fn finish_kept_run(
+    cfg: &Config,
+    runc: &Path,
+    argv: &[OsString],
+    a: &args::RuncArgs,
+    id: &str,
+    root: &str,
+) {
+    if let Err(e) = gpuquota_core::drvlimit::clear_for_container(cfg, id, Some(root), true) {
+        eprintln!("gpu-quota-runtime: warning: driver memory limit not cleared: {e}");
+    }
+    let mut del: Vec<OsString> = argv[..a.command_index.unwrap_or(0)].to_vec();
+    del.extend(["delete".into(), "--force".into(), id.into()]);
+    let _ = Command::new(runc)
+        .args(&del)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 fn contains_request_key(b: &[u8]) -> bool {
@@ -225,6 +261,18 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         return passthrough(argv);
     };
     let runc = runc_path(&cfg.runc)?;
+    if let Some(id) = &a.id {
+        // runc removes the cgroup before it runs poststop hooks: clear the
+        // driver limit (r615+) now, while the cgroup still exists
+        let force = argv
+            .iter()
+            .any(|x| x == "--force" || x == "-f" || x == "--force=true");
+        if let Err(e) =
+            gpuquota_core::drvlimit::clear_for_container(&cfg, id, Some(&effective_root(a)), force)
+        {
+            eprintln!("gpu-quota-runtime: warning: driver memory limit not cleared: {e}");
+        }
+    }
     let code = spawn_forwarding(&runc, argv)?;
     if let Some(id) = &a.id {
         let root = effective_root(a);

@@ -84,7 +84,8 @@ fn cuda_host(name: &str, extra_config: &str) -> (Host, Bundle, Vec<PathBuf>) {
 #[test]
 fn interceptor_enforces_slice_inside_container() {
     require_e2e!();
-    let (h, b, libs) = cuda_host("cuda", "");
+    // allocations only: no context charge (the default "auto" charges one per process)
+    let (h, b, libs) = cuda_host("cuda", "context_overhead = \"0\"");
     assert!(
         libs.iter()
             .all(|l| !l.to_string_lossy().contains("libgcc_s")),
@@ -183,7 +184,11 @@ fn interceptor_fails_closed_on_a_broken_usage_file() {
     );
     b.wait_out("done", 10).expect("probe ran");
     let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
-    assert!(read("before").contains("alloc 3 GiB rc=0"), "control: {}", read("before"));
+    assert!(
+        read("before").contains("alloc 3 GiB rc=0"),
+        "control: {}",
+        read("before")
+    );
     assert!(
         read("a1").contains("alloc 3 GiB rc=2") && read("a2").contains("alloc 3 GiB rc=2"),
         "a broken usage file must refuse, not fall back to a private budget: {} / {}",
@@ -194,6 +199,125 @@ fn interceptor_fails_closed_on_a_broken_usage_file() {
     assert!(
         err.contains("gpu-quota") && err.contains("/run/gpu-quota/usage"),
         "one line naming the usage file: {err}"
+    );
+}
+
+/// Issue 9: with the default `context_overhead = "auto"` the hook measures
+/// the context once (fake driver: 300 MiB seen only through NVML's
+/// per-process query), caches it, and charges it + the 96 MiB margin.
+#[test]
+fn context_cost_is_measured_and_charged_by_default() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("ctxauto", "");
+    // the inventory GPU is the fake driver's GPU 0
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    std::fs::write(
+        h.config(),
+        cfg.replace(&uuid(0), "GPU-face3344-5566-7788-99aa-bbccddeeff00"),
+    )
+    .unwrap();
+    let script =
+        "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; touch /out/done";
+    let charge = (300 + 96) << 20;
+    for round in 0..2 {
+        let _ = std::fs::remove_file(b.out.join("done"));
+        b.set(
+            &[("vram", "4g")],
+            script,
+            &["FAKE_CUDA_MEM_BYTES=17179869184"],
+        );
+        assert_ok(
+            &h.runtime(&[
+                "run",
+                "--bundle",
+                &b.bundle_arg(),
+                &format!("ctxauto{round}"),
+            ]),
+            "run",
+        );
+        b.wait_out("done", 10).expect("probe ran");
+        let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
+        assert!(
+            read("limits").contains(&format!("context_overhead_bytes={charge}\n")),
+            "round {round}: {}",
+            read("limits")
+        );
+        assert!(
+            read("info").contains(&format!("total={} free={}", 4 * GIB, 4 * GIB - charge)),
+            "the measured context is in use from the start: {}",
+            read("info")
+        );
+    }
+    let cache = h.path().join("ledger/context-cost.json");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    assert!(text.contains("\"context_bytes\": 314572800"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+}
+
+/// Without a usable measurement (here: the inventory names a GPU the
+/// driver does not have) "auto" is the documented built-in default, not 0.
+#[test]
+fn context_cost_falls_back_to_the_builtin_default() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("ctxdef", "");
+    b.set(
+        &[("vram", "4g")],
+        "cat /run/gpu-quota/limits > /out/limits; touch /out/done",
+        &[],
+    );
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "ctxdef"]),
+        "run",
+    );
+    b.wait_out("done", 10).expect("ran");
+    let limits = std::fs::read_to_string(b.out.join("limits")).unwrap();
+    assert!(
+        limits.contains(&format!(
+            "context_overhead_bytes={}\n",
+            gpuquota_core::ctxcost::BUILTIN_DEFAULT_BYTES
+        )),
+        "{limits}"
+    );
+}
+
+/// Once the hook has set a driver limit on this host (r615+), a foreground
+/// `run` goes through `runc run --keep` so the runtime can clear the limit
+/// while the cgroup still exists, then deletes the container itself: the
+/// exit code, the release and the removal must be as without it.
+#[test]
+fn foreground_run_with_driver_limits_active_keeps_then_deletes() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    std::fs::write(
+        h.path()
+            .join("ledger")
+            .join(gpuquota_core::drvlimit::ACTIVE_MARKER),
+        b"",
+    )
+    .unwrap();
+    let b = h.bundle("keep");
+    b.set(&[("vram", "4g")], "touch /out/done; exit 3", &[]);
+    let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "keep1"]);
+    assert_eq!(o.status.code(), Some(3), "exit code kept: {}", stderr(&o));
+    assert!(b.out.join("done").exists());
+    assert!(h.reservations().is_empty(), "{:?}", h.reservations());
+    let l = h.runc(&["list", "-q"]);
+    assert!(
+        !String::from_utf8_lossy(&l.stdout).contains("keep1"),
+        "the kept container was deleted: {}",
+        String::from_utf8_lossy(&l.stdout)
+    );
+    assert!(
+        !h.path().join("state/containers").exists()
+            || std::fs::read_dir(h.path().join("state/containers"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "state directory removed"
     );
 }
 

@@ -77,3 +77,91 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *d, nvmlMemory_v2_t *m) {
   unsigned long long t, f, u; numbers(((dev_t_ *)d)->idx, &t, &f, &u);
   m->total = t; m->reserved = g_reserved; m->free = f > g_reserved ? f - g_reserved : 0; m->used = u; return 0;
 }
+
+/* ---- additions for issue 9 (context cost, driver limits); additive only ---- */
+#include <dlfcn.h>
+#include <signal.h>
+#include <errno.h>
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **d) {
+  if (!g_init) return 1; if (!uuid || !d) return 2;
+  for (int i = 0; i < g_ndev; i++) {
+    char s[80];
+    if (nvmlDeviceGetUUID(&DEVS[i], s, sizeof s) == 0 && !strcasecmp(s, uuid)) { *d = &DEVS[i]; return 0; }
+  }
+  return 6; /* NOT_FOUND */
+}
+nvmlReturn_t nvmlDeviceGetName(void *d, char *buf, unsigned len) {
+  if (!g_init) return 1; if (!d || !buf) return 2;
+  const char *n = getenv("FAKE_NVML_NAME"); if (!n) n = "Fake GPU";
+  if (strlen(n) + 1 > len) return 7; strcpy(buf, n); return 0;
+}
+nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned len) {
+  if (!buf) return 2;
+  const char *v = getenv("FAKE_NVML_DRIVER_VERSION"); if (!v) v = "580.1.fake";
+  if (strlen(v) + 1 > len) return 7; strcpy(buf, v); return 0;
+}
+nvmlReturn_t nvmlDeviceGetMigMode(void *d, unsigned *cur, unsigned *pend) { (void)d; (void)cur; (void)pend; return 3; /* NOT_SUPPORTED: no MIG */ }
+
+/* A process's CUDA context costs memory that only NVML's per-process view
+   shows (as on a real driver): FAKE_NVML_CTX_BYTES, default 300 MiB, for
+   every process that holds memory on the device. With a shared record
+   (FAKE_CUDA_PEAK_FILE) every live process of it is listed; without one (a
+   cleared environment, e.g. gpu-quota-hook measure-context) the calling
+   process is, from the fake libcuda loaded in it (fake_cuda_stats). */
+static unsigned long long ctx_bytes(void) {
+  const char *e = getenv("FAKE_NVML_CTX_BYTES");
+  return e ? strtoull(e, 0, 0) : 300ull << 20;
+}
+static nvmlReturn_t running(void *d, unsigned *count, nvmlProcessInfo_t *infos) {
+  if (!g_init) return 1; if (!d || !count) return 2;
+  int dev = ((dev_t_ *)d)->idx;
+  nvmlProcessInfo_t tmp[FAKE_MAX_PROCS]; unsigned n = 0;
+  for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+    int pid = __atomic_load_n(&S->procs[i].pid, __ATOMIC_SEQ_CST);
+    unsigned long long u = __atomic_load_n(&S->procs[i].used[dev], __ATOMIC_SEQ_CST);
+    if (pid <= 0 || u == 0) continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) continue;
+    tmp[n].pid = pid; tmp[n].usedGpuMemory = u + ctx_bytes(); tmp[n].gpuInstanceId = tmp[n].computeInstanceId = ~0u; n++;
+  }
+  if (n == 0) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void (*stats)(void *) = h ? (void (*)(void *))dlsym(h, "fake_cuda_stats") : 0;
+    if (stats) {
+      static unsigned long long buf[4096]; /* larger than struct fake_stats; in_use[] comes first */
+      memset(buf, 0, sizeof buf); stats(buf);
+      if (buf[dev]) { tmp[0].pid = getpid(); tmp[0].usedGpuMemory = buf[dev] + ctx_bytes(); tmp[0].gpuInstanceId = tmp[0].computeInstanceId = ~0u; n = 1; }
+    }
+  }
+  if (!infos || *count < n) { *count = n; return n ? 7 : 0; }
+  memcpy(infos, tmp, n * sizeof *infos); *count = n; return 0;
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *d, unsigned *c, nvmlProcessInfo_t *i) { return running(d, c, i); }
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void *d, unsigned *c, nvmlProcessInfo_t *i) { return running(d, c, i); }
+
+#ifndef FAKE_NO_MEMLIMITS
+/* r615+: nvmlDeviceSetMemoryLimits_v1 (nvml.h of CUDA 13.4). The fake
+   appends one line per call to FAKE_NVML_LIMITS_LOG, else to
+   fake-nvml-limits.log beside this library when that file exists, with
+   whether the cgroup directory existed at the time of the call. */
+typedef struct { const char *nameSpace; unsigned long long softLimit, hardLimit; } nvmlSetMemoryLimits_v1_t;
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(void *d, nvmlSetMemoryLimits_v1_t *l) {
+  if (!g_init) return 1; if (!d || !l || !l->nameSpace) return 2;
+  if (geteuid() != 0) return 4; /* NO_PERMISSION */
+  int exists = access(l->nameSpace, F_OK) == 0;
+  if (!exists) return 6; /* NOT_FOUND, like a cgroup that is gone */
+  char log[4096]; const char *e = getenv("FAKE_NVML_LIMITS_LOG");
+  if (e) snprintf(log, sizeof log, "%s", e);
+  else {
+    Dl_info di; if (!dladdr((void *)nvmlDeviceSetMemoryLimits_v1, &di) || !di.dli_fname) return 0;
+    snprintf(log, sizeof log, "%s", di.dli_fname);
+    char *sl = strrchr(log, '/'); if (!sl) return 0;
+    snprintf(sl + 1, sizeof log - (sl + 1 - log), "fake-nvml-limits.log");
+    if (access(log, F_OK) != 0) return 0;
+  }
+  char uuid[80]; nvmlDeviceGetUUID(d, uuid, sizeof uuid);
+  FILE *f = fopen(log, "a");
+  if (f) { fprintf(f, "set uuid=%s ns=%s soft=%llu hard=%llu pid=%d\n", uuid, l->nameSpace, l->softLimit, l->hardLimit, getpid()); fclose(f); }
+  return 0;
+}
+#endif

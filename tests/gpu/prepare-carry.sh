@@ -5,13 +5,14 @@
 #   .gpu-carry/bin/   gpu-quota-runtime gpu-quota-hook gpu-quota runc busybox bench_alloc
 #   .gpu-carry/lib/   libgpuquota.so libseccomp.so.2 (runc's, from ldd)
 #   .gpu-carry/gpu/   copy of tests/gpu (the suite + its python workloads)
+#   .gpu-carry/fake/  the fake libcuda + r615 libnvidia-ml (issue 9 driver-limit ordering check)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=target/release C=.gpu-carry
 for f in gpu-quota-runtime gpu-quota-hook gpu-quota libgpuquota.so; do
   [ -f "$R/$f" ] || { echo "missing $R/$f: run make build first" >&2; exit 1; }
 done
-rm -rf "$C"; mkdir -p "$C/bin" "$C/lib" "$C/gpu"
+rm -rf "$C"; mkdir -p "$C/bin" "$C/lib" "$C/gpu" "$C/fake"
 for f in gpu-quota-runtime gpu-quota-hook gpu-quota; do cp "$R/$f" "$C/bin/"; strip "$C/bin/$f" 2>/dev/null || true; done
 cp "$R/libgpuquota.so" "$C/lib/"
 RUNC=$(command -v runc || true); [ -n "$RUNC" ] || RUNC=/usr/sbin/runc
@@ -25,4 +26,6 @@ file -L "$BB" | grep -q 'statically linked' || echo "warning: $BB is not static"
 cp "$BB" "$C/bin/busybox"
 cc -O2 -o "$C/bin/bench_alloc" tests/interceptor/bench_alloc.c -ldl -lpthread
 cp tests/gpu/*.sh tests/gpu/*.py "$C/gpu/" 2>/dev/null || true
+make -s -C tests/fake
+mkdir -p "$C/fake"; cp tests/fake/build/libcuda.so.1 tests/fake/build/libnvidia-ml.so.1 "$C/fake/"
 du -sh "$C"
