@@ -1,6 +1,7 @@
 # gpu-quota — build, test, demo, install.
 #   make demo     set up and run the demo (a real runc container with a slice)
 #   make test     everything CI runs (installs test dependencies when root)
+#   make fuzz     every cargo-fuzz target for FUZZ_SECS (600) seconds each (nightly, cargo-fuzz; docs/fuzzing.md)
 #   make install PREFIX=/usr/local
 PREFIX ?= /usr/local
 CARGO ?= cargo
@@ -8,7 +9,7 @@ REL := target/release
 DBG := target/debug
 SO := interceptor/target/release/libgpuquota.so
 
-.PHONY: all build build-debug interceptor test demo install uninstall bench gpu-carry clean
+.PHONY: all build build-debug interceptor test fuzz demo install uninstall bench gpu-carry clean
 
 all: build
 
@@ -26,6 +27,10 @@ build-debug: interceptor
 
 test:
 	bash scripts/test.sh
+
+FUZZ_SECS ?= 600
+fuzz:
+	FUZZ_SECS=$(FUZZ_SECS) bash scripts/fuzz.sh
 
 demo:
 	bash scripts/demo.sh

@@ -242,13 +242,13 @@ fn parse_gpu_list(raw: &Raw) -> Result<Vec<GpuRef>, RequestError> {
                 Ok(i) if i < MAX_GPUS => GpuRef::Index(i),
                 _ => return Err(bad(format!("GPU index {p} is out of range"))),
             }
-        } else if p.len() > 4 && p[..4].eq_ignore_ascii_case("GPU-") {
-            let u = &p[4..];
+        } else if p.len() > 4 && p.as_bytes()[..4].eq_ignore_ascii_case(b"GPU-") {
+            let u = &p[4..]; // the first 4 bytes are ASCII: a char boundary
             if u.len() > 64 || !u.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
                 return Err(bad(format!("{p:?} is not a GPU UUID")));
             }
             GpuRef::Uuid(format!("GPU-{}", u.to_ascii_lowercase()))
-        } else if p.len() > 4 && p[..4].eq_ignore_ascii_case("MIG-") {
+        } else if p.len() > 4 && p.as_bytes()[..4].eq_ignore_ascii_case(b"MIG-") {
             return Err(bad(
                 "MIG devices are not supported; name the whole GPU".into()
             ));

@@ -185,6 +185,37 @@ fn ldconfig_built_cache_with_hwcaps_round_trips() {
         3
     );
     assert_round_trip(&cache);
+
+    // the same libraries in ldconfig's compat and old formats
+    for format in ["compat", "old"] {
+        let name = format!("etc/ld.so.cache.{format}");
+        let out = Command::new(LDCONFIG)
+            .args(["-X", "-c", format, "-C", &format!("/{name}"), "-r"])
+            .arg(root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ldconfig -c {format}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let other = LdCache::parse(&std::fs::read(root.join(&name)).unwrap()).unwrap();
+        if format == "compat" {
+            // the new part is read; glibc-hwcaps names are string-table
+            // indices relative to the new header, as ldconfig writes them
+            assert_eq!(other, parsed);
+        } else {
+            // the same entries (ldconfig keeps the glibc-hwcaps ones, their
+            // in-memory hwcap being 0), without hwcap data or extensions
+            let mut want = parsed.clone();
+            for e in &mut want.entries {
+                e.hwcap = 0;
+            }
+            want.hwcaps.clear();
+            want.generator = None;
+            assert_eq!(other, want);
+        }
+    }
 }
 
 #[test]
