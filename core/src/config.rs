@@ -139,6 +139,9 @@ pub struct Config {
     /// Seconds a reservation may stay without a container process before
     /// it counts as abandoned (a create that crashed).
     pub create_grace_secs: u64,
+    /// Accept requests from the container's environment (`GPU_QUOTA_*`),
+    /// for engines that cannot pass annotations (Docker < 24).
+    pub env_requests: bool,
     pub driver: DriverConfig,
     pub inventory: InventoryConfig,
 }
@@ -156,6 +159,7 @@ impl Default for Config {
             placement: Policy::Binpack,
             gpus: vec![],
             create_grace_secs: 120,
+            env_requests: false,
             driver: DriverConfig::default(),
             inventory: InventoryConfig::default(),
         }

@@ -618,6 +618,10 @@ impl Engine for Containerd {
         EngineKind::Containerd
     }
 
+    fn env_requests(&self) -> super::EnvRequests {
+        super::EnvRequests::Set(false, "containerd passes the request keys listed in pod_annotations: requests come from annotations only.".into())
+    }
+
     fn plan_install(&self, fs: &dyn FsView, runtime: &str) -> Result<EnginePlan, EngineError> {
         let main_path = Path::new(MAIN);
         let dropin_path = Path::new(DROPIN);
