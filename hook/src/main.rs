@@ -24,8 +24,18 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
+const USAGE: &str = "\
+Usage: gpu-quota-hook create-runtime|prestart|poststop   (OCI state JSON on stdin)
+The OCI hook that gpu-quota-runtime puts into config.json; runc runs it, not you.
+create-runtime/prestart: confirm the slice, mount the driver and the interceptor; poststop: release.
+Configuration: $GPU_QUOTA_CONFIG, else /etc/gpu-quota/config.toml.";
+
 fn main() {
     let stage = std::env::args().nth(1).unwrap_or_default();
+    if matches!(stage.as_str(), "--help" | "-h" | "help" | "--version" | "-V" | "") {
+        println!("gpu-quota-hook {}\n{USAGE}", env!("CARGO_PKG_VERSION"));
+        std::process::exit(if stage.is_empty() { 2 } else { 0 });
+    }
     if let Err(e) = run(&stage) {
         eprintln!("gpu-quota-hook: {e:#}");
         std::process::exit(1);

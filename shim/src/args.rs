@@ -12,6 +12,10 @@ pub struct RuncArgs {
     pub bundle: Option<String>,
     pub id: Option<String>,
     pub detach: bool,
+    /// `--version`/`-v` before any command (runc's global flag).
+    pub version: bool,
+    /// `--help`/`-h` before any command, or the command `help`.
+    pub help: bool,
 }
 
 const GLOBAL_VALUE: &[&str] = &["root", "log", "log-format", "criu", "rootless"];
@@ -79,6 +83,11 @@ pub fn parse(argv: &[OsString]) -> RuncArgs {
             break;
         }
         let Some((name, inline)) = flag(a) else { break };
+        match name {
+            "version" | "v" => r.version = true,
+            "help" | "h" => r.help = true,
+            _ => {}
+        }
         if GLOBAL_VALUE.contains(&name) {
             let v = match inline {
                 Some(v) => Some(v.to_string()),
@@ -97,6 +106,9 @@ pub fn parse(argv: &[OsString]) -> RuncArgs {
         i += 1;
     }
     r.command = args.get(i).cloned();
+    if r.command.as_deref() == Some("help") {
+        r.help = true;
+    }
     i += 1;
     // command flags and the first positional (the container id)
     while i < args.len() {
@@ -178,5 +190,14 @@ mod tests {
             (Some("/r"), Some("state"), Some("c3"))
         );
         assert_eq!(p("--version").command, None);
+    }
+
+    #[test]
+    fn version_and_help() {
+        assert!(p("--version").version && p("-v").version);
+        assert!(p("--help").help && p("-h").help && p("help").help && p("--debug help").help);
+        assert!(!p("create --bundle /b c1").help && !p("create --bundle /b c1").version);
+        // a container called "help" is not a help request
+        assert!(!p("start help").help);
     }
 }

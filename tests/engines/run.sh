@@ -392,10 +392,12 @@ EOF
 }
 start_dockerd() {
   mkdir -p "$R/etc/docker"
-  printf '{\n  "storage-driver": "vfs"\n}\n' >"$R/etc/docker/daemon.json"
-  local key=(); [ "${DV%%.*}" -lt 23 ] && key=(--deprecated-key-path "$R/key.json")   # else 20.10 writes /etc/docker/key.json
+  # Docker < 23 writes a trust key to /etc/docker/key.json unless told another path
+  # (daemon.json only: there is no such flag)
+  local key=""; [ "${DV%%.*}" -lt 23 ] && key=$',\n  "deprecated-key-path": "'"$R/key.json"'"'
+  printf '{\n  "storage-driver": "vfs"%s\n}\n' "$key" >"$R/etc/docker/daemon.json"
   dockerd --config-file "$R/etc/docker/daemon.json" --data-root "$R/docker" --exec-root "$R/exec" \
-    --pidfile "$R/dockerd.pid" -H "unix://$DSOCK" --containerd "$CSOCK" "${key[@]}" \
+    --pidfile "$R/dockerd.pid" -H "unix://$DSOCK" --containerd "$CSOCK" \
     --bridge none --iptables=false --ip-masq=false --userland-proxy=false >"$LOG/dockerd-$ROUND.log" 2>&1 &
   DOCKERD_PID=$!
   local i
@@ -723,9 +725,9 @@ podman_refusal() {  # RUNTIME NAME
   local g out rc; g=$(ledger_gpu)
   out=$(P run "${PODMAN_RUN[@]}" --rm --name "$2" --runtime "$1" --annotation vram=15g --annotation gpu="$g" "$IMG" true 2>&1); rc=$?
   [ $rc -ne 0 ] || { echo "podman run succeeded: $out"; return 1; }
-  has "$out" "gpu-quota: cannot start container" && has "$out" "requested 15.00 GiB" || return 1
-  # one prefix: podman prefixes the runtime's stderr with the runtime's name already
-  hasnt "$out" "gpu-quota: gpu-quota:" || return 1
+  # one prefix: podman puts the runtime's name (or path) before the runtime's stderr itself
+  has "$out" "OCI runtime error: $1: cannot start container" && has "$out" "requested 15.00 GiB" || return 1
+  hasnt "$out" "gpu-quota: gpu-quota:" && hasnt "$out" "$1: gpu-quota:" || return 1
   note "$out"
   expect_ledger 1 "after the refusal" || return 1
   ! P ps -a --format '{{.Names}}' | grep -qx "$2" || { echo "refused --rm container left behind"; return 1; }
