@@ -762,10 +762,14 @@ podman_install() {
   local out; out=$(P --runtime gpu-quota info --format '{{.Host.OCIRuntime.Name}} {{.Host.OCIRuntime.Path}}' 2>&1) || { echo "$out"; return 1; }
   has "$out" "gpu-quota $RT"
 }
+podman_config() {  # the round's config as it is now (install docker changed it)
+  nsenter -t "$PNS" -m -- cp "$GPU_QUOTA_CONFIG" /etc/gpu-quota/config.toml || return 1
+  ! cmp -s "$GPU_QUOTA_CONFIG" /etc/gpu-quota/config.toml 2>/dev/null || { echo "the host sees the namespace's /etc"; return 1; }
+}
 podman_load() { P load -i "$T/bb.tar" >/dev/null 2>"$LOG/podman-load.log" || { cat "$LOG/podman-load.log"; return 1; }; }
 podman_cases() {
   local PV; PV="podman $(podman --version | awk '{print $3}')"
-  check "$PV: private mount namespace whose /etc has gpu-quota/config.toml (host /etc untouched); image loaded" eval 'podman_ns && podman_load'
+  check "$PV: the namespace's /etc/gpu-quota/config.toml is this round's (host /etc untouched); image loaded" eval 'podman_config && podman_load'
   check "$PV: --runtime /abs/gpu-quota-runtime --annotation vram=2g gets a 2 GiB slice" podman_slice "$RT" gq-p1
   check "$PV: (abs path) a request that does not fit fails with the gpu-quota message, one prefix" podman_refusal "$RT" gq-p2
   check "$PV: (abs path) rm -f releases the slice" podman_rm gq-p1
@@ -798,6 +802,8 @@ round_empty() {
 for round in $ROUNDS; do
   round_env "$round"
   echo "== round: Debian $round engines: $CTD, $DK$([ "$round" = 13 ] && echo ", compose")$([ "$round" = 12 ] && echo ", podman $(podman --version | awk '{print $3}')"); $(runc --version | head -1)"
+  # podman's namespace first: mounts made later by the daemons (dockerd binds its data root) stay out of it
+  [ "$round" = 12 ] && check "podman $(podman --version | awk '{print $3}'): private mount namespace with its own /etc, /var/lib, /run overlays" podman_ns
   check "$CTD: starts with its own --config/--root/--state/--address; installed config; images imported" start_containerd
   if [ -z "$CTD_PID" ] || ! kill -0 "$CTD_PID" 2>/dev/null; then fail "$CTD: every case of this round skipped" "containerd did not start"; continue; fi
   check "$DK: dockerd starts with its own config/data/exec root, on the private containerd" start_dockerd
