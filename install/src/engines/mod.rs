@@ -32,6 +32,7 @@ macro_rules! say {
 mod containerd;
 mod crio;
 mod docker;
+pub mod doctor;
 pub mod dockerver;
 mod dropin;
 pub mod fsutil;
@@ -772,6 +773,22 @@ pub fn install(args: &EngineArgs) -> Result<()> {
 /// `gpu-quota uninstall ENGINE`
 pub fn uninstall(args: &EngineArgs) -> Result<()> {
     run(args, false)
+}
+
+/// `gpu-quota doctor`'s engine checks on this host.
+pub fn doctor_checks(env_requests: bool) -> Vec<doctor::Check> {
+    let fs = RootFs::new(PathBuf::from("/"));
+    let program = |p: &str| core_which(p);
+    doctor::checks(&doctor::Host {
+        fs: &fs,
+        program: &program,
+        docker_version: dockerver::detect(None),
+        env_requests,
+    })
+}
+
+fn core_which(p: &str) -> bool {
+    gpuquota_core::paths::which(Path::new(p)).is_some()
 }
 
 /// A TOML basic string (`"..."`, escaped).
