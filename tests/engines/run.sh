@@ -106,6 +106,9 @@ CTD_PID=""; DOCKERD_PID=""; PNS=""
 # and dockerd (plugin socket dir; 20.10's trust key) create by hard-coded names:
 # removed afterwards when they were not there before.
 HOST_PATHS=(); for d in /run/containerd /run/runc /run/docker /etc/docker/key.json; do [ -e "$d" ] || HOST_PATHS+=("$d"); done
+# and anything an engine might leave in the usual places: names before the suite
+host_scan() { find /etc /var/lib /var/cache /run /opt /root -maxdepth 2 2>/dev/null | grep -iE 'docker|containerd|runc|containers|cni|crio|podman|gpu-quota|compose' | sort; }
+HOST_BEFORE=$(host_scan)
 export DOCKER_CONFIG=$T/docker-cli       # the CLI's own config, not ~/.docker
 
 # Per-round names (set by round_env): R (the round's dir), CSOCK, DSOCK, DOCKER_BIN,
@@ -834,8 +837,12 @@ final_nothing_left() {
   [ -n "$(mounts_of_T)" ] && bad+="mounts: $(mounts_of_T)"$'\n'
   [ -d /run/runc ] && runc --root /run/runc list 2>/dev/null | grep -qF "$T/" && bad+="runc state in /run/runc"$'\n'
   for r in "${HOST_PATHS[@]}"; do [ -e "$r" ] && bad+="left on the host: $(find "$r")"$'\n'; done
+  # engine-named paths under /etc, /var/lib, /var/cache, /run, /opt, /root that are new
+  local new; new=$(comm -13 <(printf '%s\n' "$HOST_BEFORE") <(host_scan))
+  [ -z "$new" ] || bad+="new on the host: $new"$'\n'
+
   [ -z "$bad" ] || { echo "$bad"; return 1; }
   note "not there before and not there now: ${HOST_PATHS[*]}"
 }
-check "end: daemons stopped; no process, mount, runc state of the suite, nor /run/containerd, /run/runc, /run/docker, /etc/docker/key.json it created" final_nothing_left
+check "end: daemons stopped; no process, mount, runc state of the suite; nothing new on the host (/run/containerd, /run/runc, /run/docker, /etc/docker/key.json, any engine-named path under /etc /var/lib /var/cache /run /opt /root)" final_nothing_left
 finish
