@@ -32,7 +32,10 @@ Configuration: $GPU_QUOTA_CONFIG, else /etc/gpu-quota/config.toml.";
 
 fn main() {
     let stage = std::env::args().nth(1).unwrap_or_default();
-    if matches!(stage.as_str(), "--help" | "-h" | "help" | "--version" | "-V" | "") {
+    if matches!(
+        stage.as_str(),
+        "--help" | "-h" | "help" | "--version" | "-V" | ""
+    ) {
         println!("gpu-quota-hook {}\n{USAGE}", env!("CARGO_PKG_VERSION"));
         std::process::exit(if stage.is_empty() { 2 } else { 0 });
     }

@@ -58,7 +58,13 @@ fn run(h: &Host, args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-const READ_ONLY: [&[&str]; 5] = [&["ls"], &["ls", "--json"], &["doctor"], &["gc", "--dry-run"], &["metrics"]];
+const READ_ONLY: [&[&str]; 5] = [
+    &["ls"],
+    &["ls", "--json"],
+    &["doctor"],
+    &["gc", "--dry-run"],
+    &["metrics"],
+];
 
 #[test]
 fn read_only_commands_create_nothing() {
@@ -83,7 +89,10 @@ fn read_only_commands_create_nothing() {
 fn doctor_says_no_ledger_yet() {
     let h = host(STATIC);
     let (_, out, _) = run(&h, &["doctor"]);
-    let line = out.lines().find(|l| l.contains(" ledger:")).unwrap_or_else(|| panic!("{out}"));
+    let line = out
+        .lines()
+        .find(|l| l.contains(" ledger:"))
+        .unwrap_or_else(|| panic!("{out}"));
     assert!(line.contains("no ledger yet"), "{line}");
     assert!(!line.contains("0 reservations"), "{line}");
     // and with a ledger, it counts
@@ -129,5 +138,8 @@ fn metrics_without_nvml_exports_the_ledger_and_the_error() {
     let h = host(STATIC);
     let (code, out, _) = run(&h, &["metrics"]);
     assert_eq!(code, Some(0));
-    assert!(out.contains("gpu_quota_inventory_up 1") && !out.contains("gpu_quota_inventory_error"), "{out}");
+    assert!(
+        out.contains("gpu_quota_inventory_up 1") && !out.contains("gpu_quota_inventory_error"),
+        "{out}"
+    );
 }

@@ -92,7 +92,10 @@ mod tests {
     #[test]
     fn one_prefix_under_podman() {
         assert_eq!(super::stderr_line("cannot x", None), "gpu-quota: cannot x");
-        assert_eq!(super::stderr_line("cannot x", Some("containerd-shim")), "gpu-quota: cannot x");
+        assert_eq!(
+            super::stderr_line("cannot x", Some("containerd-shim")),
+            "gpu-quota: cannot x"
+        );
         assert_eq!(super::stderr_line("cannot x", Some("conmon")), "cannot x");
         assert_eq!(super::stderr_line("cannot x", Some("podman")), "cannot x");
     }

@@ -7,7 +7,10 @@ fn run(arg: &str) -> (bool, String) {
         .env("GPU_QUOTA_CONFIG", "/nonexistent/gpu-quota.toml")
         .output()
         .unwrap();
-    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
 }
 
 fn have_runc() -> bool {
@@ -18,10 +21,20 @@ fn have_runc() -> bool {
 fn version_is_ours_then_runcs() {
     let (ok, out) = run("--version");
     let first = out.lines().next().unwrap_or_default();
-    assert_eq!(first, format!("gpu-quota-runtime {}", env!("CARGO_PKG_VERSION")), "{out}");
+    assert_eq!(
+        first,
+        format!("gpu-quota-runtime {}", env!("CARGO_PKG_VERSION")),
+        "{out}"
+    );
     if have_runc() {
         assert!(ok, "{out}");
-        assert!(out.lines().nth(1).unwrap_or_default().starts_with("runc version"), "{out}");
+        assert!(
+            out.lines()
+                .nth(1)
+                .unwrap_or_default()
+                .starts_with("runc version"),
+            "{out}"
+        );
     }
 }
 
@@ -29,12 +42,21 @@ fn version_is_ours_then_runcs() {
 fn help_is_a_usage_then_runcs() {
     for arg in ["--help", "-h"] {
         let (ok, out) = run(arg);
-        assert!(out.starts_with("gpu-quota-runtime: runc with GPU-memory quotas"), "{out}");
-        assert!(out.contains("CONTAINER_ID") && out.contains("/etc/gpu-quota/config.toml"), "{out}");
+        assert!(
+            out.starts_with("gpu-quota-runtime: runc with GPU-memory quotas"),
+            "{out}"
+        );
+        assert!(
+            out.contains("CONTAINER_ID") && out.contains("/etc/gpu-quota/config.toml"),
+            "{out}"
+        );
         if have_runc() {
             assert!(ok, "{out}");
             let ours = out.find("runc's own help follows").unwrap();
-            assert!(out[ours..].contains("runc - Open Container Initiative runtime"), "{out}");
+            assert!(
+                out[ours..].contains("runc - Open Container Initiative runtime"),
+                "{out}"
+            );
         }
     }
 }

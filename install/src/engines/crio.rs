@@ -32,7 +32,10 @@ impl Engine for Crio {
     }
 
     fn env_requests(&self) -> super::EnvRequests {
-        super::EnvRequests::Set(false, "CRI-O passes pod annotations: requests come from annotations only.".into())
+        super::EnvRequests::Set(
+            false,
+            "CRI-O passes pod annotations: requests come from annotations only.".into(),
+        )
     }
 
     fn plan_install(

@@ -45,7 +45,10 @@ pub fn parse_dockerd_output(out: &str) -> Option<String> {
 /// The body of an HTTP response (after the blank line), if the status is 200.
 fn http_body(resp: &[u8]) -> Option<&[u8]> {
     let head_end = resp.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let status = std::str::from_utf8(&resp[..head_end]).ok()?.lines().next()?;
+    let status = std::str::from_utf8(&resp[..head_end])
+        .ok()?
+        .lines()
+        .next()?;
     status
         .split(' ')
         .nth(1)
@@ -151,8 +154,10 @@ mod tests {
             let mut buf = [0u8; 512];
             let n = c.read(&mut buf).unwrap();
             assert!(buf[..n].starts_with(b"GET /version HTTP/1.0\r\n"));
-            c.write_all(b"HTTP/1.0 200 OK\r\n\r\n{\"ApiVersion\":\"1.45\",\"Version\":\"26.1.5+dfsg1\"}")
-                .unwrap();
+            c.write_all(
+                b"HTTP/1.0 200 OK\r\n\r\n{\"ApiVersion\":\"1.45\",\"Version\":\"26.1.5+dfsg1\"}",
+            )
+            .unwrap();
         });
         assert_eq!(from_api(&sock).unwrap(), "26.1.5+dfsg1");
         t.join().unwrap();

@@ -93,7 +93,11 @@ pub fn checks(h: &Host) -> Vec<Check> {
                     "daemon version unknown (not running?): annotations reach the runtime from Docker 24 on".into(),
                 ),
             };
-            out.push(check(name, verdict, format!("runtime gpu-quota -> {rt}; {how}")));
+            out.push(check(
+                name,
+                verdict,
+                format!("runtime gpu-quota -> {rt}; {how}"),
+            ));
         }
     }
 
@@ -142,8 +146,16 @@ pub fn checks(h: &Host) -> Vec<Check> {
 
     // podman, CRI-O
     for (kind, prog, how) in [
-        (EngineKind::Podman, "podman", "--annotation vram=… reaches it"),
-        (EngineKind::Crio, "crio", "pod annotations reach it as they are"),
+        (
+            EngineKind::Podman,
+            "podman",
+            "--annotation vram=… reaches it",
+        ),
+        (
+            EngineKind::Crio,
+            "crio",
+            "pod annotations reach it as they are",
+        ),
     ] {
         let name = format!("engine {}", kind.name());
         match ((h.program)(prog), registered(h, kind)) {
@@ -156,9 +168,11 @@ pub fn checks(h: &Host) -> Vec<Check> {
                     kind.name()
                 ),
             )),
-            (_, Some(rt)) => {
-                out.push(check(&name, Verdict::Ok, format!("runtime gpu-quota -> {rt}; {how}")))
-            }
+            (_, Some(rt)) => out.push(check(
+                &name,
+                Verdict::Ok,
+                format!("runtime gpu-quota -> {rt}; {how}"),
+            )),
         }
     }
     out
@@ -190,13 +204,18 @@ mod tests {
     fn find<'a>(c: &'a [Check], n: &str) -> &'a Check {
         c.iter().find(|c| c.name == n).unwrap()
     }
-    const DOCKER: &str = r#"{"runtimes": {"gpu-quota": {"path": "/usr/local/bin/gpu-quota-runtime"}}}"#;
+    const DOCKER: &str =
+        r#"{"runtimes": {"gpu-quota": {"path": "/usr/local/bin/gpu-quota-runtime"}}}"#;
 
     #[test]
     fn nothing_installed() {
         let c = run(&MemFs::new(), &[], None, false);
         assert_eq!(c.len(), 4);
-        assert!(c.iter().all(|c| c.verdict == Verdict::Info && c.text == "not installed"), "{c:?}");
+        assert!(
+            c.iter()
+                .all(|c| c.verdict == Verdict::Info && c.text == "not installed"),
+            "{c:?}"
+        );
     }
 
     #[test]
@@ -204,7 +223,9 @@ mod tests {
         let fs = MemFs::new().with("/etc/docker/daemon.json", DOCKER);
         let c = run(&fs, &["dockerd"], v("26.1.5"), false);
         assert_eq!(find(&c, "engine docker").verdict, Verdict::Ok, "{c:?}");
-        assert!(find(&c, "engine docker").text.contains("passes --annotation"));
+        assert!(find(&c, "engine docker")
+            .text
+            .contains("passes --annotation"));
         let c = run(&fs, &["dockerd"], v("20.10.24"), true);
         assert_eq!(find(&c, "engine docker").verdict, Verdict::Ok);
         let c = run(&fs, &["dockerd"], v("20.10.24"), false);

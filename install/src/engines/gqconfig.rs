@@ -99,7 +99,9 @@ pub fn unset(before: &[u8], engine: &str) -> Result<Option<Option<Vec<u8>>>, Eng
     if s.trim().is_empty() {
         return Ok(Some(None));
     }
-    Ok(Some(Some(s.trim_start_matches('\n').to_string().into_bytes())))
+    Ok(Some(Some(
+        s.trim_start_matches('\n').to_string().into_bytes(),
+    )))
 }
 
 /// The install change of config.toml for an engine that wants `env_requests = on`.
@@ -140,19 +142,30 @@ mod tests {
         );
         assert!(s(&a).parse::<DocumentMut>().unwrap()[KEY].as_bool() == Some(true));
         assert_eq!(unset(&a, "docker").unwrap(), Some(None));
-        assert_eq!(unset(&a, "containerd").unwrap(), None, "not containerd's key");
+        assert_eq!(
+            unset(&a, "containerd").unwrap(),
+            None,
+            "not containerd's key"
+        );
     }
 
     #[test]
     fn keeps_comments_and_keys_and_round_trips() {
-        let before = "# my host\nledger_dir = \"/x\" # where\n\n[driver]\n# libs\nlib_dirs = [\"/l\"]\n";
+        let before =
+            "# my host\nledger_dir = \"/x\" # where\n\n[driver]\n# libs\nlib_dirs = [\"/l\"]\n";
         let a = set(Some(before.as_bytes()), false, "containerd", "why").unwrap();
         let t = s(&a);
-        assert!(t.starts_with("# my host\nledger_dir = \"/x\" # where\n"), "{t}");
+        assert!(
+            t.starts_with("# my host\nledger_dir = \"/x\" # where\n"),
+            "{t}"
+        );
         assert!(t.contains("[driver]\n# libs\nlib_dirs = [\"/l\"]\n"), "{t}");
         assert!(t.contains("env_requests = false\n"), "{t}");
         let key = t.find("env_requests").unwrap();
-        assert!(key < t.find("[driver]").unwrap(), "a root key, before the tables: {t}");
+        assert!(
+            key < t.find("[driver]").unwrap(),
+            "a root key, before the tables: {t}"
+        );
         assert!(s(&a).parse::<DocumentMut>().unwrap()[KEY].as_bool() == Some(false));
         // the config still parses as gpu-quota's
         gpuquota_core::config::Config::parse(t, Path::new("x")).unwrap();

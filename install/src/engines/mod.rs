@@ -32,8 +32,8 @@ macro_rules! say {
 mod containerd;
 mod crio;
 mod docker;
-pub mod doctor;
 pub mod dockerver;
+pub mod doctor;
 mod dropin;
 pub mod fsutil;
 pub mod gqconfig;
@@ -854,7 +854,12 @@ mod tests {
     #[test]
     fn install_records_created_dirs_and_backs_up() {
         let fs = MemFs::new().with("/etc/docker/daemon.json", "{\"debug\": true}\n");
-        let p = plan_install(&docker::Docker::default(), &fs, "/usr/bin/gpu-quota-runtime").unwrap();
+        let p = plan_install(
+            &docker::Docker::default(),
+            &fs,
+            "/usr/bin/gpu-quota-runtime",
+        )
+        .unwrap();
         assert!(p.mkdirs.is_empty());
         assert_eq!(p.changes[0].kind, ChangeKind::Backup);
         assert_eq!(
@@ -862,7 +867,12 @@ mod tests {
             PathBuf::from("/etc/docker/daemon.json.gpu-quota.bak")
         );
         let fresh = MemFs::new();
-        let p = plan_install(&docker::Docker::default(), &fresh, "/usr/bin/gpu-quota-runtime").unwrap();
+        let p = plan_install(
+            &docker::Docker::default(),
+            &fresh,
+            "/usr/bin/gpu-quota-runtime",
+        )
+        .unwrap();
         assert_eq!(p.mkdirs[0], PathBuf::from("/etc"));
         assert!(p.changes.iter().any(|c| c.kind == ChangeKind::State));
         assert!(!p.changes.iter().any(|c| c.kind == ChangeKind::Backup));

@@ -177,14 +177,14 @@ mod tests {
         assert!(matches!(r, Reloaded::NotRunning(_)), "{r:?}");
         std::fs::write(&pf, format!("{}\n", std::process::id())).unwrap();
         let r = reload(&NoSystemd, "docker.service", "dockerd", &pf, libc::SIGHUP).unwrap();
-        assert!(matches!(r, Reloaded::NotRunning(ref m) if m.contains("stale")), "{r:?}");
+        assert!(
+            matches!(r, Reloaded::NotRunning(ref m) if m.contains("stale")),
+            "{r:?}"
+        );
         std::fs::write(&pf, "").unwrap();
         let r = reload(&NoSystemd, "docker.service", "dockerd", &pf, libc::SIGHUP).unwrap();
         assert!(matches!(r, Reloaded::NotRunning(_)), "{r:?}");
-        assert!(
-            alive_after(&mut d),
-            "the decoy named dockerd got a signal"
-        );
+        assert!(alive_after(&mut d), "the decoy named dockerd got a signal");
         let _ = d.kill();
         let _ = d.wait();
     }

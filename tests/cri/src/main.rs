@@ -117,7 +117,11 @@ fn read_pod(p: &Path) -> Result<PodFile> {
     serde_json::from_slice(&b).with_context(|| format!("parsing {}", p.display()))
 }
 
-fn pod_config(name: &str, namespace: &str, annotations: HashMap<String, String>) -> cri::PodSandboxConfig {
+fn pod_config(
+    name: &str,
+    namespace: &str,
+    annotations: HashMap<String, String>,
+) -> cri::PodSandboxConfig {
     let node = cri::NamespaceMode::Node as i32;
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
@@ -184,8 +188,14 @@ async fn run(cli: Cli) -> Result<i32> {
                 .map_err(grpc("RunPodSandbox"))?
                 .into_inner()
                 .pod_sandbox_id;
-            std::fs::write(&out, serde_json::to_vec(&PodFile { id: id.clone(), config })?)
-                .with_context(|| format!("writing {}", out.display()))?;
+            std::fs::write(
+                &out,
+                serde_json::to_vec(&PodFile {
+                    id: id.clone(),
+                    config,
+                })?,
+            )
+            .with_context(|| format!("writing {}", out.display()))?;
             println!("{id}");
         }
         Cmd::Create {
