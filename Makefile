@@ -5,6 +5,8 @@
 #   make install PREFIX=/usr/local
 PREFIX ?= /usr/local
 CARGO ?= cargo
+# cargo's progress: quiet by default; `make build CARGO_Q=` shows it (scripts/demo.sh does)
+CARGO_Q ?= --quiet
 REL := target/release
 DBG := target/debug
 SO := interceptor/target/release/libgpuquota.so
@@ -14,14 +16,14 @@ SO := interceptor/target/release/libgpuquota.so
 all: build
 
 interceptor:
-	$(CARGO) build --release --quiet --manifest-path interceptor/Cargo.toml
+	$(CARGO) build --release $(CARGO_Q) --manifest-path interceptor/Cargo.toml
 
 build: interceptor
-	$(CARGO) build --release --quiet -p gpu-quota-shim -p gpu-quota-hook -p gpu-quota-install
+	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-shim -p gpu-quota-hook -p gpu-quota-install
 	install -m 0644 $(SO) $(REL)/libgpuquota.so
 
 build-debug: interceptor
-	$(CARGO) build --quiet --workspace --bins
+	$(CARGO) build $(CARGO_Q) --workspace --bins
 	install -m 0644 $(SO) $(DBG)/libgpuquota.so
 	$(MAKE) -s -C tests/fake
 

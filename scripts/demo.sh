@@ -13,8 +13,8 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "== building (release)"
-make -s build
+echo "== building (release; the first build compiles every dependency and takes a few minutes)"
+make -s build CARGO_Q=
 make -s -C tests/fake
 
 D=$(mktemp -d /tmp/gpu-quota-demo.XXXXXX)
@@ -75,7 +75,7 @@ mkbundle() { # NAME ANNOTATIONS_JSON SCRIPT
   local b="$D/bundles/$1" rootfs="$D/bundles/$1/rootfs"
   mkdir -p "$rootfs/bin" "$rootfs/tmp"
   cp "$(command -v busybox)" "$rootfs/bin/busybox"
-  for a in sh cat grep sleep ls; do ln -sf busybox "$rootfs/bin/$a"; done
+  for a in sh cat grep sleep ls sed; do ln -sf busybox "$rootfs/bin/$a"; done
   cp "$D/cuda_probe" "$rootfs/bin/cuda_probe"
   for l in $(ldd "$D/cuda_probe" "$R/libgpuquota.so" | grep -v ":$" | grep -o "/[^ ]*" | sort -u); do
     mkdir -p "$rootfs$(dirname "$l")"; cp -L "$l" "$rootfs$l"
@@ -94,10 +94,11 @@ cc -O2 -o "$D/cuda_probe" tests/e2e/cuda_probe.c -ldl
 rt() { "$R/gpu-quota-runtime" --root "$RUNC_ROOT" "$@"; }
 
 echo; echo "== 1. a container with vram=4g: CUDA sees 4 GiB, 3 GiB fit, 2 GiB more is refused"
-B=$(mkbundle probe '{"vram":"4g"}' 'grep vram_bytes /run/gpu-quota/limits; nvidia-smi -L; cuda_probe info; cuda_probe alloc 3 2')
-(cd "$B" && rt run demo-probe)
-
-echo; echo "== 2. two containers take half of GPU 0 each (vram=50%, gpu=0)"
+echo "   (inside the container; GiB = 2^30 bytes)"
+# the script runs as sh -c inside config.json: no double quotes in it
+B=$(mkbundle probe '{"vram":"4g"}' 'v=$(sed -n s/^vram_bytes=//p /run/gpu-quota/limits); echo limits file /run/gpu-quota/limits, written by gpu-quota-hook: vram_bytes=$v, that is $((v >> 30)) GiB; echo nvidia-smi -L:; nvidia-smi -L | sed s/^/__/; echo cuMemGetInfo through the interceptor, total and free bytes:; cuda_probe info | sed s/^/__/; echo cuMemAlloc of 3 GiB, then 2 GiB more, rc 0 = success, rc 2 = CUDA_ERROR_OUT_OF_MEMORY:; cuda_probe alloc 3 2 2>&1 | sed s/^/__/')
+(cd "$B" && rt run demo-probe) | sed 's/^__/      /; s/^/   /'
+echo; echo "== 2. two containers take half of GPU 0 each (vram=50%, gpu=0); gpu-quota ls shows the ledger"
 for i in 1 2; do
   B=$(mkbundle half$i '{"vram":"50%","gpu":"0"}' 'sleep 600')
   rt create --bundle "$B" demo-half$i >/dev/null 2>&1 && rt start demo-half$i && echo "demo-half$i started"

@@ -5,17 +5,22 @@
 #   2. cargo unit tests + e2e tests against real runc (GPU_QUOTA_E2E=1: an
 #      e2e test that cannot run fails instead of skipping);
 #   3. the interceptor suite against the fake driver;
-#   4. real-engine tests (docker, containerd, podman), which start and stop
+#   4. real-engine tests (Debian 12: docker 20.10, containerd 1.6, podman 4.3;
+#      Debian 13, downloaded into a private prefix: docker 26, compose 2.26,
+#      containerd 1.7; ctr and CRI on both containerds), which start and stop
 #      their own daemons.
-# Ends with one line "N passed, M failed" summed over every suite.
-set -u
+# Ends with one line "N passed, M failed" summed over every suite, and the
+# time each step took.
+set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 LOG=$(mktemp -d /tmp/gq-test-logs.XXXXXX)
 passed=0; failed=0; broken=()
 
 need=()
-for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils; do
+T0=$SECONDS
+step() { echo "   ($1: $((SECONDS - T0))s since start)"; }
+for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils protoc:protobuf-compiler; do
   command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -39,21 +44,29 @@ count() {
   fi
 }
 
-echo "== build"
-make -s build-debug 2>&1 | tail -20 || { echo "0 passed, 1 failed"; exit 1; }
+step "dependencies"
+
+echo "== build (debug, for the unit and e2e tests; release, for the engine suite)"
+# pipefail: a failed build stops here (tail alone would succeed)
+make -s build-debug 2>&1 | tail -20 || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+make -s build 2>&1 | tail -20 || { echo "release build failed"; echo "0 passed, 1 failed"; exit 1; }
+step "build"
 
 echo "== cargo test (unit + e2e with real runc)"
 GPU_QUOTA_E2E=1 cargo test --workspace 2>&1 | tee "$LOG/cargo.log" | grep -E '^test |test result|panicked|FAILED|error' 
 count cargo "$LOG/cargo.log" "${PIPESTATUS[0]}"
+step "cargo test"
 
 echo "== interceptor (fake driver)"
 bash tests/interceptor/run.sh 2>&1 | tee "$LOG/interceptor.log" | grep -vE '^ok '
 count interceptor "$LOG/interceptor.log" "${PIPESTATUS[0]}"
+step "interceptor"
 
 if [ -f tests/engines/run.sh ]; then
-  echo "== engines (real docker, containerd, podman)"
+  echo "== engines (real docker 20.10 + 26, compose, containerd 1.6 + 1.7 with ctr and CRI, podman)"
   bash tests/engines/run.sh 2>&1 | tee "$LOG/engines.log"
   count engines "$LOG/engines.log" "${PIPESTATUS[0]}"
+  step "engines"
 fi
 
 rm -rf "$LOG"

@@ -110,9 +110,13 @@ impl Inventory {
                 key,
                 inventory: inv.clone(),
             };
+            // only into an existing, safe ledger directory: read-only
+            // commands (ls, doctor, metrics) create nothing, and the cache is
+            // never written through a symlink or into a directory others own
             if let Ok(bytes) = serde_json::to_vec_pretty(&c) {
-                let _ = std::fs::create_dir_all(&cfg.ledger_dir);
-                let _ = fsutil::write_atomic(&cache, &bytes, 0o644);
+                if cfg.ledger_dir.is_dir() && fsutil::secure_dir(&cfg.ledger_dir, 0o755).is_ok() {
+                    let _ = fsutil::write_atomic(&cache, &bytes, 0o644);
+                }
             }
         }
         Ok(inv)

@@ -34,6 +34,11 @@ use std::path::PathBuf;
 
 /// The hook's own deadline (runc kills hooks after the spec's 60 s).
 const HOOK_TIMEOUT_SECS: u32 = 45;
+const USAGE: &str = "\
+Usage: gpu-quota-hook create-runtime|prestart|poststop   (OCI state JSON on stdin)
+The OCI hook that gpu-quota-runtime puts into config.json; runc runs it, not you.
+create-runtime/prestart: confirm the slice, mount the driver and the interceptor; poststop: release.
+Configuration: $GPU_QUOTA_CONFIG, else /etc/gpu-quota/config.toml.";
 
 fn main() {
     // SIGALRM's default action ends the process: nothing the image can do
@@ -41,6 +46,13 @@ fn main() {
     // SAFETY: alarm has no preconditions.
     unsafe { libc::alarm(HOOK_TIMEOUT_SECS) };
     let stage = std::env::args().nth(1).unwrap_or_default();
+    if matches!(
+        stage.as_str(),
+        "--help" | "-h" | "help" | "--version" | "-V" | ""
+    ) {
+        println!("gpu-quota-hook {}\n{USAGE}", env!("CARGO_PKG_VERSION"));
+        std::process::exit(if stage.is_empty() { 2 } else { 0 });
+    }
     if let Err(e) = run(&stage) {
         eprintln!("gpu-quota-hook: {e:#}");
         std::process::exit(1);

@@ -33,6 +33,15 @@ fn load() -> Result<(Config, Ledger)> {
     Ok((cfg, l))
 }
 
+/// The ledger for a read-only command: nothing is created (no directory, no lock file)
+/// when there is no ledger yet; then it is empty. `None` in the second place: no file.
+fn read_only(cfg: &Config, ledger: &Ledger) -> Result<(LedgerData, bool)> {
+    if !cfg.ledger_path().exists() {
+        return Ok((LedgerData::default(), false));
+    }
+    Ok((ledger.read()?, true))
+}
+
 struct GpuRow {
     index: u32,
     uuid: String,
@@ -74,7 +83,7 @@ fn container_used(cfg: &Config, r: &Reservation) -> Option<usage::Usage> {
 
 pub fn ls(a: &LsArgs) -> Result<()> {
     let (cfg, ledger) = load()?;
-    let data = ledger.read()?;
+    let (data, _) = read_only(&cfg, &ledger)?;
     let inv = Inventory::load(&cfg).ok();
     let now = fsutil::now_unix();
     if a.json {
@@ -172,8 +181,8 @@ pub fn gc(a: &GcArgs) -> Result<()> {
     }
     let gone = if a.dry_run {
         let now = fsutil::now_unix();
-        ledger
-            .read()?
+        read_only(&cfg, &ledger)?
+            .0
             .reservations
             .into_iter()
             .filter(|r| ledger.is_stale(r, now))
@@ -347,17 +356,37 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
     );
     check(
         "ledger",
-        Ledger::new(&cfg)
-            .read()
-            .map(|d| {
+        read_only(&cfg, &Ledger::new(&cfg)).map(|(d, exists)| {
+            if exists {
                 format!(
                     "{} ({} reservations)",
                     cfg.ledger_path().display(),
                     d.reservations.len()
                 )
-            })
-            .map_err(|e| anyhow::anyhow!("{e}")),
+            } else {
+                format!(
+                    "no ledger yet ({} does not exist; the first container with a request creates it)",
+                    cfg.ledger_path().display()
+                )
+            }
+        }),
     );
+    check(
+        "env_requests",
+        Ok(if cfg.env_requests {
+            "true: GPU_QUOTA_* in a container's environment is a request (engines without annotations, Docker < 24)".into()
+        } else {
+            "false: requests come from annotations only".into()
+        }),
+    );
+    for c in crate::engines::doctor_checks(cfg.env_requests) {
+        use crate::engines::doctor::Verdict;
+        match c.verdict {
+            Verdict::Ok => check(&c.name, Ok(c.text)),
+            Verdict::Fail => check(&c.name, Err(anyhow::anyhow!("{}", c.text))),
+            Verdict::Info => println!("--    {}: {}", c.name, c.text),
+        }
+    }
     if bad > 0 {
         anyhow::bail!("{bad} check(s) failed");
     }
@@ -372,13 +401,37 @@ fn esc(s: &str) -> String {
 
 pub fn metrics(_: &MetricsArgs) -> Result<()> {
     let (cfg, ledger) = load()?;
-    let data = ledger.read()?;
-    let inv = Inventory::load(&cfg)?;
+    let (data, _) = read_only(&cfg, &ledger)?;
     let mut o = String::new();
     let gauge = |o: &mut String, name: &str, help: &str| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
     };
-    let rows = gpu_rows(&cfg, &inv, &data);
+    // Without the GPU inventory (no NVML, ...) the per-GPU series are absent, and what the
+    // ledger knows is still exported, with the error as a gauge.
+    let inv = Inventory::load(&cfg);
+    gauge(
+        &mut o,
+        "gpu_quota_inventory_up",
+        "1 if the GPU inventory (NVML or the static one) could be read, else 0.",
+    );
+    let _ = writeln!(o, "gpu_quota_inventory_up {}", u8::from(inv.is_ok()));
+    if let Err(e) = &inv {
+        gauge(
+            &mut o,
+            "gpu_quota_inventory_error",
+            "Why the GPU inventory could not be read (1, with the error as a label).",
+        );
+        let _ = writeln!(
+            o,
+            "gpu_quota_inventory_error{{error=\"{}\"}} 1",
+            esc(&e.to_string())
+        );
+        eprintln!("gpu-quota: warning: no GPU inventory ({e}); exporting the ledger only");
+    }
+    let rows = inv
+        .as_ref()
+        .map(|inv| gpu_rows(&cfg, inv, &data))
+        .unwrap_or_default();
     type PerGpu = fn(&GpuRow) -> u64;
     let per_gpu: [(&str, &str, PerGpu); 3] = [
         (

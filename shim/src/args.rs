@@ -16,6 +16,10 @@ pub struct RuncArgs {
     pub keep: bool,
     /// Index of the command in argv (what precedes it are global flags).
     pub command_index: Option<usize>,
+    /// `--version`/`-v` before any command (runc's global flag).
+    pub version: bool,
+    /// `--help`/`-h` before any command, or the command `help`.
+    pub help: bool,
 }
 
 /// `argv` with `--keep` right after the command (for `run`).
@@ -90,6 +94,11 @@ pub fn parse(argv: &[OsString]) -> RuncArgs {
             break;
         }
         let Some((name, inline)) = flag(a) else { break };
+        match name {
+            "version" | "v" => r.version = true,
+            "help" | "h" => r.help = true,
+            _ => {}
+        }
         if GLOBAL_VALUE.contains(&name) {
             let v = match inline {
                 Some(v) => Some(v.to_string()),
@@ -109,6 +118,9 @@ pub fn parse(argv: &[OsString]) -> RuncArgs {
     }
     r.command = args.get(i).cloned();
     r.command_index = r.command.as_ref().map(|_| i);
+    if r.command.as_deref() == Some("help") {
+        r.help = true;
+    }
     i += 1;
     // command flags and the first positional (the container id)
     while i < args.len() {
@@ -206,5 +218,14 @@ mod tests {
             (r.keep, r.id.as_deref(), r.bundle.as_deref()),
             (true, Some("c4"), Some("/b"))
         );
+    }
+
+    #[test]
+    fn version_and_help() {
+        assert!(p("--version").version && p("-v").version);
+        assert!(p("--help").help && p("-h").help && p("help").help && p("--debug help").help);
+        assert!(!p("create --bundle /b c1").help && !p("create --bundle /b c1").version);
+        // a container called "help" is not a help request
+        assert!(!p("start help").help);
     }
 }

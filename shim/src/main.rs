@@ -73,7 +73,10 @@ fn run(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         Some("create") => create(argv, a),
         Some("run") => create(argv, a),
         Some("delete") => delete(argv, a),
-        _ => passthrough(argv),
+        _ => {
+            report::preamble(a);
+            passthrough(argv)
+        }
     }
 }
 

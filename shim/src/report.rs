@@ -29,6 +29,46 @@ fn rfc3339_now() -> String {
     )
 }
 
+/// The runtime's name in front of a message on stderr, unless the engine reading our stderr
+/// puts one there itself: podman (and its conmon) show a runtime error as
+/// `Error: OCI runtime error: RUNTIME: <stderr>`, so `gpu-quota: ` of ours would make it
+/// `gpu-quota: gpu-quota: …`.
+pub fn stderr_line(msg: &str, parent_comm: Option<&str>) -> String {
+    match parent_comm {
+        Some("conmon" | "podman") => msg.to_string(),
+        _ => format!("gpu-quota: {msg}"),
+    }
+}
+
+fn parent_comm() -> Option<String> {
+    let ppid = std::os::unix::process::parent_id();
+    std::fs::read_to_string(format!("/proc/{ppid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+const USAGE: &str = "\
+gpu-quota-runtime: runc with GPU-memory quotas. Engines call it exactly like runc:
+  gpu-quota-runtime [runc global options] COMMAND [options] CONTAINER_ID
+On create/run of a container whose annotations ask for GPU memory (vram=8g, gpu=0, gpus=2,
+or gpu-quota.io/vram=...), the slice is admitted into the host ledger and config.json gets
+the devices and gpu-quota-hook; delete releases it. Everything else is passed to the real
+runc unchanged; containers without a request are not touched.
+Configuration: $GPU_QUOTA_CONFIG, else /etc/gpu-quota/config.toml. Operator tool: gpu-quota
+(install ENGINE, ls, gc, doctor, metrics).";
+
+/// `--version` / `--help`: gpu-quota's own lines first (on stdout), then runc answers too.
+pub fn preamble(a: &RuncArgs) {
+    if a.help {
+        println!("{USAGE}\n\nrunc's own help follows:\n");
+    } else if a.version {
+        println!("gpu-quota-runtime {}", env!("CARGO_PKG_VERSION"));
+    } else {
+        return;
+    }
+    let _ = std::io::stdout().flush();
+}
+
 pub fn error(a: &RuncArgs, msg: &str) {
     log(a, "error", msg)
 }
@@ -39,8 +79,8 @@ pub fn warning(a: &RuncArgs, msg: &str) {
 }
 
 fn log(a: &RuncArgs, level: &str, msg: &str) {
+    eprintln!("{}", stderr_line(msg, parent_comm().as_deref()));
     let msg = format!("gpu-quota: {msg}");
-    eprintln!("{msg}");
     let Some(path) = &a.log else { return };
     let line = if a.log_format.as_deref() == Some("json") {
         serde_json::json!({"level": level, "msg": msg, "time": rfc3339_now()}).to_string()
@@ -58,6 +98,17 @@ fn log(a: &RuncArgs, level: &str, msg: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn one_prefix_under_podman() {
+        assert_eq!(super::stderr_line("cannot x", None), "gpu-quota: cannot x");
+        assert_eq!(
+            super::stderr_line("cannot x", Some("containerd-shim")),
+            "gpu-quota: cannot x"
+        );
+        assert_eq!(super::stderr_line("cannot x", Some("conmon")), "cannot x");
+        assert_eq!(super::stderr_line("cannot x", Some("podman")), "cannot x");
+    }
+
     #[test]
     fn time_format() {
         let t = super::rfc3339_now();

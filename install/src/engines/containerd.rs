@@ -613,9 +613,55 @@ fn change_if(l: &Loaded) -> Option<FileChange> {
     })
 }
 
+/// The installed runtime entry's `options.BinaryName` (key "BinaryName") or its
+/// `pod_annotations` joined by "," (key "pod_annotations"), from the files containerd reads.
+pub fn installed_entry(fs: &dyn FsView, key: &str) -> Option<String> {
+    let mut files = vec![PathBuf::from(DROPIN), PathBuf::from(MAIN)];
+    if let Ok(Some(m)) = load(fs, Path::new(MAIN)) {
+        files.extend(resolve_imports(
+            fs,
+            &imports_of(&m.doc, Path::new(MAIN)).unwrap_or_default(),
+        ));
+    }
+    for p in files {
+        let Ok(Some(l)) = load(fs, &p) else { continue };
+        for plugin in [CRI_V2, CRI_V3] {
+            let Some(entry) = runtimes_table(&l.doc, plugin)
+                .and_then(|r| r.get(RUNTIME_NAME))
+                .and_then(|r| r.as_table_like())
+            else {
+                continue;
+            };
+            let v = if key == "BinaryName" {
+                entry
+                    .get("options")
+                    .and_then(|o| o.as_table_like())
+                    .and_then(|o| o.get("BinaryName"))
+                    .and_then(|b| b.as_str())
+                    .map(String::from)
+            } else {
+                entry.get(key).and_then(|a| a.as_array()).map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+            };
+            if v.is_some() {
+                return v;
+            }
+        }
+    }
+    None
+}
+
 impl Engine for Containerd {
     fn kind(&self) -> EngineKind {
         EngineKind::Containerd
+    }
+
+    fn env_requests(&self) -> super::EnvRequests {
+        super::EnvRequests::Set(false, "containerd passes the request keys listed in pod_annotations: requests come from annotations only.".into())
     }
 
     fn plan_install(&self, fs: &dyn FsView, runtime: &str) -> Result<EnginePlan, EngineError> {
@@ -763,29 +809,7 @@ impl Engine for Containerd {
     }
 
     fn installed_runtime(&self, fs: &dyn FsView) -> Result<Option<String>, EngineError> {
-        let mut files = vec![PathBuf::from(DROPIN), PathBuf::from(MAIN)];
-        if let Some(m) = load(fs, Path::new(MAIN))? {
-            files.extend(resolve_imports(
-                fs,
-                &imports_of(&m.doc, Path::new(MAIN)).unwrap_or_default(),
-            ));
-        }
-        for p in files {
-            let Ok(Some(l)) = load(fs, &p) else { continue };
-            for plugin in [CRI_V2, CRI_V3] {
-                let bin = runtimes_table(&l.doc, plugin)
-                    .and_then(|r| r.get(RUNTIME_NAME))
-                    .and_then(|r| r.as_table_like())
-                    .and_then(|r| r.get("options"))
-                    .and_then(|o| o.as_table_like())
-                    .and_then(|o| o.get("BinaryName"))
-                    .and_then(|b| b.as_str());
-                if let Some(b) = bin {
-                    return Ok(Some(b.to_string()));
-                }
-            }
-        }
-        Ok(None)
+        Ok(installed_entry(fs, "BinaryName"))
     }
 
     fn finish(&self, ctx: &Ctx, installed: bool) -> Vec<String> {

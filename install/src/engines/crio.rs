@@ -31,6 +31,13 @@ impl Engine for Crio {
         EngineKind::Crio
     }
 
+    fn env_requests(&self) -> super::EnvRequests {
+        super::EnvRequests::Set(
+            false,
+            "CRI-O passes pod annotations: requests come from annotations only.".into(),
+        )
+    }
+
     fn plan_install(
         &self,
         fs: &dyn super::fsutil::FsView,

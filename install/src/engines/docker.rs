@@ -1,5 +1,7 @@
 //! Docker: `runtimes.gpu-quota = {"path": "<runtime>"}` in /etc/docker/daemon.json, then
-//! SIGHUP to dockerd (it reloads `runtimes` without a restart).
+//! a reload of this host's dockerd (`systemctl reload docker`, or SIGHUP to the pid in its
+//! pid file; it reloads `runtimes` without a restart), and `env_requests` in gpu-quota's
+//! config.toml: true only for Docker < 24, which cannot pass annotations.
 //!
 //! The file is edited as text: the JSON is validated with serde_json, then our member is
 //! inserted after the last member of the object it belongs to, in the indentation and
@@ -7,18 +9,54 @@
 //! formatting) stays as it was, and removing the member again gives the original text back.
 use std::path::Path;
 
+use super::dockerver::{DockerVersion, ANNOTATIONS_SINCE};
 use super::fsutil::{backup_path, FsView};
+use super::reload::{self, Reloaded};
 use super::{
-    signal_daemon, Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, RUNTIME_NAME,
+    Ctx, Engine, EngineError, EngineKind, EnginePlan, EnvRequests, FileChange, RUNTIME_NAME,
 };
 
 pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
-pub struct Docker;
+/// Docker, with the daemon version found on the host (None: unknown).
+#[derive(Default)]
+pub struct Docker {
+    version: Option<DockerVersion>,
+}
+
+impl Docker {
+    pub fn new(version: Option<DockerVersion>) -> Self {
+        Docker { version }
+    }
+}
 
 impl Engine for Docker {
     fn kind(&self) -> EngineKind {
         EngineKind::Docker
+    }
+
+    fn env_requests(&self) -> EnvRequests {
+        match &self.version {
+            Some(v) if v.passes_annotations() => EnvRequests::Set(
+                false,
+                format!(
+                    "Docker {} ({}) passes --annotation: requests come from annotations only.",
+                    v.text, v.source
+                ),
+            ),
+            Some(v) => EnvRequests::Set(
+                true,
+                format!(
+                    "Docker {} ({}) cannot pass --annotation (needs Docker >= {ANNOTATIONS_SINCE}): accept GPU_QUOTA_* env requests.",
+                    v.text, v.source
+                ),
+            ),
+            None => EnvRequests::Unknown(format!(
+                "could not tell the Docker version (no daemon answered, no dockerd on PATH): env_requests in {} left as it is; \
+                 Docker < {ANNOTATIONS_SINCE} needs env_requests = true (or run again with --docker-version)",
+                super::gqconfig::CONFIG
+            )),
+        }
     }
 
     fn plan_install(&self, fs: &dyn FsView, runtime: &str) -> Result<EnginePlan, EngineError> {
@@ -62,7 +100,8 @@ impl Engine for Docker {
 
     fn finish(&self, ctx: &Ctx, installed: bool) -> Vec<String> {
         let mut out = Vec::new();
-        let how = "sudo systemctl reload docker   (or: sudo kill -HUP $(pidof dockerd))";
+        let pid_file = reload::docker_pid_file(std::fs::read(DAEMON_JSON).ok().as_deref());
+        let how = format!("systemctl reload docker   (or: kill -HUP $(cat {pid_file}))");
         if ctx.root_given {
             out.push(format!(
                 "  --root given: no daemon signalled; on the target system run: {how}"
@@ -72,11 +111,22 @@ impl Engine for Docker {
                 "  dockerd not signalled (--no-reload); to apply: {how}"
             ));
         } else {
-            match signal_daemon("dockerd", Some("/var/run/docker.pid"), libc::SIGHUP) {
-                Ok(p) if !p.is_empty() => {
+            let r = reload::reload(
+                &reload::HostSystemd,
+                "docker.service",
+                "dockerd",
+                std::path::Path::new(&pid_file),
+                libc::SIGHUP,
+            );
+            match r {
+                Ok(done @ (Reloaded::Systemd(_) | Reloaded::Pid(_))) => {
+                    let by = match done {
+                        Reloaded::Systemd(u) => format!("systemctl reload {u}"),
+                        Reloaded::Pid(p) => format!("SIGHUP to pid {p} from {pid_file}"),
+                        Reloaded::NotRunning(_) => String::new(),
+                    };
                     out.push(format!(
-                        "  reloaded dockerd (SIGHUP to pid {}); runtimes are reloaded live, no restart needed",
-                        p.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+                        "  reloaded dockerd ({by}); runtimes are reloaded live, no restart needed"
                     ));
                     if !installed
                         && !has_runtimes_key(&std::fs::read(DAEMON_JSON).unwrap_or_default())
@@ -85,15 +135,15 @@ impl Engine for Docker {
                         // unless daemon.json has a `runtimes` key (or exists at all).
                         out.push(
                             "  note: dockerd reloads its runtime list only from a daemon.json that has a \"runtimes\" key,\n\
-                             \x20       so the running dockerd still lists gpu-quota until it restarts: sudo systemctl restart docker"
+                             \x20       so the running dockerd still lists gpu-quota until it restarts: systemctl restart docker"
                                 .into(),
                         );
                     }
                 }
-                Ok(_) => out.push(
-                    "  dockerd is not running; it will read the change when it starts".into(),
-                ),
-                Err(e) => out.push(format!("  could not signal dockerd ({e}); to apply: {how}")),
+                Ok(Reloaded::NotRunning(why)) => out.push(format!(
+                    "  dockerd not signalled ({why}); a running dockerd reads the change on: {how}"
+                )),
+                Err(e) => out.push(format!("  could not reload dockerd ({e}); to apply: {how}")),
             }
         }
         if installed {
@@ -633,14 +683,14 @@ mod tests {
     fn uninstall_after_user_edit_is_surgical() {
         let src = "{\n  \"debug\": true\n}\n";
         let mut fs = MemFs::new().with(DAEMON_JSON, src);
-        let p = crate::engines::plan_install(&Docker, &fs, RT).unwrap();
+        let p = crate::engines::plan_install(&Docker::default(), &fs, RT).unwrap();
         fs.apply(&p.changes);
         let edited = fs
             .get(DAEMON_JSON)
             .unwrap()
             .replace("\"debug\": true", "\"debug\": false");
         fs.put(DAEMON_JSON, edited.into_bytes());
-        let u = crate::engines::plan_uninstall(&Docker, &fs).unwrap();
+        let u = crate::engines::plan_uninstall(&Docker::default(), &fs).unwrap();
         fs.apply(&u.changes);
         assert_eq!(fs.get(DAEMON_JSON).unwrap(), "{\n  \"debug\": false\n}\n");
         assert!(

@@ -32,9 +32,13 @@ macro_rules! say {
 mod containerd;
 mod crio;
 mod docker;
+pub mod dockerver;
+pub mod doctor;
 mod dropin;
 pub mod fsutil;
+pub mod gqconfig;
 mod podman;
+pub mod reload;
 
 use fsutil::{backup_path, FsView, RootFs};
 
@@ -69,6 +73,12 @@ pub struct EngineArgs {
     /// Do not signal the engine's daemon to reload (print how to do it instead).
     #[arg(long)]
     pub no_reload: bool,
+
+    /// (docker) The Docker Engine version on the target system, e.g. 20.10 [default: asked
+    /// from the daemon ($DOCKER_HOST or /var/run/docker.sock), else `dockerd --version`].
+    /// Docker < 24 cannot pass annotations: install then sets env_requests = true.
+    #[arg(long, value_name = "VERSION")]
+    pub docker_version: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +101,7 @@ impl EngineKind {
     }
     fn engine(self) -> Box<dyn Engine> {
         match self {
-            EngineKind::Docker => Box::new(docker::Docker),
+            EngineKind::Docker => Box::new(docker::Docker::default()),
             EngineKind::Containerd => Box::new(containerd::Containerd),
             EngineKind::Podman => Box::new(podman::Podman),
             EngineKind::Crio => Box::new(crio::Crio),
@@ -240,6 +250,51 @@ pub trait Engine {
     fn installed_runtime(&self, fs: &dyn FsView) -> Result<Option<String>, EngineError>;
     /// Lines to print after a change (may signal the daemon when `ctx.may_signal()`).
     fn finish(&self, ctx: &Ctx, installed: bool) -> Vec<String>;
+    /// The `env_requests` this engine needs in gpu-quota's config.toml (module `gqconfig`).
+    fn env_requests(&self) -> EnvRequests {
+        EnvRequests::NotMine
+    }
+}
+
+/// What an engine's install decides about `env_requests`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvRequests {
+    /// Leave the key alone.
+    NotMine,
+    /// Set it, for this reason (a comment next to the key).
+    Set(bool, String),
+    /// It depends on something we could not find out (a note for the user).
+    Unknown(String),
+}
+
+/// The engine's own edits plus the `env_requests` edit of config.toml.
+fn engine_plan_install(
+    engine: &dyn Engine,
+    fs: &dyn FsView,
+    runtime: &str,
+) -> Result<EnginePlan, EngineError> {
+    let mut ep = engine.plan_install(fs, runtime)?;
+    match engine.env_requests() {
+        EnvRequests::NotMine => {}
+        EnvRequests::Set(on, why) => {
+            ep.changes.push(gqconfig::install_change(
+                fs,
+                on,
+                engine.kind().name(),
+                &why,
+            )?);
+        }
+        EnvRequests::Unknown(note) => ep.notes.push(note),
+    }
+    Ok(ep)
+}
+
+fn engine_plan_uninstall(engine: &dyn Engine, fs: &dyn FsView) -> Result<EnginePlan, EngineError> {
+    let mut ep = engine.plan_uninstall(fs)?;
+    if let Some(c) = gqconfig::uninstall_change(fs, engine.kind().name())? {
+        ep.changes.push(c);
+    }
+    Ok(ep)
 }
 
 /// What `finish` needs to know about the invocation.
@@ -333,7 +388,7 @@ pub fn plan_install(
     fs: &dyn FsView,
     runtime: &str,
 ) -> Result<Plan, EngineError> {
-    let ep = engine.plan_install(fs, runtime)?;
+    let ep = engine_plan_install(engine, fs, runtime)?;
     let edits: Vec<FileChange> = ep.changes.into_iter().filter(|c| !c.is_noop()).collect();
     let mut plan = Plan {
         notes: ep.notes,
@@ -403,7 +458,7 @@ pub fn plan_install(
 /// Uninstall plan: restore backups where the file is exactly what install made of them,
 /// otherwise remove only our entries; delete what install created.
 pub fn plan_uninstall(engine: &dyn Engine, fs: &dyn FsView) -> Result<Plan, EngineError> {
-    let ep = engine.plan_uninstall(fs)?;
+    let ep = engine_plan_uninstall(engine, fs)?;
     let edits: Vec<FileChange> = ep.changes.into_iter().filter(|c| !c.is_noop()).collect();
     let mut plan = Plan {
         notes: ep.notes,
@@ -434,7 +489,7 @@ pub fn plan_uninstall(engine: &dyn Engine, fs: &dyn FsView) -> Result<Plan, Engi
                 files: pre.clone(),
             };
             ov.files.insert(c.path.clone(), backup.clone());
-            let replay = engine.plan_install(&ov, rt)?;
+            let replay = engine_plan_install(engine, &ov, rt)?;
             let expected = match replay.changes.iter().find(|x| x.path == c.path) {
                 Some(x) => x.after.clone(),
                 None => backup.clone(),
@@ -650,7 +705,12 @@ fn runtime_path(args: &EngineArgs, fs: &RootFs) -> Result<String> {
 
 fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     let fs = root_fs(args)?;
-    let engine = args.engine.engine();
+    let engine: Box<dyn Engine> = match args.engine {
+        EngineKind::Docker => Box::new(docker::Docker::new(dockerver::detect(
+            args.docker_version.as_deref(),
+        ))),
+        k => k.engine(),
+    };
     let name = args.engine.name();
     let runtime = if installing {
         runtime_path(args, &fs)?
@@ -715,39 +775,20 @@ pub fn uninstall(args: &EngineArgs) -> Result<()> {
     run(args, false)
 }
 
-/// Signal every running process whose /proc/PID/comm is `comm` (the pid file first, when
-/// given and valid). Returns the pids signalled.
-pub fn signal_daemon(comm: &str, pid_file: Option<&str>, sig: libc::c_int) -> io::Result<Vec<i32>> {
-    let comm_of = |pid: i32| {
-        fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim_end().to_string())
-    };
-    let mut pids = Vec::new();
-    if let Some(pf) = pid_file {
-        if let Some(pid) = fs::read_to_string(pf)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            if comm_of(pid).map(|c| c == comm).unwrap_or(false) {
-                pids.push(pid);
-            }
-        }
-    }
-    if pids.is_empty() {
-        for e in fs::read_dir("/proc")?.flatten() {
-            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
-                if comm_of(pid).map(|c| c == comm).unwrap_or(false) {
-                    pids.push(pid);
-                }
-            }
-        }
-    }
-    for &pid in &pids {
-        // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
-        if unsafe { libc::kill(pid, sig) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(pids)
+/// `gpu-quota doctor`'s engine checks on this host.
+pub fn doctor_checks(env_requests: bool) -> Vec<doctor::Check> {
+    let fs = RootFs::new(PathBuf::from("/"));
+    let program = |p: &str| core_which(p);
+    doctor::checks(&doctor::Host {
+        fs: &fs,
+        program: &program,
+        docker_version: dockerver::detect(None),
+        env_requests,
+    })
+}
+
+fn core_which(p: &str) -> bool {
+    gpuquota_core::paths::which(Path::new(p)).is_some()
 }
 
 /// A TOML basic string (`"..."`, escaped).
@@ -813,7 +854,12 @@ mod tests {
     #[test]
     fn install_records_created_dirs_and_backs_up() {
         let fs = MemFs::new().with("/etc/docker/daemon.json", "{\"debug\": true}\n");
-        let p = plan_install(&docker::Docker, &fs, "/usr/bin/gpu-quota-runtime").unwrap();
+        let p = plan_install(
+            &docker::Docker::default(),
+            &fs,
+            "/usr/bin/gpu-quota-runtime",
+        )
+        .unwrap();
         assert!(p.mkdirs.is_empty());
         assert_eq!(p.changes[0].kind, ChangeKind::Backup);
         assert_eq!(
@@ -821,7 +867,12 @@ mod tests {
             PathBuf::from("/etc/docker/daemon.json.gpu-quota.bak")
         );
         let fresh = MemFs::new();
-        let p = plan_install(&docker::Docker, &fresh, "/usr/bin/gpu-quota-runtime").unwrap();
+        let p = plan_install(
+            &docker::Docker::default(),
+            &fresh,
+            "/usr/bin/gpu-quota-runtime",
+        )
+        .unwrap();
         assert_eq!(p.mkdirs[0], PathBuf::from("/etc"));
         assert!(p.changes.iter().any(|c| c.kind == ChangeKind::State));
         assert!(!p.changes.iter().any(|c| c.kind == ChangeKind::Backup));

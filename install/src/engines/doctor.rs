@@ -1,0 +1,253 @@
+//! `gpu-quota doctor`'s engine checks: which engines are on the host, whether each has the
+//! gpu-quota runtime registered, and whether requests can reach it (Docker >= 24 passes
+//! annotations, older Docker needs `env_requests = true`; containerd passes only the keys
+//! in the runtime's `pod_annotations`).
+//!
+//! Pure over its inputs (the configuration tree, which programs exist, the Docker version),
+//! so the verdicts are unit-tested.
+use super::dockerver::{DockerVersion, ANNOTATIONS_SINCE};
+use super::fsutil::FsView;
+use super::{containerd, EngineKind};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// Worth knowing, not a failure (e.g. an engine that is not installed).
+    Info,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    pub verdict: Verdict,
+    pub text: String,
+}
+
+fn check(name: &str, verdict: Verdict, text: impl Into<String>) -> Check {
+    Check {
+        name: name.into(),
+        verdict,
+        text: text.into(),
+    }
+}
+
+/// The request keys that must reach the runtime through CRI pod annotations.
+const REQUEST_KEYS: [&str; 4] = ["vram", "gpu", "gpus", "gpu-quota.io/vram"];
+
+fn glob_match(pattern: &str, key: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => key.starts_with(prefix),
+        None => pattern == key,
+    }
+}
+
+/// What the host has: `program(name)` says whether a program is on PATH.
+pub struct Host<'a> {
+    pub fs: &'a dyn FsView,
+    pub program: &'a dyn Fn(&str) -> bool,
+    pub docker_version: Option<DockerVersion>,
+    /// `env_requests` of the gpu-quota configuration in use.
+    pub env_requests: bool,
+}
+
+fn registered(h: &Host, kind: EngineKind) -> Option<String> {
+    kind.engine().installed_runtime(h.fs).ok().flatten()
+}
+
+pub fn checks(h: &Host) -> Vec<Check> {
+    let mut out = Vec::new();
+
+    // docker
+    let name = "engine docker";
+    let present = (h.program)("dockerd") || h.docker_version.is_some();
+    match (present, registered(h, EngineKind::Docker)) {
+        (false, None) => out.push(check(name, Verdict::Info, "not installed")),
+        (_, None) => out.push(check(
+            name,
+            Verdict::Info,
+            "installed, runtime gpu-quota not registered (gpu-quota install docker)",
+        )),
+        (_, Some(rt)) => {
+            let (verdict, how) = match &h.docker_version {
+                Some(v) if v.passes_annotations() => (
+                    Verdict::Ok,
+                    format!("Docker {} passes --annotation vram=… to it", v.text),
+                ),
+                Some(v) if h.env_requests => (
+                    Verdict::Ok,
+                    format!(
+                        "Docker {} cannot pass annotations (needs >= {ANNOTATIONS_SINCE}); env_requests = true: -e GPU_QUOTA_VRAM=… reaches it",
+                        v.text
+                    ),
+                ),
+                Some(v) => (
+                    Verdict::Fail,
+                    format!(
+                        "Docker {} cannot pass annotations (needs >= {ANNOTATIONS_SINCE}) and env_requests is false: no request can reach it (gpu-quota install docker sets env_requests = true)",
+                        v.text
+                    ),
+                ),
+                None => (
+                    Verdict::Info,
+                    "daemon version unknown (not running?): annotations reach the runtime from Docker 24 on".into(),
+                ),
+            };
+            out.push(check(
+                name,
+                verdict,
+                format!("runtime gpu-quota -> {rt}; {how}"),
+            ));
+        }
+    }
+
+    // containerd (CRI)
+    let name = "engine containerd";
+    match (
+        (h.program)("containerd"),
+        registered(h, EngineKind::Containerd),
+    ) {
+        (false, None) => out.push(check(name, Verdict::Info, "not installed")),
+        (_, None) => out.push(check(
+            name,
+            Verdict::Info,
+            "installed, CRI runtime handler gpu-quota not registered (gpu-quota install containerd; ctr run --runc-binary needs none)",
+        )),
+        (_, Some(rt)) => {
+            let pats = containerd::installed_entry(h.fs, "pod_annotations").unwrap_or_default();
+            let pats: Vec<&str> = pats.split(',').filter(|p| !p.is_empty()).collect();
+            let missing: Vec<&str> = REQUEST_KEYS
+                .iter()
+                .copied()
+                .filter(|k| !pats.iter().any(|p| glob_match(p, k)))
+                .collect();
+            if missing.is_empty() {
+                out.push(check(
+                    name,
+                    Verdict::Ok,
+                    format!(
+                        "runtime handler gpu-quota -> {rt}; pod_annotations [{}] pass the request keys",
+                        pats.join(", ")
+                    ),
+                ));
+            } else {
+                out.push(check(
+                    name,
+                    Verdict::Fail,
+                    format!(
+                        "runtime handler gpu-quota -> {rt}, but pod_annotations [{}] drop {}: those pod annotations never reach the runtime (gpu-quota install containerd adds them)",
+                        pats.join(", "),
+                        missing.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+
+    // podman, CRI-O
+    for (kind, prog, how) in [
+        (
+            EngineKind::Podman,
+            "podman",
+            "--annotation vram=… reaches it",
+        ),
+        (
+            EngineKind::Crio,
+            "crio",
+            "pod annotations reach it as they are",
+        ),
+    ] {
+        let name = format!("engine {}", kind.name());
+        match ((h.program)(prog), registered(h, kind)) {
+            (false, None) => out.push(check(&name, Verdict::Info, "not installed")),
+            (_, None) => out.push(check(
+                &name,
+                Verdict::Info,
+                format!(
+                    "installed, runtime gpu-quota not registered (gpu-quota install {})",
+                    kind.name()
+                ),
+            )),
+            (_, Some(rt)) => out.push(check(
+                &name,
+                Verdict::Ok,
+                format!("runtime gpu-quota -> {rt}; {how}"),
+            )),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fsutil::MemFs;
+    use super::*;
+
+    fn v(t: &str) -> Option<DockerVersion> {
+        let (major, minor) = super::super::dockerver::parse(t).unwrap();
+        Some(DockerVersion {
+            major,
+            minor,
+            text: t.into(),
+            source: "test".into(),
+        })
+    }
+    fn run(fs: &MemFs, progs: &[&str], dv: Option<DockerVersion>, env: bool) -> Vec<Check> {
+        let has = |p: &str| progs.contains(&p);
+        checks(&Host {
+            fs,
+            program: &has,
+            docker_version: dv,
+            env_requests: env,
+        })
+    }
+    fn find<'a>(c: &'a [Check], n: &str) -> &'a Check {
+        c.iter().find(|c| c.name == n).unwrap()
+    }
+    const DOCKER: &str =
+        r#"{"runtimes": {"gpu-quota": {"path": "/usr/local/bin/gpu-quota-runtime"}}}"#;
+
+    #[test]
+    fn nothing_installed() {
+        let c = run(&MemFs::new(), &[], None, false);
+        assert_eq!(c.len(), 4);
+        assert!(
+            c.iter()
+                .all(|c| c.verdict == Verdict::Info && c.text == "not installed"),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn docker_versions_and_env_requests() {
+        let fs = MemFs::new().with("/etc/docker/daemon.json", DOCKER);
+        let c = run(&fs, &["dockerd"], v("26.1.5"), false);
+        assert_eq!(find(&c, "engine docker").verdict, Verdict::Ok, "{c:?}");
+        assert!(find(&c, "engine docker")
+            .text
+            .contains("passes --annotation"));
+        let c = run(&fs, &["dockerd"], v("20.10.24"), true);
+        assert_eq!(find(&c, "engine docker").verdict, Verdict::Ok);
+        let c = run(&fs, &["dockerd"], v("20.10.24"), false);
+        assert_eq!(find(&c, "engine docker").verdict, Verdict::Fail, "{c:?}");
+        let c = run(&MemFs::new(), &["dockerd"], v("26.1.5"), false);
+        assert!(find(&c, "engine docker").text.contains("not registered"));
+    }
+
+    #[test]
+    fn containerd_pod_annotations() {
+        let ok = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
+                  runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [\"vram\", \"gpu\", \"gpus\", \"gpu-quota.io/*\"]\n\
+                  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n";
+        let fs = MemFs::new().with("/etc/containerd/config.toml", ok);
+        let c = run(&fs, &["containerd"], None, false);
+        assert_eq!(find(&c, "engine containerd").verdict, Verdict::Ok, "{c:?}");
+        let bad = ok.replace(", \"gpu-quota.io/*\"", "");
+        let fs = MemFs::new().with("/etc/containerd/config.toml", &bad);
+        let c = run(&fs, &["containerd"], None, false);
+        let d = find(&c, "engine containerd");
+        assert_eq!(d.verdict, Verdict::Fail, "{c:?}");
+        assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
+        assert!(glob_match("gpu-quota.io/*", "gpu-quota.io/vram") && !glob_match("vram", "vram2"));
+    }
+}
