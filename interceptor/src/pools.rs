@@ -39,6 +39,8 @@ struct Pool {
     ordinal: AtomicI32,
     charged: AtomicU64,
     live: AtomicU64,
+    /// bytes of allocations between admission and the driver's answer
+    pending: AtomicU64,
     dirty: AtomicU8,
     dead: AtomicU8,
 }
@@ -50,6 +52,7 @@ const P0: Pool = Pool {
     ordinal: AtomicI32::new(-1),
     charged: AtomicU64::new(0),
     live: AtomicU64::new(0),
+    pending: AtomicU64::new(0),
     dirty: AtomicU8::new(0),
     dead: AtomicU8::new(0),
 };
@@ -69,6 +72,7 @@ pub fn reset() {
         p.ordinal.store(-1, Relaxed);
         p.charged.store(0, Relaxed);
         p.live.store(0, Relaxed);
+        p.pending.store(0, Relaxed);
         p.dirty.store(0, Relaxed);
         p.dead.store(0, Relaxed);
     }
@@ -287,7 +291,10 @@ unsafe fn alloc_in(
         ordinal: p.ordinal.load(Relaxed),
         idx,
     };
-    let live = p.live.fetch_add(n, AcqRel).saturating_add(n);
+    // what the pool must hold once this allocation exists: its live
+    // allocations, those in flight (other threads), and this one
+    let inflight = p.pending.fetch_add(n, AcqRel).saturating_add(n);
+    let live = p.live.load(Acquire).saturating_add(inflight);
     let mut need = 0;
     loop {
         let c = p.charged.load(Acquire);
@@ -304,18 +311,21 @@ unsafe fn alloc_in(
                 ch.rollback();
             }
             Ok(None) => {
-                p.live.fetch_sub(n, AcqRel);
+                p.pending.fetch_sub(n, AcqRel);
                 return call();
             }
             Err(()) => {
-                p.live.fetch_sub(n, AcqRel);
+                p.pending.fetch_sub(n, AcqRel);
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
         }
     }
     let r = call();
+    if r == CUDA_SUCCESS {
+        p.live.fetch_add(n, AcqRel);
+    }
+    p.pending.fetch_sub(n, AcqRel);
     if r != CUDA_SUCCESS {
-        p.live.fetch_sub(n, AcqRel);
         if need > 0 {
             // the pool may not have grown: let the next refresh decide
             p.dirty.store(1, Release);
@@ -464,6 +474,7 @@ pub fn created(pool: u64, ordinal: c_int) {
             let c = p.charged.swap(0, AcqRel);
             account::release_bytes(p.idx.load(Relaxed) as usize, c);
             p.live.store(0, Release);
+            p.pending.store(0, Release);
             p.idx.store(dev.idx as u32, Relaxed);
             p.ordinal.store(dev.ordinal, Relaxed);
             p.dead.store(0, Release);
