@@ -500,7 +500,10 @@ pub unsafe extern "C" fn cuMemUnmap(va: CUdeviceptr, size: usize) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut u64,
+    addr: *mut c_void,
+) -> CUresult {
     type F = unsafe extern "C" fn(*mut u64, *mut c_void) -> CUresult;
     let f = real_or!(S::cuMemRetainAllocationHandle, F);
     let r = f(handle, addr);
@@ -570,7 +573,10 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: *mut c_void) -> CUresult {
 // release threshold back. One relaxed load unless a pool was freed into.
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
-    let f = real_or!(S::cuStreamSynchronize, unsafe extern "C" fn(CUstream) -> CUresult);
+    let f = real_or!(
+        S::cuStreamSynchronize,
+        unsafe extern "C" fn(CUstream) -> CUresult
+    );
     let r = f(s);
     crate::pools::at_sync();
     r

@@ -95,7 +95,10 @@ fn register(handle: u64, dev: Dev) -> Option<usize> {
         if p.handle.load(Acquire) == 0 {
             p.idx.store(dev.idx as u32, Relaxed);
             p.ordinal.store(dev.ordinal, Relaxed);
-            if p.handle.compare_exchange(0, handle, AcqRel, Acquire).is_ok() {
+            if p.handle
+                .compare_exchange(0, handle, AcqRel, Acquire)
+                .is_ok()
+            {
                 return Some(i);
             }
         }
@@ -141,7 +144,10 @@ fn refresh(i: usize) -> bool {
         if target == c {
             return false;
         }
-        if p.charged.compare_exchange(c, target, AcqRel, Acquire).is_ok() {
+        if p.charged
+            .compare_exchange(c, target, AcqRel, Acquire)
+            .is_ok()
+        {
             if target < c {
                 account::release_bytes(idx, c - target);
                 return true;
@@ -159,8 +165,7 @@ pub fn refresh_all(idx: Option<usize>) -> bool {
         return false;
     }
     let mut any = false;
-    for i in 0..MAX_POOLS {
-        let p = &POOLS[i];
+    for (i, p) in POOLS.iter().enumerate() {
         if p.handle.load(Acquire) == 0 {
             continue;
         }
@@ -186,8 +191,8 @@ pub fn at_sync() {
 #[cold]
 fn sync_slow() {
     ANY_DIRTY.store(0, Relaxed);
-    for i in 0..MAX_POOLS {
-        if POOLS[i].dirty.load(Acquire) != 0 {
+    for (i, p) in POOLS.iter().enumerate() {
+        if p.dirty.load(Acquire) != 0 {
             refresh(i);
         }
     }
@@ -407,7 +412,14 @@ pub unsafe fn alloc_from_pool(
         return call();
     }
     let dev = pool_dev(pool as u64, s);
-    alloc_in(b"cuMemAllocFromPoolAsync", dev, Some(pool as u64), n, dptr, call)
+    alloc_in(
+        b"cuMemAllocFromPoolAsync",
+        dev,
+        Some(pool as u64),
+        n,
+        dptr,
+        call,
+    )
 }
 
 /// A pool allocation was freed (the driver succeeded): the pool keeps the
@@ -432,7 +444,10 @@ pub fn freed(rec: Rec) {
         // the pool is destroyed: its memory goes with its last allocation
         let c = p.charged.load(Acquire);
         let give = rec.size.min(c);
-        if p.charged.compare_exchange(c, c - give, AcqRel, Acquire).is_ok() {
+        if p.charged
+            .compare_exchange(c, c - give, AcqRel, Acquire)
+            .is_ok()
+        {
             account::release_bytes(p.idx.load(Relaxed) as usize, give);
         }
         return;

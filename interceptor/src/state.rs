@@ -354,7 +354,10 @@ fn region_slow() -> Option<Region> {
             // Slots carrying this very (pid, start time) belong to an earlier
             // image of this process (it exec'd; this image has no slot yet).
             if x.shared {
-                x.reclaim_word(region::owner_word(pid as i32, sys::proc_start_time(pid as i32)));
+                x.reclaim_word(region::owner_word(
+                    pid as i32,
+                    sys::proc_start_time(pid as i32),
+                ));
             }
             REGION_BASE.store(x.base() as usize, Release);
             REGION_SHARED.store(x.shared as u8, Release);
