@@ -192,7 +192,7 @@ fn admit_slow(
 ) -> Result<Option<Charge>, ()> {
     // give back what our own pools no longer reserve, reclaim the slots of
     // dead processes, then try once more
-    let freed = crate::pools::refresh_all(Some(dev.idx));
+    let freed = crate::pools::refresh_all(Some(dev.idx)) | crate::graphs::refresh_all();
     if (r.reclaim_dead(slot, &region::owner_alive) > 0 || freed)
         && r.try_admit(slot, dev.idx, n, limit).is_ok()
     {

@@ -78,6 +78,7 @@ pub fn context_gone(heap_dev: Option<c_int>) {
         }
     }
     crate::pools::refresh_all(None);
+    crate::graphs::refresh_all();
 }
 
 /// Device of a context (push, ask, pop); None when it cannot be told.

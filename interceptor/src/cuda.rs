@@ -578,8 +578,13 @@ pub unsafe extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
         unsafe extern "C" fn(CUstream) -> CUresult
     );
     let r = f(s);
-    crate::pools::at_sync();
+    at_sync();
     r
+}
+#[inline(always)]
+fn at_sync() {
+    crate::pools::at_sync();
+    crate::graphs::at_sync();
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(s: CUstream) -> CUresult {
@@ -588,14 +593,14 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(s: CUstream) -> CUresult {
         unsafe extern "C" fn(CUstream) -> CUresult
     );
     let r = f(s);
-    crate::pools::at_sync();
+    at_sync();
     r
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     let f = real_or!(S::cuCtxSynchronize, unsafe extern "C" fn() -> CUresult);
     let r = f();
-    crate::pools::at_sync();
+    at_sync();
     r
 }
 #[no_mangle]
@@ -605,7 +610,7 @@ pub unsafe extern "C" fn cuEventSynchronize(e: *mut c_void) -> CUresult {
         unsafe extern "C" fn(*mut c_void) -> CUresult
     );
     let r = f(e);
-    crate::pools::at_sync();
+    at_sync();
     r
 }
 
@@ -1113,6 +1118,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     ) -> CUresult;
     let f = real_or!(S::cuGraphAddMemAllocNode, F);
     if !params.is_null() && config().map(|c| c.enforce).unwrap_or(false) {
+        crate::graphs::note();
         // CUDA_MEM_ALLOC_NODE_PARAMS: poolProps.location at 8/12, bytesize at 104
         let loc_type = *(params.add(8) as *const c_int);
         let loc_id = *(params.add(12) as *const c_int);
@@ -1220,4 +1226,60 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
         return f(limit, value);
     }
     crate::ctxlife::set_heap(value, || f(limit, value))
+}
+
+// ------------------------------------------------------------ graph memory
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    flags: u64,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> CUresult;
+    let f = real_or!(S::cuGraphInstantiateWithFlags, F);
+    crate::graphs::note();
+    f(exec, graph, flags)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    params: *mut c_void,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *mut c_void) -> CUresult;
+    let f = real_or!(S::cuGraphInstantiateWithParams, F);
+    crate::graphs::note();
+    f(exec, graph, params)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    err_node: *mut *mut c_void,
+    log: *mut libc::c_char,
+    log_size: usize,
+) -> CUresult {
+    type F = unsafe extern "C" fn(
+        *mut *mut c_void,
+        *mut c_void,
+        *mut *mut c_void,
+        *mut libc::c_char,
+        usize,
+    ) -> CUresult;
+    let f = real_or!(S::cuGraphInstantiate_v2, F);
+    crate::graphs::note();
+    f(exec, graph, err_node, log, log_size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: c_int) -> CUresult {
+    let f = real_or!(
+        S::cuDeviceGraphMemTrim,
+        unsafe extern "C" fn(c_int) -> CUresult
+    );
+    let r = f(dev);
+    if r == CUDA_SUCCESS {
+        crate::graphs::refresh_all();
+    }
+    r
 }

@@ -23,6 +23,8 @@ mod dlsym_entry;
 #[cfg(not(test))]
 mod gpa;
 #[cfg(not(test))]
+mod graphs;
+#[cfg(not(test))]
 mod msg;
 #[cfg(not(test))]
 mod nvml;

@@ -463,6 +463,7 @@ extern "C" fn atfork_child() {
     TABLE.reset();
     crate::pools::reset();
     crate::ctxlife::reset();
+    crate::graphs::reset();
     for c in CTX_CHARGED.iter() {
         c.store(0, Relaxed);
     }

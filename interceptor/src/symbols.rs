@@ -100,7 +100,12 @@ symtab! {
     cuDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease", 7000, false, LIB_CUDA, c::cuDevicePrimaryCtxRelease as *const ();
     cuDevicePrimaryCtxRelease_v2: "cuDevicePrimaryCtxRelease", 11000, false, LIB_CUDA, c::cuDevicePrimaryCtxRelease_v2 as *const ();
     cuCtxSetLimit: "cuCtxSetLimit", 3010, false, LIB_CUDA, c::cuCtxSetLimit as *const ();
+    cuGraphInstantiateWithFlags: "cuGraphInstantiateWithFlags", 11040, false, LIB_CUDA, c::cuGraphInstantiateWithFlags as *const ();
+    cuGraphInstantiateWithParams: "cuGraphInstantiateWithParams", 12000, false, LIB_CUDA, c::cuGraphInstantiateWithParams as *const ();
+    cuGraphInstantiate_v2: "cuGraphInstantiate", 11000, false, LIB_CUDA, c::cuGraphInstantiate_v2 as *const ();
+    cuDeviceGraphMemTrim: "cuDeviceGraphMemTrim", 11040, false, LIB_CUDA, c::cuDeviceGraphMemTrim as *const ();
     // helpers: called, never wrapped
+    cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute", 11040, false, LIB_CUDA, NOWRAP;
     cuMemPoolGetAttribute: "cuMemPoolGetAttribute", 11020, false, LIB_CUDA, NOWRAP;
     cuDeviceGetMemPool: "cuDeviceGetMemPool", 11020, false, LIB_CUDA, NOWRAP;
     cuDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool", 11020, false, LIB_CUDA, NOWRAP;

@@ -631,8 +631,49 @@ static CUresult i_cuMemGetInfo(unsigned *fr, unsigned *tot) {
   ST.calls_legacy++; size_t a, b; CUresult r = i_cuMemGetInfo_v2(fr ? &a : 0, tot ? &b : 0);
   if (r) return r; if (fr) *fr = a > 0xffffffffu ? 0xffffffffu : (unsigned)a; if (tot) *tot = b > 0xffffffffu ? 0xffffffffu : (unsigned)b; return OK;
 }
+/* graphs: memory nodes add to the graph's need; the device's graph pool
+   reserves it at the first launch and keeps it until cuDeviceGraphMemTrim */
+#define MAXGRAPH 64
+static u64 graph_bytes[MAXGRAPH]; static int graph_live[MAXGRAPH], ngraph_exec;
+static u64 exec_bytes[MAXGRAPH];
+static u64 graph_reserve[FAKE_MAX_DEV];
+#define GRAPH_H(i) ((void *)(0xa00000ull + 0x40ull * (u64)(i)))
+#define EXEC_H(i) ((void *)(0xb00000ull + 0x40ull * (u64)(i)))
+static int h_idx(void *h, u64 base, int max) { u64 v = (u64)h; if (v < base || (v - base) % 0x40) return -1; u64 i = (v - base) / 0x40; return i < (u64)max ? (int)i : -1; }
+static CUresult i_cuGraphCreate(void **g, unsigned f) {
+  (void)f; CHECK_INIT(); if (!g) return INVALID_VALUE;
+  for (int i = 0; i < MAXGRAPH; i++) if (!graph_live[i]) { graph_live[i] = 1; graph_bytes[i] = 0; *g = GRAPH_H(i); return OK; }
+  return OOM;
+}
 static CUresult i_cuGraphAddMemAllocNode(void **node, void *g, void *deps, size_t n, void *params) {
-  (void)g; (void)deps; (void)n; CHECK_INIT(); if (!node || !params) return INVALID_VALUE; *node = (void *)0x1234; return OK;
+  (void)deps; (void)n; CHECK_INIT(); if (!node || !params) return INVALID_VALUE;
+  int i = h_idx(g, 0xa00000ull, MAXGRAPH);
+  if (i >= 0 && graph_live[i]) { u64 b = *(size_t *)((char *)params + 104); graph_bytes[i] += (b + g_pool_gran - 1) / g_pool_gran * g_pool_gran; *(u64 *)((char *)params + 112) = 0x600000000000ull; }
+  *node = (void *)0x1234; return OK;
+}
+static CUresult i_cuGraphInstantiateWithFlags(void **e, void *g, u64 f) {
+  (void)f; CHECK_INIT(); if (!e) return INVALID_VALUE; int i = h_idx(g, 0xa00000ull, MAXGRAPH); if (i < 0 || !graph_live[i]) return INVALID_VALUE;
+  if (ngraph_exec == MAXGRAPH) return OOM; exec_bytes[ngraph_exec] = graph_bytes[i]; *e = EXEC_H(ngraph_exec++); return OK;
+}
+static CUresult i_cuGraphLaunch(void *e, CUstream s) {
+  CHECK_INIT(); int i = h_idx(e, 0xb00000ull, ngraph_exec); if (i < 0) return INVALID_VALUE;
+  int d = stream_dev(s); if (d < 0) return INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  int r = OK;
+  if (exec_bytes[i] > graph_reserve[d]) { r = dev_charge(d, exec_bytes[i] - graph_reserve[d]); if (r == OK) graph_reserve[d] = exec_bytes[i]; }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+static CUresult i_cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v) {
+  CHECK_INIT(); if (d < 0 || d >= g_ndev) return INVALID_DEVICE; if (!v) return INVALID_VALUE;
+  if (attr == 2 || attr == 3) { *(u64 *)v = graph_reserve[d]; return OK; } /* RESERVED_MEM_CURRENT/HIGH */
+  if (attr == 0 || attr == 1) { *(u64 *)v = 0; return OK; }
+  return INVALID_VALUE;
+}
+static CUresult i_cuDeviceGraphMemTrim(CUdevice d) {
+  CHECK_INIT(); if (d < 0 || d >= g_ndev) return INVALID_DEVICE;
+  pthread_mutex_lock(&mu); if (graph_reserve[d]) dev_uncharge(d, graph_reserve[d]); graph_reserve[d] = 0; pthread_mutex_unlock(&mu);
+  return OK;
 }
 static CUresult i_cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sm, void *s, void **p, void **x) {
   (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)sm; (void)s; (void)p; (void)x; return OK;
@@ -687,6 +728,11 @@ E0(cuMemPoolSetAttribute, (void *p, int a, void *v), (p, a, v))
 E0(cuDeviceGetDefaultMemPool, (void **p, CUdevice d), (p, d))
 E0(cuDeviceGetMemPool, (void **p, CUdevice d), (p, d))
 E0(cuDeviceSetMemPool, (CUdevice d, void *p), (d, p))
+E0(cuGraphCreate, (void **g, unsigned f), (g, f))
+E0(cuGraphInstantiateWithFlags, (void **e, void *g, u64 f), (e, g, f))
+E0(cuGraphLaunch, (void *e, CUstream s), (e, s))
+E0(cuDeviceGetGraphMemAttribute, (CUdevice d, int a, void *v), (d, a, v))
+E0(cuDeviceGraphMemTrim, (CUdevice d), (d))
 E0(cuMemAddressReserve, (CUdeviceptr *p, size_t s, size_t a, CUdeviceptr ad, u64 f), (p, s, a, ad, f))
 E0(cuMemAddressFree, (CUdeviceptr p, size_t s), (p, s))
 E0(cuMemMap, (CUdeviceptr va, size_t s, size_t o, u64 h, u64 f), (va, s, o, h, f))
@@ -753,6 +799,9 @@ static const struct gpa_ent GPA[] = {
   G("cuMemPoolGetAttribute", 11020, 0, cuMemPoolGetAttribute), G("cuMemPoolSetAttribute", 11020, 0, cuMemPoolSetAttribute),
   G("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool), G("cuDeviceGetMemPool", 11020, 0, cuDeviceGetMemPool),
   G("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool),
+  G("cuGraphCreate", 10000, 0, cuGraphCreate), G("cuGraphInstantiateWithFlags", 11040, 0, cuGraphInstantiateWithFlags),
+  G("cuGraphLaunch", 10000, 0, cuGraphLaunch), G("cuDeviceGetGraphMemAttribute", 11040, 0, cuDeviceGetGraphMemAttribute),
+  G("cuDeviceGraphMemTrim", 11040, 0, cuDeviceGraphMemTrim),
   G("cuMemAddressReserve", 10020, 0, cuMemAddressReserve), G("cuMemAddressFree", 10020, 0, cuMemAddressFree),
   G("cuMemMap", 10020, 0, cuMemMap), G("cuMemUnmap", 10020, 0, cuMemUnmap),
   G("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle),

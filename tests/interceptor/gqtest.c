@@ -83,6 +83,8 @@ struct api {
   CUresult (*cuMemPoolGetAttribute)(void *, int, void *);
   CUresult (*cuDeviceGetDefaultMemPool)(void **, int);
   CUresult (*cuCtxSetLimit)(int, size_t);
+  CUresult (*cuGraphInstantiateWithFlags)(void **, void *, u64);
+  CUresult (*cuDeviceGraphMemTrim)(int);
 };
 static struct api A;
 static void *cuda_h;
@@ -104,7 +106,7 @@ D(cuMemGetInfo_v2) D(cuMemGetInfo) D(cuDeviceTotalMem_v2) D(cuDeviceTotalMem) D(
 D(cuStreamSynchronize) D(cuStreamCreate) D(cuCtxSynchronize) D(cuCtxDestroy_v2) D(cuDevicePrimaryCtxReset_v2) D(cuDevicePrimaryCtxRelease_v2)
 D(cuMemMap) D(cuMemUnmap) D(cuMemAddressReserve) D(cuMemRetainAllocationHandle) D(cuMemExportToShareableHandle)
 D(cuMemImportFromShareableHandle) D(cuMemPoolCreate) D(cuMemPoolDestroy) D(cuMemPoolSetAttribute) D(cuMemPoolGetAttribute)
-D(cuDeviceGetDefaultMemPool) D(cuCtxSetLimit)
+D(cuDeviceGetDefaultMemPool) D(cuCtxSetLimit) D(cuGraphInstantiateWithFlags) D(cuDeviceGraphMemTrim)
 #endif
 
 static void *gpa_get(const char *base, int ver, u64 flags) {
@@ -158,6 +160,7 @@ static void resolve(void) {
     S2(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle) S2(cuMemPoolCreate, cuMemPoolCreate) S2(cuMemPoolDestroy, cuMemPoolDestroy)
     S2(cuMemPoolSetAttribute, cuMemPoolSetAttribute) S2(cuMemPoolGetAttribute, cuMemPoolGetAttribute)
     S2(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool) S2(cuCtxSetLimit, cuCtxSetLimit)
+    S2(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags) S2(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim)
     return;
   }
 #endif
@@ -184,7 +187,8 @@ static void resolve(void) {
     G(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 12000) G(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 12000)
     G(cuMemPoolCreate, "cuMemPoolCreate", 12000) G(cuMemPoolDestroy, "cuMemPoolDestroy", 12000) G(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 12000)
     G(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 12000) G(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 12000)
-    G(cuCtxSetLimit, "cuCtxSetLimit", 12000)
+    G(cuCtxSetLimit, "cuCtxSetLimit", 12000) G(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 12000)
+    G(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000)
     return;
   }
 #define L(f, n) A.f = dlsym(cuda_h, n);
@@ -205,6 +209,7 @@ static void resolve(void) {
   L(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") L(cuMemPoolCreate, "cuMemPoolCreate") L(cuMemPoolDestroy, "cuMemPoolDestroy")
   L(cuMemPoolSetAttribute, "cuMemPoolSetAttribute") L(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")
   L(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool") L(cuCtxSetLimit, "cuCtxSetLimit")
+  L(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") L(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")
 }
 
 static const char *lib_of(void *p) {
@@ -811,6 +816,29 @@ static int t_ctxlife(void) {
   return failures ? 1 : 0;
 }
 
+/* graph memory: the device's graph pool reserve is charged from the first
+   synchronisation after a launch until cuDeviceGraphMemTrim */
+static int t_graphmem(void) {
+  u64 slice = envu("GQ_SLICE", 0);
+  ctx_on(0);
+  CUresult (*gcreate)(void **, unsigned) = dlsym(cuda_h, "cuGraphCreate");
+  CUresult (*glaunch)(void *, void *) = dlsym(cuda_h, "cuGraphLaunch");
+  REQUIRE(gcreate && glaunch, "graph symbols");
+  void *g; REQUIRE(gcreate(&g, 0) == 0, "graph create");
+  unsigned char params[120]; memset(params, 0, sizeof params);
+  *(int *)(params + 8) = 1; *(int *)(params + 12) = 0; *(size_t *)(params + 104) = slice / 2;
+  void *node; REQUIRE(A.cuGraphAddMemAllocNode(&node, g, 0, 0, params) == 0, "mem node");
+  void *ex; REQUIRE(A.cuGraphInstantiateWithFlags(&ex, g, 0) == 0, "instantiate");
+  REQUIRE(glaunch(ex, 0) == 0, "launch");
+  CHECK(A.cuStreamSynchronize(0) == 0, "sync");
+  CHECK(info_free() == slice / 2, "graph pool reserve not charged: free %zu", info_free());
+  u64 p; CHECK(A.cuMemAlloc(&p, slice / 4 * 3) == 2, "allocation next to the graph reserve not refused");
+  PHYS_LE(0, slice);
+  CHECK(A.cuDeviceGraphMemTrim(0) == 0, "trim");
+  CHECK(info_free() == slice, "after cuDeviceGraphMemTrim: free %zu", info_free());
+  return failures ? 1 : 0;
+}
+
 /* exec: the same pid and start time, a new image: the old charge goes */
 static int t_execself(const char *self, u64 bytes) {
   ctx_on(0);
@@ -895,6 +923,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "expect_free") && argc >= 3) return t_expect_free(strtoull(argv[2], 0, 0));
   if (!strcmp(cmd, "vmm")) return t_vmm();
   if (!strcmp(cmd, "pool")) return t_pool();
+  if (!strcmp(cmd, "graphmem")) return t_graphmem();
   if (!strcmp(cmd, "pooldev")) return t_pooldev();
   if (!strcmp(cmd, "ctxlife")) return t_ctxlife();
   if (!strcmp(cmd, "execself") && argc >= 3) return t_execself(argv[0], strtoull(argv[2], 0, 0));

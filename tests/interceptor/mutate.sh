@@ -21,6 +21,7 @@ MUTATIONS=(
   "pool-device-from-current-ctx|pools.rs|s/let sv = s as usize;/let sv = 0usize; let _ = s;/"
   "ctx-destroy-reset-ignored|ctxlife.rs|s/    if !enforcing\(\) \{\n        return;\n    \}\n    let dead/    if true {\n        return;\n    }\n    let dead/"
   "malloc-heap-not-charged|cuda.rs|s/crate::ctxlife::set_heap\(value, \|\| f\(limit, value\)\)/f(limit, value)/"
+  "graph-memory-not-charged|graphs.rs|s/pub fn at_sync\(\) \{\n    if USED/pub fn at_sync() {\n    if false \&\& USED/"
   "exec-keeps-old-image|state.rs|s/            if x.shared \{\n                x.reclaim_word/            if false {\n                x.reclaim_word/"
   "zombie-counts-as-alive|region.rs|s/if state == b'Z' \|\| state == b'X' \|\| state == b'x'/if false/"
   "fail-open-private-budget|state.rs|s/if r.is_none\(\) && container \{/if false {/"

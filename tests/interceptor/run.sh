@@ -233,6 +233,7 @@ for m in dlsym gpa direct; do
   t "vmm_lifetimes_$m" q env GQ_MODE=$m "$B/$bin" vmm
   t "pool_reserves_$m" q env GQ_MODE=$m "$B/$bin" pool
   t "context_frees_$m" q env GQ_MODE=$m "$B/$bin" ctxlife
+  t "graph_memory_$m" q env GQ_MODE=$m "$B/$bin" graphmem
 done
 t pool_device_of_stream_and_pool q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" pooldev
 ctx_truth() {
