@@ -6,12 +6,16 @@
 //! it. Pools of the device are refreshed; the device malloc heap charge of
 //! the device goes too.
 //!
-//! cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE) is charged here as well: the
-//! heap above the driver's 8 MiB default, per device.
+//! cuCtxSetLimit is charged here as well, per device: the malloc heap
+//! (CU_LIMIT_MALLOC_HEAP_SIZE) above the driver's 8 MiB default, and the
+//! per-thread stack (CU_LIMIT_STACK_SIZE) above its 1 KiB default times the
+//! threads the device can hold resident (SMs × max threads per SM), which is
+//! the local memory the driver reserves for it.
 
 use crate::account::{self, DevSel};
 use crate::config::MAX_GPUS;
 use crate::cuda::{CUresult, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
+const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 use crate::ptrtable::{KIND_DPTR, KIND_POOLPTR};
 use crate::state::{config, TABLE};
 use crate::symbols::{real_fn, S};
@@ -19,23 +23,53 @@ use core::sync::atomic::{AtomicU64, Ordering::*};
 use libc::{c_int, c_void};
 
 const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_int = 11;
+pub const CU_LIMIT_STACK_SIZE: c_int = 0;
 pub const CU_LIMIT_MALLOC_HEAP_SIZE: c_int = 2;
 const DEFAULT_HEAP: u64 = 8 << 20;
+const DEFAULT_STACK: u64 = 1024;
+const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 
 /// per region device: heap bytes charged above the default
 static HEAP: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
+/// per region device: stack (local memory) bytes charged above the default
+static STACK: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
 
 pub fn reset() {
-    for h in HEAP.iter() {
+    for h in HEAP.iter().chain(STACK.iter()) {
         h.store(0, Relaxed);
     }
+}
+
+/// Threads a device can hold resident (0 when unknown).
+fn resident_threads(ordinal: c_int) -> u64 {
+    type F = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CUresult;
+    let f = match real_fn!(S::cuDeviceGetAttribute, F) {
+        Some(f) => f,
+        None => return 0,
+    };
+    let (mut sms, mut thr) = (0 as c_int, 0 as c_int);
+    unsafe {
+        if f(&mut sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal) != CUDA_SUCCESS
+            || f(
+                &mut thr,
+                CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+                ordinal,
+            ) != CUDA_SUCCESS
+        {
+            return 0;
+        }
+    }
+    (sms.max(0) as u64).saturating_mul(thr.max(0) as u64)
 }
 
 fn enforcing() -> bool {
     matches!(config(), Some(c) if c.enforce)
 }
 
-/// Does the driver still know the allocation starting at p?
+/// Does the driver still know the allocation starting at p? Only the
+/// driver's "no such pointer" answer (CUDA_ERROR_INVALID_VALUE) or a range
+/// that now starts elsewhere count as gone; any other error keeps the charge.
 fn alive(p: u64) -> bool {
     type F = unsafe extern "C" fn(*mut c_void, c_int, u64) -> CUresult;
     let f = match real_fn!(S::cuPointerGetAttribute, F) {
@@ -50,7 +84,11 @@ fn alive(p: u64) -> bool {
             p,
         )
     };
-    r == CUDA_SUCCESS && start == p
+    if r == CUDA_SUCCESS {
+        start == p
+    } else {
+        r != CUDA_ERROR_INVALID_VALUE
+    }
 }
 
 /// A context went: release what the driver freed with it.
@@ -75,8 +113,10 @@ pub fn context_gone(heap_dev: Option<c_int>) {
         let d = account::select(DevSel::Ordinal(o));
         if d.idx < MAX_GPUS {
             account::release_bytes(d.idx, HEAP[d.idx].swap(0, AcqRel));
+            account::release_bytes(d.idx, STACK[d.idx].swap(0, AcqRel));
         }
     }
+    crate::pools::forget_current_pools();
     crate::pools::refresh_all(None);
     crate::graphs::refresh_all();
 }
@@ -115,8 +155,9 @@ pub fn primary_active(dev: c_int) -> bool {
     r != CUDA_SUCCESS || active != 0
 }
 
-/// cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, value) on the current device.
-pub unsafe fn set_heap(value: usize, call: impl FnOnce() -> CUresult) -> CUresult {
+/// cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE or CU_LIMIT_STACK_SIZE, value)
+/// on the current device.
+pub unsafe fn set_limit(limit: c_int, value: usize, call: impl FnOnce() -> CUresult) -> CUresult {
     if !enforcing() {
         return call();
     }
@@ -124,10 +165,24 @@ pub unsafe fn set_heap(value: usize, call: impl FnOnce() -> CUresult) -> CUresul
     if dev.idx >= MAX_GPUS {
         return call();
     }
-    let want = (value as u64).saturating_sub(DEFAULT_HEAP);
-    let old = HEAP[dev.idx].load(Acquire);
+    let (cell, want, api): (&AtomicU64, u64, &[u8]) = if limit == CU_LIMIT_MALLOC_HEAP_SIZE {
+        (
+            &HEAP[dev.idx],
+            (value as u64).saturating_sub(DEFAULT_HEAP),
+            b"cuCtxSetLimit(MALLOC_HEAP_SIZE)",
+        )
+    } else {
+        (
+            &STACK[dev.idx],
+            (value as u64)
+                .saturating_sub(DEFAULT_STACK)
+                .saturating_mul(resident_threads(dev.ordinal)),
+            b"cuCtxSetLimit(STACK_SIZE)",
+        )
+    };
+    let old = cell.load(Acquire);
     if want > old {
-        let ch = match account::admit(b"cuCtxSetLimit(MALLOC_HEAP_SIZE)", dev, want - old) {
+        let ch = match account::admit(api, dev, want - old) {
             Ok(c) => c,
             Err(()) => return CUDA_ERROR_OUT_OF_MEMORY,
         };
@@ -139,13 +194,13 @@ pub unsafe fn set_heap(value: usize, call: impl FnOnce() -> CUresult) -> CUresul
             return r;
         }
         if ch.is_some() {
-            HEAP[dev.idx].fetch_add(want - old, AcqRel);
+            cell.fetch_add(want - old, AcqRel);
         }
         return r;
     }
     let r = call();
     if r == CUDA_SUCCESS && want < old {
-        HEAP[dev.idx].fetch_sub(old - want, AcqRel);
+        cell.fetch_sub(old - want, AcqRel);
         account::release_bytes(dev.idx, old - want);
     }
     r

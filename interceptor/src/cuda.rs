@@ -569,6 +569,17 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: *mut c_void) -> CUresult {
     r
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: *mut c_void) -> CUresult {
+    type F = unsafe extern "C" fn(c_int, *mut c_void) -> CUresult;
+    let f = real_or!(S::cuDeviceSetMemPool, F);
+    let r = f(dev, pool);
+    if r == CUDA_SUCCESS {
+        crate::pools::set_current(dev, pool as u64);
+    }
+    r
+}
+
 // Synchronisation points: where the driver gives pool memory above the
 // release threshold back. One relaxed load unless a pool was freed into.
 #[no_mangle]
@@ -1215,17 +1226,20 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> CUresult {
     r
 }
 
-/// cuCtxSetLimit: the device malloc heap is charged above its default.
+/// cuCtxSetLimit: the device malloc heap and the thread stacks are charged
+/// above their defaults.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
     let f = real_or!(
         S::cuCtxSetLimit,
         unsafe extern "C" fn(c_int, usize) -> CUresult
     );
-    if limit != crate::ctxlife::CU_LIMIT_MALLOC_HEAP_SIZE {
+    if limit != crate::ctxlife::CU_LIMIT_MALLOC_HEAP_SIZE
+        && limit != crate::ctxlife::CU_LIMIT_STACK_SIZE
+    {
         return f(limit, value);
     }
-    crate::ctxlife::set_heap(value, || f(limit, value))
+    crate::ctxlife::set_limit(limit, value, || f(limit, value))
 }
 
 // ------------------------------------------------------------ graph memory

@@ -77,6 +77,7 @@ pub fn reset() {
         p.dead.store(0, Relaxed);
     }
     ANY_DIRTY.store(0, Relaxed);
+    forget_current_pools();
 }
 
 fn find(handle: u64) -> Option<usize> {
@@ -239,15 +240,40 @@ pub fn stream_dev(s: CUstream) -> Dev {
     account::current_dev()
 }
 
-/// The pool cuMemAllocAsync uses on a device (its current mempool).
+/// per CUDA ordinal: the device's current mempool (0 = ask the driver);
+/// kept by cuDeviceSetMemPool, forgotten when a context goes
+static CUR_POOL: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// The pool cuMemAllocAsync uses on a device (its current mempool): asked
+/// once per device, then cached.
 fn current_pool(dev: Dev) -> Option<u64> {
+    let slot = CUR_POOL.get(dev.ordinal.clamp(0, 63) as usize)?;
+    let c = slot.load(Relaxed);
+    if c != 0 {
+        return Some(c);
+    }
     type F = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult;
     let f = real_fn!(S::cuDeviceGetMemPool, F)?;
     let mut p: *mut c_void = core::ptr::null_mut();
     if unsafe { f(&mut p, dev.ordinal) } == CUDA_SUCCESS && !p.is_null() {
+        slot.store(p as u64, Relaxed);
         Some(p as u64)
     } else {
         None
+    }
+}
+
+/// cuDeviceSetMemPool succeeded.
+pub fn set_current(ordinal: c_int, pool: u64) {
+    if (0..64).contains(&ordinal) {
+        CUR_POOL[ordinal as usize].store(pool, Relaxed);
+    }
+}
+
+/// A context went (its device's pools may be gone with it): ask again.
+pub fn forget_current_pools() {
+    for c in CUR_POOL.iter() {
+        c.store(0, Relaxed);
     }
 }
 
@@ -502,6 +528,9 @@ pub fn created(pool: u64, ordinal: c_int) {
 /// cuMemPoolDestroy succeeded: what no allocation holds goes now, the rest
 /// with each allocation's free.
 pub fn destroyed(pool: u64) {
+    for c in CUR_POOL.iter() {
+        let _ = c.compare_exchange(pool, 0, Relaxed, Relaxed);
+    }
     if let Some(i) = find(pool) {
         let p = &POOLS[i];
         p.dead.store(1, Release);

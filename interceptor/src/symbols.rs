@@ -88,6 +88,7 @@ symtab! {
     cuMemExportToShareableHandle: "cuMemExportToShareableHandle", 10020, false, LIB_CUDA, c::cuMemExportToShareableHandle as *const ();
     cuMemPoolTrimTo: "cuMemPoolTrimTo", 11020, false, LIB_CUDA, c::cuMemPoolTrimTo as *const ();
     cuMemPoolCreate: "cuMemPoolCreate", 11020, false, LIB_CUDA, c::cuMemPoolCreate as *const ();
+    cuDeviceSetMemPool: "cuDeviceSetMemPool", 11020, false, LIB_CUDA, c::cuDeviceSetMemPool as *const ();
     cuMemPoolDestroy: "cuMemPoolDestroy", 11020, false, LIB_CUDA, c::cuMemPoolDestroy as *const ();
     cuStreamSynchronize: "cuStreamSynchronize", 2000, false, LIB_CUDA, c::cuStreamSynchronize as *const ();
     cuStreamSynchronize_ptsz: "cuStreamSynchronize", 7000, true, LIB_CUDA, c::cuStreamSynchronize_ptsz as *const ();
@@ -105,6 +106,7 @@ symtab! {
     cuGraphInstantiate_v2: "cuGraphInstantiate", 11000, false, LIB_CUDA, c::cuGraphInstantiate_v2 as *const ();
     cuDeviceGraphMemTrim: "cuDeviceGraphMemTrim", 11040, false, LIB_CUDA, c::cuDeviceGraphMemTrim as *const ();
     // helpers: called, never wrapped
+    cuDeviceGetAttribute: "cuDeviceGetAttribute", 2000, false, LIB_CUDA, NOWRAP;
     cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute", 11040, false, LIB_CUDA, NOWRAP;
     cuMemPoolGetAttribute: "cuMemPoolGetAttribute", 11020, false, LIB_CUDA, NOWRAP;
     cuDeviceGetMemPool: "cuDeviceGetMemPool", 11020, false, LIB_CUDA, NOWRAP;

@@ -141,7 +141,9 @@ static u64 g_ctx_bytes, g_pool_gran = 2u << 20, g_pitch_align = 2048;
 static int g_fail_next_free;
 
 #define MAXCTX 64
-struct ctx { int live, dev, primary, refs; u64 heap; };
+struct ctx { int live, dev, primary, refs; u64 heap, stack; };
+#define FAKE_SMS 4
+#define FAKE_THREADS_PER_SM 64
 static struct ctx ctxs[MAXCTX];
 static int primary_of[FAKE_MAX_DEV] = {-1, -1, -1, -1, -1, -1, -1, -1};
 static __thread int ctx_stack[16]; static __thread int ctx_top = -1; /* index into ctxs, -1 none */
@@ -283,7 +285,7 @@ static int ctx_new(int dev, int primary) {
   for (i = 0; i < MAXCTX && ctxs[i].live; i++) {}
   if (i == MAXCTX) { pthread_mutex_unlock(&mu); return -OOM; }
   if (g_ctx_bytes && dev_charge(dev, g_ctx_bytes) != OK) { pthread_mutex_unlock(&mu); return -OOM; }
-  ctxs[i] = (struct ctx){1, dev, primary, 1, 0};
+  ctxs[i] = (struct ctx){1, dev, primary, 1, 0, 0};
   ST.contexts_live++;
   pthread_mutex_unlock(&mu);
   return i;
@@ -295,6 +297,7 @@ static void ctx_kill(int c) {
     if (recs[i].ctx == c && recs[i].kind != K_POOL) drop_rec(i); else i++;
   }
   if (ctxs[c].heap) dev_uncharge(ctxs[c].dev, ctxs[c].heap);
+  if (ctxs[c].stack) dev_uncharge(ctxs[c].dev, ctxs[c].stack);
   if (g_ctx_bytes) dev_uncharge(ctxs[c].dev, g_ctx_bytes);
   if (ctxs[c].primary) primary_of[ctxs[c].dev] = -1;
   ctxs[c].live = 0;
@@ -403,16 +406,24 @@ static CUresult i_cuCtxGetDevice(CUdevice *d) { CHECK_INIT(); if (!d) return INV
 static CUresult i_cuCtxSynchronize(void) { CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; pools_sync(); return OK; }
 static CUresult i_cuCtxSetLimit(int lim, size_t v) {
   CHECK_INIT(); int c = cur_ctx(); if (c < 0 || !ctxs[c].live) return INVALID_CONTEXT;
-  if (lim != 2) return OK;
-  u64 want = v > (8u << 20) ? v - (8u << 20) : 0;
+  if (lim != 2 && lim != 0) return OK;
+  /* heap: above the 8 MiB default; stack: local memory for every resident thread */
+  u64 *cur = lim == 2 ? &ctxs[c].heap : &ctxs[c].stack;
+  u64 want = lim == 2 ? (v > (8u << 20) ? v - (8u << 20) : 0) : (v > 1024 ? (v - 1024) * FAKE_SMS * FAKE_THREADS_PER_SM : 0);
   pthread_mutex_lock(&mu);
   int r = OK;
-  if (want > ctxs[c].heap) { r = dev_charge(ctxs[c].dev, want - ctxs[c].heap); if (r == OK) ctxs[c].heap = want; }
-  else { dev_uncharge(ctxs[c].dev, ctxs[c].heap - want); ctxs[c].heap = want; }
+  if (want > *cur) { r = dev_charge(ctxs[c].dev, want - *cur); if (r == OK) *cur = want; }
+  else { dev_uncharge(ctxs[c].dev, *cur - want); *cur = want; }
   pthread_mutex_unlock(&mu);
   return r;
 }
-static CUresult i_cuCtxGetLimit(size_t *v, int lim) { CHECK_INIT(); int c = cur_ctx(); if (!v) return INVALID_VALUE; if (c < 0) return INVALID_CONTEXT; *v = lim == 2 ? ctxs[c].heap + (8u << 20) : 0; return OK; }
+static CUresult i_cuCtxGetLimit(size_t *v, int lim) { CHECK_INIT(); int c = cur_ctx(); if (!v) return INVALID_VALUE; if (c < 0) return INVALID_CONTEXT; *v = lim == 2 ? ctxs[c].heap + (8u << 20) : lim == 0 ? ctxs[c].stack / (FAKE_SMS * FAKE_THREADS_PER_SM) + 1024 : 0; return OK; }
+static CUresult i_cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
+  CHECK_INIT(); if (!v) return INVALID_VALUE; if (d < 0 || d >= g_ndev) return INVALID_DEVICE;
+  if (attr == 16) { *v = FAKE_SMS; return OK; }
+  if (attr == 39) { *v = FAKE_THREADS_PER_SM; return OK; }
+  *v = 0; return OK;
+}
 
 static CUresult i_cuStreamCreate(CUstream *s, unsigned f) {
   (void)f; CHECK_INIT(); if (!s) return INVALID_VALUE; int c = cur_ctx(); if (c < 0 || !ctxs[c].live) return INVALID_CONTEXT;
@@ -728,6 +739,7 @@ E0(cuMemPoolSetAttribute, (void *p, int a, void *v), (p, a, v))
 E0(cuDeviceGetDefaultMemPool, (void **p, CUdevice d), (p, d))
 E0(cuDeviceGetMemPool, (void **p, CUdevice d), (p, d))
 E0(cuDeviceSetMemPool, (CUdevice d, void *p), (d, p))
+E0(cuDeviceGetAttribute, (int *v, int a, CUdevice d), (v, a, d))
 E0(cuGraphCreate, (void **g, unsigned f), (g, f))
 E0(cuGraphInstantiateWithFlags, (void **e, void *g, u64 f), (e, g, f))
 E0(cuGraphLaunch, (void *e, CUstream s), (e, s))
@@ -799,7 +811,7 @@ static const struct gpa_ent GPA[] = {
   G("cuMemPoolGetAttribute", 11020, 0, cuMemPoolGetAttribute), G("cuMemPoolSetAttribute", 11020, 0, cuMemPoolSetAttribute),
   G("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool), G("cuDeviceGetMemPool", 11020, 0, cuDeviceGetMemPool),
   G("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool),
-  G("cuGraphCreate", 10000, 0, cuGraphCreate), G("cuGraphInstantiateWithFlags", 11040, 0, cuGraphInstantiateWithFlags),
+  G("cuDeviceGetAttribute", 2000, 0, cuDeviceGetAttribute), G("cuGraphCreate", 10000, 0, cuGraphCreate), G("cuGraphInstantiateWithFlags", 11040, 0, cuGraphInstantiateWithFlags),
   G("cuGraphLaunch", 10000, 0, cuGraphLaunch), G("cuDeviceGetGraphMemAttribute", 11040, 0, cuDeviceGetGraphMemAttribute),
   G("cuDeviceGraphMemTrim", 11040, 0, cuDeviceGraphMemTrim),
   G("cuMemAddressReserve", 10020, 0, cuMemAddressReserve), G("cuMemAddressFree", 10020, 0, cuMemAddressFree),

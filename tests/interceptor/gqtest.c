@@ -85,6 +85,7 @@ struct api {
   CUresult (*cuCtxSetLimit)(int, size_t);
   CUresult (*cuGraphInstantiateWithFlags)(void **, void *, u64);
   CUresult (*cuDeviceGraphMemTrim)(int);
+  CUresult (*cuDeviceSetMemPool)(int, void *);
 };
 static struct api A;
 static void *cuda_h;
@@ -106,7 +107,7 @@ D(cuMemGetInfo_v2) D(cuMemGetInfo) D(cuDeviceTotalMem_v2) D(cuDeviceTotalMem) D(
 D(cuStreamSynchronize) D(cuStreamCreate) D(cuCtxSynchronize) D(cuCtxDestroy_v2) D(cuDevicePrimaryCtxReset_v2) D(cuDevicePrimaryCtxRelease_v2)
 D(cuMemMap) D(cuMemUnmap) D(cuMemAddressReserve) D(cuMemRetainAllocationHandle) D(cuMemExportToShareableHandle)
 D(cuMemImportFromShareableHandle) D(cuMemPoolCreate) D(cuMemPoolDestroy) D(cuMemPoolSetAttribute) D(cuMemPoolGetAttribute)
-D(cuDeviceGetDefaultMemPool) D(cuCtxSetLimit) D(cuGraphInstantiateWithFlags) D(cuDeviceGraphMemTrim)
+D(cuDeviceGetDefaultMemPool) D(cuCtxSetLimit) D(cuGraphInstantiateWithFlags) D(cuDeviceGraphMemTrim) D(cuDeviceSetMemPool)
 #endif
 
 static void *gpa_get(const char *base, int ver, u64 flags) {
@@ -161,6 +162,7 @@ static void resolve(void) {
     S2(cuMemPoolSetAttribute, cuMemPoolSetAttribute) S2(cuMemPoolGetAttribute, cuMemPoolGetAttribute)
     S2(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool) S2(cuCtxSetLimit, cuCtxSetLimit)
     S2(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags) S2(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim)
+    S2(cuDeviceSetMemPool, cuDeviceSetMemPool)
     return;
   }
 #endif
@@ -188,7 +190,7 @@ static void resolve(void) {
     G(cuMemPoolCreate, "cuMemPoolCreate", 12000) G(cuMemPoolDestroy, "cuMemPoolDestroy", 12000) G(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 12000)
     G(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 12000) G(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 12000)
     G(cuCtxSetLimit, "cuCtxSetLimit", 12000) G(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 12000)
-    G(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000)
+    G(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000) G(cuDeviceSetMemPool, "cuDeviceSetMemPool", 12000)
     return;
   }
 #define L(f, n) A.f = dlsym(cuda_h, n);
@@ -210,6 +212,7 @@ static void resolve(void) {
   L(cuMemPoolSetAttribute, "cuMemPoolSetAttribute") L(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")
   L(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool") L(cuCtxSetLimit, "cuCtxSetLimit")
   L(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") L(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")
+  L(cuDeviceSetMemPool, "cuDeviceSetMemPool")
 }
 
 static const char *lib_of(void *p) {
@@ -750,6 +753,19 @@ static int t_pool(void) {
   A.cuMemFreeAsync(p, 0); A.cuStreamSynchronize(0);
   CHECK(info_free() == slice / 4 * 3, "created pool keeps it: free %zu", info_free());
   CHECK(A.cuMemPoolDestroy(mp) == 0 && info_free() == slice, "after destroy: free %zu", info_free());
+  /* cuMemAllocAsync uses the device's current pool (cuDeviceSetMemPool) */
+  void *mp2; REQUIRE(A.cuMemPoolCreate(&mp2, &pp) == 0, "pool create");
+  A.cuMemPoolSetAttribute(mp2, ATTR_RELEASE_THRESHOLD, &max);
+  REQUIRE(A.cuMemAllocAsync(&p, slice / 8, 0) == 0, "async alloc (default pool)");
+  A.cuMemFreeAsync(p, 0);
+  CHECK(A.cuDeviceSetMemPool(0, mp2) == 0, "set mem pool");
+  REQUIRE(A.cuMemAllocAsync(&p, slice / 2, 0) == 0, "async alloc (current pool)");
+  A.cuMemFreeAsync(p, 0); A.cuStreamSynchronize(0);
+  A.cuMemPoolTrimTo(pool, 0);
+  CHECK(info_free() == slice / 2, "the current pool's reserve attributed to the default pool: free %zu", info_free());
+  A.cuMemPoolTrimTo(mp2, 0);
+  CHECK(info_free() == slice, "after trimming the current pool: free %zu", info_free());
+  A.cuDeviceSetMemPool(0, pool); A.cuMemPoolDestroy(mp2);
   /* before refusing, the interceptor asks the driver what its pools still reserve */
   A.cuMemPoolSetAttribute(pool, ATTR_RELEASE_THRESHOLD, &max);
   REQUIRE(A.cuMemAllocAsync(&p, slice / 2, 0) == 0, "async alloc");
@@ -812,6 +828,13 @@ static int t_ctxlife(void) {
   CHECK(info_free() == slice / 4 * 3, "malloc heap not charged: free %zu", info_free());
   CHECK(A.cuCtxSetLimit(2, (8 << 20) + slice * 2) == 2, "heap beyond the slice not refused");
   CHECK(A.cuCtxSetLimit(2, 8 << 20) == 0 && info_free() == slice, "heap back to the default: free %zu", info_free());
+  /* thread stacks: local memory for every resident thread (fake: 4 SMs x 64 threads) */
+  u64 per = slice / 2 / 256;
+  CHECK(A.cuCtxSetLimit(0, 1024 + per) == 0, "stack limit");
+  CHECK(info_free() == slice / 2, "stack (local memory) not charged: free %zu", info_free());
+  PHYS_LE(0, slice);
+  CHECK(A.cuCtxSetLimit(0, 1024 + slice / 128) == 2, "stack beyond the slice not refused");
+  CHECK(A.cuCtxSetLimit(0, 1024) == 0 && info_free() == slice, "stack back to the default: free %zu", info_free());
   PHYS_LE(0, slice);
   return failures ? 1 : 0;
 }
