@@ -492,9 +492,10 @@ pub unsafe extern "C" fn cuMemMap(
 pub unsafe extern "C" fn cuMemUnmap(va: CUdeviceptr, size: usize) -> CUresult {
     type F = unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult;
     let f = real_or!(S::cuMemUnmap, F);
+    let asked = crate::vmm::before_unmap(va, size as u64);
     let r = f(va, size);
     if r == CUDA_SUCCESS {
-        crate::vmm::unmapped(va, size as u64);
+        crate::vmm::unmapped(va, size as u64, &asked);
     }
     r
 }

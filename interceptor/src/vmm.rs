@@ -8,6 +8,10 @@
 //! reaches 0. Every mapping is remembered by its address (KIND_MAP: size;
 //! KIND_MAPH: the handle), so cuMemUnmap knows which handles lose a mapping.
 //!
+//! A handle value that does not fit a raw entry (56 bits) is not stored:
+//! cuMemUnmap then asks the driver which handle backs each mapping
+//! (cuMemRetainAllocationHandle, released again at once) before unmapping.
+//!
 //! Exported handles: another process of the container may import and map
 //! the memory, and we cannot see when it lets go; the exporter therefore
 //! keeps the charge until it exits (a pin bit in the counter). Importers are
@@ -82,14 +86,57 @@ pub fn mapped(va: u64, size: u64, h: u64) {
     if !TABLE.insert(va, KIND_MAP, size, rec.dev) {
         return; // the mapping's reference stays: charged until exit
     }
-    if !TABLE.insert_raw(va, KIND_MAPH, h) {
-        TABLE.remove(va, KIND_MAP);
+    // a handle too wide for a raw entry is asked of the driver at unmap
+    let _ = TABLE.insert_raw(va, KIND_MAPH, h);
+}
+
+/// Handles found before an unmap for mappings without a stored handle.
+pub struct Asked {
+    n: usize,
+    h: [(u64, u64); 32], // (va, handle)
+}
+
+/// Before cuMemUnmap(va, size): for mappings in the run whose handle we
+/// could not store, ask the driver now (afterwards the address is gone).
+pub fn before_unmap(va: u64, size: u64) -> Asked {
+    let mut a = Asked {
+        n: 0,
+        h: [(0, 0); 32],
+    };
+    type Retain = unsafe extern "C" fn(*mut u64, *mut libc::c_void) -> crate::cuda::CUresult;
+    type Release = unsafe extern "C" fn(u64) -> crate::cuda::CUresult;
+    let end = va.saturating_add(size);
+    let mut cur = va;
+    while cur < end {
+        let rec = match TABLE.get(cur, KIND_MAP) {
+            Some(r) => r,
+            None => break,
+        };
+        if TABLE.raw_cell(cur, KIND_MAPH).is_none() && a.n < a.h.len() {
+            if let (Some(ret), Some(rel)) = (
+                crate::symbols::real_fn!(crate::symbols::S::cuMemRetainAllocationHandle, Retain),
+                crate::symbols::real_fn!(crate::symbols::S::cuMemRelease, Release),
+            ) {
+                let mut h: u64 = 0;
+                if unsafe { ret(&mut h, cur as *mut libc::c_void) } == 0 {
+                    // the mapping keeps the handle valid: give the extra reference back
+                    unsafe { rel(h) };
+                    a.h[a.n] = (cur, h);
+                    a.n += 1;
+                }
+            }
+        }
+        if rec.size == 0 {
+            break;
+        }
+        cur = cur.saturating_add(rec.size);
     }
+    a
 }
 
 /// cuMemUnmap(va, size) succeeded: every mapping in the contiguous run of
 /// mappings starting at va loses its reference.
-pub fn unmapped(va: u64, size: u64) {
+pub fn unmapped(va: u64, size: u64, asked: &Asked) {
     let end = va.saturating_add(size);
     let mut cur = va;
     while cur < end {
@@ -97,8 +144,13 @@ pub fn unmapped(va: u64, size: u64) {
             Some(r) => r,
             None => break,
         };
-        if let Some(h) = TABLE.remove_raw(cur, KIND_MAPH) {
-            drop_ref(h);
+        match TABLE.remove_raw(cur, KIND_MAPH) {
+            Some(h) => drop_ref(h),
+            None => {
+                if let Some(&(_, h)) = asked.h[..asked.n].iter().find(|x| x.0 == cur) {
+                    drop_ref(h);
+                }
+            }
         }
         if rec.size == 0 {
             break;

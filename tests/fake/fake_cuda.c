@@ -344,6 +344,8 @@ static void fake_env(void) {
   if ((e = getenv("FAKE_CUDA_CTX_BYTES"))) g_ctx_bytes = strtoull(e, 0, 0);
   if ((e = getenv("FAKE_CUDA_POOL_GRAN")) && strtoull(e, 0, 0)) g_pool_gran = strtoull(e, 0, 0);
   if ((e = getenv("FAKE_CUDA_PITCH_ALIGN")) && strtoull(e, 0, 0)) g_pitch_align = strtoull(e, 0, 0);
+  /* VMM handle values: a driver may hand out any 64-bit value */
+  if ((e = getenv("FAKE_CUDA_HANDLE_BASE")) && next_handle == 0x50000000ull) next_handle = strtoull(e, 0, 0);
 }
 static CUresult i_cuInit(unsigned f) { (void)f; fake_init(); fake_env(); return OK; }
 static CUresult i_cuDriverGetVersion(int *v) { if (!v) return INVALID_VALUE; *v = 13000; return OK; }

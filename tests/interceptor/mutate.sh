@@ -17,6 +17,7 @@ MUTATIONS=(
   "pitch-correction-removed|cuda.rs|s/let actual = pitch.saturating_mul\(height\);/let actual = ch.n;/"
   "meminfo-counts-own-process-only|account.rs|s/    r.used\(idx\)\n\}/    let s = state::my_slot_if_any();\n    if s < r.nslots() { r.used_cell(s, idx).load(SeqCst) } else { 0 }\n}/"
   "vmm-release-while-mapped|vmm.rs|s/if !add_ref\(h\) \{\n        return;/if true {\n        return;/"
+  "vmm-wide-handle-not-asked|vmm.rs|s/if TABLE.raw_cell\(cur, KIND_MAPH\).is_none\(\) && a.n < a.h.len\(\)/if false/"
   "pool-retention-ignored|pools.rs|s/let target = res.max\(p.live.load\(Acquire\)\);/let target = p.live.load(Acquire);/"
   "no-pool-refresh-before-refusal|account.rs|s/let freed = crate::pools::refresh_all\(Some\(dev.idx\)\) \| /let freed = /"
   "pool-device-from-current-ctx|pools.rs|s/let sv = s as usize;/let sv = 0usize; let _ = s;/"

@@ -235,6 +235,7 @@ for m in dlsym gpa direct; do
   t "context_frees_$m" q env GQ_MODE=$m "$B/$bin" ctxlife
   t "graph_memory_$m" q env GQ_MODE=$m "$B/$bin" graphmem
 done
+t vmm_lifetimes_wide_handles q env FAKE_CUDA_HANDLE_BASE=0xfe00000000000000 "$B/gqtest_dl" vmm
 t pool_device_of_stream_and_pool q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" pooldev
 ctx_truth() {
   # the fake's contexts cost 16 MiB each; with the overhead charged, a filled
