@@ -200,19 +200,15 @@ fn sync_slow() {
 }
 
 /// The device a stream belongs to (NULL / legacy / per-thread handles and
-/// single-device processes: the current context's device).
+/// single-device processes: the current context's device, no driver call).
 pub fn stream_dev(s: CUstream) -> Dev {
     let sv = s as usize;
     if sv <= 2 || state::devcount().load(Relaxed) == 1 {
         return account::current_dev();
     }
-    type GetDev = unsafe extern "C" fn(CUstream, *mut c_int) -> CUresult;
-    if let Some(f) = real_fn!(S::cuStreamGetDevice, GetDev) {
-        let mut d: c_int = -1;
-        if unsafe { f(s, &mut d) } == CUDA_SUCCESS && d >= 0 {
-            return account::select(DevSel::Ordinal(d));
-        }
-    }
+    // cuStreamGetCtx + the context's device, not cuStreamGetDevice: the
+    // latter is rejected during stream capture by some drivers (580 with
+    // CUDA 13.0), and a rejection invalidates the capture.
     type GetCtx = unsafe extern "C" fn(CUstream, *mut *mut c_void) -> CUresult;
     type Push = unsafe extern "C" fn(*mut c_void) -> CUresult;
     type Pop = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;

@@ -573,6 +573,62 @@ mod tests {
         assert_eq!(r.owner(c).load(SeqCst), owner_word(3, 7));
     }
     #[test]
+    fn exec_reclaims_own_word() {
+        let r = Region::anonymous(&init()).unwrap();
+        let a = r.claim_slot(42, 7, &|_| true).unwrap();
+        r.charge(a, 0, 50);
+        // the same process after exec: same pid and start time, new image
+        let b = r.claim_slot(42, 7, &|_| true).unwrap();
+        assert_eq!(r.used(0), 0, "the old image's charge must go");
+        assert_eq!(r.owner(b).load(SeqCst), owner_word(42, 7));
+        let other = r.claim_slot(43, 7, &|_| true).unwrap();
+        r.charge(other, 0, 5);
+        assert_eq!(r.reclaim_word(owner_word(42, 7)), 1);
+        assert_eq!(r.used(0), 5);
+    }
+    #[test]
+    fn file_sizes_never_grown() {
+        let dir = std::env::temp_dir().join(format!("gq-size-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("usage");
+        let cp = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        for n in [
+            1usize,
+            100,
+            TOTAL_SIZE - 1,
+            TOTAL_SIZE + 1,
+            TOTAL_SIZE + 4096,
+        ] {
+            std::fs::write(&p, vec![0u8; n]).unwrap();
+            assert_eq!(
+                Region::open_file(cp.as_ptr(), false, &init()).err(),
+                Some(OpenError::Incompatible),
+                "size {n}"
+            );
+            assert_eq!(std::fs::metadata(&p).unwrap().len() as usize, n);
+        }
+        // right size, zero magic: initialised in place
+        std::fs::write(&p, vec![0u8; TOTAL_SIZE]).unwrap();
+        assert!(Region::open_file(cp.as_ptr(), false, &init()).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    #[test]
+    fn zombie_is_dead() {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // not reaped yet: a zombie once it exited
+        for _ in 0..500 {
+            if crate::sys::proc_state_start(pid).0 == b'Z' {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(crate::sys::proc_state_start(pid).0, b'Z');
+        assert!(!owner_alive(owner_word(pid, 0)));
+        let mut child = child;
+        child.wait().unwrap();
+    }
+    #[test]
     fn uuids() {
         let u1 = [1u8; 16];
         let init = HeaderInit {

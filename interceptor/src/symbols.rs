@@ -112,7 +112,6 @@ symtab! {
     cuDeviceGetMemPool: "cuDeviceGetMemPool", 11020, false, LIB_CUDA, NOWRAP;
     cuDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool", 11020, false, LIB_CUDA, NOWRAP;
     cuStreamGetCtx: "cuStreamGetCtx", 9020, false, LIB_CUDA, NOWRAP;
-    cuStreamGetDevice: "cuStreamGetDevice", 12080, false, LIB_CUDA, NOWRAP;
     cuCtxPushCurrent_v2: "cuCtxPushCurrent", 4000, false, LIB_CUDA, NOWRAP;
     cuCtxPopCurrent_v2: "cuCtxPopCurrent", 4000, false, LIB_CUDA, NOWRAP;
     cuPointerGetAttribute: "cuPointerGetAttribute", 4000, false, LIB_CUDA, NOWRAP;
