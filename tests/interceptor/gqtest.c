@@ -923,6 +923,10 @@ static int t_refuse(void) {
   ctx_on(0);
   u64 p; CUresult r = A.cuMemAlloc(&p, MiB);
   CHECK(r == 2, "alloc with a broken limits file returned %d, want 2", r);
+  CHECK(info_free() == 0, "cuMemGetInfo reports %zu free although nothing can be allocated", info_free());
+  struct prop pr = {1, 0, 1, 0, 0, 0};
+  u64 h; CHECK(A.cuMemCreate(&h, 2 * MiB, &pr, 0) == 2, "cuMemCreate not refused");
+  CHECK(A.cuMemAllocAsync(&p, MiB, 0) == 2, "cuMemAllocAsync not refused");
   return failures ? 1 : 0;
 }
 
