@@ -88,8 +88,8 @@ static void fake_init(void) {
 static int proc_gone(int pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
   char path[64], buf[512]; snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC); if (fd < 0) return 1;
-  ssize_t n = read(fd, buf, sizeof buf - 1); close(fd); if (n <= 0) return 1; buf[n] = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC); if (fd < 0) return 0; /* cannot tell: alive */
+  ssize_t n = read(fd, buf, sizeof buf - 1); close(fd); if (n <= 0) return 0; buf[n] = 0;
   char *p = strrchr(buf, ')'); return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 /* reclaim the shared records of dead processes (their memory is gone) */
