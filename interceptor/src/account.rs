@@ -83,6 +83,16 @@ fn compute_index(ordinal: c_int) -> (usize, bool) {
     (idx, have || !callable)
 }
 
+/// The current context's device, its context overhead charged.
+#[inline]
+pub fn current_dev_charged() -> Dev {
+    let d = current_dev();
+    if let Some(r) = state::region() {
+        ensure_ctx_charged(&r, d);
+    }
+    d
+}
+
 /// The current context's device.
 #[inline]
 pub fn current_dev() -> Dev {
@@ -115,7 +125,7 @@ pub fn current_dev() -> Dev {
 
 pub fn select(sel: DevSel) -> Dev {
     match sel {
-        DevSel::Current => current_dev(),
+        DevSel::Current => current_dev_charged(),
         DevSel::Ordinal(o) => Dev {
             ordinal: o,
             idx: dev_index(o),
@@ -162,7 +172,6 @@ pub fn admit(api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, ()> {
         None if state::failed_closed() => return Err(()),
         None => return Ok(None),
     };
-    ensure_ctx_charged(&r, dev);
     let slot = match state::my_slot(&r) {
         Some(s) => s,
         None => {
@@ -264,8 +273,8 @@ impl Charge {
 
 /// The context overhead of a device is charged once per process: normally
 /// by the context wrappers; a context made through a path we did not see is
-/// charged at the first allocation or memory query on it (never refused:
-/// the context exists already).
+/// charged at the first allocation on the current context or memory query
+/// (never refused: the context exists already).
 #[inline]
 pub fn ensure_ctx_charged(r: &Region, dev: Dev) {
     if dev.idx >= config::MAX_GPUS || state::CTX_CHARGED[dev.idx].load(Relaxed) != 0 {

@@ -203,7 +203,7 @@ unsafe fn pitch_common(
         .div_ceil(PITCH_EST_ALIGN)
         .saturating_mul(PITCH_EST_ALIGN)
         .saturating_mul(height);
-    let dev = account::current_dev();
+    let dev = account::current_dev_charged();
     let mut ch = match account::admit(api, dev, est) {
         Ok(Some(c)) => c,
         Ok(None) => return call(),

@@ -565,6 +565,22 @@ static int t_ctx(void) {
   return failures ? 1 : 0;
 }
 
+/* a context made behind the interceptor's back (the driver's own entry
+   point): its overhead is charged at the first query/allocation on it */
+static int t_ctxunseen(void) {
+  u64 slice = envu("GQ_SLICE", 0), ov = envu("GQ_OVERHEAD", 0);
+  void *(*impl_of)(const char *, int, unsigned long long) = (void *(*)(const char *, int, unsigned long long))dlsym(cuda_h, "fake_cuda_impl_of");
+  CUresult (*raw_create)(void **, unsigned, int) = (CUresult (*)(void **, unsigned, int))impl_of("cuCtxCreate", 3020, 0);
+  REQUIRE(raw_create && !ours((void *)raw_create), "raw cuCtxCreate");
+  void *c; int d;
+  REQUIRE(A.cuInit(0) == 0 && A.cuDeviceGet(&d, 0) == 0 && raw_create(&c, 0, d) == 0, "raw context");
+  CHECK(info_free() == slice - ov, "unseen context's overhead not in cuMemGetInfo: free %zu, want %llu", info_free(), (unsigned long long)(slice - ov));
+  u64 p; CHECK(A.cuMemAlloc(&p, slice - ov) == 0, "the rest of the slice");
+  CHECK(info_free() == 0, "charged twice? free %zu", info_free());
+  A.cuMemFree(p);
+  return failures ? 1 : 0;
+}
+
 /* ---------------------------------------------------------------- multi-device */
 static int t_multidev(void) {
   u64 slice = envu("GQ_SLICE", 0);
@@ -947,6 +963,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "peak") && argc >= 3) return t_peak(strtoull(argv[2], 0, 0));
   if (!strcmp(cmd, "fork")) return t_fork();
   if (!strcmp(cmd, "ctx")) return t_ctx();
+  if (!strcmp(cmd, "ctxunseen")) return t_ctxunseen();
   if (!strcmp(cmd, "multidev")) return t_multidev();
   if (!strcmp(cmd, "gpa")) return t_gpa();
   if (!strcmp(cmd, "msg")) return t_msg();

@@ -16,6 +16,7 @@ MUTATIONS=(
   "failed-free-drops-record|cuda.rs|s/\} else \{\n            TABLE.insert\(k, KIND_DPTR, rec.size, rec.dev\);\n        \}/}/"
   "pitch-correction-removed|cuda.rs|s/let actual = pitch.saturating_mul\(height\);/let actual = ch.n;/"
   "meminfo-counts-own-process-only|account.rs|s/    r.used\(idx\)\n\}/    let s = state::my_slot_if_any();\n    if s < r.nslots() { r.used_cell(s, idx).load(SeqCst) } else { 0 }\n}/"
+  "unseen-context-overhead-not-charged|account.rs|s/    if ov == 0 \{\n        return;\n    \}\n    if state::CTX_CHARGED/    if true {\n        return;\n    }\n    if state::CTX_CHARGED/"
   "vmm-release-while-mapped|vmm.rs|s/if !add_ref\(h\) \{\n        return;/if true {\n        return;/"
   "vmm-wide-handle-not-asked|vmm.rs|s/if TABLE.raw_cell\(cur, KIND_MAPH\).is_none\(\) && a.n < a.h.len\(\)/if false/"
   "pool-retention-ignored|pools.rs|s/let target = res.max\(p.live.load\(Acquire\)\);/let target = p.live.load(Acquire);/"

@@ -138,6 +138,7 @@ t slice_decimal_units env GPU_QUOTA_VRAM=0.1GB GQ_SLICE=100000000 LD_PRELOAD="$S
 t slice_above_real_total env GPU_QUOTA_VRAM=4g GQ_SLICE=$GiB LD_PRELOAD="$SO" "$B/gqtest_dl" paths
 t multi_device q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" multidev
 t ctx_overhead_env q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctx
+t ctx_overhead_unseen_context q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctxunseen
 msg() {
   q "$B/gqtest_dl" msg 2>"$T/msg.err" || return 1
   cat "$T/msg.err"
