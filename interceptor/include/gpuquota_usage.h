@@ -12,7 +12,13 @@
  * A slot with owner == 0 is free (its used[] is 0). owner == UINT64_MAX
  * means "being reclaimed". Otherwise owner = pid | (start_time & 0xffffffff) << 32,
  * where pid is in the container's pid namespace and start_time is field 22 of
- * /proc/<pid>/stat (0 when unknown). Slots of dead processes keep their
+ * /proc/<pid>/stat (0 when unknown). A process is dead when its pid is gone,
+ * when it is a zombie (state Z/X: it holds no device memory any more), or
+ * when the start time differs; a process that exec'd frees its earlier
+ * image's slot (same owner word) when it first opens the file. The file is
+ * exactly GQ_USAGE_TOTAL_SIZE bytes or empty; a file of any other size or
+ * with a header that does not match these constants is never written (in a
+ * container every allocation is then refused). Slots of dead processes keep their
  * numbers until a process of the container reclaims them (on its first
  * allocation, on a refusal, on cuMemGetInfo/nvmlDeviceGetMemoryInfo), so a
  * host tool that cannot check pids in the container's namespace may see

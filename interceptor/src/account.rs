@@ -83,6 +83,16 @@ fn compute_index(ordinal: c_int) -> (usize, bool) {
     (idx, have || !callable)
 }
 
+/// The current context's device, its context overhead charged.
+#[inline]
+pub fn current_dev_charged() -> Dev {
+    let d = current_dev();
+    if let Some(r) = state::region() {
+        ensure_ctx_charged(&r, d);
+    }
+    d
+}
+
 /// The current context's device.
 #[inline]
 pub fn current_dev() -> Dev {
@@ -115,7 +125,7 @@ pub fn current_dev() -> Dev {
 
 pub fn select(sel: DevSel) -> Dev {
     match sel {
-        DevSel::Current => current_dev(),
+        DevSel::Current => current_dev_charged(),
         DevSel::Ordinal(o) => Dev {
             ordinal: o,
             idx: dev_index(o),
@@ -157,6 +167,9 @@ fn ctx(dev: &Dev) -> Option<(Region, u64)> {
 pub fn admit(api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, ()> {
     let (r, limit) = match ctx(&dev) {
         Some(x) => x,
+        // the container's usage file is unusable: refuse (the one line
+        // naming the file was printed when it was opened)
+        None if state::failed_closed() => return Err(()),
         None => return Ok(None),
     };
     let slot = match state::my_slot(&r) {
@@ -186,8 +199,10 @@ fn admit_slow(
     n: u64,
     limit: u64,
 ) -> Result<Option<Charge>, ()> {
-    // reclaim the slots of dead processes, then try once more
-    if r.reclaim_dead(slot, &region::owner_alive) > 0
+    // give back what our own pools no longer reserve, reclaim the slots of
+    // dead processes, then try once more
+    let freed = crate::pools::refresh_all(Some(dev.idx)) | crate::graphs::refresh_all();
+    if (r.reclaim_dead(slot, &region::owner_alive) > 0 || freed)
         && r.try_admit(slot, dev.idx, n, limit).is_ok()
     {
         return Ok(Some(Charge {
@@ -206,7 +221,7 @@ fn admit_slow(
 pub fn fits(api: &[u8], dev: Dev, n: u64) -> bool {
     let (r, limit) = match ctx(&dev) {
         Some(x) => x,
-        None => return true,
+        None => return !state::failed_closed(),
     };
     let used = r.used(dev.idx);
     if used.saturating_add(n) <= limit {
@@ -253,6 +268,63 @@ impl Charge {
         let less = less.min(self.n);
         self.region.release(self.slot, self.dev.idx, less);
         self.n -= less;
+    }
+}
+
+/// The context overhead of a device is charged once per process: normally
+/// by the context wrappers; a context made through a path we did not see is
+/// charged at the first allocation on the current context or memory query
+/// (never refused: the context exists already).
+#[inline]
+pub fn ensure_ctx_charged(r: &Region, dev: Dev) {
+    if dev.idx >= config::MAX_GPUS || state::CTX_CHARGED[dev.idx].load(Relaxed) != 0 {
+        return;
+    }
+    ensure_ctx_slow(r, dev)
+}
+
+#[cold]
+fn ensure_ctx_slow(r: &Region, dev: Dev) {
+    let ov = match config() {
+        Some(c) if c.enforce => c.ctx_overhead,
+        _ => 0,
+    };
+    if ov == 0 {
+        return;
+    }
+    if state::CTX_CHARGED[dev.idx]
+        .compare_exchange(0, 1, AcqRel, Acquire)
+        .is_ok()
+    {
+        match state::my_slot(r) {
+            Some(s) => r.charge(s, dev.idx, ov),
+            None => state::CTX_CHARGED[dev.idx].store(0, Release),
+        }
+    }
+}
+
+/// Charge n bytes on a region device without an admission check (memory
+/// the driver already holds, e.g. a pool that grew by more than asked).
+pub fn force_charge(idx: usize, n: u64) {
+    if n == 0 || idx >= config::MAX_GPUS {
+        return;
+    }
+    if let Some(r) = state::region() {
+        if let Some(s) = state::my_slot(&r) {
+            r.charge(s, idx, n);
+        }
+    }
+}
+
+/// Release n bytes on a region device.
+pub fn release_bytes(idx: usize, n: u64) {
+    if n == 0 || idx >= config::MAX_GPUS {
+        return;
+    }
+    if let Some(r) = state::region() {
+        if let Some(s) = state::my_slot(&r) {
+            r.release(s, idx, n);
+        }
     }
 }
 

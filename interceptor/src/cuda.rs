@@ -5,7 +5,7 @@
 //! frees always reach the driver and release only after it succeeded.
 
 use crate::account::{self, Charge, Dev, DevSel, UNTRACKED};
-use crate::ptrtable::{KIND_ARRAY, KIND_DPTR, KIND_MIPMAP, KIND_VMM};
+use crate::ptrtable::{KIND_ARRAY, KIND_DPTR, KIND_MIPMAP, KIND_POOLPTR, KIND_VMM};
 use crate::state::{self, config, TABLE};
 use crate::symbols::{real_fn, S};
 use core::sync::atomic::Ordering::*;
@@ -106,6 +106,33 @@ fn consume(k: u64, kind: u32, call: impl FnOnce() -> CUresult) -> CUresult {
     r
 }
 
+/// A device-pointer free: a plain record, or a stream-ordered one (whose
+/// memory stays in its pool).
+#[inline(always)]
+fn free_ptr(k: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+    let rec = TABLE.remove(k, KIND_DPTR);
+    if rec.is_none() && crate::pools::USED.load(Relaxed) != 0 {
+        if let Some(pr) = TABLE.remove(k, KIND_POOLPTR) {
+            let r = call();
+            if r == CUDA_SUCCESS {
+                crate::pools::freed(pr);
+            } else {
+                TABLE.insert(k, KIND_POOLPTR, pr.size, pr.dev);
+            }
+            return r;
+        }
+    }
+    let r = call();
+    if let Some(rec) = rec {
+        if r == CUDA_SUCCESS {
+            account::release(rec);
+        } else {
+            TABLE.insert(k, KIND_DPTR, rec.size, rec.dev);
+        }
+    }
+    r
+}
+
 unsafe fn free_dptr(p: u64) {
     type F = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
     if let Some(f) = real_fn!(S::cuMemFree_v2, F) {
@@ -176,7 +203,7 @@ unsafe fn pitch_common(
         .div_ceil(PITCH_EST_ALIGN)
         .saturating_mul(PITCH_EST_ALIGN)
         .saturating_mul(height);
-    let dev = account::current_dev();
+    let dev = account::current_dev_charged();
     let mut ch = match account::admit(api, dev, est) {
         Ok(Some(c)) => c,
         Ok(None) => return call(),
@@ -263,13 +290,13 @@ pub unsafe extern "C" fn cuMemFree_v2(p: CUdeviceptr) -> CUresult {
         S::cuMemFree_v2,
         unsafe extern "C" fn(CUdeviceptr) -> CUresult
     );
-    consume(p, KIND_DPTR, || f(p))
+    free_ptr(p, || f(p))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree(p: c_uint) -> CUresult {
     let f = real_or!(S::cuMemFree, unsafe extern "C" fn(c_uint) -> CUresult);
-    consume(p as u64, KIND_DPTR, || f(p))
+    free_ptr(p as u64, || f(p))
 }
 
 // ------------------------------------------------------------ managed
@@ -306,15 +333,7 @@ type FreeAsync = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
 
 #[inline(always)]
 unsafe fn alloc_async(f: AllocAsync, dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
-    produce(
-        b"cuMemAllocAsync",
-        DevSel::Current,
-        size as u64,
-        KIND_DPTR,
-        || f(dptr, size, s),
-        || if dptr.is_null() { None } else { Some(*dptr) },
-        |k| free_dptr(k),
-    )
+    crate::pools::alloc_async(size as u64, dptr, s, || f(dptr, size, s))
 }
 
 #[no_mangle]
@@ -342,15 +361,7 @@ unsafe fn alloc_pool(
     pool: *mut c_void,
     s: CUstream,
 ) -> CUresult {
-    produce(
-        b"cuMemAllocFromPoolAsync",
-        DevSel::Current,
-        size as u64,
-        KIND_DPTR,
-        || f(dptr, size, pool, s),
-        || if dptr.is_null() { None } else { Some(*dptr) },
-        |k| free_dptr(k),
-    )
+    crate::pools::alloc_from_pool(size as u64, dptr, pool, s, || f(dptr, size, pool, s))
 }
 
 #[no_mangle]
@@ -387,12 +398,12 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync(p: CUdeviceptr, s: CUstream) -> CUresult {
     let f = real_or!(S::cuMemFreeAsync, FreeAsync);
-    consume(p, KIND_DPTR, || f(p, s))
+    free_ptr(p, || f(p, s))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(p: CUdeviceptr, s: CUstream) -> CUresult {
     let f = real_or!(S::cuMemFreeAsync_ptsz, FreeAsync);
-    consume(p, KIND_DPTR, || f(p, s))
+    free_ptr(p, || f(p, s))
 }
 
 // ------------------------------------------------------------ VMM
@@ -422,7 +433,7 @@ pub unsafe extern "C" fn cuMemCreate(
         return f(handle, size, prop, flags); // host memory: not charged
     }
     let ord = (*prop).loc_id;
-    produce(
+    let r = produce(
         b"cuMemCreate",
         DevSel::Ordinal(ord),
         size as u64,
@@ -441,13 +452,178 @@ pub unsafe extern "C" fn cuMemCreate(
                 r(k);
             }
         },
-    )
+    );
+    if r == CUDA_SUCCESS && !handle.is_null() && TABLE.get(*handle, KIND_VMM).is_some() {
+        crate::vmm::created(*handle);
+    }
+    r
 }
 
+/// The charge of a handle stays while it has references or mappings
+/// (vmm.rs): a release only drops one reference.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
     let f = real_or!(S::cuMemRelease, unsafe extern "C" fn(u64) -> CUresult);
-    consume(handle, KIND_VMM, || f(handle))
+    let r = f(handle);
+    if r == CUDA_SUCCESS {
+        crate::vmm::released(handle);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemMap(
+    va: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> CUresult {
+    type F = unsafe extern "C" fn(CUdeviceptr, usize, usize, u64, u64) -> CUresult;
+    let f = real_or!(S::cuMemMap, F);
+    let r = f(va, size, offset, handle, flags);
+    if r == CUDA_SUCCESS {
+        crate::vmm::mapped(va, size as u64, handle);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemUnmap(va: CUdeviceptr, size: usize) -> CUresult {
+    type F = unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult;
+    let f = real_or!(S::cuMemUnmap, F);
+    let asked = crate::vmm::before_unmap(va, size as u64);
+    let r = f(va, size);
+    if r == CUDA_SUCCESS {
+        crate::vmm::unmapped(va, size as u64, &asked);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut u64,
+    addr: *mut c_void,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut u64, *mut c_void) -> CUresult;
+    let f = real_or!(S::cuMemRetainAllocationHandle, F);
+    let r = f(handle, addr);
+    if r == CUDA_SUCCESS && !handle.is_null() {
+        crate::vmm::retained(*handle);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemExportToShareableHandle(
+    shh: *mut c_void,
+    handle: u64,
+    htype: c_int,
+    flags: u64,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut c_void, u64, c_int, u64) -> CUresult;
+    let f = real_or!(S::cuMemExportToShareableHandle, F);
+    let r = f(shh, handle, htype, flags);
+    if r == CUDA_SUCCESS {
+        crate::vmm::exported(handle);
+    }
+    r
+}
+
+// ------------------------------------------------------------ pools
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: *mut c_void, keep: usize) -> CUresult {
+    type F = unsafe extern "C" fn(*mut c_void, usize) -> CUresult;
+    let f = real_or!(S::cuMemPoolTrimTo, F);
+    let r = f(pool, keep);
+    if r == CUDA_SUCCESS {
+        crate::pools::trimmed(pool as u64);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut *mut c_void, props: *const u8) -> CUresult {
+    type F = unsafe extern "C" fn(*mut *mut c_void, *const u8) -> CUresult;
+    let f = real_or!(S::cuMemPoolCreate, F);
+    let r = f(pool, props);
+    if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() {
+        // CUmemPoolProps: allocType, handleTypes, location {type, id}
+        let loc_type = *(props.add(8) as *const c_int);
+        let loc_id = *(props.add(12) as *const c_int);
+        if loc_type == CU_MEM_LOCATION_TYPE_DEVICE {
+            crate::pools::created(*pool as u64, loc_id);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: *mut c_void) -> CUresult {
+    type F = unsafe extern "C" fn(*mut c_void) -> CUresult;
+    let f = real_or!(S::cuMemPoolDestroy, F);
+    let r = f(pool);
+    if r == CUDA_SUCCESS {
+        crate::pools::destroyed(pool as u64);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: *mut c_void) -> CUresult {
+    type F = unsafe extern "C" fn(c_int, *mut c_void) -> CUresult;
+    let f = real_or!(S::cuDeviceSetMemPool, F);
+    let r = f(dev, pool);
+    if r == CUDA_SUCCESS {
+        crate::pools::set_current(dev, pool as u64);
+    }
+    r
+}
+
+// Synchronisation points: where the driver gives pool memory above the
+// release threshold back. One relaxed load unless a pool was freed into.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
+    let f = real_or!(
+        S::cuStreamSynchronize,
+        unsafe extern "C" fn(CUstream) -> CUresult
+    );
+    let r = f(s);
+    at_sync();
+    r
+}
+#[inline(always)]
+fn at_sync() {
+    crate::pools::at_sync();
+    crate::graphs::at_sync();
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize_ptsz(s: CUstream) -> CUresult {
+    let f = real_or!(
+        S::cuStreamSynchronize_ptsz,
+        unsafe extern "C" fn(CUstream) -> CUresult
+    );
+    let r = f(s);
+    at_sync();
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
+    let f = real_or!(S::cuCtxSynchronize, unsafe extern "C" fn() -> CUresult);
+    let r = f();
+    at_sync();
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuEventSynchronize(e: *mut c_void) -> CUresult {
+    let f = real_or!(
+        S::cuEventSynchronize,
+        unsafe extern "C" fn(*mut c_void) -> CUresult
+    );
+    let r = f(e);
+    at_sync();
+    r
 }
 
 // ------------------------------------------------------------ arrays
@@ -714,7 +890,11 @@ fn report(dev: Dev, real_free: u64, real_total: u64) -> Option<(u64, u64)> {
     let limit = state::limit_for(c, dev.idx, &|| Some(real_total));
     let slice = limit.min(real_total);
     let used = match state::region() {
-        Some(r) => account::container_used(&r, dev.idx),
+        Some(r) => {
+            account::ensure_ctx_charged(&r, dev);
+            account::container_used(&r, dev.idx)
+        }
+        None if state::failed_closed() => slice,
         None => 0,
     };
     Some((slice, slice.saturating_sub(used).min(real_free)))
@@ -950,6 +1130,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     ) -> CUresult;
     let f = real_or!(S::cuGraphAddMemAllocNode, F);
     if !params.is_null() && config().map(|c| c.enforce).unwrap_or(false) {
+        crate::graphs::note();
         // CUDA_MEM_ALLOC_NODE_PARAMS: poolProps.location at 8/12, bytesize at 104
         let loc_type = *(params.add(8) as *const c_int);
         let loc_id = *(params.add(12) as *const c_int);
@@ -965,4 +1146,155 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         }
     }
     f(node, graph, deps, ndeps, params)
+}
+
+// ------------------------------------------------------------ context lifetimes
+
+/// cuCtxDestroy: every allocation of the context goes with it.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: Ctx) -> CUresult {
+    let f = real_or!(S::cuCtxDestroy_v2, unsafe extern "C" fn(Ctx) -> CUresult);
+    ctx_destroy(ctx, || f(ctx))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy(ctx: Ctx) -> CUresult {
+    let f = real_or!(S::cuCtxDestroy, unsafe extern "C" fn(Ctx) -> CUresult);
+    ctx_destroy(ctx, || f(ctx))
+}
+unsafe fn ctx_destroy(ctx: Ctx, call: impl FnOnce() -> CUresult) -> CUresult {
+    let enforce = config().map(|c| c.enforce).unwrap_or(false);
+    let dev = if enforce {
+        crate::ctxlife::ctx_device(ctx)
+    } else {
+        None
+    };
+    let r = call();
+    if r == CUDA_SUCCESS && enforce {
+        crate::ctxlife::context_gone(dev);
+    }
+    r
+}
+
+/// cuDevicePrimaryCtxReset: frees every allocation of the primary context.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
+    let f = real_or!(
+        S::cuDevicePrimaryCtxReset_v2,
+        unsafe extern "C" fn(c_int) -> CUresult
+    );
+    let r = f(dev);
+    if r == CUDA_SUCCESS {
+        crate::ctxlife::context_gone(Some(dev));
+    }
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: c_int) -> CUresult {
+    let f = real_or!(
+        S::cuDevicePrimaryCtxReset,
+        unsafe extern "C" fn(c_int) -> CUresult
+    );
+    let r = f(dev);
+    if r == CUDA_SUCCESS {
+        crate::ctxlife::context_gone(Some(dev));
+    }
+    r
+}
+
+/// The last release of the primary context destroys it (and its memory).
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
+    let f = real_or!(
+        S::cuDevicePrimaryCtxRelease_v2,
+        unsafe extern "C" fn(c_int) -> CUresult
+    );
+    let r = f(dev);
+    if r == CUDA_SUCCESS && !crate::ctxlife::primary_active(dev) {
+        crate::ctxlife::context_gone(Some(dev));
+    }
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> CUresult {
+    let f = real_or!(
+        S::cuDevicePrimaryCtxRelease,
+        unsafe extern "C" fn(c_int) -> CUresult
+    );
+    let r = f(dev);
+    if r == CUDA_SUCCESS && !crate::ctxlife::primary_active(dev) {
+        crate::ctxlife::context_gone(Some(dev));
+    }
+    r
+}
+
+/// cuCtxSetLimit: the device malloc heap and the thread stacks are charged
+/// above their defaults.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
+    let f = real_or!(
+        S::cuCtxSetLimit,
+        unsafe extern "C" fn(c_int, usize) -> CUresult
+    );
+    if limit != crate::ctxlife::CU_LIMIT_MALLOC_HEAP_SIZE
+        && limit != crate::ctxlife::CU_LIMIT_STACK_SIZE
+    {
+        return f(limit, value);
+    }
+    crate::ctxlife::set_limit(limit, value, || f(limit, value))
+}
+
+// ------------------------------------------------------------ graph memory
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    flags: u64,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> CUresult;
+    let f = real_or!(S::cuGraphInstantiateWithFlags, F);
+    crate::graphs::note();
+    f(exec, graph, flags)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    params: *mut c_void,
+) -> CUresult {
+    type F = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *mut c_void) -> CUresult;
+    let f = real_or!(S::cuGraphInstantiateWithParams, F);
+    crate::graphs::note();
+    f(exec, graph, params)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut *mut c_void,
+    graph: *mut c_void,
+    err_node: *mut *mut c_void,
+    log: *mut libc::c_char,
+    log_size: usize,
+) -> CUresult {
+    type F = unsafe extern "C" fn(
+        *mut *mut c_void,
+        *mut c_void,
+        *mut *mut c_void,
+        *mut libc::c_char,
+        usize,
+    ) -> CUresult;
+    let f = real_or!(S::cuGraphInstantiate_v2, F);
+    crate::graphs::note();
+    f(exec, graph, err_node, log, log_size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: c_int) -> CUresult {
+    let f = real_or!(
+        S::cuDeviceGraphMemTrim,
+        unsafe extern "C" fn(c_int) -> CUresult
+    );
+    let r = f(dev);
+    if r == CUDA_SUCCESS {
+        crate::graphs::refresh_all();
+    }
+    r
 }

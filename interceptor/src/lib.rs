@@ -15,19 +15,27 @@ pub mod sys;
 #[cfg(not(test))]
 mod account;
 #[cfg(not(test))]
+mod ctxlife;
+#[cfg(not(test))]
 mod cuda;
 #[cfg(not(test))]
 mod dlsym_entry;
 #[cfg(not(test))]
 mod gpa;
 #[cfg(not(test))]
+mod graphs;
+#[cfg(not(test))]
 mod msg;
 #[cfg(not(test))]
 mod nvml;
 #[cfg(not(test))]
+mod pools;
+#[cfg(not(test))]
 mod state;
 #[cfg(not(test))]
 mod symbols;
+#[cfg(not(test))]
+mod vmm;
 
 #[cfg(not(test))]
 #[panic_handler]

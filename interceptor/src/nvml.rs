@@ -50,6 +50,8 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
     };
     let used = match (idx, state::region()) {
         (Some(i), Some(r)) => account::container_used(&r, i),
+        // fail closed: nothing can be allocated, so nothing is free
+        _ if state::failed_closed() => limit,
         _ => 0, // no process of this container has used the device yet
     };
     Some((limit.min(real_total), used))

@@ -8,6 +8,16 @@ pub const KIND_DPTR: u32 = 1;
 pub const KIND_VMM: u32 = 2;
 pub const KIND_ARRAY: u32 = 3;
 pub const KIND_MIPMAP: u32 = 4;
+/// raw: references to a VMM handle (handle refs + mappings), see vmm.rs
+pub const KIND_VMMREF: u32 = 5;
+/// packed: a VMM mapping at a virtual address (size, device)
+pub const KIND_MAP: u32 = 6;
+/// raw: the handle mapped at a virtual address
+pub const KIND_MAPH: u32 = 7;
+/// packed: a stream-ordered allocation (size, pool index in `dev`)
+pub const KIND_POOLPTR: u32 = 8;
+/// Raw values carry 56 bits of payload (the top byte is the kind).
+pub const RAW_MASK: u64 = (1 << 56) - 1;
 
 /// Two levels: a small primary (1 MiB, stays cache-resident for the usual
 /// few thousand live allocations) and a large overflow level that is only
@@ -107,6 +117,34 @@ impl Level {
             }
         }
         Some(unsafe { core::slice::from_raw_parts(p, 1 << self.bits) })
+    }
+    /// Every live (key, value) pair.
+    fn scan(&self, f: &mut dyn FnMut(u64, u64)) {
+        if let Some(ents) = self.mapped() {
+            for e in ents {
+                let k = e.key.load(Acquire);
+                if k != EMPTY && k != TOMB {
+                    f(k, e.val.load(Acquire));
+                }
+            }
+        }
+    }
+    /// The value cell of a key (for read-modify-write of raw entries).
+    fn cell(&self, key: u64) -> Option<&AtomicU64> {
+        let ents = self.mapped()?;
+        let mask = (1usize << self.bits) - 1;
+        let h = home(key, self.bits);
+        for i in 0..self.probes {
+            let e = &ents[(h + i) & mask];
+            let cur = e.key.load(Acquire);
+            if cur == EMPTY {
+                return None;
+            }
+            if cur == key {
+                return Some(&e.val);
+            }
+        }
+        None
     }
     fn mapped(&self) -> Option<&[Entry]> {
         let p = self.ents.load(Acquire);
@@ -212,6 +250,53 @@ impl Table {
         }
     }
 
+    /// Insert a raw 56-bit payload (false when it does not fit or the
+    /// table is full).
+    pub fn insert_raw(&self, k: u64, kind: u32, payload: u64) -> bool {
+        let key = mix(k, kind);
+        if key == EMPTY || key == TOMB || payload > RAW_MASK {
+            return false;
+        }
+        let v = payload | ((kind as u64 & 0xff) << 56);
+        self.l1.insert(key, v) || self.l2.insert(key, v)
+    }
+
+    /// Remove a raw entry, returning its payload.
+    pub fn remove_raw(&self, k: u64, kind: u32) -> Option<u64> {
+        let key = mix(k, kind);
+        if key == EMPTY || key == TOMB {
+            return None;
+        }
+        let r = match self.l1.find(key, true) {
+            Some(r) => r,
+            None => self.l2.find(key, true).flatten(),
+        }?;
+        Some(r.size | ((r.dev as u64) << 48))
+    }
+
+    /// The value cell of a raw entry: payload = value & RAW_MASK; callers
+    /// only add/subtract small numbers, never touching the top byte.
+    pub fn raw_cell(&self, k: u64, kind: u32) -> Option<&AtomicU64> {
+        let key = mix(k, kind);
+        if key == EMPTY || key == TOMB {
+            return None;
+        }
+        self.l1.cell(key).or_else(|| self.l2.cell(key))
+    }
+
+    /// Call f(key, record) for every packed entry of `kind` (a snapshot;
+    /// concurrent changes may or may not be seen).
+    pub fn scan_kind(&self, kind: u32, f: &mut dyn FnMut(u64, Rec)) {
+        let mut g = |key: u64, v: u64| {
+            let r = unpack(v);
+            if r.kind == kind {
+                f(key ^ ((kind as u64) << 58), r);
+            }
+        };
+        self.l1.scan(&mut g);
+        self.l2.scan(&mut g);
+    }
+
     pub fn get(&self, k: u64, kind: u32) -> Option<Rec> {
         let key = mix(k, kind);
         if key == EMPTY || key == TOMB {
@@ -252,6 +337,24 @@ mod tests {
         assert!(!t.insert(0, KIND_DPTR, 1, 0) || mix(0, KIND_DPTR) != 0);
         t.reset();
         assert_eq!(t.get(1, KIND_DPTR), None);
+    }
+    #[test]
+    fn raw_and_scan() {
+        let t = Table::new();
+        assert!(t.insert_raw(0x5000, KIND_VMMREF, 1));
+        assert!(!t.insert_raw(0x5001, KIND_VMMREF, 1 << 56));
+        let c = t.raw_cell(0x5000, KIND_VMMREF).unwrap();
+        c.fetch_add(2, SeqCst);
+        assert_eq!(c.load(SeqCst) & RAW_MASK, 3);
+        assert!(t.insert(0x7000, KIND_DPTR, 10, 2));
+        assert!(t.insert(0x8000, KIND_DPTR, 20, 3));
+        assert!(t.insert(0x8000, KIND_MAP, 30, 3));
+        let mut seen = Vec::new();
+        t.scan_kind(KIND_DPTR, &mut |k, r| seen.push((k, r.size)));
+        seen.sort();
+        assert_eq!(seen, vec![(0x7000, 10), (0x8000, 20)]);
+        assert_eq!(t.remove_raw(0x5000, KIND_VMMREF), Some(3));
+        assert!(t.raw_cell(0x5000, KIND_VMMREF).is_none());
     }
     #[test]
     fn churn() {

@@ -229,10 +229,17 @@ impl Region {
                 Some(p as *mut u8)
             }
         };
+        // Only two sizes are ours: 0 (the hook's empty file, initialised
+        // below) and TOTAL_SIZE. Anything else is foreign and never grown,
+        // shrunk or written (the file may sit on a size-limited tmpfs).
         let size = libc::lseek(fd, 0, libc::SEEK_END);
-        if size >= TOTAL_SIZE as i64 {
+        if size != 0 && size != TOTAL_SIZE as i64 {
+            return Err(OpenError::Incompatible);
+        }
+        if size == TOTAL_SIZE as i64 {
             let p = map(fd).ok_or(OpenError::Map)?;
-            if (*(p as *const AtomicU64)).load(Acquire) == MAGIC {
+            let magic = (*(p as *const AtomicU64)).load(Acquire);
+            if magic == MAGIC {
                 return match Self::validate(p, true) {
                     Ok(r) => Ok(r),
                     Err(e) => {
@@ -242,6 +249,9 @@ impl Region {
                 };
             }
             libc::munmap(p as *mut _, TOTAL_SIZE);
+            if magic != 0 {
+                return Err(OpenError::Incompatible);
+            }
         }
         // Not (yet) initialised: take the lock, look again, initialise.
         while libc::flock(fd, libc::LOCK_EX) != 0 {
@@ -251,15 +261,10 @@ impl Region {
         }
         let res = (|| {
             let size = libc::lseek(fd, 0, libc::SEEK_END);
-            if size > 0 && size < TOTAL_SIZE as i64 {
-                // someone else's file of another size: only adopt if all zero
-                let mut buf = [0u8; 8];
-                let n = libc::pread(fd, buf.as_mut_ptr() as *mut _, 8, 0);
-                if n == 8 && buf != [0u8; 8] {
-                    return Err(OpenError::Incompatible);
-                }
+            if size != 0 && size != TOTAL_SIZE as i64 {
+                return Err(OpenError::Incompatible);
             }
-            if size < TOTAL_SIZE as i64 && libc::ftruncate(fd, TOTAL_SIZE as i64) != 0 {
+            if size == 0 && libc::ftruncate(fd, TOTAL_SIZE as i64) != 0 {
                 return Err(OpenError::Map);
             }
             let p = map(fd).ok_or(OpenError::Map)?;
@@ -327,6 +332,10 @@ impl Region {
     ) -> Option<usize> {
         self.reclaim_dead(usize::MAX, alive);
         let word = owner_word(pid, start_time);
+        // A slot that already carries this exact (pid, start time) belongs
+        // to an earlier image of this very process (it exec'd: same pid,
+        // same start time, fresh library state). That image is gone.
+        self.reclaim_word(word);
         for s in 0..self.nslots {
             let o = self.owner(s);
             if o.load(Relaxed) != OWNER_FREE {
@@ -374,6 +383,28 @@ impl Region {
                 continue;
             }
             if o.compare_exchange(w, OWNER_RECLAIMING, SeqCst, Relaxed)
+                .is_ok()
+            {
+                for d in 0..self.ndev {
+                    self.used_cell(s, d).store(0, SeqCst);
+                }
+                o.store(OWNER_FREE, SeqCst);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Free every slot owned by exactly `word` (an earlier image of the
+    /// calling process). Returns the number freed.
+    pub fn reclaim_word(&self, word: u64) -> usize {
+        let mut n = 0;
+        for s in 0..self.high_water() {
+            let o = self.owner(s);
+            if o.load(SeqCst) != word {
+                continue;
+            }
+            if o.compare_exchange(word, OWNER_RECLAIMING, SeqCst, Relaxed)
                 .is_ok()
             {
                 for d in 0..self.ndev {
@@ -493,12 +524,15 @@ pub fn owner_alive(word: u64) -> bool {
     if r != 0 && crate::sys::errno() == libc::ESRCH {
         return false;
     }
+    // A zombie (or a dying process) holds no device memory any more: it is
+    // dead, whoever reaps it. Pid reuse: the start time differs.
+    let (state, st) = crate::sys::proc_state_start(pid);
+    if state == b'Z' || state == b'X' || state == b'x' {
+        return false;
+    }
     let want = word >> 32;
-    if want != 0 {
-        let st = crate::sys::proc_start_time(pid);
-        if st != 0 && (st & 0xffff_ffff) != want {
-            return false;
-        }
+    if want != 0 && st != 0 && (st & 0xffff_ffff) != want {
+        return false;
     }
     true
 }
@@ -537,6 +571,62 @@ mod tests {
         let c = r.claim_slot(3, 7, &|_| true).unwrap();
         assert_eq!(c, b);
         assert_eq!(r.owner(c).load(SeqCst), owner_word(3, 7));
+    }
+    #[test]
+    fn exec_reclaims_own_word() {
+        let r = Region::anonymous(&init()).unwrap();
+        let a = r.claim_slot(42, 7, &|_| true).unwrap();
+        r.charge(a, 0, 50);
+        // the same process after exec: same pid and start time, new image
+        let b = r.claim_slot(42, 7, &|_| true).unwrap();
+        assert_eq!(r.used(0), 0, "the old image's charge must go");
+        assert_eq!(r.owner(b).load(SeqCst), owner_word(42, 7));
+        let other = r.claim_slot(43, 7, &|_| true).unwrap();
+        r.charge(other, 0, 5);
+        assert_eq!(r.reclaim_word(owner_word(42, 7)), 1);
+        assert_eq!(r.used(0), 5);
+    }
+    #[test]
+    fn file_sizes_never_grown() {
+        let dir = std::env::temp_dir().join(format!("gq-size-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("usage");
+        let cp = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        for n in [
+            1usize,
+            100,
+            TOTAL_SIZE - 1,
+            TOTAL_SIZE + 1,
+            TOTAL_SIZE + 4096,
+        ] {
+            std::fs::write(&p, vec![0u8; n]).unwrap();
+            assert_eq!(
+                Region::open_file(cp.as_ptr(), false, &init()).err(),
+                Some(OpenError::Incompatible),
+                "size {n}"
+            );
+            assert_eq!(std::fs::metadata(&p).unwrap().len() as usize, n);
+        }
+        // right size, zero magic: initialised in place
+        std::fs::write(&p, vec![0u8; TOTAL_SIZE]).unwrap();
+        assert!(Region::open_file(cp.as_ptr(), false, &init()).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    #[test]
+    fn zombie_is_dead() {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // not reaped yet: a zombie once it exited
+        for _ in 0..500 {
+            if crate::sys::proc_state_start(pid).0 == b'Z' {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(crate::sys::proc_state_start(pid).0, b'Z');
+        assert!(!owner_alive(owner_word(pid, 0)));
+        let mut child = child;
+        child.wait().unwrap();
     }
     #[test]
     fn uuids() {

@@ -48,17 +48,20 @@ static CFG: Cell = Cell(UnsafeCell::new(Config {
     debug: false,
 }));
 
-const ST_UNINIT: u32 = 0;
-const ST_BUSY: u32 = 1;
-const ST_READY: u32 = 2;
-static STATE: AtomicU32 = AtomicU32::new(ST_UNINIT);
+// STATE = phase | pid << 8: a fork() while another thread initialises
+// leaves the child with a BUSY word of the parent's pid, which the child
+// recognises (no thread of the child is initialising) and restarts.
+const ST_UNINIT: u64 = 0;
+const ST_BUSY: u64 = 1;
+const ST_READY: u64 = 2;
+static STATE: AtomicU64 = AtomicU64::new(ST_UNINIT);
 static INIT_TID: AtomicI64 = AtomicI64::new(0);
 
 /// The configuration, loading it on first use. None while this very thread
 /// is loading it (re-entrancy): callers then pass through.
 #[inline]
 pub fn config() -> Option<&'static Config> {
-    if STATE.load(Acquire) == ST_READY {
+    if STATE.load(Acquire) & 0xff == ST_READY {
         return Some(unsafe { &*CFG.0.get() });
     }
     init_slow()
@@ -66,17 +69,29 @@ pub fn config() -> Option<&'static Config> {
 
 #[cold]
 fn init_slow() -> Option<&'static Config> {
+    let pid = sys::getpid() as u32 as u64;
     loop {
-        match STATE.compare_exchange(ST_UNINIT, ST_BUSY, AcqRel, Acquire) {
-            Ok(_) => {
-                INIT_TID.store(sys::gettid(), Release);
-                unsafe { load_config(&mut *CFG.0.get()) };
-                register_atfork();
-                STATE.store(ST_READY, Release);
-                return Some(unsafe { &*CFG.0.get() });
+        let cur = STATE.load(Acquire);
+        match cur & 0xff {
+            ST_READY => return Some(unsafe { &*CFG.0.get() }),
+            ST_UNINIT => {
+                if STATE
+                    .compare_exchange(cur, ST_BUSY | pid << 8, AcqRel, Acquire)
+                    .is_ok()
+                {
+                    INIT_TID.store(sys::gettid(), Release);
+                    unsafe { load_config(&mut *CFG.0.get()) };
+                    register_atfork();
+                    STATE.store(ST_READY | pid << 8, Release);
+                    return Some(unsafe { &*CFG.0.get() });
+                }
             }
-            Err(ST_READY) => return Some(unsafe { &*CFG.0.get() }),
-            Err(_) => {
+            _ => {
+                if cur >> 8 != pid {
+                    // forked while the parent was initialising: start over
+                    let _ = STATE.compare_exchange(cur, ST_UNINIT, AcqRel, Acquire);
+                    continue;
+                }
                 if INIT_TID.load(Acquire) == sys::gettid() {
                     return None;
                 }
@@ -226,6 +241,16 @@ unsafe fn load_config_inner(c: &mut Config) {
 // ---------------------------------------------------------------- region
 
 static REGION_STATE: AtomicU32 = AtomicU32::new(0); // 0 none, 1 opening, 2 ready, 3 failed
+static REGION_OPENER: AtomicU32 = AtomicU32::new(0); // pid that set 1
+/// The container's usage file is unusable: refuse every allocation.
+static FAILED_CLOSED: AtomicU8 = AtomicU8::new(0);
+
+/// True when this process enforces a container slice but has no usable
+/// shared usage file: every allocation is refused (issue 8 item 5).
+#[inline]
+pub fn failed_closed() -> bool {
+    FAILED_CLOSED.load(Relaxed) != 0
+}
 static REGION_BASE: AtomicUsize = AtomicUsize::new(0);
 static REGION_SHARED: AtomicU8 = AtomicU8::new(0);
 
@@ -252,14 +277,24 @@ fn region_slow() -> Option<Region> {
     if !c.enforce {
         return None;
     }
+    let pid = sys::getpid() as u32;
     loop {
         match REGION_STATE.compare_exchange(0, 1, AcqRel, Acquire) {
-            Ok(_) => break,
+            Ok(_) => {
+                REGION_OPENER.store(pid, Release);
+                break;
+            }
             Err(2) => return Some(make_region()),
             Err(3) => return None,
-            Err(_) => unsafe {
-                libc::sched_yield();
-            },
+            Err(_) => {
+                if REGION_OPENER.load(Acquire) != pid && REGION_OPENER.load(Acquire) != 0 {
+                    // forked while the parent was opening: start over
+                    REGION_OPENER.store(0, Release);
+                    let _ = REGION_STATE.compare_exchange(1, 0, AcqRel, Acquire);
+                    continue;
+                }
+                unsafe { libc::sched_yield() };
+            }
         }
     }
     let limit0 = match c.limit {
@@ -280,29 +315,50 @@ fn region_slow() -> Option<Region> {
         container_id: &c.limits.container_id[..c.limits.container_id_len],
         uuids: &c.limits.gpus[..c.limits.ngpus],
     };
+    let container = c.source == Source::Container || c.source == Source::StateDirEnv;
     let mut r = None;
     if c.usage_path.len > 0 {
         match Region::open_file(c.usage_path.as_ptr(), c.create_usage, &init) {
             Ok(x) => r = Some(x),
             Err(e) => {
                 let mut b = crate::fmt::Buf::<640>::new();
-                b.push(b"gpu-quota: cannot use usage file ");
+                b.push(b"gpu-quota: cannot use ");
                 b.push(c.usage_path.bytes());
                 b.push(match e {
-                    region::OpenError::Open => b" (open failed)",
+                    region::OpenError::Open => b" (cannot open it)" as &[u8],
                     region::OpenError::Map => b" (mmap/ftruncate failed)",
-                    region::OpenError::Incompatible => b" (foreign or incompatible format)",
+                    region::OpenError::Incompatible => {
+                        b" (foreign or incompatible format: wrong magic, version, size or layout)"
+                    }
                 });
-                b.push(b"; budget is per process\n");
+                if container {
+                    b.push(b": refusing all device memory\n");
+                } else {
+                    b.push(b"; budget is per process\n");
+                }
                 sys::write_stderr(b.bytes());
             }
         }
+    }
+    if r.is_none() && container {
+        // Fail closed: a container never falls back to a private budget.
+        FAILED_CLOSED.store(1, Relaxed);
+        REGION_STATE.store(3, Release);
+        return None;
     }
     if r.is_none() {
         r = Region::anonymous(&init);
     }
     match r {
         Some(x) => {
+            // Slots carrying this very (pid, start time) belong to an earlier
+            // image of this process (it exec'd; this image has no slot yet).
+            if x.shared {
+                x.reclaim_word(region::owner_word(
+                    pid as i32,
+                    sys::proc_start_time(pid as i32),
+                ));
+            }
             REGION_BASE.store(x.base() as usize, Release);
             REGION_SHARED.store(x.shared as u8, Release);
             REGION_STATE.store(2, Release);
@@ -405,6 +461,9 @@ extern "C" fn atfork_child() {
     MY_SLOT.store(usize::MAX, Release);
     SLOT_LOCK.store(0, Release);
     TABLE.reset();
+    crate::pools::reset();
+    crate::ctxlife::reset();
+    crate::graphs::reset();
     for c in CTX_CHARGED.iter() {
         c.store(0, Relaxed);
     }

@@ -226,6 +226,12 @@ impl PathBuf {
 /// Process start time (clock ticks since boot, field 22 of /proc/<pid>/stat);
 /// 0 when unknown.
 pub fn proc_start_time(pid: i32) -> u64 {
+    proc_state_start(pid).1
+}
+
+/// (state letter of field 3, start time of field 22) of /proc/<pid>/stat;
+/// (0, 0) when unreadable.
+pub fn proc_state_start(pid: i32) -> (u8, u64) {
     let mut path = [0u8; 48];
     let mut w = crate::fmt::Buf::<48>::new();
     w.push(b"/proc/");
@@ -236,7 +242,7 @@ pub fn proc_start_time(pid: i32) -> u64 {
     let mut buf = [0u8; 1024];
     let n = match read_file(path.as_ptr() as *const c_char, &mut buf) {
         Some(n) => n,
-        None => return 0,
+        None => return (0, 0),
     };
     let s = &buf[..n];
     // comm may contain spaces and parens: fields start after the last ')'.
@@ -248,8 +254,9 @@ pub fn proc_start_time(pid: i32) -> u64 {
     }
     let rest = match close {
         Some(i) => &s[i + 1..],
-        None => return 0,
+        None => return (0, 0),
     };
+    let mut state = 0u8;
     // rest = " S ppid ..." — field 3 is state; start time is field 22.
     let mut field = 2;
     let mut i = 0;
@@ -265,16 +272,19 @@ pub fn proc_start_time(pid: i32) -> u64 {
             break;
         }
         field += 1;
+        if field == 3 {
+            state = rest[start];
+        }
         if field == 22 {
             let mut v: u64 = 0;
             for &c in &rest[start..i] {
                 if !c.is_ascii_digit() {
-                    return 0;
+                    return (state, 0);
                 }
                 v = v.wrapping_mul(10).wrapping_add((c - b'0') as u64);
             }
-            return v;
+            return (state, v);
         }
     }
-    0
+    (state, 0)
 }

@@ -27,5 +27,10 @@ struct fake_stats {
   uint64_t calls_legacy;                       /* non-_v2 legacy entry points */
   uint64_t last_unknown_free;                  /* pointer value */
   uint64_t gpa_calls;
+  /* appended (issue 9): the driver-side lifetimes */
+  uint64_t contexts_live;                      /* contexts of this process */
+  uint64_t vmm_phys_live;                      /* physical VMM allocations alive */
+  uint64_t pool_reserved[FAKE_MAX_DEV];        /* all pools of the device */
+  uint64_t pool_used[FAKE_MAX_DEV];
 };
 #endif

@@ -64,12 +64,35 @@ struct api {
   CUresult (*cuDeviceTotalMem_v1)(unsigned *, int);
   CUresult (*cuGraphAddMemAllocNode)(void **, void *, void *, size_t, void *);
   CUresult (*cuMemPoolTrimTo)(void *, size_t);
+  /* lifetimes (issue 9) */
+  CUresult (*cuStreamSynchronize)(void *);
+  CUresult (*cuStreamCreate)(void **, unsigned);
+  CUresult (*cuCtxSynchronize)(void);
+  CUresult (*cuCtxDestroy)(void *);
+  CUresult (*cuDevicePrimaryCtxReset)(int);
+  CUresult (*cuDevicePrimaryCtxRelease)(int);
+  CUresult (*cuMemMap)(u64, size_t, size_t, u64, u64);
+  CUresult (*cuMemUnmap)(u64, size_t);
+  CUresult (*cuMemAddressReserve)(u64 *, size_t, size_t, u64, u64);
+  CUresult (*cuMemRetainAllocationHandle)(u64 *, void *);
+  CUresult (*cuMemExportToShareableHandle)(void *, u64, int, u64);
+  CUresult (*cuMemImportFromShareableHandle)(u64 *, void *, int);
+  CUresult (*cuMemPoolCreate)(void **, const void *);
+  CUresult (*cuMemPoolDestroy)(void *);
+  CUresult (*cuMemPoolSetAttribute)(void *, int, void *);
+  CUresult (*cuMemPoolGetAttribute)(void *, int, void *);
+  CUresult (*cuDeviceGetDefaultMemPool)(void **, int);
+  CUresult (*cuCtxSetLimit)(int, size_t);
+  CUresult (*cuGraphInstantiateWithFlags)(void **, void *, u64);
+  CUresult (*cuDeviceGraphMemTrim)(int);
+  CUresult (*cuDeviceSetMemPool)(int, void *);
 };
 static struct api A;
 static void *cuda_h;
 static const char *mode = "dlsym";
 static void (*fake_stats)(struct fake_stats *);
 static void (*fake_set_external)(int, unsigned long long);
+static void (*fake_fail_next_free)(void);
 
 typedef CUresult (*gpa2_t)(const char *, void **, int, u64, int *);
 typedef CUresult (*gpa1_t)(const char *, void **, int, u64);
@@ -81,6 +104,10 @@ D(cuMemAlloc_v2) D(cuMemAlloc) D(cuMemFree_v2) D(cuMemFree) D(cuMemAllocPitch_v2
 D(cuMemAllocAsync) D(cuMemAllocFromPoolAsync) D(cuMemFreeAsync) D(cuMemCreate) D(cuMemRelease) D(cuArrayCreate_v2)
 D(cuArrayCreate) D(cuArray3DCreate_v2) D(cuArray3DCreate) D(cuArrayDestroy) D(cuMipmappedArrayCreate) D(cuMipmappedArrayDestroy)
 D(cuMemGetInfo_v2) D(cuMemGetInfo) D(cuDeviceTotalMem_v2) D(cuDeviceTotalMem) D(cuGraphAddMemAllocNode) D(cuMemPoolTrimTo)
+D(cuStreamSynchronize) D(cuStreamCreate) D(cuCtxSynchronize) D(cuCtxDestroy_v2) D(cuDevicePrimaryCtxReset_v2) D(cuDevicePrimaryCtxRelease_v2)
+D(cuMemMap) D(cuMemUnmap) D(cuMemAddressReserve) D(cuMemRetainAllocationHandle) D(cuMemExportToShareableHandle)
+D(cuMemImportFromShareableHandle) D(cuMemPoolCreate) D(cuMemPoolDestroy) D(cuMemPoolSetAttribute) D(cuMemPoolGetAttribute)
+D(cuDeviceGetDefaultMemPool) D(cuCtxSetLimit) D(cuGraphInstantiateWithFlags) D(cuDeviceGraphMemTrim) D(cuDeviceSetMemPool)
 #endif
 
 static void *gpa_get(const char *base, int ver, u64 flags) {
@@ -112,6 +139,7 @@ static void resolve(void) {
   REQUIRE(cuda_h, "dlopen libcuda: %s", dlerror());
   fake_stats = (void (*)(struct fake_stats *))dlsym(cuda_h, "fake_cuda_stats");
   fake_set_external = (void (*)(int, unsigned long long))dlsym(cuda_h, "fake_cuda_set_external");
+  fake_fail_next_free = (void (*)(void))dlsym(cuda_h, "fake_cuda_fail_next_free");
   REQUIRE(fake_stats && fake_set_external, "not the fake driver");
 #ifdef DIRECT
   if (!strcmp(mode, "direct")) {
@@ -126,6 +154,15 @@ static void resolve(void) {
     S2(cuMipmappedArrayCreate, cuMipmappedArrayCreate) S2(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy)
     S2(cuMemGetInfo, cuMemGetInfo_v2) S2(cuMemGetInfo_v1, cuMemGetInfo) S2(cuDeviceTotalMem, cuDeviceTotalMem_v2)
     S2(cuDeviceTotalMem_v1, cuDeviceTotalMem) S2(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode) S2(cuMemPoolTrimTo, cuMemPoolTrimTo)
+    S2(cuStreamSynchronize, cuStreamSynchronize) S2(cuStreamCreate, cuStreamCreate) S2(cuCtxSynchronize, cuCtxSynchronize)
+    S2(cuCtxDestroy, cuCtxDestroy_v2) S2(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2) S2(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2)
+    S2(cuMemMap, cuMemMap) S2(cuMemUnmap, cuMemUnmap) S2(cuMemAddressReserve, cuMemAddressReserve)
+    S2(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle) S2(cuMemExportToShareableHandle, cuMemExportToShareableHandle)
+    S2(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle) S2(cuMemPoolCreate, cuMemPoolCreate) S2(cuMemPoolDestroy, cuMemPoolDestroy)
+    S2(cuMemPoolSetAttribute, cuMemPoolSetAttribute) S2(cuMemPoolGetAttribute, cuMemPoolGetAttribute)
+    S2(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool) S2(cuCtxSetLimit, cuCtxSetLimit)
+    S2(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags) S2(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim)
+    S2(cuDeviceSetMemPool, cuDeviceSetMemPool)
     return;
   }
 #endif
@@ -145,6 +182,15 @@ static void resolve(void) {
     G(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000) G(cuMemGetInfo, "cuMemGetInfo", 12000)
     G(cuMemGetInfo_v1, "cuMemGetInfo", 2000) G(cuDeviceTotalMem, "cuDeviceTotalMem", 12000) G(cuDeviceTotalMem_v1, "cuDeviceTotalMem", 2000)
     G(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 12000) G(cuMemPoolTrimTo, "cuMemPoolTrimTo", 12000)
+    G(cuStreamSynchronize, "cuStreamSynchronize", 12000) G(cuStreamCreate, "cuStreamCreate", 12000) G(cuCtxSynchronize, "cuCtxSynchronize", 12000)
+    G(cuCtxDestroy, "cuCtxDestroy", 12000) G(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 12000)
+    G(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 12000) G(cuMemMap, "cuMemMap", 12000) G(cuMemUnmap, "cuMemUnmap", 12000)
+    G(cuMemAddressReserve, "cuMemAddressReserve", 12000) G(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 12000)
+    G(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 12000) G(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 12000)
+    G(cuMemPoolCreate, "cuMemPoolCreate", 12000) G(cuMemPoolDestroy, "cuMemPoolDestroy", 12000) G(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 12000)
+    G(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 12000) G(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 12000)
+    G(cuCtxSetLimit, "cuCtxSetLimit", 12000) G(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 12000)
+    G(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000) G(cuDeviceSetMemPool, "cuDeviceSetMemPool", 12000)
     return;
   }
 #define L(f, n) A.f = dlsym(cuda_h, n);
@@ -158,6 +204,15 @@ static void resolve(void) {
   L(cuMipmappedArrayCreate, "cuMipmappedArrayCreate") L(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")
   L(cuMemGetInfo, "cuMemGetInfo_v2") L(cuMemGetInfo_v1, "cuMemGetInfo") L(cuDeviceTotalMem, "cuDeviceTotalMem_v2")
   L(cuDeviceTotalMem_v1, "cuDeviceTotalMem") L(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode") L(cuMemPoolTrimTo, "cuMemPoolTrimTo")
+  L(cuStreamSynchronize, "cuStreamSynchronize") L(cuStreamCreate, "cuStreamCreate") L(cuCtxSynchronize, "cuCtxSynchronize")
+  L(cuCtxDestroy, "cuCtxDestroy_v2") L(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2") L(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")
+  L(cuMemMap, "cuMemMap") L(cuMemUnmap, "cuMemUnmap") L(cuMemAddressReserve, "cuMemAddressReserve")
+  L(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle") L(cuMemExportToShareableHandle, "cuMemExportToShareableHandle")
+  L(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") L(cuMemPoolCreate, "cuMemPoolCreate") L(cuMemPoolDestroy, "cuMemPoolDestroy")
+  L(cuMemPoolSetAttribute, "cuMemPoolSetAttribute") L(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")
+  L(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool") L(cuCtxSetLimit, "cuCtxSetLimit")
+  L(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") L(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")
+  L(cuDeviceSetMemPool, "cuDeviceSetMemPool")
 }
 
 static const char *lib_of(void *p) {
@@ -222,6 +277,7 @@ static int t_paths(void) {
   CHECK(s2.allocs == s1.allocs, "refused allocation reached the driver");
   r = ptsz ? A.cuMemFreeAsync(a, 0) : A.cuMemFree(a);
   CHECK(r == 0, "free %d", r);
+  if (ptsz) CHECK(A.cuStreamSynchronize(0) == 0, "sync"); /* the pool gives freed memory back at a sync (threshold 0) */
   CHECK(info_free() == slice, "free after free: %zu", info_free());
   r = ptsz ? A.cuMemAllocAsync(&b, slice / 2, 0) : A.cuMemAlloc(&b, slice / 2);
   CHECK(r == 0, "alloc 1/2 after free: %d", r);
@@ -242,6 +298,8 @@ static int t_paths(void) {
     CUresult rf = (free_stmt); CHECK(rf == 0, "%s free: %d", what, rf); \
     CHECK(info_free() == f0, "%s not released: %zu vs %zu", what, info_free(), f0); } while (0)
 
+/* a free followed by a synchronisation, in this order; result of both */
+#define SEQ(a, b) ({ CUresult r1_ = (a); CUresult r2_ = (b); r1_ | r2_; })
 static int t_apis(void) {
   u64 slice = envu("GQ_SLICE", 0);
   ctx_on(0);
@@ -250,14 +308,19 @@ static int t_apis(void) {
   CHARGE("cuMemAlloc_v2", 3 * MiB, A.cuMemAlloc(&p, 3 * MiB), A.cuMemFree(p));
   CHARGE("cuMemAlloc(legacy)", 5 * MiB, A.cuMemAlloc_v1(&p32, 5 * MiB), A.cuMemFree_v1(p32));
   CHARGE("cuMemAlloc_v2+legacy free", 1 * MiB, A.cuMemAlloc(&p, 1 * MiB), A.cuMemFree(p));
-  CHARGE("cuMemAllocPitch_v2", 1024ull * 100, A.cuMemAllocPitch(&p, &pitch, 1000, 100, 4), A.cuMemFree(p));
-  CHECK(pitch == 1024, "pitch %zu", pitch);
-  CHARGE("cuMemAllocPitch(legacy)", 1024ull * 300, A.cuMemAllocPitch_v1(&p32, &pitch32, 513, 300, 4), A.cuMemFree_v1(p32));
+  /* the fake's pitch alignment (FAKE_CUDA_PITCH_ALIGN, 2048) is above the
+     interceptor's 512-byte estimate: the charge must follow the driver's pitch */
+  CHARGE("cuMemAllocPitch_v2", (u64)pitch * 100, A.cuMemAllocPitch(&p, &pitch, 1000, 100, 4), A.cuMemFree(p));
+  CHECK(pitch == 2048, "pitch %zu", pitch);
+  CHARGE("cuMemAllocPitch(legacy)", (u64)pitch32 * 300, A.cuMemAllocPitch_v1(&p32, &pitch32, 513, 300, 4), A.cuMemFree_v1(p32));
+  CHECK(pitch32 == 2048, "legacy pitch %u", pitch32);
   CHARGE("cuMemAllocManaged", 7 * MiB, A.cuMemAllocManaged(&p, 7 * MiB, 1), A.cuMemFree(p));
-  CHARGE("cuMemAllocAsync", 2 * MiB, A.cuMemAllocAsync(&p, 2 * MiB, 0), A.cuMemFreeAsync(p, 0));
-  CHARGE("cuMemAllocAsync+cuMemFree", 2 * MiB, A.cuMemAllocAsync(&p, 2 * MiB, 0), A.cuMemFree(p));
-  CHARGE("cuMemAllocFromPoolAsync", 4 * MiB, A.cuMemAllocFromPoolAsync(&p, 4 * MiB, (void *)1, 0), A.cuMemFreeAsync(p, 0));
-  CHECK(A.cuMemPoolTrimTo((void *)1, 0) == 0, "trim");
+  /* stream-ordered: the charge is the pool's reserve, released at a sync (release threshold 0) */
+  CHARGE("cuMemAllocAsync", 2 * MiB, A.cuMemAllocAsync(&p, 2 * MiB, 0), SEQ(A.cuMemFreeAsync(p, 0), A.cuStreamSynchronize(0)));
+  CHARGE("cuMemAllocAsync+cuMemFree", 2 * MiB, A.cuMemAllocAsync(&p, 2 * MiB, 0), SEQ(A.cuMemFree(p), A.cuCtxSynchronize()));
+  void *dpool = 0; REQUIRE(A.cuDeviceGetDefaultMemPool(&dpool, 0) == 0, "default pool");
+  CHARGE("cuMemAllocFromPoolAsync", 4 * MiB, A.cuMemAllocFromPoolAsync(&p, 4 * MiB, dpool, 0), SEQ(A.cuMemFreeAsync(p, 0), A.cuMemPoolTrimTo(dpool, 0)));
+  CHARGE("cuMemAllocAsync(1 MiB: reserve is 2 MiB)", 2 * MiB, A.cuMemAllocAsync(&p, 1 * MiB, 0), SEQ(A.cuMemFreeAsync(p, 0), A.cuStreamSynchronize(0)));
   struct prop pr = {1, 0, 1, 0, 0, 0};
   CHARGE("cuMemCreate(device)", 4 * MiB, A.cuMemCreate(&vh, 4 * MiB, &pr, 0), A.cuMemRelease(vh));
   struct prop host = {1, 0, 2, 0, 0, 0};
@@ -291,7 +354,7 @@ static int t_apis(void) {
   CHECK(A.cuMemAllocPitch(&p, &pitch, big / 1024, 1024, 4) == 2, "pitch over");
   CHECK(A.cuMemAllocManaged(&p, big, 1) == 2, "managed over");
   CHECK(A.cuMemAllocAsync(&p, big, 0) == 2, "async over");
-  CHECK(A.cuMemAllocFromPoolAsync(&p, big, (void *)1, 0) == 2, "pool over");
+  CHECK(A.cuMemAllocFromPoolAsync(&p, big, dpool, 0) == 2, "pool over");
   CHECK(A.cuMemCreate(&vh, (big + (2 << 20)) & ~((2ull << 20) - 1), &pr, 0) == 2, "cuMemCreate over");
   struct adesc bigd = {big / 4 + 1, 1, 0x20, 1};
   CHECK(A.cuArrayCreate(&h, &bigd) == 2, "array over");
@@ -478,7 +541,6 @@ static int t_fork(void) {
     r = A.cuMemAlloc(&q, slice / 2);
     if (shared && r != 2) { fprintf(stderr, "child shares the budget: 1/2 more should be refused, got %d\n", r); _exit(1); }
     if (!shared && r != 0) { fprintf(stderr, "private budget: child should get its own slice, got %d\n", r); _exit(1); }
-    /* the parent's pointer is unknown in the child: passes to the driver */
     _exit(0);
   }
   int st; waitpid(pid, &st, 0);
@@ -487,7 +549,6 @@ static int t_fork(void) {
   CHECK(A.cuMemFree(p) == 0, "parent free");
   u64 q; CHECK(A.cuMemAlloc(&q, slice) == 0, "whole slice after child exit + free");
   A.cuMemFree(q);
-  /* posix_spawn-like: exec a new image that allocates */
   return failures ? 1 : 0;
 }
 
@@ -501,6 +562,22 @@ static int t_ctx(void) {
   CHECK(A.cuCtxCreate_v4(&c2, 0, 0, 0) == 0, "ctx v4");
   A.cuCtxSetCurrent(c);
   CHECK(info_free() == slice - ov, "overhead charged twice: free %zu", info_free());
+  return failures ? 1 : 0;
+}
+
+/* a context made behind the interceptor's back (the driver's own entry
+   point): its overhead is charged at the first query/allocation on it */
+static int t_ctxunseen(void) {
+  u64 slice = envu("GQ_SLICE", 0), ov = envu("GQ_OVERHEAD", 0);
+  void *(*impl_of)(const char *, int, unsigned long long) = (void *(*)(const char *, int, unsigned long long))dlsym(cuda_h, "fake_cuda_impl_of");
+  CUresult (*raw_create)(void **, unsigned, int) = (CUresult (*)(void **, unsigned, int))impl_of("cuCtxCreate", 3020, 0);
+  REQUIRE(raw_create && !ours((void *)raw_create), "raw cuCtxCreate");
+  void *c; int d;
+  REQUIRE(A.cuInit(0) == 0 && A.cuDeviceGet(&d, 0) == 0 && raw_create(&c, 0, d) == 0, "raw context");
+  CHECK(info_free() == slice - ov, "unseen context's overhead not in cuMemGetInfo: free %zu, want %llu", info_free(), (unsigned long long)(slice - ov));
+  u64 p; CHECK(A.cuMemAlloc(&p, slice - ov) == 0, "the rest of the slice");
+  CHECK(info_free() == 0, "charged twice? free %zu", info_free());
+  A.cuMemFree(p);
   return failures ? 1 : 0;
 }
 
@@ -570,11 +647,302 @@ static int t_msg(void) {
   return failures ? 1 : 0;
 }
 
+
+/* ---------------------------------------------------------------- issue 9: lifetimes */
+static u64 phys(int dev) { return stats().in_use[dev]; }
+#define PHYS_LE(dev, lim) CHECK(phys(dev) <= (lim), "device %d physically holds %llu > %llu", dev, (unsigned long long)phys(dev), (unsigned long long)(lim))
+
+/* a failed free keeps its charge; the retry releases it */
+static int t_failfree(void) {
+  u64 slice = envu("GQ_SLICE", 0);
+  ctx_on(0);
+  u64 p; REQUIRE(A.cuMemAlloc(&p, 8 * MiB) == 0, "alloc");
+  fake_fail_next_free();
+  CHECK(A.cuMemFree(p) == 700, "injected free failure not returned");
+  CHECK(info_free() == slice - 8 * MiB, "failed free released the charge: free %zu", info_free());
+  CHECK(A.cuMemFree(p) == 0, "retry free");
+  CHECK(info_free() == slice, "retried free did not release: free %zu", info_free());
+  return failures ? 1 : 0;
+}
+
+/* cuMemGetInfo of this process counts the whole container; an allocation
+   beyond what it reports is refused, one within it succeeds */
+static int t_expect_free(u64 want) {
+  ctx_on(0);
+  size_t f = info_free();
+  CHECK(f == want, "cuMemGetInfo free %zu, want %llu (other processes of the container must count)", f, (unsigned long long)want);
+  u64 p;
+  CHECK(A.cuMemAlloc(&p, want + MiB) == 2, "allocation beyond the reported free not refused");
+  if (want >= MiB) { CHECK(A.cuMemAlloc(&p, want) == 0, "allocation of the reported free refused"); A.cuMemFree(p); }
+  return failures ? 1 : 0;
+}
+
+/* VMM: memory lives while its handle has references or any mapping */
+static int t_vmm(void) {
+  u64 slice = envu("GQ_SLICE", 0), chunk = slice / 4;
+  ctx_on(0);
+  struct prop pr = {1, 0, 1, 0, 0, 0};
+  u64 va[8], h; int n = 0;
+  /* NVIDIA's sample pattern: create, map, release the handle */
+  for (int i = 0; i < 8; i++) {
+    REQUIRE(A.cuMemAddressReserve(&va[i], chunk, 0, 0, 0) == 0, "reserve");
+    CUresult r = A.cuMemCreate(&h, chunk, &pr, 0);
+    if (r != 0) { CHECK(r == 2, "create %d", r); break; }
+    CHECK(A.cuMemMap(va[i], chunk, 0, h, 0) == 0, "map");
+    CHECK(A.cuMemRelease(h) == 0, "release");
+    n++;
+    PHYS_LE(0, slice);
+  }
+  CHECK(n == 4, "create-map-release rounds that succeeded: %d, want 4 (slice/chunk)", n);
+  CHECK(info_free() == 0, "released-but-mapped memory not counted: free %zu", info_free());
+  /* unmapped one by one: the charge goes with the last mapping */
+  for (int i = 0; i < n; i++) CHECK(A.cuMemUnmap(va[i], chunk) == 0, "unmap");
+  CHECK(info_free() == slice, "after the last unmap: free %zu", info_free());
+  CHECK(phys(0) == 0, "fake still holds %llu", (unsigned long long)phys(0));
+  /* two mappings of one handle, released in between */
+  u64 a, b; A.cuMemAddressReserve(&a, chunk, 0, 0, 0); A.cuMemAddressReserve(&b, chunk, 0, 0, 0);
+  REQUIRE(A.cuMemCreate(&h, chunk, &pr, 0) == 0, "create");
+  A.cuMemMap(a, chunk, 0, h, 0); A.cuMemMap(b, chunk, 0, h, 0); A.cuMemRelease(h);
+  CHECK(A.cuMemUnmap(a, chunk) == 0 && info_free() == slice - chunk, "one mapping left: free %zu", info_free());
+  CHECK(A.cuMemUnmap(b, chunk) == 0 && info_free() == slice, "no mapping left: free %zu", info_free());
+  /* a retained handle is one more reference */
+  REQUIRE(A.cuMemCreate(&h, chunk, &pr, 0) == 0, "create");
+  A.cuMemMap(a, chunk, 0, h, 0);
+  u64 h2 = 0; CHECK(A.cuMemRetainAllocationHandle(&h2, (void *)a) == 0 && h2 == h, "retain");
+  A.cuMemRelease(h); A.cuMemUnmap(a, chunk);
+  CHECK(info_free() == slice - chunk && phys(0) == chunk, "retained reference: free %zu phys %llu", info_free(), (unsigned long long)phys(0));
+  A.cuMemRelease(h2);
+  CHECK(info_free() == slice && phys(0) == 0, "after releasing the retained handle: free %zu", info_free());
+  /* a contiguous run of two mappings, unmapped with one call */
+  u64 c; A.cuMemAddressReserve(&c, 2 * chunk, 0, 0, 0);
+  u64 h3, h4; A.cuMemCreate(&h3, chunk, &pr, 0); A.cuMemCreate(&h4, chunk, &pr, 0);
+  A.cuMemMap(c, chunk, 0, h3, 0); A.cuMemMap(c + chunk, chunk, 0, h4, 0); A.cuMemRelease(h3); A.cuMemRelease(h4);
+  CHECK(info_free() == slice - 2 * chunk, "two mapped: free %zu", info_free());
+  CHECK(A.cuMemUnmap(c, 2 * chunk) == 0 && info_free() == slice && phys(0) == 0, "one unmap of two mappings: free %zu", info_free());
+  /* exported memory: another process may hold it; the exporter keeps the charge */
+  REQUIRE(A.cuMemCreate(&h, chunk, &pr, 0) == 0, "create");
+  int fd = -1; CHECK(A.cuMemExportToShareableHandle(&fd, h, 1, 0) == 0, "export");
+  u64 hi = 0; CHECK(A.cuMemImportFromShareableHandle(&hi, (void *)(long)fd, 1) == 0, "import");
+  CHECK(info_free() == slice - chunk, "an import charged again: free %zu", info_free());
+  A.cuMemRelease(hi); A.cuMemRelease(h);
+  CHECK(info_free() == slice - chunk, "exported memory released while another process may hold it: free %zu", info_free());
+  PHYS_LE(0, slice);
+  return failures ? 1 : 0;
+}
+
+#define ATTR_RELEASE_THRESHOLD 4
+#define ATTR_RESERVED_MEM_CURRENT 5
+/* stream-ordered pools are charged for what they reserve */
+static int t_pool(void) {
+  u64 slice = envu("GQ_SLICE", 0);
+  ctx_on(0);
+  void *pool; REQUIRE(A.cuDeviceGetDefaultMemPool(&pool, 0) == 0, "default pool");
+  u64 max = ~0ull; REQUIRE(A.cuMemPoolSetAttribute(pool, ATTR_RELEASE_THRESHOLD, &max) == 0, "threshold");
+  /* PyTorch's cudaMallocAsync backend: 3/4 of the slice, freed, synchronized: the pool keeps it */
+  u64 p; REQUIRE(A.cuMemAllocAsync(&p, slice / 4 * 3, 0) == 0, "async alloc");
+  CHECK(A.cuMemFreeAsync(p, 0) == 0 && A.cuStreamSynchronize(0) == 0, "free+sync");
+  u64 res = 0; A.cuMemPoolGetAttribute(pool, ATTR_RESERVED_MEM_CURRENT, &res);
+  CHECK(res == slice / 4 * 3, "fake pool keeps %llu", (unsigned long long)res);
+  CHECK(info_free() == slice / 4, "retained pool memory not charged: free %zu", info_free());
+  u64 q; CHECK(A.cuMemAlloc(&q, slice / 2) == 2, "CuPy-like cuMemAlloc of 1/2 slice next to a 3/4 pool not refused");
+  PHYS_LE(0, slice);
+  /* reuse from the reserve costs nothing more */
+  CHECK(A.cuMemAllocAsync(&p, slice / 2, 0) == 0, "alloc from the reserve");
+  CHECK(info_free() == slice / 4, "allocation from the reserve charged again: free %zu", info_free());
+  A.cuMemFreeAsync(p, 0);
+  /* trimming gives it back */
+  CHECK(A.cuMemPoolTrimTo(pool, 0) == 0, "trim");
+  CHECK(info_free() == slice, "after trim: free %zu", info_free());
+  CHECK(A.cuMemAlloc(&q, slice / 2) == 0, "cuMemAlloc after trim"); A.cuMemFree(q);
+  /* threshold 0: a sync gives it back */
+  u64 zero = 0; A.cuMemPoolSetAttribute(pool, ATTR_RELEASE_THRESHOLD, &zero);
+  REQUIRE(A.cuMemAllocAsync(&p, slice / 2, 0) == 0, "async alloc");
+  A.cuMemFreeAsync(p, 0);
+  CHECK(info_free() == slice / 2, "before the sync the pool still holds it: free %zu", info_free());
+  A.cuStreamSynchronize(0);
+  CHECK(info_free() == slice, "after the sync (threshold 0): free %zu", info_free());
+  /* a created pool, destroyed */
+  struct { int at, ht, lt, lid; void *w; size_t max; unsigned short u; unsigned char r[54]; } pp = {1, 0, 1, 0, 0, 0, 0, {0}};
+  void *mp; REQUIRE(A.cuMemPoolCreate(&mp, &pp) == 0, "pool create");
+  A.cuMemPoolSetAttribute(mp, ATTR_RELEASE_THRESHOLD, &max);
+  REQUIRE(A.cuMemAllocFromPoolAsync(&p, slice / 4, mp, 0) == 0, "from pool");
+  A.cuMemFreeAsync(p, 0); A.cuStreamSynchronize(0);
+  CHECK(info_free() == slice / 4 * 3, "created pool keeps it: free %zu", info_free());
+  CHECK(A.cuMemPoolDestroy(mp) == 0 && info_free() == slice, "after destroy: free %zu", info_free());
+  /* cuMemAllocAsync uses the device's current pool (cuDeviceSetMemPool) */
+  void *mp2; REQUIRE(A.cuMemPoolCreate(&mp2, &pp) == 0, "pool create");
+  A.cuMemPoolSetAttribute(mp2, ATTR_RELEASE_THRESHOLD, &max);
+  REQUIRE(A.cuMemAllocAsync(&p, slice / 8, 0) == 0, "async alloc (default pool)");
+  A.cuMemFreeAsync(p, 0);
+  CHECK(A.cuDeviceSetMemPool(0, mp2) == 0, "set mem pool");
+  REQUIRE(A.cuMemAllocAsync(&p, slice / 2, 0) == 0, "async alloc (current pool)");
+  A.cuMemFreeAsync(p, 0); A.cuStreamSynchronize(0);
+  A.cuMemPoolTrimTo(pool, 0);
+  CHECK(info_free() == slice / 2, "the current pool's reserve attributed to the default pool: free %zu", info_free());
+  A.cuMemPoolTrimTo(mp2, 0);
+  CHECK(info_free() == slice, "after trimming the current pool: free %zu", info_free());
+  A.cuDeviceSetMemPool(0, pool); A.cuMemPoolDestroy(mp2);
+  /* before refusing, the interceptor asks the driver what its pools still
+     reserve: here the pool is trimmed behind its back (the driver's own
+     entry point, not the wrapper) */
+  A.cuMemPoolSetAttribute(pool, ATTR_RELEASE_THRESHOLD, &max);
+  REQUIRE(A.cuMemAllocAsync(&p, slice / 2, 0) == 0, "async alloc");
+  A.cuMemFreeAsync(p, 0); A.cuStreamSynchronize(0);
+  CHECK(info_free() == slice / 2, "retained: free %zu", info_free());
+  void *(*impl_of)(const char *, int, unsigned long long) = (void *(*)(const char *, int, unsigned long long))dlsym(cuda_h, "fake_cuda_impl_of");
+  CUresult (*raw_trim)(void *, size_t) = (CUresult (*)(void *, size_t))impl_of("cuMemPoolTrimTo", 12000, 0);
+  REQUIRE(raw_trim && !ours((void *)raw_trim), "raw trim");
+  CHECK(raw_trim(pool, 0) == 0, "raw trim");
+  CHECK(A.cuMemAlloc(&q, slice / 4 * 3) == 0, "allocation refused although the pool gave its memory back"); A.cuMemFree(q);
+  PHYS_LE(0, slice);
+  return failures ? 1 : 0;
+}
+
+/* the device of a stream-ordered allocation: the stream's, or the pool's */
+static int t_pooldev(void) {
+  u64 slice = envu("GQ_SLICE", 0);
+  void *c0 = ctx_on(0);
+  void *c1 = ctx_on(1);
+  void *s1; REQUIRE(A.cuStreamCreate(&s1, 0) == 0, "stream on dev 1");
+  A.cuCtxSetCurrent(c0);
+  u64 p; REQUIRE(A.cuMemAllocAsync(&p, slice / 4 * 3, s1) == 0, "alloc on the dev-1 stream");
+  CHECK(info_free() == slice, "a dev-1 stream's allocation charged to the current device 0: free %zu", info_free());
+  CHECK(A.cuMemAllocAsync(&p, slice / 2, s1) == 2, "dev 1 over its slice not refused");
+  struct { int at, ht, lt, lid; void *w; size_t max; unsigned short u; unsigned char r[54]; } pp = {1, 0, 1, 1, 0, 0, 0, {0}};
+  void *mp; REQUIRE(A.cuMemPoolCreate(&mp, &pp) == 0, "pool on dev 1");
+  CHECK(A.cuMemAllocFromPoolAsync(&p, slice / 2, mp, 0) == 2, "dev-1 pool allocation charged to device 0 (not refused)");
+  u64 q; CHECK(A.cuMemAlloc(&q, slice / 4 * 3) == 0, "device 0 keeps its slice");
+  A.cuCtxSetCurrent(c1);
+  PHYS_LE(1, slice);
+  PHYS_LE(0, slice);
+  return failures ? 1 : 0;
+}
+
+/* frees the driver does on its own: context destroy, primary reset/release */
+static int t_ctxlife(void) {
+  u64 slice = envu("GQ_SLICE", 0);
+  REQUIRE(A.cuInit(0) == 0, "init");
+  void *pc; REQUIRE(A.cuDevicePrimaryCtxRetain(&pc, 0) == 0, "retain");
+  A.cuCtxSetCurrent(pc);
+  u64 p; REQUIRE(A.cuMemAlloc(&p, slice / 4 * 3) == 0, "alloc 3/4");
+  u64 m; REQUIRE(A.cuMemAllocManaged(&m, slice / 8, 1) == 0, "managed 1/8");
+  CHECK(A.cuDevicePrimaryCtxReset(0) == 0, "reset");
+  REQUIRE(A.cuDevicePrimaryCtxRetain(&pc, 0) == 0, "retain again");
+  A.cuCtxSetCurrent(pc);
+  CHECK(info_free() == slice, "after the reset: free %zu", info_free());
+  CHECK(A.cuMemAlloc(&p, slice / 4 * 3) == 0, "3/4 again after the reset refused");
+  PHYS_LE(0, slice);
+  /* the last release destroys the primary context */
+  CHECK(A.cuDevicePrimaryCtxRelease(0) == 0, "release");
+  REQUIRE(A.cuDevicePrimaryCtxRetain(&pc, 0) == 0, "retain again");
+  A.cuCtxSetCurrent(pc);
+  CHECK(info_free() == slice, "after the last primary release: free %zu", info_free());
+  /* a created context, destroyed */
+  void *c; REQUIRE(A.cuCtxCreate(&c, 0, 0) == 0, "create");
+  REQUIRE(A.cuMemAlloc(&p, slice / 2) == 0, "alloc in ctx");
+  u64 keep; REQUIRE(A.cuCtxSetCurrent(pc) == 0 && A.cuMemAlloc(&keep, slice / 4) == 0, "alloc in the primary");
+  CHECK(A.cuCtxDestroy(c) == 0, "destroy");
+  CHECK(info_free() == slice / 4 * 3, "after destroy (the other context keeps 1/4): free %zu", info_free());
+  A.cuMemFree(keep);
+  /* the device malloc heap */
+  CHECK(A.cuCtxSetLimit(2, (8 << 20) + slice / 4) == 0, "heap limit");
+  CHECK(info_free() == slice / 4 * 3, "malloc heap not charged: free %zu", info_free());
+  CHECK(A.cuCtxSetLimit(2, (8 << 20) + slice * 2) == 2, "heap beyond the slice not refused");
+  CHECK(A.cuCtxSetLimit(2, 8 << 20) == 0 && info_free() == slice, "heap back to the default: free %zu", info_free());
+  /* thread stacks: local memory for every resident thread (fake: 4 SMs x 64 threads) */
+  u64 per = slice / 2 / 256;
+  CHECK(A.cuCtxSetLimit(0, 1024 + per) == 0, "stack limit");
+  CHECK(info_free() == slice / 2, "stack (local memory) not charged: free %zu", info_free());
+  PHYS_LE(0, slice);
+  CHECK(A.cuCtxSetLimit(0, 1024 + slice / 128) == 2, "stack beyond the slice not refused");
+  CHECK(A.cuCtxSetLimit(0, 1024) == 0 && info_free() == slice, "stack back to the default: free %zu", info_free());
+  PHYS_LE(0, slice);
+  return failures ? 1 : 0;
+}
+
+/* graph memory: the device's graph pool reserve is charged from the first
+   synchronisation after a launch until cuDeviceGraphMemTrim */
+static int t_graphmem(void) {
+  u64 slice = envu("GQ_SLICE", 0);
+  ctx_on(0);
+  CUresult (*gcreate)(void **, unsigned) = dlsym(cuda_h, "cuGraphCreate");
+  CUresult (*glaunch)(void *, void *) = dlsym(cuda_h, "cuGraphLaunch");
+  REQUIRE(gcreate && glaunch, "graph symbols");
+  void *g; REQUIRE(gcreate(&g, 0) == 0, "graph create");
+  unsigned char params[120]; memset(params, 0, sizeof params);
+  *(int *)(params + 8) = 1; *(int *)(params + 12) = 0; *(size_t *)(params + 104) = slice / 2;
+  void *node; REQUIRE(A.cuGraphAddMemAllocNode(&node, g, 0, 0, params) == 0, "mem node");
+  void *ex; REQUIRE(A.cuGraphInstantiateWithFlags(&ex, g, 0) == 0, "instantiate");
+  REQUIRE(glaunch(ex, 0) == 0, "launch");
+  CHECK(A.cuStreamSynchronize(0) == 0, "sync");
+  CHECK(info_free() == slice / 2, "graph pool reserve not charged: free %zu", info_free());
+  u64 p; CHECK(A.cuMemAlloc(&p, slice / 4 * 3) == 2, "allocation next to the graph reserve not refused");
+  PHYS_LE(0, slice);
+  CHECK(A.cuDeviceGraphMemTrim(0) == 0, "trim");
+  CHECK(info_free() == slice, "after cuDeviceGraphMemTrim: free %zu", info_free());
+  return failures ? 1 : 0;
+}
+
+/* exec: the same pid and start time, a new image: the old charge goes */
+static int t_execself(const char *self, u64 bytes) {
+  ctx_on(0);
+  u64 p; REQUIRE(A.cuMemAlloc(&p, bytes) == 0, "alloc before exec");
+  char s1[32], s2[32]; snprintf(s1, sizeof s1, "%llu", (unsigned long long)envu("GQ_SLICE", 0)); snprintf(s2, sizeof s2, "%llu", (unsigned long long)(8 * MiB));
+  execl(self, self, "fill", s1, s2, (char *)0);
+  fprintf(stderr, "exec failed\n");
+  return 1;
+}
+
+/* a zombie holds no memory: its charge goes whoever reaps it (here: later) */
+static int t_zombie(u64 bytes) {
+  u64 slice = envu("GQ_SLICE", 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    ctx_on(0);
+    u64 p; if (A.cuMemAlloc(&p, bytes) != 0) _exit(1);
+    _exit(0); /* exits holding it */
+  }
+  char path[64], buf[512]; snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int z = 0;
+  for (int i = 0; i < 500 && !z; i++) {
+    FILE *f = fopen(path, "r"); if (f) { size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; fclose(f); char *c = strrchr(buf, ')'); z = c && c[2] == 'Z'; }
+    if (!z) usleep(10000);
+  }
+  REQUIRE(z, "child did not become a zombie");
+  int r = t_fill(slice, 8 * MiB);
+  int st; waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
+  return r | (failures ? 1 : 0);
+}
+
+/* a fork() while another thread is in the very first initialisation */
+static void *forkinit_thread(void *h) { dlsym(h, "cuMemGetInfo_v2"); return 0; }
+static int t_forkinit(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(h, "dlopen");
+  pthread_t th; pthread_create(&th, 0, forkinit_thread, h);
+  usleep(300000); /* the thread now blocks reading the limits FIFO, mid-initialisation */
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(8);
+    void *f = dlsym(h, "cuMemAlloc_v2"); /* must not spin on the parent's initialisation */
+    _exit(f ? 0 : 3);
+  }
+  int st; waitpid(pid, &st, 0);
+  pthread_join(th, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child of a fork during the first initialisation: status %d (killed by SIGALRM = spun)", st);
+  return failures ? 1 : 0;
+}
+
 /* everything refused (broken limits file: fail closed) */
 static int t_refuse(void) {
   ctx_on(0);
   u64 p; CUresult r = A.cuMemAlloc(&p, MiB);
   CHECK(r == 2, "alloc with a broken limits file returned %d, want 2", r);
+  CHECK(info_free() == 0, "cuMemGetInfo reports %zu free although nothing can be allocated", info_free());
+  struct prop pr = {1, 0, 1, 0, 0, 0};
+  u64 h; CHECK(A.cuMemCreate(&h, 2 * MiB, &pr, 0) == 2, "cuMemCreate not refused");
+  CHECK(A.cuMemAllocAsync(&p, MiB, 0) == 2, "cuMemAllocAsync not refused");
   return failures ? 1 : 0;
 }
 
@@ -582,6 +950,7 @@ int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: gqtest CMD [args]\n"); return 2; }
   const char *cmd = argv[1];
   if (getenv("GQ_MODE")) mode = getenv("GQ_MODE");
+  if (!strcmp(cmd, "forkinit")) return t_forkinit();
   resolve();
   if (!strcmp(cmd, "paths")) return t_paths();
   if (!strcmp(cmd, "apis")) return t_apis();
@@ -594,10 +963,20 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "peak") && argc >= 3) return t_peak(strtoull(argv[2], 0, 0));
   if (!strcmp(cmd, "fork")) return t_fork();
   if (!strcmp(cmd, "ctx")) return t_ctx();
+  if (!strcmp(cmd, "ctxunseen")) return t_ctxunseen();
   if (!strcmp(cmd, "multidev")) return t_multidev();
   if (!strcmp(cmd, "gpa")) return t_gpa();
   if (!strcmp(cmd, "msg")) return t_msg();
   if (!strcmp(cmd, "refuse")) return t_refuse();
+  if (!strcmp(cmd, "failfree")) return t_failfree();
+  if (!strcmp(cmd, "expect_free") && argc >= 3) return t_expect_free(strtoull(argv[2], 0, 0));
+  if (!strcmp(cmd, "vmm")) return t_vmm();
+  if (!strcmp(cmd, "pool")) return t_pool();
+  if (!strcmp(cmd, "graphmem")) return t_graphmem();
+  if (!strcmp(cmd, "pooldev")) return t_pooldev();
+  if (!strcmp(cmd, "ctxlife")) return t_ctxlife();
+  if (!strcmp(cmd, "execself") && argc >= 3) return t_execself(argv[0], strtoull(argv[2], 0, 0));
+  if (!strcmp(cmd, "zombie") && argc >= 3) return t_zombie(strtoull(argv[2], 0, 0));
   fprintf(stderr, "unknown command %s\n", cmd);
   return 2;
 }

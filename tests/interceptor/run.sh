@@ -4,12 +4,13 @@
 # programs into tests/fake/build/, runs every case, and ends with the line
 #   N passed, M failed
 # exiting non-zero on any failure. Env: GQ_SKIP_CARGO_TEST=1 skips the Rust
-# unit tests; GQ_KEEP=1 keeps the scratch directory.
+# unit tests; GQ_KEEP=1 keeps the scratch directory; GQ_SO=PATH tests that
+# libgpuquota.so instead of building one (tests/interceptor/mutate.sh).
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 B="$ROOT/tests/fake/build"
 T="$(mktemp -d /tmp/gq-test.XXXXXX)"
-SO="$ROOT/interceptor/target/release/libgpuquota.so"
+SO="${GQ_SO:-$ROOT/interceptor/target/release/libgpuquota.so}"
 CC="${CC:-cc}"
 pass=0; fail=0; failed_names=()
 
@@ -17,7 +18,9 @@ cleanup() { [ -n "${GQ_KEEP:-}" ] || rm -rf "$T"; }
 trap cleanup EXIT
 
 echo "== build"
-cargo build --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" || { echo "0 passed, 1 failed"; exit 1; }
+if [ -z "${GQ_SO:-}" ]; then
+  cargo build --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" || { echo "0 passed, 1 failed"; exit 1; }
+fi
 make -s -C "$ROOT/tests/fake" || { echo "0 passed, 1 failed"; exit 1; }
 S="$ROOT/tests/interceptor"
 CF="-O2 -g -Wall -Wno-unused-result"
@@ -31,7 +34,7 @@ $CC $CF -o "$B/bench_alloc" "$S/bench_alloc.c" -ldl -lpthread || { echo "0 passe
 
 export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GQ_LIB="$SO"
-unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD FAKE_CUDA_PEAK_FILE
+unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD FAKE_CUDA_PEAK_FILE FAKE_CUDA_CTX_BYTES
 MiB=$((1 << 20)); GiB=$((1 << 30))
 export FAKE_CUDA_MEM_BYTES=$GiB
 
@@ -135,6 +138,7 @@ t slice_decimal_units env GPU_QUOTA_VRAM=0.1GB GQ_SLICE=100000000 LD_PRELOAD="$S
 t slice_above_real_total env GPU_QUOTA_VRAM=4g GQ_SLICE=$GiB LD_PRELOAD="$SO" "$B/gqtest_dl" paths
 t multi_device q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" multidev
 t ctx_overhead_env q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctx
+t ctx_overhead_unseen_context q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctxunseen
 msg() {
   q "$B/gqtest_dl" msg 2>"$T/msg.err" || return 1
   cat "$T/msg.err"
@@ -170,6 +174,36 @@ cont_broken() {
   env GPU_QUOTA_STATE_DIR="$T/st2" GPU_QUOTA_VRAM=1g LD_PRELOAD="$SO" "$B/gqtest_dl" refuse
 }
 t container_broken_limits_fail_closed cont_broken
+# issue 8 item 5: an unusable usage file refuses everything (one line naming
+# it), never a private budget, and is never grown or rewritten
+bad_usage() { # NAME: prepares $T/fc_NAME/usage
+  local d="$T/fc_$1"; mkstate "$d" $((64 * MiB))
+  case $1 in
+    foreign) head -c 266240 /dev/zero | tr '\0' 'x' >"$d/usage" ;;
+    version) "$B/usage_dump" --forge "$d/usage" version ;;
+    layout) "$B/usage_dump" --forge "$d/usage" layout ;;
+    big) head -c $((266240 + 4096)) /dev/zero >"$d/usage" ;;
+    small) head -c 100 /dev/zero >"$d/usage" ;;
+    missing) rm -f "$d/usage" ;;
+    dir) rm -f "$d/usage"; mkdir "$d/usage" ;;
+  esac
+}
+fail_closed() {
+  local k r=0
+  for k in foreign version layout big small missing dir; do
+    bad_usage $k; local d="$T/fc_$k"
+    [ -f "$d/usage" ] && cp "$d/usage" "$d/usage.orig"
+    for i in 1 2; do
+      GPU_QUOTA_STATE_DIR="$d" LD_PRELOAD="$SO" "$B/gqtest_dl" refuse 2>"$d/err.$i" || { echo "$k: process $i allocated"; cat "$d/err.$i"; r=1; }
+      [ "$(grep -c '^gpu-quota:' "$d/err.$i")" = 1 ] || { echo "$k: want exactly one gpu-quota line:"; cat "$d/err.$i"; r=1; }
+      grep -q "^gpu-quota: cannot use $d/usage .*refusing all device memory" "$d/err.$i" || { echo "$k: line does not name the usage file"; cat "$d/err.$i"; r=1; }
+    done
+    if [ -f "$d/usage.orig" ]; then cmp -s "$d/usage" "$d/usage.orig" || { echo "$k: usage file modified (size $(stat -c %s "$d/usage"))"; r=1; }; fi
+    [ "$k" != missing ] || [ ! -e "$d/usage" ] || { echo "missing: usage file created"; r=1; }
+  done
+  return $r
+}
+t container_bad_usage_fail_closed fail_closed
 cont_ctx() {
   mkstate "$T/st3" $((64 * MiB)) "context_overhead_bytes=$((16 * MiB))"
   env GPU_QUOTA_STATE_DIR="$T/st3" GQ_SLICE=$((64 * MiB)) GQ_OVERHEAD=$((16 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" ctx
@@ -182,14 +216,60 @@ nvml_shared() {
   local hp=$!
   for i in $(seq 200); do [ -e "$T/st4.ready" ] && break; sleep 0.05; done
   GQ_SLICE=$((64 * MiB)) GQ_EXPECT_USED=$((40 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" nvml; local r=$?
-  # the cuMemGetInfo of another process of the container sees it too
-  GQ_SLICE=$((64 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" refuse >/dev/null 2>&1 && { echo "second process could allocate past the shared budget?"; }
+  # the cuMemGetInfo of another process of the container sees it too, and
+  # that process cannot allocate past the shared budget
+  GQ_SLICE=$((64 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" expect_free $((24 * MiB)) || r=1
   touch "$T/st4.stop"; wait $hp || r=1
   # after the holder exits: nothing in use
   GQ_SLICE=$((64 * MiB)) GQ_EXPECT_USED=0 LD_PRELOAD="$SO" "$B/gqtest_dl" nvml || r=1
   return $r
 }
 t nvml_reports_container_usage nvml_shared
+
+echo "== what the driver keeps alive, and frees on its own (issue 9)"
+export FAKE_CUDA_PITCH_ALIGN=2048
+t failed_free_keeps_charge q "$B/gqtest_dl" failfree
+for m in dlsym gpa direct; do
+  bin=gqtest_dl; [ $m = direct ] && bin=gqtest_direct
+  t "vmm_lifetimes_$m" q env GQ_MODE=$m "$B/$bin" vmm
+  t "pool_reserves_$m" q env GQ_MODE=$m "$B/$bin" pool
+  t "context_frees_$m" q env GQ_MODE=$m "$B/$bin" ctxlife
+  t "graph_memory_$m" q env GQ_MODE=$m "$B/$bin" graphmem
+done
+t vmm_lifetimes_wide_handles q env FAKE_CUDA_HANDLE_BASE=0xfe00000000000000 "$B/gqtest_dl" vmm
+t pool_device_of_stream_and_pool q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" pooldev
+ctx_truth() {
+  # the fake's contexts cost 16 MiB each; with the overhead charged, a filled
+  # slice holds at most the slice physically and cuMemGetInfo says so
+  mkstate "$T/st5" $((64 * MiB)) "context_overhead_bytes=$((16 * MiB))"
+  export GPU_QUOTA_STATE_DIR="$T/st5" FAKE_CUDA_CTX_BYTES=$((16 * MiB)) FAKE_CUDA_PEAK_FILE="$T/st5.peak"
+  LD_PRELOAD="$SO" "$B/gqtest_dl" fill $((48 * MiB)) $((8 * MiB)) || return 1
+  "$B/gqtest_dl" peak $((64 * MiB))
+}
+t context_overhead_truth ctx_truth
+execself() {
+  local u="$T/exec.usage"
+  export GPU_QUOTA_VRAM=64m GPU_QUOTA_USAGE_FILE="$u" GQ_SLICE=$((64 * MiB)) FAKE_CUDA_PEAK_FILE="$T/exec.peak"
+  LD_PRELOAD="$SO" "$B/gqtest_dl" execself $((40 * MiB)) || return 1
+  "$B/gqtest_dl" peak $((64 * MiB))
+}
+t exec_drops_old_image_charge execself
+zombie() {
+  export GPU_QUOTA_VRAM=64m GPU_QUOTA_USAGE_FILE="$T/zombie.usage" GQ_SLICE=$((64 * MiB)) FAKE_CUDA_PEAK_FILE="$T/zombie.peak"
+  LD_PRELOAD="$SO" "$B/gqtest_dl" zombie $((48 * MiB))
+}
+t zombie_holds_nothing zombie
+forkinit() {
+  local d="$T/fi"; mkdir -p "$d"; mkfifo "$d/limits"; : >"$d/usage"
+  GPU_QUOTA_STATE_DIR="$d" LD_PRELOAD="$SO" "$B/gqtest_dl" forkinit & local p=$!
+  sleep 1
+  local i; for i in 1 2 3; do echo "vram_bytes=$((64 * MiB))" >"$d/limits"; sleep 0.3; done &
+  local w=$!
+  local r=0; wait $p || r=1
+  kill $w 2>/dev/null; wait $w 2>/dev/null
+  return $r
+}
+t fork_during_first_init forkinit
 
 echo "== fork / processes"
 t fork_shared_budget q env GPU_QUOTA_USAGE_FILE="$T/fork.usage" "$B/gqtest_dl" fork

@@ -1,13 +1,29 @@
 /* Reads a usage file through include/gpuquota_usage.h (the host-tool view):
-   usage_dump FILE [DEV] prints header fields and the container's usage. */
+   usage_dump FILE [DEV] prints header fields and the container's usage.
+   usage_dump --forge FILE version|layout writes a v1-sized file whose header
+   is right except for one field (fail-closed tests). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include "gpuquota_usage.h"
+static int forge(const char *path, const char *what) {
+  static unsigned char b[GQ_USAGE_TOTAL_SIZE];
+  struct gq_usage_header *h = (void *)b;
+  h->magic = GQ_USAGE_MAGIC; h->version = GQ_USAGE_VERSION; h->header_size = GQ_USAGE_HEADER_SIZE;
+  h->slot_count = GQ_USAGE_SLOT_COUNT; h->dev_count = GQ_USAGE_DEV_COUNT; h->slot_size = GQ_USAGE_SLOT_SIZE;
+  h->slot_used_offset = 64; h->slots_offset = GQ_USAGE_HEADER_SIZE;
+  if (!strcmp(what, "version")) h->version = 2;
+  else if (!strcmp(what, "layout")) h->slot_count = 4096; /* would index past the file */
+  else return 2;
+  FILE *f = fopen(path, "w"); if (!f) return 1;
+  fwrite(b, 1, sizeof b, f); fclose(f); return 0;
+}
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
+  if (!strcmp(argv[1], "--forge")) return argc < 4 ? 2 : forge(argv[2], argv[3]);
   int fd = open(argv[1], O_RDONLY);
   if (fd < 0) { perror("open"); return 1; }
   off_t sz = lseek(fd, 0, SEEK_END);
