@@ -310,6 +310,7 @@ def w_fork(a, s):
     cu = box.get("cu")
     if cu is None:
         return None, {"children": len(kids), "children_stuck": stuck, "err": box.get("err", "no init")}
+    cu.retain()  # the context was made current on the init thread, not this one
     ps = cu.greedy()
     f, _ = cu.meminfo()
     return (cu, ps), {"children": len(kids), "children_stuck": stuck, "filled_after": (len(ps) + 1) * 256 * MIB,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ResNet-50 training-step A/B on the H200 (benchmark, not a test): native vs
 # under libgpuquota.so (GPU_QUOTA_VRAM=64g), alternating ROUNDS times in
-# separate processes, STEPS timed steps each after WARMUP. Prints each
+# separate processes, STEPS timed steps each after WARMUP (BF16=1: bf16 autocast). Prints each
 # round's medians and the median ratio. Needs .gpu-carry (make gpu-carry).
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -12,8 +12,8 @@ PY=$(command -v python3)
 ms() { "$@" 2>/dev/null | grep -o '"median_ms": [0-9.]*' | cut -d' ' -f2; }
 nat=(); pre=()
 for r in $(seq "$ROUNDS"); do
-  a=$(ms timeout 120 $PY "$WORK" resnet --steps "$STEPS" --warmup "$WARMUP")
-  b=$(ms env GPU_QUOTA_VRAM=64g LD_PRELOAD="$SO" timeout 120 $PY "$WORK" resnet --steps "$STEPS" --warmup "$WARMUP")
+  a=$(ms timeout 120 $PY "$WORK" resnet ${BF16:+--bf16} --steps "$STEPS" --warmup "$WARMUP")
+  b=$(ms env GPU_QUOTA_VRAM=64g LD_PRELOAD="$SO" timeout 120 $PY "$WORK" resnet ${BF16:+--bf16} --steps "$STEPS" --warmup "$WARMUP")
   echo "round $r: native $a ms, intercepted $b ms"
   nat+=("$a"); pre+=("$b")
 done
