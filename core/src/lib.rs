@@ -22,3 +22,5 @@ pub mod rootfs;
 pub mod spec;
 pub mod state;
 pub mod usage;
+pub mod counters;
+pub mod events;
