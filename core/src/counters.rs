@@ -176,10 +176,7 @@ mod tests {
     fn a_corrupt_file_restarts_at_zero() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(path(d.path()), b"{not json").unwrap();
-        assert!(matches!(
-            read(d.path()),
-            Err(CountersError::Invalid { .. })
-        ));
+        assert!(matches!(read(d.path()), Err(CountersError::Invalid { .. })));
         assert_eq!(bump(d.path(), Bump::Release(1)).unwrap().releases, 1);
     }
 }

@@ -306,14 +306,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let c = cfg(d.path(), LogTarget::File);
         admitted(&c, SRC, &res("c1"));
-        refused(
-            &c,
-            SRC,
-            "c2",
-            "vram=99g",
-            "does_not_fit",
-            "only 0 B free",
-        );
+        refused(&c, SRC, "c2", "vram=99g", "does_not_fit", "only 0 B free");
         released(&c, SRC, &[res("c1")]);
         reclaimed(&c, SRC, &[res("c3"), res("c4")]);
         released(&c, SRC, &[]);
@@ -336,7 +329,12 @@ mod tests {
         assert_eq!(l[4]["container_id"], "c4");
         let n = counters::read(&c.ledger_dir).unwrap();
         assert_eq!(
-            (n.admissions, n.refusals["does_not_fit"], n.releases, n.reclaims),
+            (
+                n.admissions,
+                n.refusals["does_not_fit"],
+                n.releases,
+                n.reclaims
+            ),
             (1, 1, 1, 2)
         );
     }
