@@ -161,7 +161,7 @@ fn draw(f: &mut ratatui::Frame, s: &Snapshot) {
     f.render_widget(Paragraph::new(head), rows[0]);
     let per = Layout::vertical(vec![Constraint::Length(4); s.gpus.len()]).split(rows[1]);
     for (g, area) in s.gpus.iter().zip(per.iter()) {
-        let width = area.width.saturating_sub(16).max(10) as usize;
+        let width = area.width.saturating_sub(9 + 26).max(10) as usize;
         let mut spans = vec![Span::raw("slices   ")];
         for c in bar(g, &s.containers, width) {
             spans.push(match c {
