@@ -192,6 +192,10 @@ fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, 
             pid,
             age_secs,
             reason,
+            "{} {} ({})",
+            kind.as_str(),
+            r.container_id,
+            crate::ledger::describe_slices(&r.slices)
         )
     });
 }
@@ -319,6 +323,7 @@ mod tests {
         assert_eq!(l[0]["uuid"], "GPU-1");
         assert_eq!(l[0]["slice_bytes"], 4u64 << 30);
         assert_eq!(l[0]["level"], "INFO");
+        assert_eq!(l[0]["message"], "admission c1 (4.00 GiB on GPU 1)");
         assert!(l[0]["timestamp"].is_string());
         assert_eq!(l[1]["event"], "refusal");
         assert_eq!(l[1]["reason"], "does_not_fit");

@@ -352,6 +352,24 @@ fn exporter_is_scraped_while_real_containers_start_and_stop() {
         1.0
     );
 
+    // the dashboard and the alert rules use only series the exporter has
+    let dash = std::fs::read_to_string(repo_dir().join("deploy/grafana/gpu-quota.json")).unwrap();
+    let d: Value = serde_json::from_str(&dash).expect("dashboard is JSON");
+    assert!(d["panels"].as_array().unwrap().len() >= 4);
+    let rules = std::fs::read_to_string(repo_dir().join("deploy/prometheus-rules.yml")).unwrap();
+    let mut used = 0;
+    for text in [&dash, &rules] {
+        for (i, _) in text.match_indices("gpu_quota_") {
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(after.contains_key(&name), "{name} is not exported");
+            used += 1;
+        }
+    }
+    assert!(used > 10);
+
     // the event log: one line per admission, refusal and release
     h.cleanup();
     let l = log_lines(&log);
