@@ -14,7 +14,7 @@ N=${1:-40}
 BIN=${GQ_BIN:-$(pwd)/target/release}
 RUNC=${RUNC:-$(command -v runc)}
 D=$(mktemp -d /tmp/gq-logbench.XXXXXX)
-trap 'for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do "$RUNC" --root "$D/root" delete -f "$id"; done; rm -rf "$D"' EXIT
+[ -n "${KEEP:-}" ] || trap 'for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do "$RUNC" --root "$D/root" delete -f "$id"; done; rm -rf "$D"' EXIT
 SO=$BIN/libgpuquota.so
 [ -f "$SO" ] || { SO=$D/libgpuquota.so; echo placeholder > "$SO"; } # `true` never loads it
 mkdir -p "$D/dev" "$D/lib"
@@ -40,16 +40,19 @@ uuid = "GPU-00000000-0000-4000-8000-000000000000"
 memory = "16g"
 EOT
 done
-b="$D/bundle"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/true"
+# one bundle per arm: the runtime writes the config path into the bundle's hook entry
+for arm in off file; do
+b="$D/$arm"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/true"
 cat > "$b/config.json" <<EOT
 {"ociVersion":"1.0.2-dev","annotations":{"vram":"1g"},"process":{"terminal":false,"user":{"uid":0,"gid":0},"args":["true"],"env":["PATH=/bin"],"cwd":"/","noNewPrivileges":true},
  "root":{"path":"rootfs"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs"}],
  "linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]},"namespaces":[{"type":"pid"},{"type":"mount"}]}}
 EOT
+done
 now() { date +%s%N; }
 one() { # ARM ID -> microseconds
   local t; t=$(now)
-  (cd "$b" && GPU_QUOTA_CONFIG="$D/$1.toml" "$BIN/gpu-quota-runtime" --root "$D/root" run "$2" >/dev/null)
+  (cd "$D/$1" && GPU_QUOTA_CONFIG="$D/$1.toml" "$BIN/gpu-quota-runtime" --root "$D/root" run "$2" >/dev/null)
   echo $(( ($(now) - t) / 1000 ))
 }
 one off warm1 >/dev/null; one file warm2 >/dev/null
