@@ -64,7 +64,7 @@ job() { # ID GIB: a container whose PyTorch process holds GIB-1 GiB until /out/r
   ctr start $id < /dev/null
 }
 job opa $GA && job opb $GB || bad "containers did not start"
-for id in opa opb; do wait_for $W/b/$id/out/ready 50 || bad "$id: torch not ready after 50 s: $(tail -3 $W/b/$id/out/log 2>/dev/null | tr '\n' ' ')"; done
+for id in opa opb; do wait_for $W/b/$id/out/ready ${READY_SECS:-50} || bad "$id: torch not ready after ${READY_SECS:-50} s: $(tail -3 $W/b/$id/out/log 2>/dev/null | tr '\n' ' ')"; done
 sleep 1
 echo "[t=$((SECONDS - T0))s] both jobs hold their memory"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader -i 0
@@ -120,3 +120,4 @@ grep -c '"event":"admission"' $W/events.log | grep -q '^2$' && grep -c '"event":
   && ok "event log: 2 admissions, 2 releases" || bad "event log: $(cat $W/events.log)"
 cp $W/events.log $OUT/operator-events.log
 echo "[t=$((SECONDS - T0))s] done: $(grep -c ^PASS $SUM) passed, $(grep -c ^FAIL $SUM) failed"
+[ "$(grep -c ^FAIL "$SUM")" = 0 ]
