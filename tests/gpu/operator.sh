@@ -47,6 +47,7 @@ gpus = ["0"]
 log = "file"
 log_file = "$W/events.log"
 EOT
+printf '%s\n' "${GQ_EXTRA_CONFIG:-}" >> $W/config.toml   # e.g. [driver] bin_dirs, or a static inventory for a dry run
 export GPU_QUOTA_CONFIG=$W/config.toml
 ctr() { timeout 60 $B/gpu-quota-runtime --root $W/root "$@"; }
 gq() { timeout 20 $B/gpu-quota "$@"; }
