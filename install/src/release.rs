@@ -97,7 +97,7 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
         }
     }
     if gone.is_empty() {
-        println!(
+        bail!(
             "nothing released: the reservation of {} changed meanwhile (see `gpu-quota ls`)",
             a.id
         );
