@@ -207,7 +207,10 @@ fn emit(cfg: &Config, src: Source<'_>, f: &dyn Fn()) {
         Sink::Off => return,
         Sink::Journald => match tracing_journald::layer() {
             Ok(l) => tracing::Dispatch::new(
-                tracing_subscriber::registry().with(l.with_syslog_identifier(src.program.into())),
+                tracing_subscriber::registry().with(
+                    l.with_syslog_identifier(src.program.into())
+                        .with_field_prefix(None),
+                ),
             ),
             Err(_) => match file_dispatch(&cfg.log_file) {
                 Some(d) => d,

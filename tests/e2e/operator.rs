@@ -13,18 +13,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// A host whose event lines go to `<tmp>/gq.log`.
-fn host() -> (Host, tempfile::TempDir, PathBuf) {
-    let logs = tempfile::Builder::new()
-        .prefix("gq-log-")
-        .tempdir()
-        .unwrap();
-    let log = logs.path().join("gq.log");
+/// A host whose event lines go to its `gq.log` (the harness sets
+/// `log_file`; `log = "file"` makes it independent of journald here).
+fn host() -> (Host, PathBuf) {
     let h = Host::new(HostOpts {
-        extra_config: format!("log = \"file\"\nlog_file = \"{}\"\n", log.display()),
+        extra_config: "log = \"file\"\n".into(),
         ..Default::default()
     });
-    (h, logs, log)
+    let log = h.path().join("gq.log");
+    (h, log)
 }
 
 fn gq_cmd(h: &Host, args: &[&str]) -> Command {
@@ -200,7 +197,7 @@ fn create(h: &Host, id: &str, ann: &[(&str, &str)]) -> Output {
 #[test]
 fn exporter_is_scraped_while_real_containers_start_and_stop() {
     require_e2e!();
-    let (h, _logs, log) = host();
+    let (h, log) = host();
     let ex = Exporter::start(&h);
     let (code, _, body) = get(&ex.addr, "/healthz");
     assert_eq!((code, body.as_str()), (200, "ok\n"));
@@ -407,7 +404,7 @@ fn exporter_is_scraped_while_real_containers_start_and_stop() {
 #[test]
 fn release_and_gc_on_real_containers_one_sigkilled() {
     require_e2e!();
-    let (h, _logs, log) = host();
+    let (h, log) = host();
     for id in ["live", "killed", "crashed"] {
         assert_ok(&create(&h, id, &[("vram", "4g")]), id);
         assert_ok(&h.runtime(&["start", id]), id);
@@ -554,7 +551,8 @@ fn top_in_tmux_refreshes_and_quits_on_q_and_ctrl_c() {
         eprintln!("skipping: tmux not installed");
         return;
     }
-    let (h, logs, _log) = host();
+    let (h, _log) = host();
+    let logs = tempfile::tempdir().unwrap();
     assert_ok(
         &create(&h, "alpha", &[("vram", "4g"), ("gpu", "0")]),
         "alpha",
@@ -620,4 +618,97 @@ fn top_in_tmux_refreshes_and_quits_on_q_and_ctrl_c() {
 
 fn harness_which(name: &str) -> Option<PathBuf> {
     which(name)
+}
+
+#[test]
+fn events_go_to_journald_when_its_socket_exists() {
+    require_e2e!();
+    // a private mount namespace where /run/systemd/journal/socket is a
+    // datagram socket of this test (the host's /run is not touched)
+    let h = Host::new(HostOpts::default()); // log = "auto"
+    let sockdir = tempfile::Builder::new()
+        .prefix("gq-journal-")
+        .tempdir()
+        .unwrap();
+    let sock = std::os::unix::net::UnixDatagram::bind(sockdir.path().join("socket")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // a reservation whose process is gone, for `release` to give back
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let ledger = serde_json::json!({"version": 1, "reservations": [{
+        "container_id": "gone1", "runtime_root": h.runc_root, "bundle": "/nonexistent",
+        "slices": [{"uuid": uuid(1), "index": 1, "bytes": 2 * GIB}], "request": "vram=2.00 GiB",
+        "created_unix": 1, "started_unix": 1, "pid": dead, "pid_start": 1, "state": "running"}]});
+    std::fs::write(h.ledger_path(), serde_json::to_vec(&ledger).unwrap()).unwrap();
+    let script = format!(
+        "mount --make-rprivate / && mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal && \
+         mount --bind {} /run/systemd/journal && exec {} release gone1 --yes",
+        sockdir.path().display(),
+        bin("gpu-quota").display()
+    );
+    let mut c = Command::new("unshare");
+    c.args(["-m", "sh", "-c", &script])
+        .env("GPU_QUOTA_CONFIG", h.config());
+    let o = capture(c);
+    assert_ok(&o, "release under a journald socket");
+    assert!(
+        out(&o).contains("released gone1 (2.00 GiB on GPU 1"),
+        "{}",
+        out(&o)
+    );
+    // the layer's empty probe datagram, then the entry
+    let mut buf = vec![0u8; 65536];
+    let mut n = 0;
+    for _ in 0..3 {
+        n = sock.recv(&mut buf).expect("a journal datagram");
+        if n > 0 {
+            break;
+        }
+    }
+    let msg = journal_fields(&buf[..n]).join("\n");
+    for field in [
+        "EVENT=release",
+        "CONTAINER_ID=gone1",
+        "SYSLOG_IDENTIFIER=gpu-quota",
+        "CAUSE=operator",
+        "GPU=1",
+        &format!("SLICE_BYTES={}", 2 * GIB),
+        "PRIORITY=5", // tracing-journald maps INFO to notice
+    ] {
+        assert!(msg.lines().any(|l| l == field), "{field} in {msg:?}");
+    }
+    assert!(
+        !h.path().join("gq.log").exists(),
+        "with journald present nothing goes to the log file"
+    );
+}
+
+/// The fields of a journald native-protocol datagram as `NAME=value`
+/// (plain `NAME=value\n`, or `NAME\n<u64 LE length><value>\n`).
+fn journal_fields(mut b: &[u8]) -> Vec<String> {
+    let mut out = vec![];
+    while !b.is_empty() {
+        let end = b
+            .iter()
+            .position(|c| *c == b'=' || *c == b'\n')
+            .expect("field name");
+        let name = String::from_utf8_lossy(&b[..end]).into_owned();
+        if b[end] == b'=' {
+            let rest = &b[end + 1..];
+            let nl = rest.iter().position(|c| *c == b'\n').unwrap_or(rest.len());
+            out.push(format!("{name}={}", String::from_utf8_lossy(&rest[..nl])));
+            b = &rest[(nl + 1).min(rest.len())..];
+        } else {
+            let len = u64::from_le_bytes(b[end + 1..end + 9].try_into().unwrap()) as usize;
+            let v = &b[end + 9..end + 9 + len];
+            out.push(format!("{name}={}", String::from_utf8_lossy(v)));
+            b = &b[(end + 10 + len).min(b.len())..];
+        }
+    }
+    out
 }
