@@ -211,7 +211,7 @@ fn draw(f: &mut ratatui::Frame, s: &Snapshot) {
                 gpu.into(),
                 slice.into(),
                 used.into(),
-                format!("{}s", c.age_secs).into(),
+                age(c.age_secs).into(),
             ])
         })
         .collect();
@@ -253,6 +253,16 @@ fn container_cols(c: &ContainerView) -> (String, String, String) {
     (gpu, slice, used)
 }
 
+/// `45s`, `12m03s`, `3h05m`, `2d04h`.
+pub fn age(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
 /// One frame as plain text (no colours, no cursor control).
 pub fn plain(s: &Snapshot) -> String {
     use std::fmt::Write as _;
@@ -291,7 +301,7 @@ pub fn plain(s: &Snapshot) -> String {
         let (gpu, slice, used) = container_cols(c);
         let _ = writeln!(
             o,
-            "{}  {:<24} {:<8} {:<10} {:<5} {:>11} {:>11} {:>6}s",
+            "{}  {:<24} {:<8} {:<10} {:<5} {:>11} {:>11} {:>7}",
             GLYPHS[i % GLYPHS.len()],
             c.id,
             c.state,
@@ -299,7 +309,7 @@ pub fn plain(s: &Snapshot) -> String {
             gpu,
             slice,
             used,
-            c.age_secs
+            age(c.age_secs)
         );
     }
     o
@@ -356,6 +366,14 @@ mod tests {
         assert_eq!(b.len(), 8);
         assert_eq!(b[0], Cell::Slice(0));
         assert!(b[1..].iter().all(|x| *x == Cell::Slice(1)));
+    }
+
+    #[test]
+    fn ages() {
+        assert_eq!(age(45), "45s");
+        assert_eq!(age(723), "12m03s");
+        assert_eq!(age(3 * 3600 + 5 * 60 + 9), "3h05m");
+        assert_eq!(age(2 * 86400 + 4 * 3600), "2d04h");
     }
 
     #[test]
