@@ -99,8 +99,13 @@ RES=$(val 'gpu_quota_gpu_reserved_bytes\{gpu="0"')
 [ "$(val gpu_quota_admissions_total)" = 2 ] && ok "scrape: admissions_total 2" || bad "admissions_total $(val gpu_quota_admissions_total)"
 
 # top: a frame from a real terminal
-TMUX_BIN=${TMUX_BIN:-$(command -v tmux || echo $B/tmux)}
-if [ -x "$TMUX_BIN" ]; then
+if [ -z "${TMUX_BIN:-}" ]; then
+  TMUX_BIN=$(command -v tmux || true)
+  if [ -z "$TMUX_BIN" ] && [ -x $B/tmux ]; then # carried: .gpu-carry/bin/tmux, its libraries in .gpu-carry/lib
+    printf '#!/bin/sh\nexport LD_LIBRARY_PATH=%s\nexec %s "$@"\n' "$C/lib" "$B/tmux" > $W/tmux; chmod +x $W/tmux; TMUX_BIN=$W/tmux
+  fi
+fi
+if [ -n "$TMUX_BIN" ] && [ -x "$TMUX_BIN" ]; then
   TMUXS=1
   $TMUX_BIN -L gqop new-session -d -s top -x 150 -y 32 "GPU_QUOTA_CONFIG=$W/config.toml $B/gpu-quota top; echo \$? > $W/top.rc; sleep 30"
   sleep 2.5
