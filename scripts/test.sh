@@ -20,7 +20,7 @@ passed=0; failed=0; broken=()
 need=()
 T0=$SECONDS
 step() { echo "   ($1: $((SECONDS - T0))s since start)"; }
-for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils protoc:protobuf-compiler; do
+for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils protoc:protobuf-compiler tmux:tmux; do
   command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -27,6 +27,19 @@ pub enum InventorySource {
     Static,
 }
 
+/// Where the runtime, the hook and `gpu-quota` write their event lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogTarget {
+    /// journald when its socket exists, else `log_file`.
+    #[default]
+    Auto,
+    Journald,
+    File,
+    /// No event lines (counters are still kept).
+    Off,
+}
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StaticGpu {
@@ -148,6 +161,11 @@ pub struct Config {
     /// Seconds a reservation may stay without a container process before
     /// it counts as abandoned (a create that crashed).
     pub create_grace_secs: u64,
+    /// Where event lines (admission, refusal, release, reclaim) go.
+    pub log: LogTarget,
+    /// The log file when journald is absent (or `log = "file"`); appended
+    /// to, never followed through a symlink.
+    pub log_file: PathBuf,
     pub driver: DriverConfig,
     pub inventory: InventoryConfig,
 }
@@ -166,6 +184,8 @@ impl Default for Config {
             gpus: vec![],
             env_requests: false,
             create_grace_secs: 120,
+            log: LogTarget::Auto,
+            log_file: "/var/log/gpu-quota.log".into(),
             driver: DriverConfig::default(),
             inventory: InventoryConfig::default(),
         }
@@ -299,6 +319,8 @@ reserve = "1g"
 context_overhead = "512m"
 placement = "spread"
 env_requests = true
+log = "file"
+log_file = "/tmp/gq.log"
 gpus = ["0", "GPU-abc"]
 [driver]
 dev_root = "/tmp/dev"
@@ -312,6 +334,9 @@ memory = "16g"
 "#;
         let c = Config::parse(s, Path::new("x.toml")).unwrap();
         assert_eq!(c.placement, Policy::Spread);
+        assert_eq!(c.log, LogTarget::File);
+        assert_eq!(c.log_file, PathBuf::from("/tmp/gq.log"));
+        assert_eq!(Config::default().log, LogTarget::Auto);
         assert_eq!(c.env_policy(), crate::request::EnvRequests::Allowed);
         assert_eq!(
             Config::default().env_policy(),

@@ -492,7 +492,7 @@ pub fn describe_slices(s: &[Slice]) -> String {
         .join(", ")
 }
 
-fn describe_request(req: &Request) -> String {
+pub fn describe_request(req: &Request) -> String {
     use crate::request::GpuSelector;
     let v = match req.vram {
         crate::units::Size::Bytes(b) => human(b),

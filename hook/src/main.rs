@@ -22,7 +22,7 @@ mod measure;
 use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{
     config::Config,
-    driver,
+    driver, events,
     ledger::Key,
     mountplan, paths,
     rootfs::{MountEffects, Rootfs},
@@ -165,6 +165,13 @@ fn poststop() -> Result<()> {
         id: &ctx.id,
         bundle: &ctx.bundle.to_string_lossy(),
     })?;
+    let engine = events::engine_of(gone.first().and_then(|r| r.runtime_root.as_deref()));
+    let src = events::Source {
+        program: "gpu-quota-hook",
+        engine,
+        cause: "poststop",
+    };
+    events::released(&cfg, src, &gone);
     for r in gone {
         state::remove(&state::container_dir(&cfg, &r))?;
     }

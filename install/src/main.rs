@@ -3,12 +3,19 @@
 //! * `install ENGINE` / `uninstall ENGINE` register or remove the runtime in
 //!   docker, containerd, podman or CRI-O configuration (module `engines`).
 //! * `ls`, `gc`, `doctor`, `metrics` read and maintain the host ledger
-//!   (module `ops`).
+//!   (module `ops`); `metrics --listen` serves them (`metrics_server`).
+//! * `release ID` gives back one reservation by hand (`release`); `top` is
+//!   a live view (`top`); both read a `snapshot` of the host.
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod engines;
+mod metrics;
+mod metrics_server;
 mod ops;
+mod release;
+mod snapshot;
+mod top;
 
 #[derive(Parser)]
 #[command(
@@ -33,8 +40,12 @@ enum Cmd {
     Gc(ops::GcArgs),
     /// Check the host: driver, NVML, device nodes, libraries, runc, ledger, engines.
     Doctor(ops::DoctorArgs),
-    /// Print Prometheus text-format metrics for the ledger and per-container usage.
+    /// Prometheus metrics for the GPUs, slices, containers and events (printed once, or served with --listen).
     Metrics(ops::MetricsArgs),
+    /// Release one container's reservation by hand (asks first; refuses for a running container unless --force).
+    Release(release::ReleaseArgs),
+    /// Live view of each GPU's slices and physical use, and the containers holding them.
+    Top(top::TopArgs),
 }
 
 fn main() {
@@ -46,6 +57,8 @@ fn main() {
         Cmd::Gc(a) => ops::gc(&a),
         Cmd::Doctor(a) => ops::doctor(&a),
         Cmd::Metrics(a) => ops::metrics(&a),
+        Cmd::Release(a) => release::release(&a),
+        Cmd::Top(a) => top::top(&a),
     };
     if let Err(e) = r {
         eprintln!("gpu-quota: error: {e:#}");

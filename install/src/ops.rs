@@ -4,7 +4,6 @@ use gpuquota_core::{
     config::Config, driver, fsutil, inventory::describe, ledger::LedgerData, ledger::Reservation,
     paths, units::human, usage, Inventory, Ledger,
 };
-use std::fmt::Write as _;
 
 #[derive(clap::Args)]
 pub struct LsArgs {
@@ -24,9 +23,14 @@ pub struct GcArgs {
 #[derive(clap::Args)]
 pub struct DoctorArgs {}
 #[derive(clap::Args)]
-pub struct MetricsArgs {}
+pub struct MetricsArgs {
+    /// Serve /metrics and /healthz over HTTP on this address (e.g.
+    /// 127.0.0.1:9400) instead of printing once.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+}
 
-fn load() -> Result<(Config, Ledger)> {
+pub(crate) fn load() -> Result<(Config, Ledger)> {
     let path = Config::path_from_env();
     let cfg = Config::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let l = Ledger::new(&cfg);
@@ -188,19 +192,21 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             .filter(|r| ledger.is_stale(r, now))
             .collect()
     } else {
-        ledger.gc()?
+        let gone = ledger.gc()?;
+        gpuquota_core::events::reclaimed(&cfg, cli_source("gc"), &gone);
+        gone
     };
     for r in &gone {
         println!(
-            "{} {} ({}{})",
-            if a.dry_run {
-                "would reclaim"
-            } else {
-                "reclaimed"
-            },
-            r.container_id,
-            gpuquota_core::ledger::describe_slices(&r.slices),
-            r.pid.map(|p| format!(", pid {p} gone")).unwrap_or_default()
+            "{}",
+            describe_reclaim(
+                if a.dry_run {
+                    "would reclaim"
+                } else {
+                    "reclaimed"
+                },
+                r
+            )
         );
         if !a.dry_run && gpuquota_core::state::valid_container_id(&r.container_id) {
             let _ = gpuquota_core::state::remove(&gpuquota_core::state::container_dir(&cfg, r));
@@ -232,6 +238,25 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `VERB ID (SLICES[, pid N gone])`: the line `gc` and `release` print.
+pub(crate) fn describe_reclaim(verb: &str, r: &Reservation) -> String {
+    format!(
+        "{verb} {} ({}{})",
+        r.container_id,
+        gpuquota_core::ledger::describe_slices(&r.slices),
+        r.pid.map(|p| format!(", pid {p} gone")).unwrap_or_default()
+    )
+}
+
+/// Events recorded by this CLI (`gc`, `release`).
+pub(crate) fn cli_source(cause: &str) -> gpuquota_core::events::Source<'_> {
+    gpuquota_core::events::Source {
+        program: "gpu-quota",
+        engine: "operator",
+        cause,
+    }
 }
 
 pub fn doctor(_: &DoctorArgs) -> Result<()> {
@@ -393,125 +418,18 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
     Ok(())
 }
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-pub fn metrics(_: &MetricsArgs) -> Result<()> {
-    let (cfg, ledger) = load()?;
-    let (data, _) = read_only(&cfg, &ledger)?;
-    let mut o = String::new();
-    let gauge = |o: &mut String, name: &str, help: &str| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-    };
-    // Without the GPU inventory (no NVML, ...) the per-GPU series are absent, and what the
-    // ledger knows is still exported, with the error as a gauge.
-    let inv = Inventory::load(&cfg);
-    gauge(
-        &mut o,
-        "gpu_quota_inventory_up",
-        "1 if the GPU inventory (NVML or the static one) could be read, else 0.",
-    );
-    let _ = writeln!(o, "gpu_quota_inventory_up {}", u8::from(inv.is_ok()));
-    if let Err(e) = &inv {
-        gauge(
-            &mut o,
-            "gpu_quota_inventory_error",
-            "Why the GPU inventory could not be read (1, with the error as a label).",
-        );
-        let _ = writeln!(
-            o,
-            "gpu_quota_inventory_error{{error=\"{}\"}} 1",
-            esc(&e.to_string())
-        );
+pub fn metrics(a: &MetricsArgs) -> Result<()> {
+    let (cfg, _) = load()?;
+    if let Some(addr) = a.listen {
+        return crate::metrics_server::serve(&cfg, addr);
+    }
+    let snap = crate::snapshot::take(&cfg, &crate::snapshot::Nvml::init());
+    print!("{}", crate::metrics::render(&snap));
+    if let Some(e) = &snap.inventory_error {
         eprintln!("gpu-quota: warning: no GPU inventory ({e}); exporting the ledger only");
     }
-    let rows = inv
-        .as_ref()
-        .map(|inv| gpu_rows(&cfg, inv, &data))
-        .unwrap_or_default();
-    type PerGpu = fn(&GpuRow) -> u64;
-    let per_gpu: [(&str, &str, PerGpu); 3] = [
-        (
-            "gpu_quota_gpu_capacity_bytes",
-            "Memory of the GPU that may be handed out (total minus reserve).",
-            |g| g.capacity,
-        ),
-        (
-            "gpu_quota_gpu_reserved_bytes",
-            "Sum of the slices handed out on the GPU.",
-            |g| g.reserved,
-        ),
-        (
-            "gpu_quota_gpu_containers",
-            "Containers holding a slice of the GPU.",
-            |g| g.holders as u64,
-        ),
-    ];
-    for (name, help, value) in per_gpu {
-        gauge(&mut o, name, help);
-        for g in &rows {
-            let _ = writeln!(
-                o,
-                "{name}{{gpu=\"{}\",uuid=\"{}\",simulated=\"{}\"}} {}",
-                g.index,
-                g.uuid,
-                g.simulated,
-                value(g)
-            );
-        }
+    if let Some(e) = snap.ledger_error {
+        anyhow::bail!("{e}");
     }
-    gauge(
-        &mut o,
-        "gpu_quota_container_slice_bytes",
-        "Slice of a container on a GPU.",
-    );
-    for r in &data.reservations {
-        for s in &r.slices {
-            let _ = writeln!(
-                o,
-                "gpu_quota_container_slice_bytes{{container=\"{}\",gpu=\"{}\"}} {}",
-                esc(&r.container_id),
-                s.index,
-                s.bytes
-            );
-        }
-    }
-    gauge(
-        &mut o,
-        "gpu_quota_container_used_bytes",
-        "Device memory in use by the container's processes (from the interceptor).",
-    );
-    let _ = writeln!(
-        o,
-        "# (absent for containers whose processes have not used CUDA yet)"
-    );
-    for r in &data.reservations {
-        if let Some(u) = container_used(&cfg, r) {
-            for (i, s) in r.slices.iter().enumerate() {
-                let _ = writeln!(
-                    o,
-                    "gpu_quota_container_used_bytes{{container=\"{}\",gpu=\"{}\"}} {}",
-                    esc(&r.container_id),
-                    s.index,
-                    u.used.get(i).copied().unwrap_or(0)
-                );
-            }
-        }
-    }
-    let _ = writeln!(o, "# HELP gpu_quota_container_refusals_total Allocations refused by the interceptor.\n# TYPE gpu_quota_container_refusals_total counter");
-    for r in &data.reservations {
-        if let Some(u) = container_used(&cfg, r) {
-            let _ = writeln!(
-                o,
-                "gpu_quota_container_refusals_total{{container=\"{}\"}} {}",
-                esc(&r.container_id),
-                u.refusals
-            );
-        }
-    }
-    print!("{o}");
     Ok(())
 }

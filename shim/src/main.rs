@@ -12,7 +12,7 @@ mod report;
 use anyhow::{anyhow, Context, Result};
 use gpuquota_core::{
     config::Config,
-    devices, fsutil,
+    devices, events, fsutil,
     ledger::Key,
     paths,
     request::{self, EnvRequests},
@@ -116,7 +116,20 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         .as_ref()
         .map(Config::env_policy)
         .unwrap_or(EnvRequests::Allowed);
-    let Some(req) = Request::from_config(&config, policy)? else {
+    let req = Request::from_config(&config, policy);
+    if let (Err(e), Ok(cfg)) = (&req, &cfg) {
+        let request = format!("{}={}", e.origin, e.value);
+        let id = a.id.as_deref().unwrap_or("");
+        events::refused(
+            cfg,
+            source(a, "create"),
+            id,
+            &request,
+            "invalid_request",
+            &e.to_string(),
+        );
+    }
+    let Some(req) = req? else {
         let ignored = request::env_request_vars(&request::config_env(&config));
         if !ignored.is_empty() && policy == EnvRequests::Ignored {
             report::warning(
@@ -158,6 +171,21 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     );
     for gone in &reclaimed {
         let _ = state::remove(&state::container_dir(&cfg, gone));
+    }
+    events::reclaimed(&cfg, source(a, "admission"), &reclaimed);
+    match &admitted {
+        Ok(r) => events::admitted(&cfg, source(a, "create"), r),
+        Err(e) => {
+            let request = gpuquota_core::ledger::describe_request(&req);
+            events::refused(
+                &cfg,
+                source(a, "create"),
+                &id,
+                &request,
+                events::reason_of(e),
+                &e.to_string(),
+            );
+        }
     }
     let r = admitted?;
     let key = Key::Root {
@@ -203,7 +231,8 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         Ok(())
     })();
     if let Err(e) = patched {
-        let _ = ledger.release(key.clone());
+        let gone = ledger.release(key.clone()).unwrap_or_default();
+        events::released(&cfg, source(a, "create-failed"), &gone);
         let _ = state::remove(&state::container_dir(&cfg, &r));
         return Err(e);
     }
@@ -225,7 +254,14 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     let foreground_run = a.command.as_deref() == Some("run") && !a.detach;
     if code != 0 || foreground_run {
         // the container never started, or `runc run` already deleted it
-        for r in ledger.release(key).unwrap_or_default() {
+        let gone = ledger.release(key).unwrap_or_default();
+        let cause = if code != 0 {
+            "runc-failed"
+        } else {
+            "run-exited"
+        };
+        events::released(&cfg, source(a, cause), &gone);
+        for r in gone {
             let _ = state::remove(&state::container_dir(&cfg, &r));
         }
     }
@@ -288,12 +324,22 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
                     root: Some(&root),
                 })
                 .unwrap_or_default();
+            events::released(&cfg, source(a, "delete"), &gone);
             for r in gone {
                 let _ = state::remove(&state::container_dir(&cfg, &r));
             }
         }
     }
     Ok(code)
+}
+
+/// Who records an event: this runtime, for the engine behind its runc root.
+fn source<'a>(a: &'a args::RuncArgs, cause: &'a str) -> events::Source<'a> {
+    events::Source {
+        program: "gpu-quota-runtime",
+        engine: events::engine_of(Some(a.root.as_deref().unwrap_or(DEFAULT_RUNC_ROOT))),
+        cause,
+    }
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);

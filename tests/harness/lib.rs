@@ -167,7 +167,7 @@ impl Host {
             p
         });
         let mut cfg = format!(
-            "ledger_dir = \"{d}/ledger\"\nstate_dir = \"{d}/state\"\ninterceptor = \"{i}\"\nhook = \"{h}\"\ncreate_grace_secs = 5\n{extra}\n[driver]\ndev_root = \"{d}/dev\"\nlib_dirs = [\"{l}\"]\nbin_dirs = [\"{d}/bin\"]\n",
+            "ledger_dir = \"{d}/ledger\"\nstate_dir = \"{d}/state\"\ninterceptor = \"{i}\"\nhook = \"{h}\"\ncreate_grace_secs = 5\nlog_file = \"{d}/gq.log\"\n{extra}\n[driver]\ndev_root = \"{d}/dev\"\nlib_dirs = [\"{l}\"]\nbin_dirs = [\"{d}/bin\"]\n",
             d = d.display(),
             i = interceptor.display(),
             h = bin("gpu-quota-hook").display(),

@@ -1,0 +1,389 @@
+//! Operator events: for each admission, refusal, release and reclaim, one
+//! structured log line (through `tracing`) and one increment of the
+//! persistent counters (`counters`).
+//!
+//! Lines go to journald when its socket exists (`log = "auto"`, the
+//! default) and otherwise to `log_file`, appended with `O_NOFOLLOW`, as one
+//! JSON object per line. Never to the process's stdout/stderr: the runtime
+//! and the hook share those with runc and the container. Recording is
+//! best effort: a log or counter that cannot be written never fails a
+//! container operation.
+use crate::config::{Config, LogTarget};
+use crate::counters::{self, Bump};
+use crate::ledger::{LedgerError, Reservation};
+use crate::placement::PlacementError;
+use std::path::Path;
+
+pub const JOURNALD_SOCKET: &str = "/run/systemd/journal/socket";
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Admission,
+    Refusal,
+    Release,
+    Reclaim,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Admission => "admission",
+            Kind::Refusal => "refusal",
+            Kind::Release => "release",
+            Kind::Reclaim => "reclaim",
+        }
+    }
+}
+
+/// Who records it: `program` is the binary, `engine` the container
+/// engine behind it (see `engine_of`), `cause` why (e.g. "delete",
+/// "poststop", "runc-failed", "gc", "operator", "admission").
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    pub program: &'a str,
+    pub engine: &'a str,
+    pub cause: &'a str,
+}
+
+/// Where the lines go for this config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sink {
+    Journald,
+    File(std::path::PathBuf),
+    Off,
+}
+
+pub fn sink(cfg: &Config, journald_socket: &Path) -> Sink {
+    match cfg.log {
+        LogTarget::Off => Sink::Off,
+        LogTarget::Journald => Sink::Journald,
+        LogTarget::File => Sink::File(cfg.log_file.clone()),
+        LogTarget::Auto if journald_socket.exists() => Sink::Journald,
+        LogTarget::Auto => Sink::File(cfg.log_file.clone()),
+    }
+}
+
+/// The engine behind a runc `--root` (a best guess from the engines'
+/// default roots; "runc" when nothing matches).
+pub fn engine_of(runc_root: Option<&str>) -> &'static str {
+    let r = runc_root.unwrap_or("");
+    if r.starts_with("/run/docker") || r.starts_with("/var/run/docker") {
+        "docker"
+    } else if r.contains("containerd") || r.contains("k8s.io") || r.contains("moby") {
+        "containerd"
+    } else if r.contains("libpod") || r.contains("podman") {
+        "podman"
+    } else if r.contains("crio") || r.contains("cri-o") {
+        "crio"
+    } else {
+        "runc"
+    }
+}
+
+/// The reason label of a refused admission (stable: it is a metric label).
+pub fn reason_of(e: &LedgerError) -> &'static str {
+    match e {
+        LedgerError::Refused { err, .. } => match **err {
+            PlacementError::NoGpus => "no_gpus",
+            PlacementError::UnknownGpu { .. } => "unknown_gpu",
+            PlacementError::NotSliceable { .. } => "not_sliceable",
+            PlacementError::Duplicate { .. } => "invalid_request",
+            PlacementError::NotEnoughGpus { .. } => "not_enough_gpus",
+            PlacementError::TooLarge { .. } => "too_large",
+            PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
+        },
+        LedgerError::Duplicate { .. } => "duplicate",
+        LedgerError::Corrupt { .. } => "ledger_corrupt",
+        LedgerError::TooNew { .. } => "ledger_too_new",
+        LedgerError::Io { .. } => "ledger_io",
+        LedgerError::NoReservation { .. } => "no_reservation",
+    }
+}
+
+fn slices_fields(r: &Reservation) -> (String, String, u64) {
+    let gpus = r
+        .slices
+        .iter()
+        .map(|s| s.index.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let uuids = r
+        .slices
+        .iter()
+        .map(|s| s.uuid.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let bytes = r.slices.first().map(|s| s.bytes).unwrap_or(0);
+    (gpus, uuids, bytes)
+}
+
+/// A container was admitted.
+pub fn admitted(cfg: &Config, src: Source<'_>, r: &Reservation) {
+    let _ = counters::bump(&cfg.ledger_dir, Bump::Admission);
+    emit_reservation(cfg, src, Kind::Admission, r, "");
+}
+
+/// A request was refused (`reason` is a stable label, `message` the text
+/// the user saw).
+pub fn refused(
+    cfg: &Config,
+    src: Source<'_>,
+    container_id: &str,
+    request: &str,
+    reason: &str,
+    message: &str,
+) {
+    let _ = counters::bump(&cfg.ledger_dir, Bump::Refusal(reason));
+    emit(cfg, src, &|| {
+        tracing::warn!(
+            event = Kind::Refusal.as_str(),
+            container_id,
+            engine = src.engine,
+            program = src.program,
+            cause = src.cause,
+            request,
+            reason,
+            message,
+        )
+    });
+}
+
+/// Slices were given back by their container (delete, poststop, a
+/// failed create) or by the operator.
+pub fn released(cfg: &Config, src: Source<'_>, rs: &[Reservation]) {
+    if rs.is_empty() {
+        return;
+    }
+    let _ = counters::bump(&cfg.ledger_dir, Bump::Release(rs.len() as u64));
+    for r in rs {
+        emit_reservation(cfg, src, Kind::Release, r, "");
+    }
+}
+
+/// Slices of containers that are gone were taken back.
+pub fn reclaimed(cfg: &Config, src: Source<'_>, rs: &[Reservation]) {
+    if rs.is_empty() {
+        return;
+    }
+    let _ = counters::bump(&cfg.ledger_dir, Bump::Reclaim(rs.len() as u64));
+    for r in rs {
+        emit_reservation(cfg, src, Kind::Reclaim, r, "container gone");
+    }
+}
+
+fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, reason: &str) {
+    let (gpu, uuid, slice_bytes) = slices_fields(r);
+    let total_bytes: u64 = r.slices.iter().map(|s| s.bytes).sum();
+    let pid = r.pid.unwrap_or(0);
+    let age_secs = crate::fsutil::now_unix().saturating_sub(r.created_unix);
+    emit(cfg, src, &|| {
+        tracing::info!(
+            event = kind.as_str(),
+            container_id = r.container_id.as_str(),
+            engine = src.engine,
+            program = src.program,
+            cause = src.cause,
+            gpu = gpu.as_str(),
+            uuid = uuid.as_str(),
+            slice_bytes,
+            total_bytes,
+            request = r.request.as_str(),
+            pid,
+            age_secs,
+            reason,
+            "{} {} ({})",
+            kind.as_str(),
+            r.container_id,
+            crate::ledger::describe_slices(&r.slices)
+        )
+    });
+}
+
+/// Run `f` (one tracing event) with a subscriber for this config's sink.
+fn emit(cfg: &Config, src: Source<'_>, f: &dyn Fn()) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let d = match sink(cfg, Path::new(JOURNALD_SOCKET)) {
+        Sink::Off => return,
+        Sink::Journald => match tracing_journald::layer() {
+            Ok(l) => tracing::Dispatch::new(
+                tracing_subscriber::registry().with(
+                    l.with_syslog_identifier(src.program.into())
+                        .with_field_prefix(None),
+                ),
+            ),
+            Err(_) => match file_dispatch(&cfg.log_file) {
+                Some(d) => d,
+                None => return,
+            },
+        },
+        Sink::File(p) => match file_dispatch(&p) {
+            Some(d) => d,
+            None => return,
+        },
+    };
+    tracing::dispatcher::with_default(&d, f);
+}
+
+fn file_dispatch(p: &Path) -> Option<tracing::Dispatch> {
+    let f = open_log(p).ok()?;
+    let sub = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_target(false)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(f))
+        .finish();
+    Some(tracing::Dispatch::new(sub))
+}
+
+/// Open the log for appending: created 0640 when missing, never through a
+/// symlink, only a regular file.
+pub fn open_log(p: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", p.display()),
+        ));
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::ResState;
+    use crate::placement::Slice;
+
+    fn res(id: &str) -> Reservation {
+        Reservation {
+            container_id: id.into(),
+            runtime_root: None,
+            bundle: "/b".into(),
+            slices: vec![Slice {
+                index: 1,
+                uuid: "GPU-1".into(),
+                bytes: 4 << 30,
+            }],
+            request: "vram=4.00 GiB".into(),
+            created_unix: 0,
+            started_unix: None,
+            pid: Some(42),
+            pid_start: None,
+            state: ResState::Running,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+        }
+    }
+    const SRC: Source = Source {
+        program: "gpu-quota-runtime",
+        engine: "docker",
+        cause: "test",
+    };
+
+    fn cfg(d: &Path, log: LogTarget) -> Config {
+        Config {
+            ledger_dir: d.join("ledger"),
+            log,
+            log_file: d.join("gq.log"),
+            ..Config::default()
+        }
+    }
+
+    fn lines(p: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect(l))
+            .collect()
+    }
+
+    #[test]
+    fn one_json_line_per_event_with_the_fields_and_counters() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path(), LogTarget::File);
+        admitted(&c, SRC, &res("c1"));
+        refused(&c, SRC, "c2", "vram=99g", "does_not_fit", "only 0 B free");
+        released(&c, SRC, &[res("c1")]);
+        reclaimed(&c, SRC, &[res("c3"), res("c4")]);
+        released(&c, SRC, &[]);
+        let l = lines(&c.log_file);
+        assert_eq!(l.len(), 5, "{l:?}");
+        assert_eq!(l[0]["event"], "admission");
+        assert_eq!(l[0]["container_id"], "c1");
+        assert_eq!(l[0]["engine"], "docker");
+        assert_eq!(l[0]["gpu"], "1");
+        assert_eq!(l[0]["uuid"], "GPU-1");
+        assert_eq!(l[0]["slice_bytes"], 4u64 << 30);
+        assert_eq!(l[0]["level"], "INFO");
+        assert_eq!(l[0]["message"], "admission c1 (4.00 GiB on GPU 1)");
+        assert!(l[0]["timestamp"].is_string());
+        assert_eq!(l[1]["event"], "refusal");
+        assert_eq!(l[1]["reason"], "does_not_fit");
+        assert_eq!(l[1]["request"], "vram=99g");
+        assert_eq!(l[1]["level"], "WARN");
+        assert_eq!(l[2]["event"], "release");
+        assert_eq!(l[3]["event"], "reclaim");
+        assert_eq!(l[4]["container_id"], "c4");
+        let n = counters::read(&c.ledger_dir).unwrap();
+        assert_eq!(
+            (
+                n.admissions,
+                n.refusals["does_not_fit"],
+                n.releases,
+                n.reclaims
+            ),
+            (1, 1, 1, 2)
+        );
+    }
+
+    #[test]
+    fn off_writes_no_line_but_still_counts() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path(), LogTarget::Off);
+        admitted(&c, SRC, &res("c1"));
+        assert!(!c.log_file.exists());
+        assert_eq!(counters::read(&c.ledger_dir).unwrap().admissions, 1);
+    }
+
+    #[test]
+    fn the_log_is_never_written_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path(), LogTarget::File);
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"").unwrap();
+        std::os::unix::fs::symlink(&victim, &c.log_file).unwrap();
+        admitted(&c, SRC, &res("c1"));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"");
+    }
+
+    #[test]
+    fn auto_picks_journald_only_when_its_socket_exists() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path(), LogTarget::Auto);
+        let sock = d.path().join("socket");
+        assert_eq!(sink(&c, &sock), Sink::File(c.log_file.clone()));
+        std::fs::write(&sock, b"").unwrap();
+        assert_eq!(sink(&c, &sock), Sink::Journald);
+        assert_eq!(sink(&cfg(d.path(), LogTarget::Off), &sock), Sink::Off);
+    }
+
+    #[test]
+    fn engines_from_runc_roots() {
+        assert_eq!(engine_of(Some("/run/docker/runtime-runc/moby")), "docker");
+        assert_eq!(engine_of(Some("/run/containerd/runc/k8s.io")), "containerd");
+        assert_eq!(engine_of(Some("/run/user/0/libpod/runc")), "podman");
+        assert_eq!(engine_of(Some("/run/runc")), "runc");
+        assert_eq!(engine_of(None), "runc");
+    }
+}

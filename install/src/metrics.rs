@@ -1,0 +1,305 @@
+//! Prometheus text exposition (format 0.0.4) of a `Snapshot`.
+//!
+//! Names follow the Prometheus conventions (`_bytes`, `_seconds`,
+//! `_total`); per-GPU series carry `gpu` (the index, as DCGM exporter's
+//! `gpu` label) and `uuid`, and `gpu_quota_gpu_info` carries DCGM's own
+//! `UUID` and `modelName` labels so that one dashboard can join
+//! `DCGM_FI_DEV_FB_USED` with these series. Every family is written with
+//! its HELP and TYPE even when it has no sample yet.
+use crate::snapshot::Snapshot;
+use std::fmt::Write as _;
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Escape a label value.
+pub fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
+        let l: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+            .collect();
+        if l.is_empty() {
+            let _ = writeln!(self.0, "{name} {v}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{}}} {v}", l.join(","));
+        }
+    }
+}
+
+pub fn render(s: &Snapshot) -> String {
+    let mut o = Out(String::new());
+    o.family(
+        "gpu_quota_ledger_ok",
+        "gauge",
+        "1 when the ledger and the GPU inventory could be read for this scrape, else 0.",
+    );
+    let ok = s.ledger_error.is_none() && s.inventory_error.is_none();
+    o.sample("gpu_quota_ledger_ok", &[], ok as u8);
+    // Without the GPU inventory (no NVML, ...) the per-GPU series are
+    // absent; what the ledger knows is still exported, with the error.
+    o.family(
+        "gpu_quota_inventory_up",
+        "gauge",
+        "1 if the GPU inventory (NVML or the static one) could be read, else 0.",
+    );
+    o.sample(
+        "gpu_quota_inventory_up",
+        &[],
+        s.inventory_error.is_none() as u8,
+    );
+    if let Some(e) = &s.inventory_error {
+        o.family(
+            "gpu_quota_inventory_error",
+            "gauge",
+            "Why the GPU inventory could not be read (1, with the error as a label).",
+        );
+        o.sample("gpu_quota_inventory_error", &[("error", e)], 1);
+    }
+
+    o.family(
+        "gpu_quota_gpu_info",
+        "gauge",
+        "One series per GPU carrying DCGM exporter's label names (gpu, UUID, modelName).",
+    );
+    for g in &s.gpus {
+        let i = g.index.to_string();
+        let sim = g.simulated.to_string();
+        o.sample(
+            "gpu_quota_gpu_info",
+            &[
+                ("gpu", &i),
+                ("UUID", &g.uuid),
+                ("modelName", &g.name),
+                ("simulated", &sim),
+            ],
+            1,
+        );
+    }
+    type PerGpu = fn(&crate::snapshot::GpuView) -> Option<u64>;
+    let per_gpu: [(&str, &str, PerGpu); 6] = [
+        ("gpu_quota_gpu_total_bytes", "Memory of the GPU.", |g| {
+            Some(g.total)
+        }),
+        (
+            "gpu_quota_gpu_reserve_bytes",
+            "Memory kept free on the GPU (config `reserve`), never handed out.",
+            |g| Some(g.reserve),
+        ),
+        (
+            "gpu_quota_gpu_capacity_bytes",
+            "Memory of the GPU that may be handed out (total minus reserve).",
+            |g| Some(g.capacity),
+        ),
+        (
+            "gpu_quota_gpu_reserved_bytes",
+            "Sum of the slices handed out on the GPU.",
+            |g| Some(g.reserved),
+        ),
+        (
+            "gpu_quota_gpu_used_bytes",
+            "Memory physically in use on the GPU, all processes (NVML; absent without NVML).",
+            |g| g.used,
+        ),
+        (
+            "gpu_quota_gpu_containers",
+            "Containers holding a slice of the GPU.",
+            |g| Some(g.holders as u64),
+        ),
+    ];
+    for (name, help, value) in per_gpu {
+        o.family(name, "gauge", help);
+        for g in &s.gpus {
+            if let Some(v) = value(g) {
+                let i = g.index.to_string();
+                let sim = g.simulated.to_string();
+                o.sample(
+                    name,
+                    &[("gpu", &i), ("uuid", &g.uuid), ("simulated", &sim)],
+                    v,
+                );
+            }
+        }
+    }
+
+    o.family(
+        "gpu_quota_container_info",
+        "gauge",
+        "One series per container holding a slice: its state (running, reserved, stale), engine and request.",
+    );
+    for c in &s.containers {
+        o.sample(
+            "gpu_quota_container_info",
+            &[
+                ("container", &c.id),
+                ("state", c.state),
+                ("engine", c.engine),
+                ("request", &c.request),
+            ],
+            1,
+        );
+    }
+    o.family(
+        "gpu_quota_container_slice_bytes",
+        "gauge",
+        "Slice of a container on a GPU.",
+    );
+    for c in &s.containers {
+        for sl in &c.slices {
+            let i = sl.index.to_string();
+            o.sample(
+                "gpu_quota_container_slice_bytes",
+                &[("container", &c.id), ("gpu", &i)],
+                sl.bytes,
+            );
+        }
+    }
+    o.family(
+        "gpu_quota_container_used_bytes",
+        "gauge",
+        "Device memory in use by the container's processes on a GPU (from the interceptor; absent before the container used CUDA).",
+    );
+    for c in &s.containers {
+        for sl in &c.slices {
+            if let Some(u) = sl.used {
+                let i = sl.index.to_string();
+                o.sample(
+                    "gpu_quota_container_used_bytes",
+                    &[("container", &c.id), ("gpu", &i)],
+                    u,
+                );
+            }
+        }
+    }
+    o.family(
+        "gpu_quota_container_age_seconds",
+        "gauge",
+        "Seconds since the container's slice was admitted.",
+    );
+    for c in &s.containers {
+        o.sample(
+            "gpu_quota_container_age_seconds",
+            &[("container", &c.id)],
+            c.age_secs,
+        );
+    }
+    o.family(
+        "gpu_quota_container_refusals_total",
+        "counter",
+        "Allocations refused by the interceptor inside the container.",
+    );
+    for c in &s.containers {
+        if let Some(n) = c.refusals {
+            o.sample(
+                "gpu_quota_container_refusals_total",
+                &[("container", &c.id)],
+                n,
+            );
+        }
+    }
+
+    let k = &s.counters;
+    o.family(
+        "gpu_quota_admissions_total",
+        "counter",
+        "Containers admitted with a slice (kept across restarts in <ledger_dir>/counters.json).",
+    );
+    o.sample("gpu_quota_admissions_total", &[], k.admissions);
+    o.family(
+        "gpu_quota_admission_refusals_total",
+        "counter",
+        "Requests refused before the container started, by reason.",
+    );
+    for (reason, n) in &k.refusals {
+        o.sample(
+            "gpu_quota_admission_refusals_total",
+            &[("reason", reason)],
+            n,
+        );
+    }
+    o.family(
+        "gpu_quota_releases_total",
+        "counter",
+        "Slices given back (container deleted, create failed, or `gpu-quota release`).",
+    );
+    o.sample("gpu_quota_releases_total", &[], k.releases);
+    o.family(
+        "gpu_quota_reclaims_total",
+        "counter",
+        "Slices of containers that were gone, taken back at admission or by `gpu-quota gc`.",
+    );
+    o.sample("gpu_quota_reclaims_total", &[], k.reclaims);
+    o.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{ContainerView, GpuView, SliceView};
+
+    #[test]
+    fn families_samples_and_escaping() {
+        let mut s = Snapshot::default();
+        s.gpus.push(GpuView {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "NVIDIA \"H200\"".into(),
+            simulated: false,
+            total: 100,
+            reserve: 10,
+            capacity: 90,
+            reserved: 40,
+            holders: 1,
+            used: Some(55),
+        });
+        s.containers.push(ContainerView {
+            id: "c\\1".into(),
+            state: "running",
+            engine: "docker",
+            request: "vram=40 B".into(),
+            age_secs: 7,
+            slices: vec![SliceView {
+                index: 0,
+                uuid: "GPU-0".into(),
+                bytes: 40,
+                used: None,
+            }],
+            refusals: None,
+        });
+        s.counters.admissions = 3;
+        s.counters.refusals.insert("does_not_fit".into(), 2);
+        let t = render(&s);
+        for line in [
+            "gpu_quota_ledger_ok 1",
+            "gpu_quota_gpu_info{gpu=\"0\",UUID=\"GPU-0\",modelName=\"NVIDIA \\\"H200\\\"\",simulated=\"false\"} 1",
+            "gpu_quota_gpu_used_bytes{gpu=\"0\",uuid=\"GPU-0\",simulated=\"false\"} 55",
+            "gpu_quota_gpu_reserve_bytes{gpu=\"0\",uuid=\"GPU-0\",simulated=\"false\"} 10",
+            "gpu_quota_container_slice_bytes{container=\"c\\\\1\",gpu=\"0\"} 40",
+            "gpu_quota_container_age_seconds{container=\"c\\\\1\"} 7",
+            "gpu_quota_admissions_total 3",
+            "gpu_quota_admission_refusals_total{reason=\"does_not_fit\"} 2",
+            "# TYPE gpu_quota_releases_total counter",
+        ] {
+            assert!(t.lines().any(|l| l == line), "{line} in\n{t}");
+        }
+        assert!(
+            !t.contains("gpu_quota_container_used_bytes{"),
+            "no usage sample before CUDA ran"
+        );
+        s.ledger_error = Some("corrupt".into());
+        s.gpus[0].used = None;
+        let t = render(&s);
+        assert!(t.lines().any(|l| l == "gpu_quota_ledger_ok 0"));
+        assert!(!t.contains("gpu_quota_gpu_used_bytes{"));
+    }
+}

@@ -1,0 +1,106 @@
+//! `gpu-quota release ID`: give back one container's reservation by hand.
+//!
+//! Asks first unless `--yes`; refuses while the container still runs
+//! unless `--force`. The check is made again under the ledger's lock, so
+//! a reservation that changed in between (a container that was recreated
+//! under the same id) is left alone. Prints the same lines as `gc`.
+use crate::ops::{cli_source, describe_reclaim, load};
+use anyhow::{bail, Result};
+use gpuquota_core::{events, fsutil, ledger::describe_slices, state, Reservation};
+use std::io::BufRead;
+
+#[derive(clap::Args)]
+pub struct ReleaseArgs {
+    /// Container id, as `gpu-quota ls` shows it.
+    pub id: String,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Release even though the container still runs (its processes keep
+    /// the GPU; the ledger stops counting their slice).
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn release(a: &ReleaseArgs) -> Result<()> {
+    let (cfg, ledger) = load()?;
+    let now = fsutil::now_unix();
+    let found: Vec<Reservation> = ledger
+        .read()?
+        .reservations
+        .into_iter()
+        .filter(|r| r.container_id == a.id)
+        .collect();
+    if found.is_empty() {
+        bail!(
+            "no reservation for container {} in {} (see `gpu-quota ls`)",
+            a.id,
+            ledger.path().display()
+        );
+    }
+    let live: Vec<&Reservation> = found.iter().filter(|r| !ledger.is_stale(r, now)).collect();
+    if !live.is_empty() && !a.force {
+        bail!(
+            "container {} is still running ({}{}); delete it with its engine (that releases its slice), or pass --force to release the slice anyway",
+            a.id,
+            describe_slices(&live[0].slices),
+            live[0].pid.map(|p| format!(", pid {p}")).unwrap_or_default()
+        );
+    }
+    if !a.yes {
+        let what: Vec<String> = found.iter().map(|r| describe_slices(&r.slices)).collect();
+        eprint!(
+            "release {} ({}){}? [y/N] ",
+            a.id,
+            what.join("; "),
+            if live.is_empty() {
+                ""
+            } else {
+                " although it still runs"
+            }
+        );
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        if !matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+            bail!("not released (answer y, or pass --yes)");
+        }
+    }
+    let force = a.force;
+    let gone = ledger.transact(|d| {
+        let (gone, keep): (Vec<_>, Vec<_>) = d
+            .reservations
+            .drain(..)
+            .partition(|r| found.contains(r) && (force || ledger.is_stale(r, fsutil::now_unix())));
+        d.reservations = keep;
+        let changed = !gone.is_empty();
+        Ok((gone, changed))
+    })?;
+    events::released(&cfg, cli_source("operator"), &gone);
+    for r in &gone {
+        let line = describe_reclaim("released", r);
+        if ledger.is_stale(r, fsutil::now_unix()) {
+            println!("{line}");
+            if state::valid_container_id(&r.container_id) {
+                let _ = state::remove(&state::container_dir(&cfg, r));
+            }
+        } else {
+            // forced: the container's process is not gone (its state
+            // directory stays mounted in it; `gc` sweeps it once it is)
+            // forced: the container's process is not gone
+            println!(
+                "{}",
+                line.replace(
+                    &format!(", pid {} gone", r.pid.unwrap_or(0)),
+                    &format!(", pid {} still running", r.pid.unwrap_or(0))
+                )
+            );
+        }
+    }
+    if gone.is_empty() {
+        bail!(
+            "nothing released: the reservation of {} changed meanwhile (see `gpu-quota ls`)",
+            a.id
+        );
+    }
+    Ok(())
+}
