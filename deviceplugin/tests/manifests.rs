@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -50,25 +51,25 @@ fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value, file: &
     t
 }
 
+#[derive(Default)]
 struct Docs {
     daemonsets: Vec<DaemonSet>,
     runtimeclasses: Vec<RuntimeClass>,
     pods: Vec<(String, PodSpec)>,
+    deviceclasses: Vec<DeviceClass>,
+    slices: Vec<ResourceSlice>,
+    claim_templates: Vec<ResourceClaimTemplate>,
 }
 
-fn load() -> Docs {
-    let mut d = Docs {
-        daemonsets: vec![],
-        runtimeclasses: vec![],
-        pods: vec![],
-    };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir())
+fn load(dir: PathBuf) -> Docs {
+    let mut d = Docs::default();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 4, "{files:?}");
+    assert!(files.len() >= 3, "{files:?}");
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         let name = f.file_name().unwrap().to_string_lossy().into_owned();
@@ -91,6 +92,11 @@ fn load() -> Docs {
                     let spec = j.spec.unwrap().template.spec.unwrap();
                     d.pods.push((name.clone(), spec));
                 }
+                ("resource.k8s.io/v1", "DeviceClass") => d.deviceclasses.push(typed(&doc, &name)),
+                ("resource.k8s.io/v1", "ResourceSlice") => d.slices.push(typed(&doc, &name)),
+                ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
+                    d.claim_templates.push(typed(&doc, &name))
+                }
                 other => panic!("{name}: unexpected kind {other:?}"),
             }
         }
@@ -100,7 +106,7 @@ fn load() -> Docs {
 
 #[test]
 fn manifests_are_valid_kubernetes_objects() {
-    let d = load();
+    let d = load(dir());
     assert_eq!(d.daemonsets.len(), 1);
     assert_eq!(d.runtimeclasses.len(), 1);
     assert!(d.pods.len() >= 2);
@@ -203,4 +209,37 @@ fn round_trip_check_catches_unknown_fields() {
     )
     .unwrap();
     assert!(std::panic::catch_unwind(|| typed::<RuntimeClass>(&doc, "t.yaml")).is_err());
+}
+
+#[test]
+fn dra_sketch_is_valid_kubernetes_1_36() {
+    let d = load(dir().join("dra"));
+    let driver = "vram.gpu-quota.io";
+    assert_eq!(d.deviceclasses.len(), 1);
+    let dc = &d.deviceclasses[0];
+    let sel = dc.spec.selectors.as_ref().unwrap()[0].cel.as_ref().unwrap();
+    assert!(sel.expression.contains(driver), "{}", sel.expression);
+    assert_eq!(d.slices.len(), 1);
+    let s = &d.slices[0].spec;
+    assert_eq!(s.driver, driver);
+    let devs = s.devices.as_ref().unwrap();
+    assert!(!devs.is_empty());
+    for dev in devs {
+        assert_eq!(dev.allow_multiple_allocations, Some(true), "{}: shared by many claims", dev.name);
+        let mem = &dev.capacity.as_ref().unwrap()["memory"];
+        let range = mem.request_policy.as_ref().unwrap().valid_range.as_ref().unwrap();
+        assert_eq!(range.step.as_ref().map(|q| q.0.as_str()), Some("1Gi"), "{}", dev.name);
+        assert!(dev.attributes.as_ref().unwrap()["uuid"].string.as_deref().unwrap().starts_with("GPU-"));
+    }
+    assert_eq!(d.claim_templates.len(), 1);
+    let t = &d.claim_templates[0];
+    let req = &t.spec.spec.devices.as_ref().unwrap().requests.as_ref().unwrap()[0];
+    let ex = req.exactly.as_ref().unwrap();
+    assert_eq!(Some(ex.device_class_name.as_str()), dc.metadata.name.as_deref());
+    assert_eq!(ex.capacity.as_ref().unwrap().requests.as_ref().unwrap()["memory"].0, "8Gi");
+    let (file, pod) = &d.pods[0];
+    let claims = pod.resource_claims.as_ref().unwrap();
+    assert_eq!(claims[0].resource_claim_template_name.as_deref(), t.metadata.name.as_deref(), "{file}");
+    let used = pod.containers[0].resources.as_ref().unwrap().claims.as_ref().unwrap();
+    assert_eq!(used[0].name, claims[0].name, "{file}");
 }
