@@ -8,7 +8,7 @@ REL := target/release
 DBG := target/debug
 SO := interceptor/target/release/libgpuquota.so
 
-.PHONY: all build build-debug interceptor test demo install uninstall bench gpu-carry clean
+.PHONY: all build build-debug interceptor device-plugin test demo install uninstall bench gpu-carry clean
 
 all: build
 
@@ -18,6 +18,10 @@ interceptor:
 build: interceptor
 	$(CARGO) build --release --quiet -p gpu-quota-shim -p gpu-quota-hook -p gpu-quota-install
 	install -m 0644 $(SO) $(REL)/libgpuquota.so
+
+# The Kubernetes device plugin (its image: deploy/kubernetes/Dockerfile; docs/kubernetes.md).
+device-plugin:
+	$(CARGO) build --release --quiet -p gpu-quota-device-plugin
 
 build-debug: interceptor
 	$(CARGO) build --quiet --workspace --bins
