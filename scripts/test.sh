@@ -15,7 +15,7 @@ LOG=$(mktemp -d /tmp/gq-test-logs.XXXXXX)
 passed=0; failed=0; broken=()
 
 need=()
-for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils; do
+for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils protoc:protobuf-compiler; do
   command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -100,7 +100,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(r.vram, Size::Bytes(8 << 30));
-        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Uuid("GPU-b".into())]));
+        assert_eq!(
+            r.gpus,
+            GpuSelector::List(vec![GpuRef::Uuid("GPU-b".into())])
+        );
     }
 
     #[test]

@@ -35,7 +35,10 @@ fn start_poller(
     mut node: Box<dyn Node>,
     poll: Duration,
     stop: Arc<AtomicBool>,
-) -> (watch::Receiver<Snapshot>, watch::Receiver<gpuquota_core::config::Policy>) {
+) -> (
+    watch::Receiver<Snapshot>,
+    watch::Receiver<gpuquota_core::config::Policy>,
+) {
     let first = node.snapshot(&Snapshot::default());
     tracing::info!(
         "advertising {}/{} healthy units: {}",

@@ -102,7 +102,11 @@ mod tests {
         let p = preferred(&avail, &[], 4, Policy::Binpack, &order());
         assert_eq!(p, ids("GPU-b", [1, 3, 5, 7]));
         let p = preferred(&avail, &[], 8, Policy::Binpack, &order());
-        assert_eq!(p, ids("GPU-a", 6..14), "lowest units of the fullest fitting GPU");
+        assert_eq!(
+            p,
+            ids("GPU-a", 6..14),
+            "lowest units of the fullest fitting GPU"
+        );
         let p = preferred(&avail, &[], 8, Policy::Spread, &order());
         assert_eq!(p, ids("GPU-c", 0..8), "spread: the emptiest GPU");
     }
@@ -132,7 +136,13 @@ mod tests {
         assert_eq!(p, ids("GPU-b", 0..5));
         assert!(preferred(&[], &[], 1, Policy::Binpack, &order()).is_empty());
         // junk ids are ignored, never echoed
-        let p = preferred(&["x".into(), "GPU-a_1".into()], &[], 1, Policy::Binpack, &order());
+        let p = preferred(
+            &["x".into(), "GPU-a_1".into()],
+            &[],
+            1,
+            Policy::Binpack,
+            &order(),
+        );
         assert_eq!(p, vec!["GPU-a_1".to_string()]);
     }
 }

@@ -19,7 +19,8 @@ pub struct PluginService {
     pub stop: watch::Receiver<bool>,
 }
 
-type Stream = Pin<Box<dyn tokio_stream::Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
+type Stream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
 
 fn response(s: &Snapshot) -> api::ListAndWatchResponse {
     api::ListAndWatchResponse {

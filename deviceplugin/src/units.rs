@@ -86,7 +86,10 @@ impl Snapshot {
         self.gpus
             .iter()
             .map(|g| {
-                let mut s = format!("GPU {} {}: {}/{} healthy", g.index, g.uuid, g.usable, g.units);
+                let mut s = format!(
+                    "GPU {} {}: {}/{} healthy",
+                    g.index, g.uuid, g.usable, g.units
+                );
                 if !g.why.is_empty() {
                     s.push_str(&format!(" ({})", g.why));
                 }
@@ -253,9 +256,15 @@ mod tests {
     fn units_are_floor_of_memory_minus_reserve() {
         let i = inv(&[16 * G, 16 * G + G / 2]);
         let l = LedgerData::default();
-        let s = compute(&Snapshot::default(), &state(Ok(&i), Ok(&l), G + 1, &|_| true));
+        let s = compute(
+            &Snapshot::default(),
+            &state(Ok(&i), Ok(&l), G + 1, &|_| true),
+        );
         // (16 GiB − 1 GiB − 1 B) / 1 GiB = 14; (16.5 GiB − 1 GiB − 1 B) = 15
-        assert_eq!(s.gpus.iter().map(|g| g.units).collect::<Vec<_>>(), vec![14, 15]);
+        assert_eq!(
+            s.gpus.iter().map(|g| g.units).collect::<Vec<_>>(),
+            vec![14, 15]
+        );
         assert_eq!(s.healthy(), 29);
         let d = s.devices();
         assert_eq!(d.len(), 29);
@@ -302,13 +311,26 @@ mod tests {
         // device node of GPU 1 missing
         let s1 = compute(&s, &state(Ok(&i), Ok(&l), 0, &|g: &Gpu| g.index != 1));
         assert_eq!((s1.gpus[1].units, s1.gpus[1].usable), (4, 0));
-        assert!(s1.describe().contains("device node missing"), "{}", s1.describe());
+        assert!(
+            s1.describe().contains("device node missing"),
+            "{}",
+            s1.describe()
+        );
         // GPU 1 dropped out of the inventory entirely
         let only0 = inv(&[4 * G]);
         let s2 = compute(&s, &state(Ok(&only0), Ok(&l), 0, &|_| true));
         assert_eq!(s2.gpus.len(), 2);
-        assert_eq!((s2.gpus[1].uuid.as_str(), s2.gpus[1].usable), ("GPU-0001", 0));
-        assert_eq!(s2.devices().iter().filter(|d| d.health == api::UNHEALTHY).count(), 4);
+        assert_eq!(
+            (s2.gpus[1].uuid.as_str(), s2.gpus[1].usable),
+            ("GPU-0001", 0)
+        );
+        assert_eq!(
+            s2.devices()
+                .iter()
+                .filter(|d| d.health == api::UNHEALTHY)
+                .count(),
+            4
+        );
         // unreadable inventory or ledger: nothing can be promised
         let s3 = compute(&s, &state(Err("nvml".into()), Ok(&l), 0, &|_| true));
         assert_eq!((s3.total(), s3.healthy()), (8, 0));
@@ -336,7 +358,15 @@ mod tests {
             parse_device_id(&id),
             Some(("GPU-8f6c2a1e-0000-1111-2222-333344445555", 138))
         );
-        for bad in ["", "GPU-1", "GPU-1_", "_3", "GPU-1_-3", "GPU-1_3x", "GPU-1_99999999"] {
+        for bad in [
+            "",
+            "GPU-1",
+            "GPU-1_",
+            "_3",
+            "GPU-1_-3",
+            "GPU-1_3x",
+            "GPU-1_99999999",
+        ] {
             assert_eq!(parse_device_id(bad), None, "{bad}");
         }
     }

@@ -113,7 +113,10 @@ fn manifests_are_valid_kubernetes_objects() {
 
     let rc = &d.runtimeclasses[0];
     assert_eq!(rc.metadata.name.as_deref(), Some("gpu-quota"));
-    assert_eq!(rc.handler, "gpu-quota", "the CRI handler `gpu-quota install` writes");
+    assert_eq!(
+        rc.handler, "gpu-quota",
+        "the CRI handler `gpu-quota install` writes"
+    );
     let rc_nodes = rc
         .scheduling
         .as_ref()
@@ -121,22 +124,36 @@ fn manifests_are_valid_kubernetes_objects() {
         .unwrap();
 
     for (file, spec) in &d.pods {
-        assert_eq!(spec.runtime_class_name.as_deref(), Some("gpu-quota"), "{file}");
+        assert_eq!(
+            spec.runtime_class_name.as_deref(),
+            Some("gpu-quota"),
+            "{file}"
+        );
         for c in &spec.containers {
             // k8s-openapi defaults missing required strings: check them here
-            assert!(!c.name.is_empty() && c.image.as_deref().is_some_and(|i| !i.is_empty()), "{file}");
+            assert!(
+                !c.name.is_empty() && c.image.as_deref().is_some_and(|i| !i.is_empty()),
+                "{file}"
+            );
             let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
             let units = limits
                 .and_then(|l| l.get("gpu-quota.io/vram"))
                 .unwrap_or_else(|| panic!("{file}: {} asks for no gpu-quota.io/vram", c.name));
-            let n: u32 = units.0.parse().unwrap_or_else(|_| panic!("{file}: {units:?}"));
+            let n: u32 = units
+                .0
+                .parse()
+                .unwrap_or_else(|_| panic!("{file}: {units:?}"));
             assert!(n >= 1, "{file}");
         }
     }
 
     let ds = &d.daemonsets[0];
     let tpl = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
-    assert_eq!(tpl.node_selector.as_ref(), Some(&rc_nodes), "the plugin runs where the handler is");
+    assert_eq!(
+        tpl.node_selector.as_ref(),
+        Some(&rc_nodes),
+        "the plugin runs where the handler is"
+    );
     assert_ne!(tpl.host_network, Some(true));
     assert_ne!(tpl.host_pid, Some(true));
     assert_ne!(tpl.host_ipc, Some(true));
@@ -145,9 +162,15 @@ fn manifests_are_valid_kubernetes_objects() {
     let mounts = c.volume_mounts.as_ref().unwrap();
     let vols = tpl.volumes.as_ref().unwrap();
     let host = |mount: &str| {
-        let m = mounts.iter().find(|m| m.mount_path == mount).unwrap_or_else(|| panic!("no mount {mount}"));
+        let m = mounts
+            .iter()
+            .find(|m| m.mount_path == mount)
+            .unwrap_or_else(|| panic!("no mount {mount}"));
         let v = vols.iter().find(|v| v.name == m.name).unwrap();
-        (v.host_path.as_ref().unwrap().path.clone(), m.read_only.unwrap_or(false))
+        (
+            v.host_path.as_ref().unwrap().path.clone(),
+            m.read_only.unwrap_or(false),
+        )
     };
     assert_eq!(
         host("/var/lib/kubelet/device-plugins"),
@@ -155,21 +178,33 @@ fn manifests_are_valid_kubernetes_objects() {
         "kubelet.sock and the plugin's socket"
     );
     assert_eq!(host("/etc/gpu-quota"), ("/etc/gpu-quota".to_string(), true));
-    assert_eq!(host("/var/lib/gpu-quota"), ("/var/lib/gpu-quota".to_string(), true));
+    assert_eq!(
+        host("/var/lib/gpu-quota"),
+        ("/var/lib/gpu-quota".to_string(), true)
+    );
     for v in vols {
         let p = &v.host_path.as_ref().expect("only hostPath volumes").path;
         assert!(
-            ["/var/lib/kubelet/device-plugins", "/etc/gpu-quota", "/var/lib/gpu-quota"]
-                .contains(&p.as_str())
+            [
+                "/var/lib/kubelet/device-plugins",
+                "/etc/gpu-quota",
+                "/var/lib/gpu-quota"
+            ]
+            .contains(&p.as_str())
                 || p.ends_with("/libnvidia-ml.so.1"),
             "host path {p} is more than the plugin needs"
         );
     }
     // only the kubelet's directory is writable
-    let writable: Vec<_> = mounts.iter().filter(|m| m.read_only != Some(true)).collect();
+    let writable: Vec<_> = mounts
+        .iter()
+        .filter(|m| m.read_only != Some(true))
+        .collect();
     assert_eq!(writable.len(), 1, "{writable:?}");
     assert_eq!(
-        c.security_context.as_ref().and_then(|s| s.read_only_root_filesystem),
+        c.security_context
+            .as_ref()
+            .and_then(|s| s.read_only_root_filesystem),
         Some(true)
     );
 
@@ -225,21 +260,65 @@ fn dra_sketch_is_valid_kubernetes_1_36() {
     let devs = s.devices.as_ref().unwrap();
     assert!(!devs.is_empty());
     for dev in devs {
-        assert_eq!(dev.allow_multiple_allocations, Some(true), "{}: shared by many claims", dev.name);
+        assert_eq!(
+            dev.allow_multiple_allocations,
+            Some(true),
+            "{}: shared by many claims",
+            dev.name
+        );
         let mem = &dev.capacity.as_ref().unwrap()["memory"];
-        let range = mem.request_policy.as_ref().unwrap().valid_range.as_ref().unwrap();
-        assert_eq!(range.step.as_ref().map(|q| q.0.as_str()), Some("1Gi"), "{}", dev.name);
-        assert!(dev.attributes.as_ref().unwrap()["uuid"].string.as_deref().unwrap().starts_with("GPU-"));
+        let range = mem
+            .request_policy
+            .as_ref()
+            .unwrap()
+            .valid_range
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            range.step.as_ref().map(|q| q.0.as_str()),
+            Some("1Gi"),
+            "{}",
+            dev.name
+        );
+        assert!(dev.attributes.as_ref().unwrap()["uuid"]
+            .string
+            .as_deref()
+            .unwrap()
+            .starts_with("GPU-"));
     }
     assert_eq!(d.claim_templates.len(), 1);
     let t = &d.claim_templates[0];
-    let req = &t.spec.spec.devices.as_ref().unwrap().requests.as_ref().unwrap()[0];
+    let req = &t
+        .spec
+        .spec
+        .devices
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap()[0];
     let ex = req.exactly.as_ref().unwrap();
-    assert_eq!(Some(ex.device_class_name.as_str()), dc.metadata.name.as_deref());
-    assert_eq!(ex.capacity.as_ref().unwrap().requests.as_ref().unwrap()["memory"].0, "8Gi");
+    assert_eq!(
+        Some(ex.device_class_name.as_str()),
+        dc.metadata.name.as_deref()
+    );
+    assert_eq!(
+        ex.capacity.as_ref().unwrap().requests.as_ref().unwrap()["memory"].0,
+        "8Gi"
+    );
     let (file, pod) = &d.pods[0];
     let claims = pod.resource_claims.as_ref().unwrap();
-    assert_eq!(claims[0].resource_claim_template_name.as_deref(), t.metadata.name.as_deref(), "{file}");
-    let used = pod.containers[0].resources.as_ref().unwrap().claims.as_ref().unwrap();
+    assert_eq!(
+        claims[0].resource_claim_template_name.as_deref(),
+        t.metadata.name.as_deref(),
+        "{file}"
+    );
+    let used = pod.containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .claims
+        .as_ref()
+        .unwrap();
     assert_eq!(used[0].name, claims[0].name, "{file}");
 }

@@ -202,11 +202,7 @@ async fn protocol_registration_list_and_watch_preferred_allocation_allocate() {
     let mut c = plugin_client(&node.dp().join(&reg.request.endpoint))
         .await
         .unwrap();
-    let mut watch = c
-        .list_and_watch(api::Empty {})
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = c.list_and_watch(api::Empty {}).await.unwrap().into_inner();
     let first = watch.message().await.unwrap().unwrap();
     // ⌊(16 − 1) / 1⌋ = 15 and ⌊(10.5 − 1) / 1⌋ = 9, all healthy
     assert_eq!(healthy_on(&first, GPU0), (15, 15));
@@ -231,12 +227,23 @@ async fn protocol_registration_list_and_watch_preferred_allocation_allocate() {
         .filter(|u| u.0 == GPU0)
         .all(|(_, n, h)| *h == (*n < 12)));
     // Docker container gone: healthy again
-    node.ledger(vec![res("pod-1", "/run/containerd/runc/k8s.io", GPU0, 8 * G)]);
-    until(&mut watch, "GPU 0 healthy again", |r| healthy_on(r, GPU0) == (15, 15)).await;
+    node.ledger(vec![res(
+        "pod-1",
+        "/run/containerd/runc/k8s.io",
+        GPU0,
+        8 * G,
+    )]);
+    until(&mut watch, "GPU 0 healthy again", |r| {
+        healthy_on(r, GPU0) == (15, 15)
+    })
+    .await;
 
     // GPU 1 disappears (its device node goes away): all its units unhealthy
     std::fs::remove_file(node.root.join("dev/nvidia1")).unwrap();
-    let r = until(&mut watch, "GPU 1 unhealthy", |r| healthy_on(r, GPU1) == (0, 9)).await;
+    let r = until(&mut watch, "GPU 1 unhealthy", |r| {
+        healthy_on(r, GPU1) == (0, 9)
+    })
+    .await;
     assert_eq!(healthy_on(&r, GPU0), (15, 15));
     std::fs::write(node.root.join("dev/nvidia1"), b"").unwrap();
     until(&mut watch, "GPU 1 back", |r| healthy_on(r, GPU1) == (9, 9)).await;
@@ -276,7 +283,10 @@ async fn protocol_registration_list_and_watch_preferred_allocation_allocate() {
         if p.container_responses[0].device_i_ds == ids(GPU1, 0..4) {
             break;
         }
-        assert!(Instant::now() < deadline, "spread never took the emptier GPU: {p:?}");
+        assert!(
+            Instant::now() < deadline,
+            "spread never took the emptier GPU: {p:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -301,8 +311,14 @@ async fn protocol_registration_list_and_watch_preferred_allocation_allocate() {
     assert_eq!(a0.annotations["gpu-quota.io/gpu"], GPU0);
     assert_eq!(a0.annotations.len(), 2);
     assert!(a0.envs.is_empty() && a0.mounts.is_empty() && a0.devices.is_empty());
-    assert_eq!(a.container_responses[1].annotations["gpu-quota.io/vram"], "1GiB");
-    assert_eq!(a.container_responses[1].annotations["gpu-quota.io/gpu"], GPU1);
+    assert_eq!(
+        a.container_responses[1].annotations["gpu-quota.io/vram"],
+        "1GiB"
+    );
+    assert_eq!(
+        a.container_responses[1].annotations["gpu-quota.io/gpu"],
+        GPU1
+    );
     // units on two GPUs are not one slice: refused, with the reason
     let mut split = ids(GPU0, [12]);
     split.extend(ids(GPU1, [1]));
@@ -327,7 +343,10 @@ async fn protocol_registration_list_and_watch_preferred_allocation_allocate() {
     let log = plugin.log();
     assert!(log.contains("registered gpu-quota.io/vram"), "{log}");
     assert!(log.contains("allocate 4 units"), "{log}");
-    assert!(!log.contains('\u{1b}'), "no terminal colours in logs: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "no terminal colours in logs: {log}"
+    );
     drop(plugin);
     kubelet.stop().await;
 }
@@ -342,11 +361,7 @@ async fn protocol_kubelet_restart_reregisters_and_sigterm_stops_cleanly() {
     let reg = kubelet.registration(T).await;
     let sock = node.dp().join(&reg.request.endpoint);
     let mut c = plugin_client(&sock).await.unwrap();
-    let mut watch = c
-        .list_and_watch(api::Empty {})
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = c.list_and_watch(api::Empty {}).await.unwrap().into_inner();
     assert_eq!(watch.message().await.unwrap().unwrap().devices.len(), 24);
     assert!(
         !kubelet.registers_again(Duration::from_millis(800)).await,
@@ -359,12 +374,7 @@ async fn protocol_kubelet_restart_reregisters_and_sigterm_stops_cleanly() {
     assert!(!sock.exists());
     // the old stream ends once the plugin notices
     let ended = tokio::time::timeout(T, async {
-        loop {
-            match watch.message().await {
-                Ok(Some(_)) => continue,
-                _ => break,
-            }
-        }
+        while let Ok(Some(_)) = watch.message().await {}
     })
     .await;
     assert!(ended.is_ok(), "old ListAndWatch stream never ended");
@@ -401,6 +411,10 @@ async fn protocol_kubelet_restart_reregisters_and_sigterm_stops_cleanly() {
     assert!(log.contains("waiting for the kubelet socket"), "{log}");
     assert!(log.contains("serving and registering again"), "{log}");
     assert!(log.contains("SIGTERM: stopping"), "{log}");
-    assert_eq!(log.matches("registered gpu-quota.io/vram").count(), 2, "{log}");
+    assert_eq!(
+        log.matches("registered gpu-quota.io/vram").count(),
+        2,
+        "{log}"
+    );
     kubelet.stop().await;
 }

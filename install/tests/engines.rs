@@ -120,9 +120,8 @@ fn full_cycle(t: &Tree, engine: &str) -> Snapshot {
 /// `full_cycle` with `extra` arguments on every install and uninstall.
 fn full_cycle_with(t: &Tree, engine: &str, extra: &[&str]) -> Snapshot {
     let start = t.snapshot();
-    let with = |a: &[&str]| -> Vec<String> {
-        a.iter().chain(extra).map(|s| s.to_string()).collect()
-    };
+    let with =
+        |a: &[&str]| -> Vec<String> { a.iter().chain(extra).map(|s| s.to_string()).collect() };
     let run = |a: &[&str]| {
         let v = with(a);
         t.run(&v.iter().map(String::as_str).collect::<Vec<_>>())
@@ -756,7 +755,13 @@ fn strings(a: &toml_edit::Item) -> Vec<String> {
 fn containerd_kubernetes_fresh_tree_has_container_annotations_and_no_pod_annotations() {
     let t = Tree::new();
     full_cycle_with(&t, "containerd", &["--kubernetes"]);
-    let o = t.run(&["install", "containerd", "--kubernetes", "--runtime-path", RT]);
+    let o = t.run(&[
+        "install",
+        "containerd",
+        "--kubernetes",
+        "--runtime-path",
+        RT,
+    ]);
     assert!(o.ok, "{}", o.stderr);
     assert!(o.stdout.contains("cluster mode"), "{}", o.stdout);
     let d: toml_edit::DocumentMut = t
@@ -769,7 +774,10 @@ fn containerd_kubernetes_fresh_tree_has_container_annotations_and_no_pod_annotat
     assert_eq!(strings(&g["container_annotations"]), CLUSTER_KEYS);
     assert!(g.get("pod_annotations").is_none(), "{g}");
     assert_eq!(g["options"]["BinaryName"].as_str(), Some(RT));
-    assert_eq!(rts["runc"]["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
+    assert_eq!(
+        rts["runc"]["runtime_type"].as_str(),
+        Some("io.containerd.runc.v2")
+    );
 }
 
 #[test]
@@ -780,7 +788,13 @@ fn containerd_kubernetes_v2_in_place_and_mode_switches() {
         &fixture("containerd/v2-comments.toml"),
     );
     full_cycle_with(&t, "containerd", &["--kubernetes"]);
-    let k8s = ["install", "containerd", "--kubernetes", "--runtime-path", RT];
+    let k8s = [
+        "install",
+        "containerd",
+        "--kubernetes",
+        "--runtime-path",
+        RT,
+    ];
     assert!(t.run(&k8s).ok);
     let cluster = text(&fixture("containerd/v2-comments.kubernetes.toml"));
     assert_eq!(t.get("/etc/containerd/config.toml").unwrap(), cluster);
@@ -805,11 +819,21 @@ fn containerd_kubernetes_v2_in_place_and_mode_switches() {
 #[test]
 fn containerd_kubernetes_v3_drop_in() {
     let t = Tree::new();
-    t.put("/etc/containerd/config.toml", &fixture("containerd/v3.toml"));
+    t.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd/v3.toml"),
+    );
     full_cycle_with(&t, "containerd", &["--kubernetes"]);
-    assert!(t
-        .run(&["install", "containerd", "--kubernetes", "--runtime-path", RT])
-        .ok);
+    assert!(
+        t.run(&[
+            "install",
+            "containerd",
+            "--kubernetes",
+            "--runtime-path",
+            RT
+        ])
+        .ok
+    );
     let d: toml_edit::DocumentMut = t
         .get("/etc/containerd/conf.d/gpu-quota.toml")
         .unwrap()
@@ -833,9 +857,16 @@ fn containerd_kubernetes_real_parser() {
     for fixture_name in ["containerd/v2-debian.toml", "containerd/v2-no-cri.toml"] {
         let t = Tree::new();
         t.put("/etc/containerd/config.toml", &fixture(fixture_name));
-        assert!(t
-            .run(&["install", "containerd", "--kubernetes", "--runtime-path", RT])
-            .ok);
+        assert!(
+            t.run(&[
+                "install",
+                "containerd",
+                "--kubernetes",
+                "--runtime-path",
+                RT
+            ])
+            .ok
+        );
         let main = t.get("/etc/containerd/config.toml").unwrap().replace(
             "\"/etc/containerd/conf.d/",
             &format!("\"{}/", t.host("/etc/containerd/conf.d").display()),
@@ -860,7 +891,8 @@ fn containerd_kubernetes_real_parser() {
             .collect::<Vec<_>>()
             .join("\n");
         assert!(
-            section.contains("container_annotations = [\"gpu-quota.io/vram\", \"gpu-quota.io/gpu\"]"),
+            section
+                .contains("container_annotations = [\"gpu-quota.io/vram\", \"gpu-quota.io/gpu\"]"),
             "{fixture_name}: {section}"
         );
         assert!(
@@ -879,10 +911,18 @@ fn crio_kubernetes_drop_in() {
     );
     full_cycle_with(&t, "crio", &["--kubernetes"]);
     let o = t.run(&["install", "crio", "--kubernetes", "--runtime-path", RT]);
-    assert!(o.ok && o.stdout.contains("cluster mode"), "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.ok && o.stdout.contains("cluster mode"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
     let text = t.get("/etc/crio/crio.conf.d/99-gpu-quota.conf").unwrap();
     assert!(text.contains("install crio --kubernetes"), "{text}");
-    assert!(text.contains("pod annotations reach the\n# pod's infra container alone"), "{text}");
+    assert!(
+        text.contains("pod annotations reach the\n# pod's infra container alone"),
+        "{text}"
+    );
     let d: toml_edit::DocumentMut = text.parse().unwrap();
     let h = &d["crio"]["runtime"]["runtimes"]["gpu-quota"];
     assert_eq!(h["runtime_path"].as_str(), Some(RT));
@@ -899,7 +939,8 @@ fn kubernetes_flag_is_only_for_cri_engines() {
         let o = t.run(&["install", engine, "--kubernetes", "--runtime-path", RT]);
         assert!(!o.ok, "{engine}");
         assert!(
-            o.stderr.contains("--kubernetes is for the Kubernetes node engines"),
+            o.stderr
+                .contains("--kubernetes is for the Kubernetes node engines"),
             "{}",
             o.stderr
         );

@@ -28,7 +28,9 @@ fn usage() -> ExitCode {
 fn summary(r: &api::ListAndWatchResponse) -> (usize, usize, String) {
     let mut per: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for d in &r.devices {
-        let uuid = parse_device_id(&d.id).map(|(u, _)| u.to_string()).unwrap_or_default();
+        let uuid = parse_device_id(&d.id)
+            .map(|(u, _)| u.to_string())
+            .unwrap_or_default();
         let e = per.entry(uuid).or_default();
         e.1 += 1;
         if d.health == api::HEALTHY {
@@ -47,7 +49,12 @@ fn summary(r: &api::ListAndWatchResponse) -> (usize, usize, String) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    let get = |k: &str| a.iter().position(|x| x == k).and_then(|i| a.get(i + 1)).cloned();
+    let get = |k: &str| {
+        a.iter()
+            .position(|x| x == k)
+            .and_then(|i| a.get(i + 1))
+            .cloned()
+    };
     let Some(dir) = get("--dir").map(PathBuf::from) else {
         return usage();
     };

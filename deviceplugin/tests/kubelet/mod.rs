@@ -46,10 +46,9 @@ impl Registration for Reg {
             )));
         }
         // an extended resource name: <domain>/<name>, not kubernetes.io
-        let valid = r
-            .resource_name
-            .split_once('/')
-            .is_some_and(|(d, n)| d.contains('.') && !d.ends_with("kubernetes.io") && !n.is_empty());
+        let valid = r.resource_name.split_once('/').is_some_and(|(d, n)| {
+            d.contains('.') && !d.ends_with("kubernetes.io") && !n.is_empty()
+        });
         if !valid {
             return Err(Status::invalid_argument(format!(
                 "invalid extended resource name {:?}",
@@ -67,12 +66,17 @@ impl Registration for Reg {
             .get_device_plugin_options(api::Empty {})
             .await?
             .into_inner();
-        let _ = self.tx.send(Registered { request: r, options });
+        let _ = self.tx.send(Registered {
+            request: r,
+            options,
+        });
         Ok(Response::new(api::Empty {}))
     }
 }
 
-pub async fn plugin_client(sock: &Path) -> Result<DevicePluginClient<Channel>, tonic::transport::Error> {
+pub async fn plugin_client(
+    sock: &Path,
+) -> Result<DevicePluginClient<Channel>, tonic::transport::Error> {
     Ok(DevicePluginClient::new(unix_channel(sock).await?))
 }
 
@@ -123,7 +127,10 @@ impl TestKubelet {
 
     /// Whether another registration arrives within `within`.
     pub async fn registers_again(&mut self, within: Duration) -> bool {
-        matches!(tokio::time::timeout(within, self.rx.recv()).await, Ok(Some(_)))
+        matches!(
+            tokio::time::timeout(within, self.rx.recv()).await,
+            Ok(Some(_))
+        )
     }
 
     /// Stop as a kubelet restart does: close the socket, remove it and the

@@ -267,9 +267,17 @@ fn default_runtime_options(doc: &DocumentMut, plugin: &str) -> Option<Table> {
 /// The handler key that passes requests, its value, and the key of the other mode.
 fn annotation_entry(k8s: bool) -> (&'static str, &'static [&'static str], &'static str) {
     if k8s {
-        ("container_annotations", &CLUSTER_ANNOTATIONS, "pod_annotations")
+        (
+            "container_annotations",
+            &CLUSTER_ANNOTATIONS,
+            "pod_annotations",
+        )
     } else {
-        ("pod_annotations", &ANNOTATION_PATTERNS, "container_annotations")
+        (
+            "pod_annotations",
+            &ANNOTATION_PATTERNS,
+            "container_annotations",
+        )
     }
 }
 
@@ -1093,9 +1101,13 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("version 1"), "{e}");
-        let e = plan_install(&Containerd::default(), &MemFs::new().with(MAIN, "version = 4\n"), RT)
-            .unwrap_err()
-            .to_string();
+        let e = plan_install(
+            &Containerd::default(),
+            &MemFs::new().with(MAIN, "version = 4\n"),
+            RT,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("not supported"), "{e}");
         let bad_import = MemFs::new()
             .with(
