@@ -135,7 +135,11 @@ pub async fn run(
         let next = loop {
             if registered_with.is_none() {
                 let id = kubelet::socket_identity(&kubelet_sock);
-                match kubelet::register(&kubelet_sock, &opts.socket_name, &opts.resource).await {
+                let registered = tokio::select! {
+                    r = kubelet::register(&kubelet_sock, &opts.socket_name, &opts.resource) => r,
+                    _ = &mut shutdown => break Next::Exit,
+                };
+                match registered {
                     Ok(()) => {
                         tracing::info!(
                             "registered {} with the kubelet ({}, API {})",

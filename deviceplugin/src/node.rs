@@ -95,3 +95,48 @@ impl Node for HostNode {
         self.policy
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuquota_core::ledger::ResState;
+
+    fn res(root: Option<&str>) -> Reservation {
+        Reservation {
+            container_id: "c".into(),
+            runtime_root: root.map(String::from),
+            bundle: "/b".into(),
+            slices: vec![],
+            request: String::new(),
+            created_unix: 0,
+            started_unix: None,
+            pid: None,
+            pid_start: None,
+            state: ResState::Running,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+        }
+    }
+
+    #[test]
+    fn kubernetes_is_the_cri_runc_roots_only() {
+        let n = HostNode::new(
+            "/x".into(),
+            KUBERNETES_RUNC_ROOTS.map(String::from).to_vec(),
+        );
+        assert!(n.is_kubernetes(&res(Some("/run/containerd/runc/k8s.io"))));
+        assert!(n.is_kubernetes(&res(Some("/run/containerd/runc/k8s.io/"))));
+        assert!(n.is_kubernetes(&res(Some("/run/gpu-quota-runc"))));
+        for other in [
+            Some("/run/containerd/runc/default"),
+            Some("/run/docker/runtime-runc/moby"),
+            Some("/run/runc"),
+            Some("/run/containerd/runc/k8s.io.evil"),
+            Some("/run/containerd/runc"),
+            None,
+        ] {
+            assert!(!n.is_kubernetes(&res(other)), "{other:?}");
+        }
+    }
+}
