@@ -11,7 +11,7 @@ REL := target/release
 DBG := target/debug
 SO := interceptor/target/release/libgpuquota.so
 
-.PHONY: all build build-debug interceptor test fuzz demo install uninstall bench gpu-carry clean
+.PHONY: all build build-debug interceptor device-plugin test fuzz demo install uninstall bench gpu-carry clean
 
 all: build
 
@@ -21,6 +21,10 @@ interceptor:
 build: interceptor
 	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-shim -p gpu-quota-hook -p gpu-quota-install
 	install -m 0644 $(SO) $(REL)/libgpuquota.so
+
+# The Kubernetes device plugin (its image: deploy/kubernetes/Dockerfile; docs/kubernetes.md).
+device-plugin:
+	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-device-plugin
 
 build-debug: interceptor
 	$(CARGO) build $(CARGO_Q) --workspace --bins

@@ -717,6 +717,9 @@ cri_cases() {
   check "$CRI: a pod annotation outside the pod_annotations allowlist (and container annotations) never reach the runtime" cri_allowlist
 }
 
+# ================================================================ Kubernetes cluster mode
+source "$ROOT/tests/engines/kubernetes.sh"
+
 # ================================================================ podman 4.3
 podman_slice() {  # RUNTIME NAME
   P run "${PODMAN_RUN[@]}" -d --name "$2" --runtime "$1" --annotation vram=2g "$IMG" sleep 600 >/dev/null || return 1
@@ -818,6 +821,7 @@ for round in $ROUNDS; do
   fi
   ctr_cases
   cri_cases
+  k8s_cases
   [ "$round" = 12 ] && podman_cases
   check "$CTD, $DK: round's end: no container left, ledger empty, daemons stopped, no runc state" round_empty
 done

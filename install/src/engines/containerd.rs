@@ -1,6 +1,11 @@
 //! containerd: a CRI runtime handler `gpu-quota` (`runtime_type = "io.containerd.runc.v2"`,
 //! `options.BinaryName` = gpu-quota-runtime, the request keys in `pod_annotations`).
 //!
+//! Cluster mode (`--kubernetes`): the handler lists the device plugin's keys in
+//! `container_annotations` (the kubelet passes the plugin's Allocate answer as container
+//! annotations) and has *no* `pod_annotations`, so a pod author cannot grant a slice by
+//! annotating the pod; the scheduler's count of `gpu-quota.io/vram` is the only way in.
+//!
 //! * Config version 3 (containerd 2.x, plugin `io.containerd.cri.v1.runtime`): a drop-in
 //!   `/etc/containerd/conf.d/gpu-quota.toml`, listed in `imports` of the main config.
 //!   containerd 2.x merges imported plugin sections key by key.
@@ -23,7 +28,8 @@ use toml_edit::{value, Array, DocumentMut, Item, Table};
 
 use super::fsutil::{backup_path, normalize, FsView};
 use super::{
-    Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, ANNOTATION_PATTERNS, RUNTIME_NAME,
+    Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, ANNOTATION_PATTERNS,
+    CLUSTER_ANNOTATIONS, RUNTIME_NAME,
 };
 
 pub const MAIN: &str = "/etc/containerd/config.toml";
@@ -34,7 +40,11 @@ const RUNC_V2: &str = "io.containerd.runc.v2";
 /// Marks tables we added to a file we do not own.
 const MARK: &str = "gpu-quota install containerd";
 
-pub struct Containerd;
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Containerd {
+    /// Cluster mode: `container_annotations` for the device plugin, no `pod_annotations`.
+    pub kubernetes: bool,
+}
 
 fn plugin_for(version: i64) -> &'static str {
     if version >= 3 {
@@ -254,15 +264,29 @@ fn default_runtime_options(doc: &DocumentMut, plugin: &str) -> Option<Table> {
     (!t.is_empty()).then_some(t)
 }
 
-fn annotations() -> Array {
-    ANNOTATION_PATTERNS.iter().copied().collect()
+/// The handler key that passes requests, its value, and the key of the other mode.
+fn annotation_entry(k8s: bool) -> (&'static str, &'static [&'static str], &'static str) {
+    if k8s {
+        (
+            "container_annotations",
+            &CLUSTER_ANNOTATIONS,
+            "pod_annotations",
+        )
+    } else {
+        (
+            "pod_annotations",
+            &ANNOTATION_PATTERNS,
+            "container_annotations",
+        )
+    }
 }
 
 /// `[...runtimes.gpu-quota]` and its `options`.
-fn runtime_table(runtime: &str, copied: Option<&Table>) -> Table {
+fn runtime_table(runtime: &str, copied: Option<&Table>, k8s: bool) -> Table {
     let mut t = Table::new();
     t.insert("runtime_type", value(RUNC_V2));
-    t.insert("pod_annotations", value(annotations()));
+    let (key, keys, _) = annotation_entry(k8s);
+    t.insert(key, value(keys.iter().copied().collect::<Array>()));
     let mut o = Table::new();
     o.insert("BinaryName", value(runtime));
     if let Some(c) = copied {
@@ -402,6 +426,7 @@ fn add_in_place(
     plugin: &str,
     runtime: &str,
     path: &Path,
+    k8s: bool,
 ) -> Result<(), EngineError> {
     let copied = default_runtime_options(doc, plugin);
     let lay = layout(doc, plugin);
@@ -411,7 +436,7 @@ fn add_in_place(
     let runtimes = ensure_table(ctd, "runtimes", path)?;
     let had_runtimes = runtimes.iter().any(|(_, v)| v.is_table_like());
     match runtimes.get_mut(RUNTIME_NAME).and_then(Item::as_table_mut) {
-        Some(t) => update_runtime(t, runtime, copied.as_ref()),
+        Some(t) => update_runtime(t, runtime, copied.as_ref(), k8s),
         None => {
             if !had_runtimes {
                 let mut runc = runc_table();
@@ -421,7 +446,7 @@ fn add_in_place(
                 ));
                 runtimes.insert("runc", Item::Table(runc));
             }
-            let mut t = runtime_table(runtime, copied.as_ref());
+            let mut t = runtime_table(runtime, copied.as_ref(), k8s);
             indent_table(
                 &mut t,
                 &lay,
@@ -434,18 +459,29 @@ fn add_in_place(
 }
 
 /// Set the values we own in an existing runtime table, touching nothing already right.
-fn update_runtime(t: &mut Table, runtime: &str, copied: Option<&Table>) {
+fn update_runtime(t: &mut Table, runtime: &str, copied: Option<&Table>, k8s: bool) {
     if t.get("runtime_type").and_then(Item::as_str) != Some(RUNC_V2) {
         t.insert("runtime_type", value(RUNC_V2));
     }
-    let want: Vec<&str> = ANNOTATION_PATTERNS.to_vec();
+    let (key, want, other) = annotation_entry(k8s);
     let have: Option<Vec<&str>> = t
-        .get("pod_annotations")
+        .get(key)
         .and_then(Item::as_array)
         .map(|a| a.iter().filter_map(|v| v.as_str()).collect());
-    if have.as_deref() != Some(&want[..]) {
-        t.insert("pod_annotations", value(annotations()));
+    if have.as_deref() != Some(want) {
+        let is_new = t.get(key).is_none();
+        t.insert(key, value(want.iter().copied().collect::<Array>()));
+        // a new key is laid out like runtime_type (its indentation)
+        let prefix = t
+            .key("runtime_type")
+            .and_then(|k| k.leaf_decor().prefix())
+            .and_then(|p| p.as_str())
+            .map(str::to_string);
+        if let (true, Some(p), Some(mut k)) = (is_new, prefix, t.key_mut(key)) {
+            k.leaf_decor_mut().set_prefix(p);
+        }
     }
+    t.remove(other);
     let o = t
         .entry("options")
         .or_insert_with(|| Item::Table(Table::new()));
@@ -489,7 +525,13 @@ fn remove_in_place(doc: &mut DocumentMut) -> bool {
 }
 
 /// The drop-in file for config `version`.
-fn dropin_text(version: i64, runtime: &str, copied: Option<&Table>, with_runc: bool) -> String {
+fn dropin_text(
+    version: i64,
+    runtime: &str,
+    copied: Option<&Table>,
+    with_runc: bool,
+    k8s: bool,
+) -> String {
     let mut doc = DocumentMut::new();
     let mut header = format!(
         "# Added by `{MARK}`; `gpu-quota uninstall containerd` removes this file.\n\
@@ -515,7 +557,10 @@ fn dropin_text(version: i64, runtime: &str, copied: Option<&Table>, with_runc: b
         );
         runtimes.insert("runc", Item::Table(runc));
     }
-    runtimes.insert(RUNTIME_NAME, Item::Table(runtime_table(runtime, copied)));
+    runtimes.insert(
+        RUNTIME_NAME,
+        Item::Table(runtime_table(runtime, copied, k8s)),
+    );
     let mut ctd = Table::new();
     ctd.set_implicit(true);
     ctd.insert("runtimes", Item::Table(runtimes));
@@ -677,7 +722,7 @@ impl Engine for Containerd {
             plan.changes.push(FileChange::config(
                 DROPIN,
                 dropin_before,
-                Some(dropin_text(2, runtime, None, true).into_bytes()),
+                Some(dropin_text(2, runtime, None, true, self.kubernetes).into_bytes()),
             ));
             plan.changes.push(FileChange::config(
                 MAIN,
@@ -723,7 +768,13 @@ impl Engine for Containerd {
             } else {
                 None
             };
-            let text = dropin_text(version, runtime, copied.as_ref(), version == 2);
+            let text = dropin_text(
+                version,
+                runtime,
+                copied.as_ref(),
+                version == 2,
+                self.kubernetes,
+            );
             plan.changes.push(FileChange::config(
                 DROPIN,
                 dropin_before,
@@ -739,10 +790,10 @@ impl Engine for Containerd {
         // v2 with a CRI section somewhere: add the runtime to the file that defines it last.
         let target = *definers.last().unwrap();
         if target == 0 {
-            add_in_place(&mut main.doc, plugin, runtime, main_path)?;
+            add_in_place(&mut main.doc, plugin, runtime, main_path, self.kubernetes)?;
         } else {
             let l = &mut others[target - 1];
-            add_in_place(&mut l.doc, plugin, runtime, &l.path)?;
+            add_in_place(&mut l.doc, plugin, runtime, &l.path, self.kubernetes)?;
         }
         let target_path = if target == 0 {
             main_path.to_path_buf()
@@ -827,7 +878,11 @@ impl Engine for Containerd {
             out.push(
                 "verify:  sudo containerd config dump | grep -A9 'runtimes.gpu-quota]'".into(),
             );
-            out.push("k8s:     RuntimeClass handler \"gpu-quota\" + pod annotation gpu-quota.io/vram: 8g (docs/install.md)".into());
+            out.push(if self.kubernetes {
+                "k8s:     cluster mode: requests only from the device plugin's container annotations; kubectl apply -f deploy/kubernetes/ (docs/kubernetes.md)".into()
+            } else {
+                "k8s:     RuntimeClass handler \"gpu-quota\" + pod annotation gpu-quota.io/vram: 8g (docs/install.md)".into()
+            });
             out.push(format!(
                 "ctr:     ctr run --runc-binary {} --annotation vram=8g IMAGE ID   (needs no install)",
                 ctx.runtime
@@ -849,7 +904,7 @@ mod tests {
 
     fn installed(fs: &MemFs) -> MemFs {
         let mut f = fs.clone();
-        let p = plan_install(&Containerd, &f, RT).unwrap();
+        let p = plan_install(&Containerd::default(), &f, RT).unwrap();
         f.apply(&p.changes);
         f
     }
@@ -1025,15 +1080,15 @@ mod tests {
         let main = f.get(MAIN).unwrap()
             + "\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
         f.put(MAIN, main.into_bytes());
-        let p = plan_install(&Containerd, &f, RT).unwrap();
+        let p = plan_install(&Containerd::default(), &f, RT).unwrap();
         f.apply(&p.changes);
         assert!(f.get(DROPIN).is_none());
         let out = f.get(MAIN).unwrap();
         assert!(!out.contains("imports"), "{out}");
         assert!(out.contains("runtimes.gpu-quota"), "{out}");
-        let again = plan_install(&Containerd, &f, RT).unwrap();
+        let again = plan_install(&Containerd::default(), &f, RT).unwrap();
         assert!(again.changes.is_empty());
-        let u = plan_uninstall(&Containerd, &f).unwrap();
+        let u = plan_uninstall(&Containerd::default(), &f).unwrap();
         f.apply(&u.changes);
         assert_eq!(f.get(MAIN).unwrap(), "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n");
     }
@@ -1052,7 +1107,7 @@ mod tests {
         round_trip(EngineKind::Containerd, fs, RT);
 
         let e = plan_install(
-            &Containerd,
+            &Containerd::default(),
             &MemFs::new().with(MAIN, "version = 2\n[plugins\n"),
             RT,
         )
@@ -1063,16 +1118,20 @@ mod tests {
             "{e}"
         );
         let e = plan_install(
-            &Containerd,
+            &Containerd::default(),
             &MemFs::new().with(MAIN, "[plugins.cri]\nx = 1\n"),
             RT,
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("version 1"), "{e}");
-        let e = plan_install(&Containerd, &MemFs::new().with(MAIN, "version = 4\n"), RT)
-            .unwrap_err()
-            .to_string();
+        let e = plan_install(
+            &Containerd::default(),
+            &MemFs::new().with(MAIN, "version = 4\n"),
+            RT,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("not supported"), "{e}");
         let bad_import = MemFs::new()
             .with(
@@ -1080,7 +1139,7 @@ mod tests {
                 "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n",
             )
             .with("/etc/containerd/conf.d/x.toml", "[[[");
-        let e = plan_install(&Containerd, &bad_import, RT)
+        let e = plan_install(&Containerd::default(), &bad_import, RT)
             .unwrap_err()
             .to_string();
         assert!(

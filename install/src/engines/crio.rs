@@ -10,13 +10,34 @@ pub const DROPIN: &str = "/etc/crio/crio.conf.d/99-gpu-quota.conf";
 /// runc state of containers of this handler (separate from runc's /run/runc).
 pub const RUNTIME_ROOT: &str = "/run/gpu-quota-runc";
 
-pub struct Crio;
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Crio {
+    /// Cluster mode (`--kubernetes`): the same handler, documented for gpu-quota-device-plugin.
+    pub kubernetes: bool,
+}
 
-pub fn dropin_text(runtime: &str) -> String {
+/// Cluster mode needs no other key: CRI-O puts only a container's own annotations (the
+/// kubelet's, with the device plugin's `gpu-quota.io/vram` and `gpu-quota.io/gpu`) into its
+/// config.json; pod annotations reach only the pod's infra container, which gpu-quota never
+/// charges.
+const CLUSTER_NOTE: &str = "# Cluster mode (--kubernetes): slices come from the resource gpu-quota.io/vram through\n\
+     # gpu-quota-device-plugin, whose Allocate answer the kubelet passes as container annotations.\n\
+     # CRI-O gives a workload container only its own annotations; pod annotations reach the\n\
+     # pod's infra container alone, which gpu-quota never charges: they grant nothing.\n";
+
+pub fn dropin_text(runtime: &str, kubernetes: bool) -> String {
+    let (flag, note) = if kubernetes {
+        (" --kubernetes", CLUSTER_NOTE)
+    } else {
+        (
+            "",
+            "# Pod annotations (gpu-quota.io/vram, ...) reach config.json as they are, no allowed_annotations needed.\n",
+        )
+    };
     format!(
-        "# Added by `gpu-quota install crio`; `gpu-quota uninstall crio` removes this file.\n\
-         # Kubernetes selects it with a RuntimeClass whose handler is \"{RUNTIME_NAME}\"; pod annotations\n\
-         # (gpu-quota.io/vram, ...) reach config.json as they are, no allowed_annotations needed.\n\
+        "# Added by `gpu-quota install crio{flag}`; `gpu-quota uninstall crio` removes this file.\n\
+         # Kubernetes selects it with a RuntimeClass whose handler is \"{RUNTIME_NAME}\".\n\
+         {note}\
          [crio.runtime.runtimes.{RUNTIME_NAME}]\n\
          runtime_path = {}\n\
          runtime_type = \"oci\"\n\
@@ -43,7 +64,7 @@ impl Engine for Crio {
         fs: &dyn super::fsutil::FsView,
         runtime: &str,
     ) -> Result<EnginePlan, EngineError> {
-        dropin::plan_install(fs, DROPIN, dropin_text(runtime))
+        dropin::plan_install(fs, DROPIN, dropin_text(runtime, self.kubernetes))
     }
 
     fn plan_uninstall(&self, fs: &dyn super::fsutil::FsView) -> Result<EnginePlan, EngineError> {
@@ -79,7 +100,11 @@ impl Engine for Crio {
             out.push(
                 "verify:  sudo crio config 2>/dev/null | grep -A4 'runtimes.gpu-quota'".into(),
             );
-            out.push("k8s:     RuntimeClass handler \"gpu-quota\" + pod annotation gpu-quota.io/vram: 8g (docs/install.md)".into());
+            out.push(if self.kubernetes {
+                "k8s:     cluster mode: requests only from the device plugin's container annotations; kubectl apply -f deploy/kubernetes/ (docs/kubernetes.md)".into()
+            } else {
+                "k8s:     RuntimeClass handler \"gpu-quota\" + pod annotation gpu-quota.io/vram: 8g (docs/install.md)".into()
+            });
         }
         out
     }
@@ -106,7 +131,10 @@ mod tests {
         assert_eq!(h["runtime_type"].as_str(), Some("oci"));
         assert_eq!(h["runtime_root"].as_str(), Some(RUNTIME_ROOT));
         assert!(h.get("allowed_annotations").is_none());
-        assert_eq!(Crio.installed_runtime(&inst).unwrap().as_deref(), Some(RT));
+        assert_eq!(
+            Crio::default().installed_runtime(&inst).unwrap().as_deref(),
+            Some(RT)
+        );
         round_trip(EngineKind::Crio, MemFs::new(), RT);
     }
 }

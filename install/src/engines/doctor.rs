@@ -113,6 +113,25 @@ pub fn checks(h: &Host) -> Vec<Check> {
             Verdict::Info,
             "installed, CRI runtime handler gpu-quota not registered (gpu-quota install containerd; ctr run --runc-binary needs none)",
         )),
+        (_, Some(rt))
+            if containerd::installed_entry(h.fs, "container_annotations").is_some() =>
+        {
+            // cluster mode (install containerd --kubernetes): the device plugin's keys as
+            // container annotations, and no pod annotation may reach the runtime
+            let ca = containerd::installed_entry(h.fs, "container_annotations").unwrap_or_default();
+            let pa = containerd::installed_entry(h.fs, "pod_annotations").unwrap_or_default();
+            let has_all = super::CLUSTER_ANNOTATIONS
+                .iter()
+                .all(|k| ca.split(',').any(|p| glob_match(p, k)));
+            let (verdict, text) = if has_all && pa.is_empty() {
+                (Verdict::Ok, format!("runtime handler gpu-quota -> {rt}; cluster mode: container_annotations [{ca}] pass the device plugin's keys, no pod_annotations"))
+            } else if !pa.is_empty() {
+                (Verdict::Fail, format!("runtime handler gpu-quota -> {rt}: cluster mode, but pod_annotations [{pa}] let pod authors grant themselves slices (gpu-quota install containerd --kubernetes removes them)"))
+            } else {
+                (Verdict::Fail, format!("runtime handler gpu-quota -> {rt}: container_annotations [{ca}] drop the device plugin's keys (gpu-quota install containerd --kubernetes)"))
+            };
+            out.push(check(name, verdict, text));
+        }
         (_, Some(rt)) => {
             let pats = containerd::installed_entry(h.fs, "pod_annotations").unwrap_or_default();
             let pats: Vec<&str> = pats.split(',').filter(|p| !p.is_empty()).collect();
@@ -249,5 +268,48 @@ mod tests {
         assert_eq!(d.verdict, Verdict::Fail, "{c:?}");
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
         assert!(glob_match("gpu-quota.io/*", "gpu-quota.io/vram") && !glob_match("vram", "vram2"));
+    }
+
+    #[test]
+    fn containerd_cluster_mode() {
+        let ok = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
+                  runtime_type = \"io.containerd.runc.v2\"\ncontainer_annotations = [\"gpu-quota.io/vram\", \"gpu-quota.io/gpu\"]\n\
+                  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n";
+        let c = run(
+            &MemFs::new().with("/etc/containerd/config.toml", ok),
+            &["containerd"],
+            None,
+            false,
+        );
+        let d = find(&c, "engine containerd");
+        assert_eq!(d.verdict, Verdict::Ok, "{c:?}");
+        assert!(d.text.contains("cluster mode"), "{}", d.text);
+        let leaky = ok.replace(
+            "container_annotations",
+            "pod_annotations = [\"vram\"]\ncontainer_annotations",
+        );
+        let c = run(
+            &MemFs::new().with("/etc/containerd/config.toml", &leaky),
+            &["containerd"],
+            None,
+            false,
+        );
+        assert_eq!(
+            find(&c, "engine containerd").verdict,
+            Verdict::Fail,
+            "{c:?}"
+        );
+        let short = ok.replace(", \"gpu-quota.io/gpu\"", "");
+        let c = run(
+            &MemFs::new().with("/etc/containerd/config.toml", &short),
+            &["containerd"],
+            None,
+            false,
+        );
+        assert_eq!(
+            find(&c, "engine containerd").verdict,
+            Verdict::Fail,
+            "{c:?}"
+        );
     }
 }

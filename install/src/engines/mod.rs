@@ -47,6 +47,9 @@ pub const RUNTIME_NAME: &str = "gpu-quota";
 /// Request keys that must reach config.json `annotations` (containerd `pod_annotations` are
 /// glob patterns).
 pub const ANNOTATION_PATTERNS: [&str; 4] = ["vram", "gpu", "gpus", "gpu-quota.io/*"];
+/// Cluster mode (`--kubernetes`): the container annotations gpu-quota-device-plugin's Allocate
+/// returns, and nothing else.
+pub const CLUSTER_ANNOTATIONS: [&str; 2] = ["gpu-quota.io/vram", "gpu-quota.io/gpu"];
 /// Where install records the directories it created (on the target system).
 pub const STATE_DIR: &str = "/var/lib/gpu-quota/install";
 
@@ -73,6 +76,12 @@ pub struct EngineArgs {
     /// Do not signal the engine's daemon to reload (print how to do it instead).
     #[arg(long)]
     pub no_reload: bool,
+
+    /// (containerd, crio) Cluster mode for Kubernetes with gpu-quota-device-plugin: requests
+    /// come only from the container annotations the plugin returns; pod annotations grant
+    /// nothing (docs/kubernetes.md). Give it to uninstall too.
+    #[arg(long)]
+    pub kubernetes: bool,
 
     /// (docker) The Docker Engine version on the target system, e.g. 20.10 [default: asked
     /// from the daemon ($DOCKER_HOST or /var/run/docker.sock), else `dockerd --version`].
@@ -102,9 +111,20 @@ impl EngineKind {
     fn engine(self) -> Box<dyn Engine> {
         match self {
             EngineKind::Docker => Box::new(docker::Docker::default()),
-            EngineKind::Containerd => Box::new(containerd::Containerd),
+            EngineKind::Containerd => Box::new(containerd::Containerd::default()),
             EngineKind::Podman => Box::new(podman::Podman),
-            EngineKind::Crio => Box::new(crio::Crio),
+            EngineKind::Crio => Box::new(crio::Crio::default()),
+        }
+    }
+    /// The engine in cluster mode (`--kubernetes`); only the CRI engines have one.
+    fn cluster_engine(self) -> Result<Box<dyn Engine>, EngineError> {
+        match self {
+            EngineKind::Containerd => Ok(Box::new(containerd::Containerd { kubernetes: true })),
+            EngineKind::Crio => Ok(Box::new(crio::Crio { kubernetes: true })),
+            k => Err(EngineError::Usage(format!(
+                "--kubernetes is for the Kubernetes node engines (containerd, crio), not {}",
+                k.name()
+            ))),
         }
     }
 }
@@ -706,6 +726,7 @@ fn runtime_path(args: &EngineArgs, fs: &RootFs) -> Result<String> {
 fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     let fs = root_fs(args)?;
     let engine: Box<dyn Engine> = match args.engine {
+        _ if args.kubernetes => args.engine.cluster_engine()?,
         EngineKind::Docker => Box::new(docker::Docker::new(dockerver::detect(
             args.docker_version.as_deref(),
         ))),

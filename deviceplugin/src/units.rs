@@ -1,0 +1,373 @@
+//! Which units this node advertises and which of them are healthy.
+//!
+//! Per GPU: ⌊(memory − reserve) / 1 GiB⌋ units, named `<uuid>_<n>`. The
+//! ledger is the node's truth: bytes held there by containers that
+//! Kubernetes did not start (Docker, podman, ctr, …) cannot be handed to a
+//! pod, so that many units are reported unhealthy — the highest-numbered
+//! ones, since allocation prefers low numbers. A GPU that was advertised and
+//! is gone (not in the inventory, or its device node vanished) keeps its
+//! units in the list, all unhealthy, so the kubelet stops counting on them.
+use crate::api;
+use crate::UNIT_BYTES;
+use gpuquota_core::inventory::Gpu;
+use gpuquota_core::ledger::{LedgerData, Reservation};
+use gpuquota_core::Inventory;
+
+/// One GPU's units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuUnits {
+    pub uuid: String,
+    pub index: u32,
+    /// Units advertised.
+    pub units: u32,
+    /// Units `0..usable` are healthy.
+    pub usable: u32,
+    /// Why not every unit is usable (for the log), empty when all are.
+    pub why: String,
+}
+
+/// Everything the plugin advertises, in inventory order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub gpus: Vec<GpuUnits>,
+}
+
+/// The device id of unit `n` of a GPU. UUIDs never contain `_`.
+pub fn device_id(uuid: &str, n: u32) -> String {
+    format!("{uuid}_{n}")
+}
+
+/// `<uuid>_<n>` back to its parts; None for anything else.
+pub fn parse_device_id(id: &str) -> Option<(&str, u32)> {
+    let (uuid, n) = id.rsplit_once('_')?;
+    if uuid.is_empty() || n.is_empty() || n.len() > 6 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((uuid, n.parse().ok()?))
+}
+
+impl Snapshot {
+    pub fn gpu(&self, uuid: &str) -> Option<&GpuUnits> {
+        self.gpus.iter().find(|g| g.uuid == uuid)
+    }
+
+    /// The ListAndWatch device list.
+    pub fn devices(&self) -> Vec<api::Device> {
+        self.gpus
+            .iter()
+            .flat_map(|g| {
+                (0..g.units).map(move |n| api::Device {
+                    id: device_id(&g.uuid, n),
+                    health: if n < g.usable {
+                        api::HEALTHY
+                    } else {
+                        api::UNHEALTHY
+                    }
+                    .into(),
+                    topology: None,
+                })
+            })
+            .collect()
+    }
+
+    pub fn healthy(&self) -> u32 {
+        self.gpus.iter().map(|g| g.usable).sum()
+    }
+
+    pub fn total(&self) -> u32 {
+        self.gpus.iter().map(|g| g.units).sum()
+    }
+
+    /// One line for the log: "GPU 0 GPU-…: 139/139, GPU 1 GPU-…: 131/139 (…)".
+    pub fn describe(&self) -> String {
+        if self.gpus.is_empty() {
+            return "no GPUs".into();
+        }
+        self.gpus
+            .iter()
+            .map(|g| {
+                let mut s = format!(
+                    "GPU {} {}: {}/{} healthy",
+                    g.index, g.uuid, g.usable, g.units
+                );
+                if !g.why.is_empty() {
+                    s.push_str(&format!(" ({})", g.why));
+                }
+                s
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// What the node looks like right now (see `node::Node`).
+pub struct NodeState<'a> {
+    /// The inventory, or why it could not be read.
+    pub inventory: Result<&'a Inventory, String>,
+    /// The ledger, or why it could not be read.
+    pub ledger: Result<&'a LedgerData, String>,
+    pub reserve: u64,
+    /// `gpus` from the config: which GPUs may be sliced (empty = all).
+    pub sliceable: &'a [String],
+    /// Whether the GPU's device node exists.
+    pub present: &'a dyn Fn(&Gpu) -> bool,
+    /// Whether a reservation belongs to a container Kubernetes started.
+    pub kubernetes: &'a dyn Fn(&Reservation) -> bool,
+    /// Whether a reservation's container is gone (its bytes are free).
+    pub stale: &'a dyn Fn(&Reservation) -> bool,
+}
+
+fn sliceable(list: &[String], g: &Gpu) -> bool {
+    list.is_empty()
+        || list
+            .iter()
+            .any(|s| s.trim() == g.index.to_string() || s.trim().eq_ignore_ascii_case(&g.uuid))
+}
+
+/// The next snapshot, given the previous one (GPUs advertised before and
+/// gone now stay listed, unhealthy).
+pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
+    let gone = |g: &GpuUnits, why: &str| GpuUnits {
+        usable: 0,
+        why: why.to_string(),
+        ..g.clone()
+    };
+    let inv = match &node.inventory {
+        Ok(i) => i,
+        Err(e) => {
+            return Snapshot {
+                gpus: prev
+                    .gpus
+                    .iter()
+                    .map(|g| gone(g, &format!("inventory unreadable: {e}")))
+                    .collect(),
+            }
+        }
+    };
+    let mut gpus: Vec<GpuUnits> = Vec::new();
+    for g in inv.gpus.iter().filter(|g| sliceable(node.sliceable, g)) {
+        let capacity = g.total_bytes.saturating_sub(node.reserve);
+        let units = u32::try_from(capacity / UNIT_BYTES).unwrap_or(u32::MAX);
+        let mut u = GpuUnits {
+            uuid: g.uuid.clone(),
+            index: g.index,
+            units,
+            usable: units,
+            why: String::new(),
+        };
+        if !(node.present)(g) {
+            u = gone(&u, "device node missing");
+        } else {
+            match &node.ledger {
+                Err(e) => u = gone(&u, &format!("ledger unreadable: {e}")),
+                Ok(l) => {
+                    let (outside, holders) = l
+                        .reservations
+                        .iter()
+                        .filter(|r| !(node.kubernetes)(r) && !(node.stale)(r))
+                        .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
+                        .fold((0u64, 0usize), |(b, n), s| (b + s.bytes, n + 1));
+                    if outside > 0 {
+                        let left = capacity.saturating_sub(outside) / UNIT_BYTES;
+                        u.usable = units.min(u32::try_from(left).unwrap_or(u32::MAX));
+                        u.why = format!(
+                            "{} held by {holders} container(s) outside Kubernetes",
+                            gpuquota_core::units::human(outside)
+                        );
+                    }
+                }
+            }
+        }
+        gpus.push(u);
+    }
+    for p in &prev.gpus {
+        if !gpus.iter().any(|g| g.uuid == p.uuid) {
+            gpus.push(gone(p, "GPU no longer in the inventory"));
+        }
+    }
+    Snapshot { gpus }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuquota_core::ledger::ResState;
+    use gpuquota_core::placement::Slice;
+    const G: u64 = 1 << 30;
+
+    fn inv(mems: &[u64]) -> Inventory {
+        Inventory {
+            gpus: mems
+                .iter()
+                .enumerate()
+                .map(|(i, m)| Gpu {
+                    index: i as u32,
+                    uuid: format!("GPU-{i:04}"),
+                    name: "t".into(),
+                    total_bytes: *m,
+                    minor: i as u32,
+                    simulated: true,
+                })
+                .collect(),
+            driver_version: "simulated".into(),
+        }
+    }
+
+    fn res(id: &str, root: &str, gpu: u32, bytes: u64) -> Reservation {
+        Reservation {
+            container_id: id.into(),
+            runtime_root: Some(root.into()),
+            bundle: format!("/b/{id}"),
+            slices: vec![Slice {
+                uuid: format!("GPU-{gpu:04}"),
+                index: gpu,
+                bytes,
+            }],
+            request: String::new(),
+            created_unix: 0,
+            started_unix: None,
+            pid: None,
+            pid_start: None,
+            state: ResState::Running,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+        }
+    }
+
+    fn state<'a>(
+        inv: Result<&'a Inventory, String>,
+        ledger: Result<&'a LedgerData, String>,
+        reserve: u64,
+        present: &'a dyn Fn(&Gpu) -> bool,
+    ) -> NodeState<'a> {
+        NodeState {
+            inventory: inv,
+            ledger,
+            reserve,
+            sliceable: &[],
+            present,
+            kubernetes: &|r: &Reservation| r.runtime_root.as_deref() == Some("/k8s"),
+            stale: &|r: &Reservation| r.container_id.starts_with("dead"),
+        }
+    }
+
+    #[test]
+    fn units_are_floor_of_memory_minus_reserve() {
+        let i = inv(&[16 * G, 16 * G + G / 2]);
+        let l = LedgerData::default();
+        let s = compute(
+            &Snapshot::default(),
+            &state(Ok(&i), Ok(&l), G + 1, &|_| true),
+        );
+        // (16 GiB − 1 GiB − 1 B) / 1 GiB = 14; (16.5 GiB − 1 GiB − 1 B) = 15
+        assert_eq!(
+            s.gpus.iter().map(|g| g.units).collect::<Vec<_>>(),
+            vec![14, 15]
+        );
+        assert_eq!(s.healthy(), 29);
+        let d = s.devices();
+        assert_eq!(d.len(), 29);
+        assert_eq!(d[0].id, "GPU-0000_0");
+        assert_eq!(d[14].id, "GPU-0001_0");
+        assert!(d.iter().all(|d| d.health == api::HEALTHY));
+    }
+
+    #[test]
+    fn outside_holders_make_top_units_unhealthy_kubernetes_and_stale_do_not() {
+        let i = inv(&[16 * G, 16 * G]);
+        let l = LedgerData {
+            version: 1,
+            reservations: vec![
+                res("docker1", "/run/docker/runtime-runc/moby", 0, 3 * G + 1),
+                res("pod1", "/k8s", 0, 8 * G),
+                res("dead1", "/run/runc", 1, 4 * G),
+            ],
+        };
+        let s = compute(&Snapshot::default(), &state(Ok(&i), Ok(&l), 0, &|_| true));
+        // 16 GiB − (3 GiB + 1 B) leaves 12 whole GiB for Kubernetes
+        assert_eq!(s.gpus[0].usable, 12, "{:?}", s.gpus[0]);
+        assert!(s.gpus[0].why.contains("1 container(s) outside Kubernetes"));
+        assert_eq!(s.gpus[1].usable, 16, "a dead container's bytes are free");
+        let d = s.devices();
+        assert_eq!(d[11].health, api::HEALTHY);
+        assert!(d[12..16].iter().all(|d| d.health == api::UNHEALTHY));
+        assert_eq!(d[12].id, "GPU-0000_12");
+        // the outside container is gone: healthy again
+        let l2 = LedgerData {
+            version: 1,
+            reservations: vec![res("pod1", "/k8s", 0, 8 * G)],
+        };
+        let s2 = compute(&s, &state(Ok(&i), Ok(&l2), 0, &|_| true));
+        assert_eq!(s2.healthy(), 32);
+    }
+
+    #[test]
+    fn vanished_gpu_stays_listed_unhealthy() {
+        let i = inv(&[4 * G, 4 * G]);
+        let l = LedgerData::default();
+        let s = compute(&Snapshot::default(), &state(Ok(&i), Ok(&l), 0, &|_| true));
+        assert_eq!(s.healthy(), 8);
+        // device node of GPU 1 missing
+        let s1 = compute(&s, &state(Ok(&i), Ok(&l), 0, &|g: &Gpu| g.index != 1));
+        assert_eq!((s1.gpus[1].units, s1.gpus[1].usable), (4, 0));
+        assert!(
+            s1.describe().contains("device node missing"),
+            "{}",
+            s1.describe()
+        );
+        // GPU 1 dropped out of the inventory entirely
+        let only0 = inv(&[4 * G]);
+        let s2 = compute(&s, &state(Ok(&only0), Ok(&l), 0, &|_| true));
+        assert_eq!(s2.gpus.len(), 2);
+        assert_eq!(
+            (s2.gpus[1].uuid.as_str(), s2.gpus[1].usable),
+            ("GPU-0001", 0)
+        );
+        assert_eq!(
+            s2.devices()
+                .iter()
+                .filter(|d| d.health == api::UNHEALTHY)
+                .count(),
+            4
+        );
+        // unreadable inventory or ledger: nothing can be promised
+        let s3 = compute(&s, &state(Err("nvml".into()), Ok(&l), 0, &|_| true));
+        assert_eq!((s3.total(), s3.healthy()), (8, 0));
+        let s4 = compute(&s, &state(Ok(&i), Err("corrupt".into()), 0, &|_| true));
+        assert_eq!((s4.total(), s4.healthy()), (8, 0));
+    }
+
+    #[test]
+    fn excluded_gpus_are_not_advertised() {
+        let i = inv(&[4 * G, 4 * G]);
+        let l = LedgerData::default();
+        let only1 = vec!["GPU-0001".to_string()];
+        let mut st = state(Ok(&i), Ok(&l), 0, &|_| true);
+        st.sliceable = &only1;
+        let s = compute(&Snapshot::default(), &st);
+        assert_eq!(s.gpus.len(), 1);
+        assert_eq!(s.gpus[0].index, 1);
+    }
+
+    #[test]
+    fn device_ids_round_trip_and_junk_is_refused() {
+        let id = device_id("GPU-8f6c2a1e-0000-1111-2222-333344445555", 138);
+        assert!(id.len() <= 63, "kubelet's limit: {id}");
+        assert_eq!(
+            parse_device_id(&id),
+            Some(("GPU-8f6c2a1e-0000-1111-2222-333344445555", 138))
+        );
+        for bad in [
+            "",
+            "GPU-1",
+            "GPU-1_",
+            "_3",
+            "GPU-1_-3",
+            "GPU-1_3x",
+            "GPU-1_99999999",
+        ] {
+            assert_eq!(parse_device_id(bad), None, "{bad}");
+        }
+    }
+}
