@@ -26,7 +26,12 @@
 //!   bit besides the ISA level bits refers, in its low 32 bits, to one of
 //!   those names.
 //! - compat: an old cache whose string area starts (8-aligned) with a new
-//!   one; like the loader, only the new part is read.
+//!   one; like the loader, only the new part is read. Its glibc-hwcaps
+//!   string indices are taken relative to the new header, as ldconfig
+//!   writes them (glibc 2.36's loader and `ldconfig -p` resolve them from
+//!   the start of the file, which in a compat file lands elsewhere:
+//!   `ldconfig -p` prints `hwcap: ""`). Extension offsets are file offsets
+//!   in both readers and the writer.
 //!
 //! The loader binary-searches the entries, so [`LdCache::to_bytes`] orders
 //! them exactly as ldconfig's `compare()` does: keys descending by

@@ -93,3 +93,20 @@ fn regression_usage_offsets_overflow() {
         );
     }
 }
+
+/// fuzz target `usage` (26 `timeout-*` artifacts in 10 minutes): the same
+/// aliasing with a high-water mark of ~4 billion keeps `usage::parse` busy
+/// for minutes on a 64-byte file. Must answer at once.
+#[test]
+fn regression_usage_huge_high_water_mark_is_bounded() {
+    let b = usage_header(u32::MAX, 0, 0, 0, 0, u32::MAX);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // A thread, so that a failure is reported instead of hanging the run.
+    std::thread::spawn(move || {
+        let _ = tx.send(usage::parse(&b).map(|u| u.processes));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(5)) {
+        Ok(processes) => assert!(processes.unwrap_or(0) <= 1, "{processes:?} processes"),
+        Err(_) => panic!("usage::parse of a 64-byte file still running after 5 s"),
+    }
+}
