@@ -152,7 +152,22 @@ mod tests {
     fn decoy(dir: &Path) -> Child {
         let exe = dir.join("dockerd");
         std::fs::copy("/bin/sleep", &exe).unwrap();
-        let c = Command::new(&exe).arg("60").spawn().unwrap();
+        // a parallel test's fork can still hold the copy's write fd for a
+        // moment (ETXTBSY): retry
+        let mut c = None;
+        for _ in 0..100 {
+            match Command::new(&exe).arg("60").spawn() {
+                Ok(ch) => {
+                    c = Some(ch);
+                    break;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                Err(e) => panic!("spawn {}: {e}", exe.display()),
+            }
+        }
+        let c = c.expect("spawn kept failing with ETXTBSY");
         for _ in 0..100 {
             if comm(c.id() as i32).as_deref() == Some("dockerd") {
                 break;
