@@ -84,6 +84,33 @@ fn regular_file(fd: OwnedFd, rel: &str) -> Result<OwnedFd, EffectError> {
     check_type(fd, rel, libc::S_IFREG)
 }
 
+/// A path component as a C string (a NUL in it is refused, naming `rel`).
+fn c_name(name: &str, rel: &str) -> Result<CString, EffectError> {
+    CString::new(name).map_err(|_| EffectError::Refused {
+        path: rel.into(),
+        what: "NUL in path".into(),
+    })
+}
+
+/// A fresh file `name` in `dir`: `O_CREAT | O_EXCL | O_NOFOLLOW`, so a
+/// planted entry (a symlink included) is never reused or followed.
+fn create_new_at(dir: &OwnedFd, name: &CString, mode: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: valid dirfd and C string.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// `O_PATH | O_NOFOLLOW` for final components: the handle names the entry
 /// itself, never what a symlink there points to.
 const FINAL: OFlag = OFlag::O_PATH.union(OFlag::O_NOFOLLOW);
@@ -139,10 +166,7 @@ impl Rootfs {
             match self.resolve(&sofar, OFlag::O_PATH | OFlag::O_DIRECTORY) {
                 Ok(fd) => dir = fd,
                 Err(nix::errno::Errno::ENOENT) => {
-                    let name = CString::new(c).map_err(|_| EffectError::Refused {
-                        path: rel.into(),
-                        what: "NUL in path".into(),
-                    })?;
+                    let name = c_name(c, rel)?;
                     // SAFETY: valid dirfd and C string.
                     let r = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
                     if r != 0 {
@@ -196,31 +220,11 @@ impl Rootfs {
         match self.resolve(rel, FINAL) {
             Ok(fd) => regular_file(fd, rel),
             Err(nix::errno::Errno::ENOENT) => {
-                let cname = CString::new(*name).map_err(|_| EffectError::Refused {
-                    path: rel.into(),
-                    what: "NUL in path".into(),
-                })?;
-                // SAFETY: valid dirfd and C string; O_NOFOLLOW|O_EXCL never follows a planted link.
-                let fd = unsafe {
-                    libc::openat(
-                        pdir.as_raw_fd(),
-                        cname.as_ptr(),
-                        libc::O_CREAT
-                            | libc::O_EXCL
-                            | libc::O_WRONLY
-                            | libc::O_NOFOLLOW
-                            | libc::O_CLOEXEC,
-                        0o644,
-                    )
-                };
-                if fd < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.raw_os_error() != Some(libc::EEXIST) {
-                        return Err(io("create", rel)(e));
-                    }
-                } else {
-                    // SAFETY: fresh fd.
-                    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+                match create_new_at(&pdir, &c_name(name, rel)?, 0o644) {
+                    Ok(fd) => drop(fd),
+                    // made by a racing creator: checked below like any entry
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(io("create", rel)(e)),
                 }
                 match self.resolve(rel, FINAL) {
                     Ok(fd) => regular_file(fd, rel),
@@ -259,28 +263,10 @@ impl Rootfs {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         let tmp = format!(".{name}.gpu-quota.{}.{nanos}", std::process::id());
-        let ctmp = CString::new(tmp.as_str()).map_err(|_| EffectError::Refused {
-            path: rel.into(),
-            what: "NUL in path".into(),
-        })?;
-        let cname = CString::new(*name).map_err(|_| EffectError::Refused {
-            path: rel.into(),
-            what: "NUL in path".into(),
-        })?;
-        // SAFETY: valid dirfd and C string; O_EXCL|O_NOFOLLOW never reuse a planted entry.
-        let fd = unsafe {
-            libc::openat(
-                pdir.as_raw_fd(),
-                ctmp.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                mode as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(io("create", rel)(std::io::Error::last_os_error()));
-        }
-        // SAFETY: fresh fd.
-        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let ctmp = c_name(&tmp, rel)?;
+        let cname = c_name(name, rel)?;
+        let mut f =
+            std::fs::File::from(create_new_at(&pdir, &ctmp, mode).map_err(io("create", rel))?);
         let written = (|| {
             f.write_all(bytes)?;
             // SAFETY: fchmod on an owned fd (the umask must not narrow the mode).
