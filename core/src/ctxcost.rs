@@ -163,7 +163,8 @@ impl Cache {
     }
 
     fn load(&self) -> CacheFile {
-        let Ok(bytes) = std::fs::read(&self.path) else {
+        // never through a symlink, never more than a cache can hold
+        let Ok(bytes) = fsutil::read_regular_capped(&self.path, 1 << 20) else {
             return CacheFile::default();
         };
         match serde_json::from_slice::<CacheFile>(&bytes) {
@@ -200,7 +201,7 @@ impl Cache {
             err,
         };
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(werr)?;
+        fsutil::secure_dir(dir, 0o755).map_err(werr)?;
         let _lock = fsutil::lock_exclusive(&dir.join(".context-cost.lock")).map_err(werr)?;
         let mut c = self.load();
         c.version = CACHE_VERSION;

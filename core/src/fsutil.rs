@@ -154,6 +154,22 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
             m.mode() & 0o7777
         )));
     }
+    // symlinks on the configured path itself: only root's (a user's symlink
+    // in a sticky directory could be swapped between this check and a use)
+    let mut sofar = PathBuf::new();
+    for c in path.components() {
+        sofar.push(c);
+        if let Ok(m) = std::fs::symlink_metadata(&sofar) {
+            if m.file_type().is_symlink() && m.uid() != 0 && m.uid() != me {
+                return Err(bad(format!(
+                    "{} (on the way to {}) is a symlink owned by uid {}; keep gpu-quota's state under root-owned paths",
+                    sofar.display(),
+                    path.display(),
+                    m.uid()
+                )));
+            }
+        }
+    }
     // ancestors: only root (or we) may change what the path resolves to
     let canon = std::fs::canonicalize(path)?;
     for a in canon.ancestors().skip(1) {
@@ -170,6 +186,32 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Read a trusted host file that must be regular: not followed through a
+/// final symlink, never opened for reading if it is a FIFO or device, at
+/// most `max` bytes.
+pub fn read_regular_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    let mut b = Vec::new();
+    f.take(max + 1).read_to_end(&mut b)?;
+    if b.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is larger than {max} bytes", path.display()),
+        ));
+    }
+    Ok(b)
 }
 
 /// Identity of a namespace of this process (`/proc/self/ns/KIND` inode).
@@ -252,6 +294,14 @@ mod tests {
             std::os::unix::fs::chown(&foreign, Some(1000), Some(1000)).unwrap();
             let e = secure_dir(&foreign, 0o700).unwrap_err().to_string();
             assert!(e.contains("owned by uid 1000"), "{e}");
+            // a user's symlink on the way (in a sticky directory) is refused
+            let sticky = d.path().join("sticky");
+            std::fs::create_dir(&sticky).unwrap();
+            std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+            let ulink = sticky.join("ulink");
+            symlink_as(1000, &p, &ulink);
+            let e = secure_dir(&ulink.join("x"), 0o700).unwrap_err().to_string();
+            assert!(e.contains("symlink owned by uid 1000"), "{e}");
             // and so is anything under a directory another user can write
             let open = d.path().join("open");
             std::fs::create_dir(&open).unwrap();
@@ -260,6 +310,13 @@ mod tests {
             assert!(e.contains("can be changed by other users"), "{e}");
             assert_eq!(std::fs::metadata(&foreign).unwrap().uid(), 1000);
         }
+    }
+
+    fn symlink_as(uid: u32, target: &Path, link: &Path) {
+        std::os::unix::fs::symlink(target, link).unwrap();
+        let c = std::ffi::CString::new(link.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid C string; lchown of a link we made.
+        assert_eq!(unsafe { libc::lchown(c.as_ptr(), uid, uid) }, 0);
     }
 
     #[test]

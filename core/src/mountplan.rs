@@ -29,8 +29,6 @@ pub enum Op {
         kind: Kind,
         readonly: bool,
     },
-    /// Make the mount at `dst` read-only (sub-mounts keep their own flags).
-    RemountReadOnly { dst: String },
     /// Write `host_file` = our preload line + the image's own entries at `dst`.
     MergePreload {
         host_file: PathBuf,
@@ -86,7 +84,6 @@ pub trait Effects {
         kind: Kind,
         readonly: bool,
     ) -> Result<(), EffectError>;
-    fn remount_ro(&mut self, dst: &str) -> Result<(), EffectError>;
     /// Read a file of the image (None when absent), at most `max` bytes.
     fn read_rootfs_file(&mut self, dst: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError>;
     fn write_host_file(&mut self, path: &Path, bytes: &[u8]) -> Result<(), EffectError>;
@@ -108,13 +105,14 @@ pub trait Effects {
 pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<Op> {
     let cdir = CONTAINER_DIR.to_string();
     let mut ops = vec![
+        // read-only from the start; the mounts below go on top of its entries
         Op::Bind {
             src: host_state.into(),
             dst: cdir.clone(),
             kind: Kind::Dir,
-            readonly: false,
+            readonly: true,
         },
-        // the usage file stays writable: its own mount survives the remount below
+        // the usage file is the one writable entry: its own mount
         Op::Bind {
             src: crate::state::usage_path(host_state),
             dst: format!("{cdir}/usage"),
@@ -136,7 +134,6 @@ pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<O
         kind: Kind::File,
         readonly: true,
     });
-    ops.push(Op::RemountReadOnly { dst: cdir.clone() });
     for (name, path) in &files.bins {
         ops.push(Op::Bind {
             src: path.clone(),
@@ -231,7 +228,6 @@ pub fn execute(ops: &[Op], fx: &mut dyn Effects) -> Result<(), EffectError> {
                 kind,
                 readonly,
             } => fx.bind(src, dst, *kind, *readonly)?,
-            Op::RemountReadOnly { dst } => fx.remount_ro(dst)?,
             Op::MergePreload {
                 host_file,
                 dst,
@@ -269,10 +265,6 @@ mod tests {
                 src.display(),
                 if ro { "ro" } else { "rw" }
             ));
-            Ok(())
-        }
-        fn remount_ro(&mut self, dst: &str) -> Result<(), EffectError> {
-            self.log.push(format!("ro {dst}"));
             Ok(())
         }
         fn read_rootfs_file(&mut self, p: &str, _: usize) -> Result<Option<Vec<u8>>, EffectError> {
@@ -326,11 +318,10 @@ mod tests {
         assert_eq!(
             fx.log,
             vec![
-                "bind /run/gpu-quota/containers/c1 /run/gpu-quota Dir rw",
+                "bind /run/gpu-quota/containers/c1 /run/gpu-quota Dir ro",
                 "bind /run/gpu-quota/containers/c1/rw/usage /run/gpu-quota/usage File rw",
                 "bind /h/libcuda.so.580 /run/gpu-quota/driver/libcuda.so.580 File ro",
                 "bind /lib/gpu-quota/libgpuquota.so /run/gpu-quota/libgpuquota.so File ro",
-                "ro /run/gpu-quota",
                 "bind /h/nvidia-smi /usr/bin/nvidia-smi File ro",
                 "bind /run/gpu-quota/containers/c1/ld.so.preload /etc/ld.so.preload File ro",
             ],

@@ -340,7 +340,95 @@ pub struct MountEffects {
     pub rootfs: Rootfs,
 }
 
+/// Linux's mount API (5.12+): a bind mount built detached, made read-only
+/// while nobody can see it, and attached onto a handle — no path is looked
+/// up after the target was checked.
+mod newmount {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+
+    fn check(r: libc::c_long) -> std::io::Result<libc::c_long> {
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// A detached copy of the mount at `src` (not recursive, like MS_BIND).
+    pub fn clone_tree(src: &OwnedFd) -> std::io::Result<OwnedFd> {
+        // SAFETY: valid fd and an empty C string; returns a new fd or -1.
+        let fd = check(unsafe {
+            libc::syscall(
+                libc::SYS_open_tree,
+                src.as_raw_fd(),
+                c"".as_ptr(),
+                OPEN_TREE_CLONE
+                    | libc::O_CLOEXEC as libc::c_uint
+                    | libc::AT_EMPTY_PATH as libc::c_uint,
+            )
+        })?;
+        // SAFETY: fresh fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
+    pub fn set_attr(tree: &OwnedFd, attr_set: u64) -> std::io::Result<()> {
+        let a = MountAttr {
+            attr_set,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: valid fd, empty path, a mount_attr of the size passed.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH as libc::c_uint,
+                &a as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        })
+        .map(drop)
+    }
+
+    /// Attach `tree` onto the entry `target` names.
+    pub fn attach(tree: &OwnedFd, target: &OwnedFd) -> std::io::Result<()> {
+        // SAFETY: valid fds and empty paths.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                tree.as_raw_fd(),
+                c"".as_ptr(),
+                target.as_raw_fd(),
+                c"".as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            )
+        })
+        .map(drop)
+    }
+}
+
 impl Effects for MountEffects {
+    /// Bind `src` onto the checked handle of `dst`. A read-only bind is
+    /// read-only (and nosuid, nodev) before it is attached: an earlier
+    /// version remounted it afterwards by looking `dst` up again, and a
+    /// rename racing in a shared volume could send that remount to another
+    /// mount, leaving the host file writable in the container.
     fn bind(
         &mut self,
         src: &Path,
@@ -348,46 +436,23 @@ impl Effects for MountEffects {
         kind: Kind,
         readonly: bool,
     ) -> Result<(), EffectError> {
-        use nix::mount::{mount, MsFlags};
         let s = src.display().to_string();
         let sfd = nix::fcntl::open(src, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
             .map_err(|e| io("open", &s)(errno(e)))?;
         // SAFETY: fresh fd.
         let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
         let tfd = self.rootfs.ensure(dst, kind)?;
-        mount(
-            Some(proc_fd(&sfd).as_str()),
-            proc_fd(&tfd).as_str(),
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| io("bind-mount onto", dst)(errno(e)))?;
+        let tree = newmount::clone_tree(&sfd).map_err(io("clone the mount of", dst))?;
         if readonly {
-            self.remount_ro(dst)?;
+            newmount::set_attr(
+                &tree,
+                newmount::MOUNT_ATTR_RDONLY
+                    | newmount::MOUNT_ATTR_NOSUID
+                    | newmount::MOUNT_ATTR_NODEV,
+            )
+            .map_err(io("make read-only the mount for", dst))?;
         }
-        Ok(())
-    }
-
-    fn remount_ro(&mut self, dst: &str) -> Result<(), EffectError> {
-        use nix::mount::{mount, MsFlags};
-        // re-resolve: the handle must name the new mount, not what it covers
-        let fd = self
-            .rootfs
-            .resolve(dst, OFlag::O_PATH)
-            .map_err(|e| io("open", dst)(errno(e)))?;
-        mount(
-            None::<&str>,
-            proc_fd(&fd).as_str(),
-            None::<&str>,
-            MsFlags::MS_BIND
-                | MsFlags::MS_REMOUNT
-                | MsFlags::MS_RDONLY
-                | MsFlags::MS_NOSUID
-                | MsFlags::MS_NODEV,
-            None::<&str>,
-        )
-        .map_err(|e| io("remount read-only", dst)(errno(e)))
+        newmount::attach(&tree, &tfd).map_err(io("bind-mount onto", dst))
     }
 
     fn read_rootfs_file(&mut self, dst: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError> {
@@ -395,7 +460,14 @@ impl Effects for MountEffects {
     }
 
     fn write_host_file(&mut self, path: &Path, bytes: &[u8]) -> Result<(), EffectError> {
-        std::fs::write(path, bytes).map_err(io("write", &path.display().to_string()))
+        // a file of the root-owned state directory: never through a symlink
+        std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .and_then(|mut f| f.write_all(bytes))
+            .map_err(io("write", &path.display().to_string()))
     }
 
     fn rootfs_exists(&mut self, dst: &str) -> bool {
@@ -414,7 +486,10 @@ impl Effects for MountEffects {
     fn read_host_file(&mut self, path: &Path, max: usize) -> Result<Vec<u8>, EffectError> {
         let p = path.display().to_string();
         let mut buf = Vec::new();
-        std::fs::File::open(path)
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
             .and_then(|f| f.take(max as u64).read_to_end(&mut buf))
             .map_err(io("read", &p))?;
         Ok(buf)

@@ -619,3 +619,30 @@ fn state_directories_must_be_real_and_root_owned() {
     );
     assert_eq!(std::fs::read_to_string(h.config()).unwrap(), cfg);
 }
+
+/// Class 3 (found by a security review of this change): a read-only bind
+/// used to be remounted read-only by looking its path up again; a rename
+/// racing in a shared volume sent that remount to another mount, leaving the
+/// host's driver file writable in the container. The bind is now read-only
+/// before it is attached (open_tree + mount_setattr + move_mount).
+#[test]
+fn read_only_binds_cannot_be_raced_writable() {
+    require_e2e!();
+    let run = |mode: &str| {
+        let mut c = Command::new("unshare");
+        c.args(["-m", "--propagation", "private"])
+            .arg(bin("mount-race"))
+            .args([mode, "3000"]);
+        capture(c)
+    };
+    // negative control: the old bind-then-remount-by-path loses the race
+    let old = run("old-remount");
+    assert_eq!(
+        old.status.code(),
+        Some(1),
+        "the probe must catch the old remount, else this test proves nothing: {}",
+        String::from_utf8_lossy(&old.stdout)
+    );
+    let new = run("gpu-quota");
+    assert_ok(&new, "gpu-quota's bind under the race");
+}
