@@ -36,9 +36,17 @@ MG_SLICE_GIB=16
 # mg_job ID MODE ARGS... : mgpu.py MODE in a vram=16g gpus=2 container while
 # the host samples NVML for the container's processes; the ranks hold their
 # memory until the sampler has seen both, then finish.
+mg_ready() { # OUT HOLD SECS: both ranks hold (HOLD.ready0/1), or the job ended (OUT/done)
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    [ -e "$2.ready0" ] && [ -e "$2.ready1" ] && return 0
+    [ -e "$1/done" ] && return 1
+    sleep 0.1
+  done; return 1; }
 mg_job() {
   local id=$1 mode=$2; shift 2
   local o=$W/b/$id/out
+  MG_LEFT="?"
   bundle $id overlay vram=${MG_SLICE_GIB}g gpus=2 -- sh -c "$PY /gq/mgpu.py $mode --out /out/job --slice-gib $MG_SLICE_GIB --hold-file /out/hold --hold-secs 120 $* > /out/job.log 2>&1; touch /out/done" || return 1
   if ! ctr h2m create --bundle $W/b/$id $id > $W/b/$id/create.out 2> $W/b/$id/create.err < /dev/null; then
     echo "$id create refused: $(cat $W/b/$id/create.err)"; return 1
@@ -47,7 +55,7 @@ mg_job() {
   timeout 400 $PY $MG sample --root-pid "$pid" --stop-file $o/done --slice-gib $MG_SLICE_GIB --secs 380 > $W/b/$id/sample.log 2>&1 &
   local sp=$!
   ctr h2m start $id < /dev/null
-  wait_for $o/hold.ready0 300 && wait_for $o/hold.ready1 60 && sleep 2
+  mg_ready $o $o/hold 300 && sleep 2 || echo "$id: the ranks never held their memory"
   touch $o/hold
   wait_for $o/done 300 || echo "$id did not finish"
   wait $sp
@@ -85,13 +93,13 @@ else res FAIL "13#3" "over the slice on one rank of two" "lines r1=$N1 r0=$N0 ${
 REL="$REL mg3:$MG_LEFT"
 
 # SIGKILL of a running 2-rank job (both ranks holding their NCCL buffers)
-bundle mg4 overlay vram=${MG_SLICE_GIB}g gpus=2 -- sh -c "$PY /gq/mgpu.py allreduce --out /out/job --hold-file /out/never --hold-secs 300 > /out/job.log 2>&1"
+bundle mg4 overlay vram=${MG_SLICE_GIB}g gpus=2 -- sh -c "$PY /gq/mgpu.py allreduce --out /out/job --hold-file /out/never --hold-secs 300 > /out/job.log 2>&1; touch /out/done"
 KFIG="create refused"
 if ctr h2m create --bundle $W/b/mg4 mg4 > $W/b/mg4/create.out 2> $W/b/mg4/create.err < /dev/null; then
-  KPID=$(ctr h2m state mg4 | $PY -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+  MG4PID=$(ctr h2m state mg4 | $PY -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
   ctr h2m start mg4 < /dev/null
-  wait_for $W/b/mg4/out/never.ready0 300 && wait_for $W/b/mg4/out/never.ready1 60
-  BEFORE=$(nres h2m); PIDS=$($PY -c "import sys; sys.path.insert(0, '$REPO/tests/gpu'); import mgpu; print(' '.join(map(str, sorted(mgpu._tree($KPID)))))")
+  mg_ready $W/b/mg4/out $W/b/mg4/out/never 300 || echo "mg4: the ranks never held their memory"
+  BEFORE=$(nres h2m); PIDS=$($PY -c "import sys; sys.path.insert(0, '$REPO/tests/gpu'); import mgpu; print(' '.join(map(str, sorted(mgpu._tree($MG4PID)))))")
   ctr h2m kill mg4 KILL < /dev/null; for k in $(seq 100); do [ "$(state_of h2m mg4)" = stopped ] && break; sleep 0.1; done
   sleep 2
   AFTER=$(nres h2m); LEFTP=""
@@ -100,6 +108,6 @@ if ctr h2m create --bundle $W/b/mg4 mg4 > $W/b/mg4/create.out 2> $W/b/mg4/create
 fi
 ctr h2m delete --force mg4 < /dev/null; clog mg4
 echo "release: after exit$REL; $KFIG"
-if [ "$REL" = " mg1:0 mg2:0 mg3:0" ] && [ "${BEFORE:-}" = 1 ] && [ "${AFTER:-}" = 0 ] && [ -z "${LEFTP:-x}" ]; then
+if [ "$REL" = " mg1:0 mg2:0 mg3:0" ] && [ "${BEFORE:-}" = 1 ] && [ "${AFTER:-}" = 0 ] && [ -z "${LEFTP-x}" ]; then
   res PASS "13#4" "gpus=2 slices released on exit (3 jobs) and on SIGKILL of a running 2-rank job" "exit:$REL; $KFIG"
 else res FAIL "13#4" "gpus=2 release on exit / SIGKILL" "exit:$REL; $KFIG"; fi
