@@ -325,7 +325,7 @@ static int stream_dev(CUstream s) {
 #define MAXPHYS 4096
 struct phys { int live, dev, refs, maps; u64 size; u64 handle; };
 static struct phys phys[MAXPHYS];
-struct map { u64 va, size; int ph; };
+struct map { u64 va, size; int ph; unsigned access[FAKE_MAX_DEV]; }; /* access: CU_MEM_ACCESS_FLAGS per device */
 static struct map maps[MAXPHYS]; static int nmaps;
 static int phys_of(u64 h) { for (int i = 0; i < MAXPHYS; i++) if (phys[i].live && phys[i].handle == h && phys[i].refs > 0) return i; return -1; }
 static void phys_maybe_free(int i) {
@@ -574,7 +574,7 @@ static CUresult i_cuMemMap(CUdeviceptr va, size_t size, size_t off, u64 h, u64 f
   pthread_mutex_lock(&mu);
   int i = phys_of(h);
   if (i < 0 || size > phys[i].size || nmaps == MAXPHYS) { pthread_mutex_unlock(&mu); return INVALID_VALUE; }
-  maps[nmaps++] = (struct map){va, size, i}; phys[i].maps++;
+  maps[nmaps++] = (struct map){va, size, i, {0}}; phys[i].maps++;
   pthread_mutex_unlock(&mu); return OK;
 }
 static CUresult i_cuMemUnmap(CUdeviceptr va, size_t size) {
@@ -587,6 +587,43 @@ static CUresult i_cuMemUnmap(CUdeviceptr va, size_t size) {
   }
   pthread_mutex_unlock(&mu);
   return found ? OK : INVALID_VALUE;
+}
+/* cuMemSetAccess: like the driver, the range must be mapped completely,
+   every descriptor names a device location, and setting access (for the
+   owning device or a peer) allocates nothing. */
+struct access_desc { int loc_type, loc_id; unsigned flags; };
+static int maps_cover(u64 va, u64 size) {
+  u64 cur = va, end = va + size;
+  while (cur < end) {
+    int k; for (k = 0; k < nmaps; k++) if (maps[k].va == cur) break;
+    if (k == nmaps) return 0;
+    cur += maps[k].size;
+  }
+  return 1;
+}
+static CUresult i_cuMemSetAccess(CUdeviceptr va, size_t size, const struct access_desc *d, size_t count) {
+  CHECK_INIT(); if (!d || !count || !size) return INVALID_VALUE;
+  for (size_t j = 0; j < count; j++) {
+    if (d[j].loc_type != 1) return INVALID_VALUE;
+    if (d[j].loc_id < 0 || d[j].loc_id >= g_ndev) return INVALID_DEVICE;
+    if (d[j].flags > 3 || d[j].flags == 2) return INVALID_VALUE;
+  }
+  pthread_mutex_lock(&mu);
+  if (!maps_cover(va, size)) { pthread_mutex_unlock(&mu); return INVALID_VALUE; }
+  for (int k = 0; k < nmaps; k++)
+    if (maps[k].va >= va && maps[k].va + maps[k].size <= va + size)
+      for (size_t j = 0; j < count; j++) maps[k].access[d[j].loc_id] = d[j].flags;
+  ST.set_access++;
+  pthread_mutex_unlock(&mu); return OK;
+}
+static CUresult i_cuMemGetAccess(u64 *flags, const struct access_desc *loc, CUdeviceptr p) {
+  CHECK_INIT(); if (!flags || !loc || loc->loc_type != 1) return INVALID_VALUE;
+  if (loc->loc_id < 0 || loc->loc_id >= g_ndev) return INVALID_DEVICE;
+  pthread_mutex_lock(&mu);
+  for (int k = 0; k < nmaps; k++) if (p >= maps[k].va && p < maps[k].va + maps[k].size) {
+    *flags = maps[k].access[loc->loc_id]; pthread_mutex_unlock(&mu); return OK;
+  }
+  pthread_mutex_unlock(&mu); return INVALID_VALUE;
 }
 static CUresult i_cuMemRetainAllocationHandle(u64 *h, void *addr) {
   CHECK_INIT(); if (!h) return INVALID_VALUE; u64 a = (u64)addr;
@@ -751,6 +788,8 @@ E0(cuMemAddressReserve, (CUdeviceptr *p, size_t s, size_t a, CUdeviceptr ad, u64
 E0(cuMemAddressFree, (CUdeviceptr p, size_t s), (p, s))
 E0(cuMemMap, (CUdeviceptr va, size_t s, size_t o, u64 h, u64 f), (va, s, o, h, f))
 E0(cuMemUnmap, (CUdeviceptr va, size_t s), (va, s))
+E0(cuMemSetAccess, (CUdeviceptr va, size_t s, const struct access_desc *d, size_t n), (va, s, d, n))
+E0(cuMemGetAccess, (u64 *f, const struct access_desc *l, CUdeviceptr p), (f, l, p))
 E0(cuMemRetainAllocationHandle, (u64 *h, void *a), (h, a))
 E0(cuMemExportToShareableHandle, (void *o, u64 h, int t, u64 f), (o, h, t, f))
 E0(cuMemImportFromShareableHandle, (u64 *h, void *o, int t), (h, o, t))
@@ -818,6 +857,7 @@ static const struct gpa_ent GPA[] = {
   G("cuDeviceGraphMemTrim", 11040, 0, cuDeviceGraphMemTrim),
   G("cuMemAddressReserve", 10020, 0, cuMemAddressReserve), G("cuMemAddressFree", 10020, 0, cuMemAddressFree),
   G("cuMemMap", 10020, 0, cuMemMap), G("cuMemUnmap", 10020, 0, cuMemUnmap),
+  G("cuMemSetAccess", 10020, 0, cuMemSetAccess), G("cuMemGetAccess", 10020, 0, cuMemGetAccess),
   G("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle),
   G("cuMemExportToShareableHandle", 10020, 0, cuMemExportToShareableHandle), G("cuMemImportFromShareableHandle", 10020, 0, cuMemImportFromShareableHandle),
   G("cuMemAlloc", 2000, 0, cuMemAlloc), G("cuMemAlloc", 3020, 0, cuMemAlloc_v2),

@@ -32,5 +32,7 @@ struct fake_stats {
   uint64_t vmm_phys_live;                      /* physical VMM allocations alive */
   uint64_t pool_reserved[FAKE_MAX_DEV];        /* all pools of the device */
   uint64_t pool_used[FAKE_MAX_DEV];
+  /* appended (issue 13) */
+  uint64_t set_access;                         /* successful cuMemSetAccess calls */
 };
 #endif

@@ -233,7 +233,10 @@ if [ "$NGPU" -ge 2 ] && [ $OVERLAY_OK = 1 ] && want gpu2; then
   if [ $r3 != 0 ] && echo "$M3" | grep -q 'GPU 0'; then res PASS "4#4" "vram=100g pinned gpu=0 (full) refused, message names GPU 0" "${M3:0:260}"
   else res FAIL "4#4" "pinned to a full GPU refused naming it" "rc=$r3 ${M3:0:300}"; fi
   for id in a1 a2 a3; do ctr h2 delete --force $id < /dev/null; clog $id; done
-else res SKIP "4#4" "2-GPU placement" "NOT RUN: $NGPU GPU(s) visible"; fi
+  # issue 13: NCCL all-reduce, tensor parallel, one rank over, release (tests/gpu/multigpu.sh)
+  . $REPO/tests/gpu/multigpu.sh
+else res SKIP "4#4" "2-GPU placement" "NOT RUN: $NGPU GPU(s) visible"
+  res SKIP "13" "NCCL and tensor-parallel jobs in one gpus=2 container (tests/gpu/multigpu.sh)" "not run: $NGPU GPU(s) visible"; fi
 
 ############################ Issue 3: standalone LD_PRELOAD on GPU 0 ############################
 sec "standalone interceptor (LD_PRELOAD) on GPU 0"

@@ -86,6 +86,9 @@ struct api {
   CUresult (*cuGraphInstantiateWithFlags)(void **, void *, u64);
   CUresult (*cuDeviceGraphMemTrim)(int);
   CUresult (*cuDeviceSetMemPool)(int, void *);
+  /* peer access (issue 13) */
+  CUresult (*cuMemSetAccess)(u64, size_t, const void *, size_t);
+  CUresult (*cuMemGetAccess)(u64 *, const void *, u64);
 };
 static struct api A;
 static void *cuda_h;
@@ -108,6 +111,7 @@ D(cuStreamSynchronize) D(cuStreamCreate) D(cuCtxSynchronize) D(cuCtxDestroy_v2) 
 D(cuMemMap) D(cuMemUnmap) D(cuMemAddressReserve) D(cuMemRetainAllocationHandle) D(cuMemExportToShareableHandle)
 D(cuMemImportFromShareableHandle) D(cuMemPoolCreate) D(cuMemPoolDestroy) D(cuMemPoolSetAttribute) D(cuMemPoolGetAttribute)
 D(cuDeviceGetDefaultMemPool) D(cuCtxSetLimit) D(cuGraphInstantiateWithFlags) D(cuDeviceGraphMemTrim) D(cuDeviceSetMemPool)
+D(cuMemSetAccess) D(cuMemGetAccess)
 #endif
 
 static void *gpa_get(const char *base, int ver, u64 flags) {
@@ -162,7 +166,7 @@ static void resolve(void) {
     S2(cuMemPoolSetAttribute, cuMemPoolSetAttribute) S2(cuMemPoolGetAttribute, cuMemPoolGetAttribute)
     S2(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool) S2(cuCtxSetLimit, cuCtxSetLimit)
     S2(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags) S2(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim)
-    S2(cuDeviceSetMemPool, cuDeviceSetMemPool)
+    S2(cuDeviceSetMemPool, cuDeviceSetMemPool) S2(cuMemSetAccess, cuMemSetAccess) S2(cuMemGetAccess, cuMemGetAccess)
     return;
   }
 #endif
@@ -191,6 +195,7 @@ static void resolve(void) {
     G(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 12000) G(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 12000)
     G(cuCtxSetLimit, "cuCtxSetLimit", 12000) G(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 12000)
     G(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000) G(cuDeviceSetMemPool, "cuDeviceSetMemPool", 12000)
+    G(cuMemSetAccess, "cuMemSetAccess", 12000) G(cuMemGetAccess, "cuMemGetAccess", 12000)
     return;
   }
 #define L(f, n) A.f = dlsym(cuda_h, n);
@@ -212,7 +217,7 @@ static void resolve(void) {
   L(cuMemPoolSetAttribute, "cuMemPoolSetAttribute") L(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")
   L(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool") L(cuCtxSetLimit, "cuCtxSetLimit")
   L(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") L(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")
-  L(cuDeviceSetMemPool, "cuDeviceSetMemPool")
+  L(cuDeviceSetMemPool, "cuDeviceSetMemPool") L(cuMemSetAccess, "cuMemSetAccess") L(cuMemGetAccess, "cuMemGetAccess")
 }
 
 static const char *lib_of(void *p) {
@@ -946,6 +951,68 @@ static int t_refuse(void) {
   return failures ? 1 : 0;
 }
 
+/* ---------------------------------------------------------------- issue 13: peer access */
+/* One rank of an NCCL-style job: with its current context on device RANK it
+   creates VMM memory on device 1, maps it and grants devices 0 and 1 access
+   (cuMemSetAccess), as NCCL does for its peer buffers. The container's
+   charge on device 1 must then be GQ_EXPECT1 (this rank's chunk plus what
+   ranks started before hold), on device 0 nothing, in the interceptor's
+   view and physically. GQ_OVER=1: then fill device 1 past the slice (the
+   refusal is the driver's OOM) while device 0 still allocates. After STOP
+   appears: unmap, and the charge goes. */
+struct access_desc { int loc_type, loc_id; unsigned flags; };
+static size_t free_on(void *ctx) { A.cuCtxSetCurrent(ctx); return info_free(); }
+static int t_peer(int rank, const char *ready, const char *stop) {
+  u64 slice = envu("GQ_SLICE", 0), chunk = envu("GQ_CHUNK", slice / 4), want1 = envu("GQ_EXPECT1", chunk);
+  REQUIRE(slice && chunk % (2 * MiB) == 0 && want1 >= chunk && want1 <= slice, "GQ_SLICE/GQ_CHUNK/GQ_EXPECT1");
+  REQUIRE(A.cuMemSetAccess && A.cuMemGetAccess, "no cuMemSetAccess in this path");
+  void *mine = ctx_on(rank);
+  struct prop pr = {1, 0, 1, 1, 0, 0};
+  u64 h, va;
+  CUresult r = A.cuMemCreate(&h, chunk, &pr, 0);
+  REQUIRE(r == 0, "rank %d: cuMemCreate on device 1: %d", rank, r);
+  REQUIRE(A.cuMemAddressReserve(&va, chunk, 0, 0, 0) == 0, "reserve");
+  REQUIRE(A.cuMemMap(va, chunk, 0, h, 0) == 0, "map");
+  struct access_desc acc[2] = {{1, 0, 3}, {1, 1, 3}};
+  CHECK((r = A.cuMemSetAccess(va, chunk, acc, 2)) == 0, "cuMemSetAccess for devices 0 and 1: %d", r);
+  u64 fl = 0; CHECK(A.cuMemGetAccess(&fl, &acc[0], va) == 0 && fl == 3, "peer access of device 0: %llu", fl);
+  CHECK(A.cuMemRelease(h) == 0, "release (the mapping keeps it)");
+  void *other = ctx_on(1 - rank);
+  void *c0 = rank == 0 ? mine : other, *c1 = rank == 0 ? other : mine;
+  A.cuCtxSetCurrent(mine);
+  CHECK(phys(1) == want1, "device 1 physically holds %llu, want %llu", (unsigned long long)phys(1), (unsigned long long)want1);
+  CHECK(phys(0) == 0, "device 0 physically holds %llu, want 0", (unsigned long long)phys(0));
+  size_t f1 = free_on(c1), f0 = free_on(c0);
+  CHECK(f1 == slice - want1, "GPU 1 free %zu, want %llu (peer buffer charged once, to GPU 1)", f1, (unsigned long long)(slice - want1));
+  CHECK(f0 == slice, "GPU 0 free %zu, want %llu (a peer mapping charged to GPU 0)", f0, (unsigned long long)slice);
+  if (envu("GQ_OVER", 0)) {
+    A.cuCtxSetCurrent(mine);
+    u64 fill[64]; int n = 0; u64 step = 2 * MiB;
+    while (n < 64 && (r = A.cuMemCreate(&fill[n], step, &pr, 0)) == 0) n++;
+    CHECK(r == 2, "over the slice on GPU 1: %d, want CUDA_ERROR_OUT_OF_MEMORY", r);
+    CHECK((u64)n * step == slice - want1, "GPU 1 admitted %llu more, want %llu", (unsigned long long)(n * step), (unsigned long long)(slice - want1));
+    CHECK(phys(1) <= slice, "device 1 physically holds %llu > slice", (unsigned long long)phys(1));
+    /* the other GPU is unaffected */
+    A.cuCtxSetCurrent(c0);
+    u64 p; CHECK((r = A.cuMemAlloc(&p, slice / 2)) == 0, "cuMemAlloc on GPU 0 with GPU 1 full: %d", r);
+    struct prop p0 = {1, 0, 1, 0, 0, 0}; u64 h0;
+    CHECK((r = A.cuMemCreate(&h0, chunk, &p0, 0)) == 0, "cuMemCreate on GPU 0 with GPU 1 full: %d", r);
+    if (r == 0) A.cuMemRelease(h0);
+    A.cuMemFree(p);
+    for (int i = 0; i < n; i++) A.cuMemRelease(fill[i]);
+    CHECK(free_on(c1) == slice - want1, "GPU 1 after releasing the fill: %zu", free_on(c1));
+    CHECK(free_on(c0) == slice && phys(0) == 0, "GPU 0 after its frees: %zu", free_on(c0));
+  }
+  A.cuCtxSetCurrent(mine);
+  if (ready) { FILE *f = fopen(ready, "w"); if (f) fclose(f); }
+  for (int i = 0; stop && i < 2000 && access(stop, F_OK) != 0; i++) usleep(10000);
+  CHECK(A.cuMemUnmap(va, chunk) == 0, "unmap");
+  CHECK(phys(1) == want1 - chunk, "after unmap device 1 physically holds %llu, want %llu", (unsigned long long)phys(1), (unsigned long long)(want1 - chunk));
+  CHECK(free_on(c1) == slice - (want1 - chunk), "after unmap GPU 1 free %zu", free_on(c1));
+  CHECK(free_on(c0) == slice, "after unmap GPU 0 free %zu", free_on(c0));
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: gqtest CMD [args]\n"); return 2; }
   const char *cmd = argv[1];
@@ -971,6 +1038,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "failfree")) return t_failfree();
   if (!strcmp(cmd, "expect_free") && argc >= 3) return t_expect_free(strtoull(argv[2], 0, 0));
   if (!strcmp(cmd, "vmm")) return t_vmm();
+  if (!strcmp(cmd, "physis") && argc >= 4) { u64 w = strtoull(argv[3], 0, 0), h = phys(atoi(argv[2])); if (h != w) fprintf(stderr, "device %s physically holds %llu, want %llu\n", argv[2], h, w); return h != w; }
+  if (!strcmp(cmd, "peer") && argc >= 3) return t_peer(atoi(argv[2]), argc > 3 ? argv[3] : 0, argc > 4 ? argv[4] : 0);
   if (!strcmp(cmd, "pool")) return t_pool();
   if (!strcmp(cmd, "graphmem")) return t_graphmem();
   if (!strcmp(cmd, "pooldev")) return t_pooldev();

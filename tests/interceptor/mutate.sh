@@ -31,6 +31,9 @@ MUTATIONS=(
   "fail-open-private-budget|state.rs|s/if r.is_none\(\) && container \{/if false {/"
   "usage-file-grown|region.rs|s/if size != 0 && size != TOTAL_SIZE as i64 \{\n            return Err\(OpenError::Incompatible\);\n        \}\n        if size == TOTAL_SIZE/if size > TOTAL_SIZE as i64 { libc::ftruncate(fd, TOTAL_SIZE as i64); }\n        if size == TOTAL_SIZE/"
   "fork-during-init-spins|state.rs|s/if cur >> 8 != pid \{/if false {/"
+  "vmm-charged-to-current-device|cuda.rs|s/DevSel::Ordinal\(ord\),\n        size as u64,\n        KIND_VMM,/DevSel::Current,\n        size as u64,\n        KIND_VMM,/"
+  "vmm-last-unmap-keeps-charge|vmm.rs|s/if \(prev - 1\) & RAW_MASK == 0 \{/if false {/"
+  "refusal-names-ordinal-0|account.rs|s/msg::refused\(api, n, limit, dev.ordinal, r.used\(dev.idx\)\);/msg::refused(api, n, limit, 0, r.used(dev.idx));/g"
 )
 
 echo "== baseline (unmutated) build and suite"

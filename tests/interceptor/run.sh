@@ -5,7 +5,8 @@
 #   N passed, M failed
 # exiting non-zero on any failure. Env: GQ_SKIP_CARGO_TEST=1 skips the Rust
 # unit tests; GQ_KEEP=1 keeps the scratch directory; GQ_SO=PATH tests that
-# libgpuquota.so instead of building one (tests/interceptor/mutate.sh).
+# libgpuquota.so instead of building one (tests/interceptor/mutate.sh);
+# GQ_ONLY=REGEX runs only the cases whose names match.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 B="$ROOT/tests/fake/build"
@@ -41,6 +42,7 @@ export FAKE_CUDA_MEM_BYTES=$GiB
 # t NAME CMD... : run one case in a subshell, log to $T/NAME.log
 t() {
   local name="$1"; shift
+  if [ -n "${GQ_ONLY:-}" ] && ! [[ $name =~ $GQ_ONLY ]]; then return 0; fi
   if ( "$@" ) >"$T/$name.log" 2>&1; then
     pass=$((pass + 1)); echo "ok   $name"
   else
@@ -270,6 +272,45 @@ forkinit() {
   return $r
 }
 t fork_during_first_init forkinit
+
+echo "== two GPUs: NCCL-style peer buffers (issue 13)"
+# Two ranks of one container, one per GPU, each create VMM memory on GPU 1,
+# map it and grant GPUs 0 and 1 access (cuMemSetAccess). It is charged once,
+# to GPU 1, in the usage file, the ranks' cuMemGetInfo and the fake's
+# physical use; GPU 1 over its slice refuses with one line naming GPU 1
+# while GPU 0 still allocates; unmapping frees it.
+peer2() { # MODE
+  local m=$1 bin=gqtest_dl; [ "$m" = direct ] && bin=gqtest_direct
+  local d="$T/peer_$m" c=$((16 * MiB)) r=0 i
+  # a gpus=2 container: the usage file's device index d is the d-th GPU of
+  # limits (these are the fake's UUIDs of devices 0 and 1)
+  mkdir -p "$d"
+  printf 'version=1\ncontainer_id=ci-peer\nvram_bytes=%s\ngpus=%s\n' $((64 * MiB)) \
+    GPU-face3344-5566-7788-99aa-bbccddeeff00,GPU-face3344-5566-7788-99aa-bbccddeeff01 >"$d/limits"
+  : >"$d/usage"
+  export FAKE_CUDA_DEVICES=2 GPU_QUOTA_STATE_DIR="$d" FAKE_CUDA_PEAK_FILE="$d/peak" \
+    GQ_SLICE=$((64 * MiB)) GQ_CHUNK=$c GQ_MODE=$m
+  used_is() { # DEV BYTES: the container's charge in the usage file, and the fake's physical use
+    "$B/usage_dump" "$d/usage" "$1" | grep -q "^used=$2 " || { echo "usage file GPU $1:"; "$B/usage_dump" "$d/usage" "$1"; echo "want used=$2"; r=1; }
+    "$B/gqtest_dl" physis "$1" "$2" || r=1
+  }
+  waitf() { for i in $(seq 400); do [ -e "$1" ] && return 0; sleep 0.05; done; echo "no $1"; r=1; return 1; }
+  # rank 1 (current context on GPU 1) first, then rank 0 (on GPU 0)
+  GQ_EXPECT1=$c LD_PRELOAD="$SO" "$B/$bin" peer 1 "$d/r1" "$d/s1" 2>"$d/err1" & local p1=$!
+  waitf "$d/r1"; used_is 0 0; used_is 1 $c
+  GQ_EXPECT1=$((2 * c)) GQ_OVER=1 LD_PRELOAD="$SO" "$B/$bin" peer 0 "$d/r0" "$d/s0" 2>"$d/err0" & local p0=$!
+  waitf "$d/r0"; used_is 0 0; used_is 1 $((2 * c))
+  touch "$d/s0"; wait $p0 || { echo "rank 0 failed"; r=1; }
+  used_is 0 0; used_is 1 $c
+  touch "$d/s1"; wait $p1 || { echo "rank 1 failed"; r=1; }
+  cat "$d/err0" "$d/err1"
+  "$B/usage_dump" "$d/usage" 1 | grep -q '^used=0 ' || { echo "GPU 1 charge left after both ranks"; r=1; }
+  [ "$(grep -c '^gpu-quota:' "$d/err0")" = 1 ] || { echo "rank 0: want exactly one gpu-quota line"; r=1; }
+  grep -q '^gpu-quota: cuMemCreate of .* refused: slice 64.00 MiB on GPU 1, ' "$d/err0" || { echo "rank 0: refusal does not name GPU 1"; r=1; }
+  ! grep -q '^gpu-quota:' "$d/err1" || { echo "rank 1 was refused"; r=1; }
+  return $r
+}
+for m in dlsym gpa direct; do t "peer_vmm_two_ranks_$m" peer2 $m; done
 
 echo "== fork / processes"
 t fork_shared_budget q env GPU_QUOTA_USAGE_FILE="$T/fork.usage" "$B/gqtest_dl" fork
