@@ -437,6 +437,20 @@ pub struct HelperOutput {
     pub stderr: Vec<u8>,
 }
 
+impl HelperOutput {
+    /// The helper's answer: its last stdout line that is a JSON object.
+    pub fn json_line(&self) -> (String, String) {
+        let text = String::from_utf8_lossy(&self.stdout).into_owned();
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or("")
+            .to_string();
+        (line, text)
+    }
+}
+
 /// Run `program args` as a helper: empty environment (but `env`), stdin
 /// from /dev/null, its own process group, cwd `/`; killed with its whole
 /// group when it runs past `timeout`. Ok only for exit status 0.
@@ -584,13 +598,8 @@ impl Measurer for ChildMeasurer {
             self.timeout,
             &what,
         )?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .unwrap_or("");
-        serde_json::from_str(line).map_err(|e| CtxCostError::Output {
+        let (line, text) = out.json_line();
+        serde_json::from_str(&line).map_err(|e| CtxCostError::Output {
             what,
             message: format!("{e}: {:?}", text.chars().take(300).collect::<String>()),
         })

@@ -474,18 +474,13 @@ pub fn apply_via_helper(
     }
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_helper(hook, &a, &[], HELPER_TIMEOUT, "driver-limits set")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or("");
+    let (line, text) = out.json_line();
     let v: HelperReply =
-        serde_json::from_str(line).map_err(|e| DrvLimitError::Output(format!("{e}: {text:?}")))?;
+        serde_json::from_str(&line).map_err(|e| DrvLimitError::Output(format!("{e}: {text:?}")))?;
     match v {
         HelperReply::Set(r) => Ok(Some(r)),
         HelperReply::Unsupported(_) => Ok(None),
-        HelperReply::Cleared(_) => Err(DrvLimitError::Output(text.into_owned())),
+        HelperReply::Cleared(_) => Err(DrvLimitError::Output(text)),
     }
 }
 
@@ -507,7 +502,7 @@ pub fn clear_recorded(
     state_dir: &Path,
 ) -> Result<Option<Cleared>, DrvLimitError> {
     let p = state_dir.join(RECORD_FILE);
-    let Ok(bytes) = std::fs::read(&p) else {
+    let Ok(bytes) = crate::fsutil::read_regular_capped(&p, 64 << 10) else {
         return Ok(None);
     };
     let rec: Record =
@@ -528,18 +523,13 @@ pub fn clear_recorded(
         HELPER_TIMEOUT,
         "driver-limits clear",
     )?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or("");
-    match serde_json::from_str::<HelperReply>(line) {
+    let (line, text) = out.json_line();
+    match serde_json::from_str::<HelperReply>(&line) {
         Ok(HelperReply::Cleared(c)) => {
             let _ = std::fs::remove_file(&p);
             Ok(Some(c))
         }
-        _ => Err(DrvLimitError::Output(text.into_owned())),
+        _ => Err(DrvLimitError::Output(text)),
     }
 }
 
