@@ -154,7 +154,7 @@ echo "== container state directory"
 mkstate() { # DIR VRAM [extra lines]
   mkdir -p "$1"; local d="$1" v="$2"; shift 2
   { echo "# written by the hook"; echo "version=1"; echo "container_id=ci-test-1"; echo "vram_bytes=$v"
-    echo "gpus=GPU-face2233-4455-6677-8899-aabbccddee00,GPU-face2233-4455-6677-8899-aabbccddee01"
+    echo "gpus=GPU-face3344-5566-7788-99aa-bbccddeeff00,GPU-face3344-5566-7788-99aa-bbccddeeff01"
     for l in "$@"; do echo "$l"; done; echo "future_key=ignored"; } >"$d/limits"
   : >"$d/usage"; chmod 666 "$d/usage"
 }
