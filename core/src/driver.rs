@@ -30,64 +30,33 @@ pub enum DriverError {
     #[error(
         "loader cache {path} has an unknown format ({what}); set [driver] lib_dirs in the config"
     )]
-    Format { path: PathBuf, what: &'static str },
+    Format { path: PathBuf, what: String },
     #[error("no NVIDIA driver library found (looked for {wanted} in {searched}); is the driver installed? check [driver] in the config")]
     NoCuda { wanted: String, searched: String },
 }
 
-const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
-const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
-
 #[cfg(target_arch = "x86_64")]
-const ARCH_FLAGS: i32 = 0x0303; // FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
+const ARCH_FLAGS: i32 = crate::ldcache::FLAG_ELF_LIBC6 | crate::ldcache::FLAG_X8664_LIB64;
 #[cfg(target_arch = "aarch64")]
-const ARCH_FLAGS: i32 = 0x0a03; // FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
+const ARCH_FLAGS: i32 = crate::ldcache::FLAG_ELF_LIBC6 | crate::ldcache::FLAG_AARCH64_LIB64;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const ARCH_FLAGS: i32 = 0x0003;
+const ARCH_FLAGS: i32 = crate::ldcache::FLAG_ELF_LIBC6;
 
-fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
-}
-
-fn cstr_at(b: &[u8], off: usize) -> Option<&str> {
-    let rest = b.get(off..)?;
-    let end = rest.iter().position(|&c| c == 0)?;
-    std::str::from_utf8(&rest[..end]).ok()
-}
-
-/// Parse glibc's `ld.so.cache` (new format, possibly after the old one):
-/// (name, path) pairs for this machine's architecture, in cache order.
-pub fn parse_ldcache(bytes: &[u8]) -> Result<Vec<(String, String)>, &'static str> {
-    let mut start = 0usize;
-    if bytes.starts_with(OLD_MAGIC) {
-        let n = u32_at(bytes, 12).ok_or("truncated old header")? as usize;
-        start = 16 + n.checked_mul(12).ok_or("bad count")?;
-        start = (start + 7) & !7;
-    }
-    let b = bytes.get(start..).ok_or("truncated")?;
-    if !b.starts_with(NEW_MAGIC) {
-        return Err("no glibc-ld.so.cache1.1 header");
-    }
-    let nlibs = u32_at(b, 20).ok_or("truncated header")? as usize;
-    const HDR: usize = 48;
-    const ENTRY: usize = 24;
-    if nlibs > 1_000_000 || HDR + nlibs * ENTRY > b.len() {
-        return Err("entry table past end of file");
-    }
-    let mut out = Vec::with_capacity(nlibs);
-    for i in 0..nlibs {
-        let e = HDR + i * ENTRY;
-        let flags = u32_at(b, e).ok_or("truncated entry")? as i32;
-        let key = u32_at(b, e + 4).ok_or("truncated entry")? as usize;
-        let val = u32_at(b, e + 8).ok_or("truncated entry")? as usize;
-        if flags != ARCH_FLAGS {
-            continue;
-        }
-        if let (Some(k), Some(v)) = (cstr_at(b, key), cstr_at(b, val)) {
-            out.push((k.to_string(), v.to_string()));
-        }
-    }
-    Ok(out)
+/// The host's `ld.so.cache` (any format `core::ldcache` reads): (name, path)
+/// pairs for this machine's architecture, in cache order.
+pub fn parse_ldcache(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
+    let cache = crate::ldcache::LdCache::parse(bytes).map_err(|e| e.to_string())?;
+    Ok(cache
+        .entries
+        .into_iter()
+        .filter(|e| e.flags == ARCH_FLAGS)
+        .filter_map(|e| {
+            Some((
+                String::from_utf8(e.key).ok()?,
+                String::from_utf8(e.value).ok()?,
+            ))
+        })
+        .collect())
 }
 
 fn wanted(prefixes: &[String], name: &str) -> bool {
