@@ -297,6 +297,16 @@ mod tests {
             0o700,
             "containers/ keeps host users out"
         );
+        // an older release's 0755 containers/ is narrowed by the next create
+        let croot = cfg.state_dir.join("containers");
+        std::fs::set_permissions(&croot, std::fs::Permissions::from_mode(0o755)).unwrap();
+        create(&cfg, &r, UsageBacking::Plain).unwrap();
+        fill(&dir, &r, &files, 0).unwrap();
+        assert_eq!(
+            std::fs::metadata(&croot).unwrap().permissions().mode() & 0o777,
+            0o700,
+            "narrowed on upgrade"
+        );
         // gc's sweep: a directory no reservation owns goes, a live one stays
         let orphan = cfg.state_dir.join("containers/ghost-0000000000000000");
         std::fs::create_dir(&orphan).unwrap();
