@@ -46,6 +46,10 @@ count() {
 
 step "dependencies"
 
+# What the host looks like before anything of ours runs (after the dependencies,
+# whose packages are meant to stay): compared with the same snapshot at the end.
+bash scripts/host-snapshot.sh >"$LOG/host.before"
+
 echo "== build (debug, for the unit and e2e tests; release, for the engine suite)"
 # pipefail: a failed build stops here (tail alone would succeed)
 make -s build-debug 2>&1 | tail -20 || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -67,6 +71,15 @@ if [ -f tests/engines/run.sh ]; then
   bash tests/engines/run.sh 2>&1 | tee "$LOG/engines.log"
   count engines "$LOG/engines.log" "${PIPESTATUS[0]}"
   step "engines"
+fi
+
+echo "== nothing left on the host (whole mount table, /tmp, /var/tmp, cgroups, /etc /var /run /opt /root, processes)"
+# cargo's and the compilers' own caches are not the suite's leftovers
+bash scripts/host-snapshot.sh >"$LOG/host.after"
+if bash scripts/host-snapshot.sh --diff "$LOG/host.before" "$LOG/host.after" '^path /root/\.(cargo|rustup)'; then
+  echo "ok: nothing new on the host"; passed=$((passed + 1))
+else
+  broken+=("host-leftovers"); failed=$((failed + 1))
 fi
 
 rm -rf "$LOG"

@@ -132,6 +132,19 @@ fn main() {
     }
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
+    // Leave nothing behind: the binds of the last round, then the stand-in
+    // volume (a mounted tmpfs keeps the temp dir from being removed), then the
+    // temp dir itself (process::exit below skips destructors).
+    let c = CString::new(target.clone()).unwrap();
+    // SAFETY: valid C strings.
+    while unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {}
+    // SAFETY: valid C string.
+    while unsafe { libc::umount2(d.as_ptr(), libc::MNT_DETACH) } == 0 {}
+    drop((fx, r, realdir));
+    let base_path = base.path().to_path_buf();
+    if let Err(e) = base.close() {
+        eprintln!("mount-race: could not remove {}: {e}", base_path.display());
+    }
     match won {
         Some(i) => {
             println!(

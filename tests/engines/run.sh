@@ -159,13 +159,14 @@ podman_ns() {
     [ "$(readlink /proc/$PNS/ns/mnt)" != "$(readlink /proc/self/ns/mnt)" ] && break; sleep 0.1
   done
   [ "$(readlink /proc/$PNS/ns/mnt 2>/dev/null)" != "$(readlink /proc/self/ns/mnt)" ] || { echo "unshare -m failed"; return 1; }
-  # /etc gets gpu-quota/config.toml; /var/lib and /run catch what podman writes outside
-  # --root/--runroot/--tmpdir (/var/lib/containers/cache, /run/containers/networks,
+  # /etc gets gpu-quota/config.toml; /var/lib, /var/cache and /run catch what podman writes
+  # outside --root/--runroot/--tmpdir (/var/lib/containers/cache, /run/containers/networks,
+  # /var/cache/containers/short-name-aliases.conf and its .lock,
   # runc's default root /run/runc): overlays with their upper dirs on a tmpfs of the namespace
   mkdir -p "$T/podman/ns" || return 1
   nsenter -t "$PNS" -m -- sh -ec "
     mount -t tmpfs -o mode=755 gq-ns '$T/podman/ns'
-    for d in etc var/lib run; do
+    for d in etc var/lib var/cache run; do
       u='$T/podman/ns/'\$(echo \$d | tr / _)
       mkdir -p \$u/up \$u/work
       mount -t overlay gq-ns -o lowerdir=/\$d,upperdir=\$u/up,workdir=\$u/work /\$d
