@@ -109,6 +109,11 @@ HOST_PATHS=(); for d in /run/containerd /run/runc /run/docker /etc/docker/key.js
 # and anything an engine might leave in the usual places: names before the suite
 host_scan() { find /etc /var/lib /var/cache /run /opt /root -maxdepth 2 2>/dev/null | grep -iE 'docker|containerd|runc|containers|cni|crio|podman|gpu-quota|compose' | sort; }
 HOST_BEFORE=$(host_scan)
+# Parent cgroups the engines make by name and never remove (dockerd's docker/, ctr's and
+# CRI's namespaces gqtest/ and k8s.io/, podman's libpod_parent/ with conmon/ under it),
+# in every hierarchy (hybrid v1 + v2 here): removed at the end when new and empty.
+cg_scan() { find /sys/fs/cgroup -mindepth 1 -maxdepth 4 -type d 2>/dev/null | grep -E '/(docker|gqtest|k8s\.io|libpod_parent)(/|$)' | sort; }
+CG_BEFORE=$(cg_scan)
 export DOCKER_CONFIG=$T/docker-cli       # the CLI's own config, not ~/.docker
 
 # Per-round names (set by round_env): R (the round's dir), CSOCK, DSOCK, DOCKER_BIN,
@@ -228,6 +233,7 @@ teardown() {
   if [ -n "$PNS" ] && [ -d "$T/podman/root" ]; then P rm -af -t 0 >/dev/null 2>&1; fi
   stop_pid "$PNS"; PNS=""
   local d
+  for d in $(comm -13 <(printf '%s\n' "$CG_BEFORE") <(cg_scan) | sort -r); do rmdir "$d" 2>/dev/null; done
   for d in "${HOST_PATHS[@]}"; do
     if [ -d "$d" ]; then find "$d" -depth -type d -empty -delete 2>/dev/null
     elif [ "$d" = /etc/docker/key.json ] && [ -f "$d" ]; then rm -f "$d"; fi
@@ -845,9 +851,11 @@ final_nothing_left() {
   # engine-named paths under /etc, /var/lib, /var/cache, /run, /opt, /root that are new
   local new; new=$(comm -13 <(printf '%s\n' "$HOST_BEFORE") <(host_scan))
   [ -z "$new" ] || bad+="new on the host: $new"$'\n'
+  new=$(comm -13 <(printf '%s\n' "$CG_BEFORE") <(cg_scan))
+  [ -z "$new" ] || bad+="engine cgroups left: $new"$'\n'
 
   [ -z "$bad" ] || { echo "$bad"; return 1; }
   note "not there before and not there now: ${HOST_PATHS[*]}"
 }
-check "end: daemons stopped; no process, mount, runc state of the suite; nothing new on the host (/run/containerd, /run/runc, /run/docker, /etc/docker/key.json, any engine-named path under /etc /var/lib /var/cache /run /opt /root)" final_nothing_left
+check "end: daemons stopped; no process, mount, runc state of the suite; nothing new on the host (/run/containerd, /run/runc, /run/docker, /etc/docker/key.json, any engine-named path under /etc /var/lib /var/cache /run /opt /root, the engines' parent cgroups)" final_nothing_left
 finish
