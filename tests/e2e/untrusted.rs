@@ -824,7 +824,10 @@ fn mounts_inside_the_rootfs_are_never_written() {
         }
         let mut cfg = b.config();
         let (dest, ty, opts) = &c.mount;
-        cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!(
+        cfg["mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!(
             {"destination": dest, "type": ty, "source": src.to_str().unwrap(), "options": opts}));
         cfg["process"]["user"] = serde_json::json!({"uid": 1000, "gid": 1000});
         b.write_config(&cfg);
@@ -855,7 +858,12 @@ fn mounts_inside_the_rootfs_are_never_written() {
             snapshot_tree(&host)
         );
         std::fs::remove_file(host.join(c.probe.1)).unwrap();
-        assert_eq!(snapshot_tree(&host), before, "{}: control cleaned up", c.name);
+        assert_eq!(
+            snapshot_tree(&host),
+            before,
+            "{}: control cleaned up",
+            c.name
+        );
 
         // gpu-quota: run + delete leave the host directory byte-identical,
         // and the container is refused with the mount named
@@ -875,7 +883,10 @@ fn mounts_inside_the_rootfs_are_never_written() {
         if o.status.success() {
             bad.push(format!("[{}] was not refused", c.name));
         } else if !(e.contains(c.named) && e.contains("mount")) {
-            bad.push(format!("[{}] the message does not name the mount {}: {e}", c.name, c.named));
+            bad.push(format!(
+                "[{}] the message does not name the mount {}: {e}",
+                c.name, c.named
+            ));
         } else if c.early && (!e.contains(host.to_str().unwrap()) || e.contains("gpu-quota-hook")) {
             bad.push(format!(
                 "[{}] not refused by the runtime before runc ran the hook, naming the source: {e}",
@@ -915,7 +926,11 @@ fn mounts_inside_the_rootfs_are_never_written() {
     let data = mk_host_dir("data-ok");
     let before = snapshot_tree(&data);
     let ok = h.bundle("volume-ok");
-    ok.set(&[("vram", "1g")], "cat /run/gpu-quota/limits > /out/limits", &[]);
+    ok.set(
+        &[("vram", "1g")],
+        "cat /run/gpu-quota/limits > /out/limits",
+        &[],
+    );
     let mut cfg = ok.config();
     cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!(
         {"destination": "/data", "type": "bind", "source": data.to_str().unwrap(), "options": ["rbind", "rw"]}));
