@@ -142,6 +142,17 @@ fn main() {
     }
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
+    // leave no temp dir: the tmpfs first (remove_dir_all cannot remove a
+    // mount point), then the directory, also on the failing path
+    let t = CString::new(target.clone()).unwrap();
+    let x = CString::new(root.join("x/nvidia-smi").to_str().unwrap()).unwrap();
+    // SAFETY: valid C strings.
+    unsafe {
+        while libc::umount2(t.as_ptr(), libc::MNT_DETACH) == 0 {}
+        libc::umount2(x.as_ptr(), libc::MNT_DETACH)
+    };
+    drop((fx, r, realdir));
+    let _ = base.close();
     match won {
         Some(i) => {
             println!(
