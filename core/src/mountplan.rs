@@ -75,6 +75,95 @@ pub enum EffectError {
     Refused { path: String, what: String },
 }
 
+/// A mount declared in config.json over a path the hook writes: refused
+/// before anything is reserved (docs/security.md, "Mounts inside the
+/// rootfs").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "config.json mounts {what} at {destination}, over {path}, where gpu-quota {does}; gpu-quota never writes into a volume, a bind of a host directory or a tmpfs inside the rootfs (it would stay after the container is gone): mount it elsewhere, or run this container without a GPU-memory request"
+)]
+pub struct MountConflict {
+    pub destination: String,
+    /// "a bind of /host/dir", "a tmpfs"
+    pub what: String,
+    pub path: String,
+    pub does: &'static str,
+}
+
+/// The container paths the hook creates, replaces or mounts onto (the
+/// directories on the way to them included), with what it does there;
+/// `bins` are the driver programs' names (`[driver] binaries`).
+pub fn written_paths(bins: &[String]) -> Vec<(String, &'static str)> {
+    let mut v = vec![
+        (
+            CONTAINER_DIR.to_string(),
+            "creates and mounts its per-container directory",
+        ),
+        (
+            PRELOAD.to_string(),
+            "mounts the preload list of libgpuquota.so",
+        ),
+        (
+            LOADER_CACHE.to_string(),
+            "rewrites the image's loader cache",
+        ),
+    ];
+    for b in bins {
+        v.push((format!("/usr/bin/{b}"), "mounts the driver's program"));
+    }
+    v
+}
+
+/// `p` as absolute components, lexically cleaned (`//`, `.`, `..`, a
+/// trailing `/`), as runc joins a destination to the rootfs.
+fn clean(p: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = vec![];
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The first declared mount whose destination is, lexically, one of
+/// `written_paths(bins)` or a directory above one. Mounts that symlinks in
+/// the image steer there are not seen here; the hook refuses those (every
+/// lookup it makes is `RESOLVE_NO_XDEV`).
+pub fn declared_conflict(
+    declared: &[crate::rootfs::Declared],
+    bins: &[String],
+) -> Option<MountConflict> {
+    let written = written_paths(bins);
+    for d in declared {
+        let dest = clean(&d.destination);
+        for (path, does) in &written {
+            let p = clean(path);
+            if p.len() >= dest.len() && p[..dest.len()] == dest[..] {
+                // a source that is a path is a host directory or file
+                let what = if d.source.starts_with('/') {
+                    format!("a bind of {}", d.source)
+                } else if d.kind.is_empty() {
+                    "a mount".to_string()
+                } else {
+                    format!("a {}", d.kind)
+                };
+                return Some(MountConflict {
+                    destination: d.destination.clone(),
+                    what,
+                    path: path.clone(),
+                    does,
+                });
+            }
+        }
+    }
+    None
+}
+
 /// The side effects a plan needs.
 pub trait Effects {
     fn bind(
@@ -416,6 +505,62 @@ mod tests {
             "{e}"
         );
         assert!(!fx.log.iter().any(|l| l.starts_with("replace")));
+    }
+
+    #[test]
+    fn declared_mounts_over_written_paths_are_found() {
+        use crate::rootfs::Declared;
+        let m = |dest: &str, kind: &str, source: &str| Declared {
+            destination: dest.into(),
+            kind: kind.into(),
+            source: source.into(),
+        };
+        let bins = vec!["nvidia-smi".to_string()];
+        let engine_defaults = [
+            m("/proc", "proc", "proc"),
+            m("/dev", "tmpfs", "tmpfs"),
+            m("/etc/hosts", "bind", "/var/lib/docker/c/hosts"),
+            m("/etc/resolv.conf", "bind", "/var/lib/docker/c/resolv.conf"),
+            m("/etc/hostname", "bind", "/var/lib/docker/c/hostname"),
+            m(
+                "/run/.containerenv",
+                "bind",
+                "/run/containers/c/.containerenv",
+            ),
+            m(
+                "/var/run/secrets/kubernetes.io/serviceaccount",
+                "bind",
+                "/var/lib/kubelet/x",
+            ),
+            m("/run/secrets", "bind", "/usr/share/rhel/secrets"),
+            m("/data", "bind", "/srv/data"),
+            m("/etc2", "bind", "/srv/etc2"),
+            m("/usr/bin/other", "bind", "/srv/other"),
+        ];
+        assert_eq!(declared_conflict(&engine_defaults, &bins), None);
+        for (dest, path) in [
+            ("/etc", "/etc/ld.so.preload"),
+            ("/etc/", "/etc/ld.so.preload"),
+            ("//usr/./lib/../bin", "/usr/bin/nvidia-smi"),
+            ("/usr", "/usr/bin/nvidia-smi"),
+            ("/run", "/run/gpu-quota"),
+            ("/run/gpu-quota", "/run/gpu-quota"),
+            ("/etc/ld.so.cache", "/etc/ld.so.cache"),
+            ("/", "/run/gpu-quota"),
+        ] {
+            let c = declared_conflict(&[m(dest, "bind", "/host/d")], &bins)
+                .unwrap_or_else(|| panic!("{dest} not found"));
+            assert_eq!((c.destination.as_str(), c.path.as_str()), (dest, path));
+            let e = c.to_string();
+            assert!(e.contains("a bind of /host/d") && e.contains(dest), "{e}");
+        }
+        let c = declared_conflict(&[m("/run", "tmpfs", "tmpfs")], &bins).unwrap();
+        assert!(c.to_string().contains("mounts a tmpfs at /run"), "{c}");
+        // a program not configured is not written
+        assert_eq!(
+            declared_conflict(&[m("/usr/bin/nvidia-smi", "bind", "/h")], &[]),
+            None
+        );
     }
 
     #[test]

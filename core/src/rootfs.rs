@@ -11,6 +11,16 @@
 //! that check. Mounts and reads go through the checked handle
 //! (`/proc/self/fd/N`), so no path is looked up twice (no window for a
 //! swapped symlink).
+//!
+//! Every lookup also carries `RESOLVE_NO_XDEV`: the hook works in the
+//! container's mount namespace, where volumes, binds of host directories and
+//! tmpfs mounts already sit inside the rootfs, and nothing gpu-quota creates,
+//! replaces, reads or mounts onto may be on one of them (it would be written
+//! as root into the host's directory and outlive the container). A path that
+//! crosses a mount, directly or steered by an image symlink, is refused with
+//! the mount named (from config.json's `mounts` where it is declared there).
+//! The only mounts a lookup may enter are the ones gpu-quota attached itself
+//! (`/run/gpu-quota`): paths under them resolve from the handle on that mount.
 use crate::mountplan::{EffectError, Effects, Kind};
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
@@ -23,6 +33,62 @@ use std::path::{Path, PathBuf};
 pub struct Rootfs {
     root: OwnedFd,
     path: PathBuf,
+    /// Mounts gpu-quota attached itself: container path, handle on its root.
+    own: Vec<(String, OwnedFd)>,
+    /// The mounts config.json declares, to name the one a path crosses.
+    declared: Vec<Declared>,
+}
+
+/// A mount of config.json's `mounts` (for messages only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub destination: String,
+    pub kind: String,
+    pub source: String,
+}
+
+impl Declared {
+    /// The `mounts` of a bundle's config.json (entries without a
+    /// destination are skipped).
+    pub fn from_config(config: &serde_json::Value) -> Vec<Declared> {
+        let s = |m: &serde_json::Value, k: &str| {
+            m.get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        config
+            .get("mounts")
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|m| !s(m, "destination").is_empty())
+                    .map(|m| Declared {
+                        destination: s(m, "destination"),
+                        kind: s(m, "type"),
+                        source: s(m, "source"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The mount id of the object `fd` names.
+fn mnt_id(fd: &OwnedFd) -> Option<u64> {
+    // SAFETY: an all-zero statx is a valid value to be filled in.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, empty C string with AT_EMPTY_PATH, a statx buffer.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    };
+    (r == 0 && stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id)
 }
 
 fn io<'a>(op: &'static str, path: &'a str) -> impl Fn(std::io::Error) -> EffectError + 'a {
@@ -111,6 +177,27 @@ fn create_new_at(dir: &OwnedFd, name: &CString, mode: u32) -> std::io::Result<Ow
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `openat2` of `rel` below `dir` with `RESOLVE_IN_ROOT |
+/// RESOLVE_NO_MAGICLINKS`, plus `RESOLVE_NO_XDEV` when `same_mount`
+/// (every lookup of an effect; without it only to name a crossed mount).
+fn resolve_at(
+    dir: &OwnedFd,
+    rel: &str,
+    flags: OFlag,
+    same_mount: bool,
+) -> Result<OwnedFd, nix::errno::Errno> {
+    let mut resolve = ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+    if same_mount {
+        resolve |= ResolveFlag::RESOLVE_NO_XDEV;
+    }
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(resolve);
+    let fd = openat2(dir.as_raw_fd(), rel, how)?;
+    // SAFETY: fresh fd from openat2.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// `O_PATH | O_NOFOLLOW` for final components: the handle names the entry
 /// itself, never what a symlink there points to.
 const FINAL: OFlag = OFlag::O_PATH.union(OFlag::O_NOFOLLOW);
@@ -128,31 +215,148 @@ impl Rootfs {
         Ok(Rootfs {
             root: unsafe { OwnedFd::from_raw_fd(fd) },
             path: path.into(),
+            own: Vec::new(),
+            declared: Vec::new(),
         })
+    }
+
+    /// Name these mounts (config.json's) when a path crosses one of them.
+    pub fn with_declared(mut self, declared: Vec<Declared>) -> Rootfs {
+        self.declared = declared;
+        self
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Resolve `rel` inside the rootfs.
+    /// Resolve `rel` inside the rootfs, never leaving its mount: a path
+    /// that crosses into another mount (a volume, a bind, a tmpfs, `/proc`)
+    /// fails with `EXDEV`, except into the mounts gpu-quota attached itself,
+    /// where the lookup starts from the handle on that mount.
     pub fn resolve(&self, rel: &str, flags: OFlag) -> Result<OwnedFd, nix::errno::Errno> {
-        let rel = rel.trim_start_matches('/');
-        let rel = if rel.is_empty() { "." } else { rel };
-        let how = OpenHow::new()
-            .flags(flags | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        let fd = openat2(self.root.as_raw_fd(), rel, how)?;
-        // SAFETY: fresh fd from openat2.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        let comps = components(rel);
+        let own = self
+            .own
+            .iter()
+            .filter(|(p, _)| {
+                let pc = components(p);
+                !comps.contains(&"..") && comps.len() >= pc.len() && comps[..pc.len()] == pc[..]
+            })
+            .max_by_key(|(p, _)| components(p).len());
+        let (start, rest) = match own {
+            Some((p, fd)) => (fd, comps[components(p).len()..].join("/")),
+            None => (&self.root, comps.join("/")),
+        };
+        let rest = if rest.is_empty() { "." } else { rest.as_str() };
+        resolve_at(start, rest, flags, true)
+    }
+
+    /// Record a mount gpu-quota attached at `rel` (its root is `fd`):
+    /// lookups below `rel` start there.
+    fn adopt(&mut self, rel: &str, fd: OwnedFd) {
+        self.own.push((components(rel).join("/"), fd));
+    }
+
+    /// The error for an operation on `rel` that failed with `e`: a refusal
+    /// naming the mount when the lookup crossed one.
+    fn fail(&self, op: &'static str, rel: &str, e: nix::errno::Errno) -> EffectError {
+        if e == nix::errno::Errno::EXDEV {
+            self.crossing(rel)
+        } else {
+            io(op, rel)(errno(e))
+        }
+    }
+
+    /// Which mount `rel` crosses into, for the message: the shortest prefix
+    /// that leaves the rootfs's mount, and the mount it lands on (matched by
+    /// mount id against config.json's declared mounts, else shown by path).
+    /// Lookups here only open `O_PATH` handles and read nothing.
+    fn crossing(&self, rel: &str) -> EffectError {
+        let mut sofar = String::new();
+        let mut on = None;
+        for c in components(rel) {
+            sofar.push('/');
+            sofar.push_str(c);
+            match self.resolve(&sofar, OFlag::O_PATH) {
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EXDEV) => {
+                    on = resolve_at(
+                        &self.root,
+                        sofar.trim_start_matches('/'),
+                        OFlag::O_PATH,
+                        false,
+                    )
+                    .ok();
+                }
+                Err(_) => {}
+            }
+            break;
+        }
+        let id = on.as_ref().and_then(mnt_id);
+        let named = self.declared.iter().find(|d| {
+            let dest = components(&d.destination).join("/");
+            let dest = if dest.is_empty() {
+                ".".to_string()
+            } else {
+                dest
+            };
+            id.is_some()
+                && resolve_at(&self.root, &dest, OFlag::O_PATH, false)
+                    .ok()
+                    .as_ref()
+                    .and_then(mnt_id)
+                    == id
+        });
+        let mount = match (named, &on) {
+            (Some(d), _) => format!(
+                "the mount at {} ({} of {}, declared in config.json)",
+                d.destination,
+                if d.kind.is_empty() { "mount" } else { &d.kind },
+                d.source
+            ),
+            (None, Some(fd)) => {
+                let at = std::fs::read_link(proc_fd(fd))
+                    .map(|p| match p.strip_prefix(&self.path) {
+                        Ok(r) => format!("/{}", r.display()),
+                        Err(_) => p.display().to_string(),
+                    })
+                    .unwrap_or_else(|_| "?".into());
+                format!("another mount (at {at})")
+            }
+            (None, None) => "another mount".into(),
+        };
+        let via = if sofar.is_empty() || sofar == rel {
+            String::new()
+        } else {
+            format!(" ({sofar})")
+        };
+        EffectError::Refused {
+            path: rel.into(),
+            what: format!(
+                "leads{via} onto {mount}, not the container's own root filesystem; gpu-quota never creates, replaces, reads or mounts onto anything on a volume, bind or tmpfs inside the rootfs (it would be written as root where the container may not write, and stay after the container is gone); mount it elsewhere, or run this image without a GPU-memory request"
+            ),
+        }
     }
 
     /// Open (creating missing components) the directory `rel`.
     pub fn mkdir_all(&self, rel: &str) -> Result<OwnedFd, EffectError> {
+        self.mkdir_for(rel, rel)
+    }
+
+    /// `mkdir_all(rel)` on the way to `whole` (named when a mount is crossed).
+    fn mkdir_for(&self, rel: &str, whole: &str) -> Result<OwnedFd, EffectError> {
+        let fail = |op, sofar: &str, e| {
+            if e == nix::errno::Errno::EXDEV {
+                self.crossing(whole)
+            } else {
+                self.fail(op, sofar, e)
+            }
+        };
         let comps = components(rel);
         let mut dir = self
             .resolve("/", OFlag::O_PATH | OFlag::O_DIRECTORY)
-            .map_err(|e| io("open", "/")(errno(e)))?;
+            .map_err(|e| fail("open", "/", e))?;
         let mut sofar = String::new();
         for c in comps {
             if c == ".." {
@@ -184,7 +388,7 @@ impl Rootfs {
                                 what: "exists in the image as a symlink to a missing directory; refusing to create it".into(),
                             })
                         }
-                        Err(e) => return Err(io("open", &sofar)(errno(e))),
+                        Err(e) => return Err(fail("open", &sofar, e)),
                     };
                 }
                 Err(nix::errno::Errno::ENOTDIR) => {
@@ -193,7 +397,7 @@ impl Rootfs {
                         what: "exists in the image and is not a directory".into(),
                     })
                 }
-                Err(e) => return Err(io("open", &sofar)(errno(e))),
+                Err(e) => return Err(fail("open", &sofar, e)),
             }
         }
         Ok(dir)
@@ -205,10 +409,10 @@ impl Rootfs {
         if kind == Kind::Dir {
             // directories on the way may be image symlinks (resolved inside
             // the rootfs); the mount target itself never is
-            self.mkdir_all(rel)?;
+            self.mkdir_for(rel, rel)?;
             let fd = self
                 .resolve(rel, FINAL)
-                .map_err(|e| io("open", rel)(errno(e)))?;
+                .map_err(|e| self.fail("open", rel, e))?;
             return check_type(fd, rel, libc::S_IFDIR);
         }
         let comps = components(rel);
@@ -216,7 +420,7 @@ impl Rootfs {
             path: rel.into(),
             what: "empty path".into(),
         })?;
-        let pdir = self.mkdir_all(&parent.join("/"))?;
+        let pdir = self.mkdir_for(&parent.join("/"), rel)?;
         match self.resolve(rel, FINAL) {
             Ok(fd) => regular_file(fd, rel),
             Err(nix::errno::Errno::ENOENT) => {
@@ -228,15 +432,16 @@ impl Rootfs {
                 }
                 match self.resolve(rel, FINAL) {
                     Ok(fd) => regular_file(fd, rel),
-                    Err(e) => Err(io("open", rel)(errno(e))),
+                    Err(e) => Err(self.fail("open", rel, e)),
                 }
             }
-            Err(e) => Err(io("open", rel)(errno(e))),
+            Err(e) => Err(self.fail("open", rel, e)),
         }
     }
 
     /// Whether `rel` exists in the image (symlinks on the way resolve inside
-    /// the rootfs; the entry itself is not followed).
+    /// the rootfs; the entry itself is not followed). An entry on another
+    /// mount is not the image's: false.
     pub fn exists(&self, rel: &str) -> bool {
         self.resolve(rel, FINAL).is_ok()
     }
@@ -252,11 +457,11 @@ impl Rootfs {
             path: rel.into(),
             what: "empty path".into(),
         })?;
-        let pdir = self.mkdir_all(&parent.join("/"))?;
+        let pdir = self.mkdir_for(&parent.join("/"), rel)?;
         match self.resolve(rel, FINAL) {
             Ok(fd) => drop(regular_file(fd, rel)?),
             Err(nix::errno::Errno::ENOENT) => {}
-            Err(e) => return Err(io("open", rel)(errno(e))),
+            Err(e) => return Err(self.fail("open", rel, e)),
         }
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -317,7 +522,7 @@ impl Rootfs {
                 Ok(Some(buf))
             }
             Err(nix::errno::Errno::ENOENT) => Ok(None),
-            Err(e) => Err(io("open", rel)(errno(e))),
+            Err(e) => Err(self.fail("open", rel, e)),
         }
     }
 }
@@ -452,7 +657,12 @@ impl Effects for MountEffects {
             )
             .map_err(io("make read-only the mount for", dst))?;
         }
-        newmount::attach(&tree, &tfd).map_err(io("bind-mount onto", dst))
+        newmount::attach(&tree, &tfd).map_err(io("bind-mount onto", dst))?;
+        if kind == Kind::Dir {
+            // our own mount: the targets below it resolve from its root
+            self.rootfs.adopt(dst, tree);
+        }
+        Ok(())
     }
 
     fn read_rootfs_file(&mut self, dst: &str, max: usize) -> Result<Option<Vec<u8>>, EffectError> {
@@ -597,5 +807,211 @@ mod tests {
         symlink("/etc", root.join("run")).unwrap();
         let e = r.ensure("/run", Kind::Dir).unwrap_err().to_string();
         assert!(e.contains("symlink"), "{e}");
+    }
+
+    /// A mount made by a test, detached when dropped (a failing assertion
+    /// included). `None` when not root: those tests skip.
+    struct TestMount(PathBuf);
+    impl TestMount {
+        fn new(src: &str, at: &Path, fstype: &str, flags: libc::c_ulong) -> Option<TestMount> {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                eprintln!("skipping: mounting needs root");
+                return None;
+            }
+            let c = |s: &str| CString::new(s).unwrap();
+            let (s, t, f) = (c(src), c(at.to_str().unwrap()), c(fstype));
+            // SAFETY: valid C strings.
+            let r =
+                unsafe { libc::mount(s.as_ptr(), t.as_ptr(), f.as_ptr(), flags, std::ptr::null()) };
+            assert_eq!(
+                r,
+                0,
+                "mount {src} {}: {}",
+                at.display(),
+                std::io::Error::last_os_error()
+            );
+            Some(TestMount(at.into()))
+        }
+        /// `at` bound onto itself and made private: the test's mounts below
+        /// it propagate nowhere.
+        fn private(at: &Path) -> Option<TestMount> {
+            let m = TestMount::new(at.to_str().unwrap(), at, "", libc::MS_BIND)?;
+            let t = CString::new(at.to_str().unwrap()).unwrap();
+            // SAFETY: valid C string.
+            let r = unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    t.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_PRIVATE,
+                    std::ptr::null(),
+                )
+            };
+            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            Some(m)
+        }
+    }
+    impl Drop for TestMount {
+        fn drop(&mut self) {
+            let t = CString::new(self.0.to_str().unwrap()).unwrap();
+            // SAFETY: valid C string.
+            unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+
+    fn listing(d: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                let p = e.path();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(&p).unwrap_or_default(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Issue 16 §1: a volume at /data with the image's `/etc -> /data/etc`,
+    /// a tmpfs at /run: every lookup that would land there is refused
+    /// (EXDEV), naming the mount, and nothing is written on either; the
+    /// same paths resolve into them without `RESOLVE_NO_XDEV` (the negative
+    /// control: the old lookup reached the volume's file).
+    #[test]
+    fn no_lookup_crosses_a_mount_inside_the_rootfs() {
+        let host = tempfile::tempdir().unwrap();
+        let Some(_private) = TestMount::private(host.path()) else {
+            return;
+        };
+        let root = host.path().join("rootfs");
+        let vol = host.path().join("vol");
+        std::fs::create_dir_all(vol.join("etc")).unwrap();
+        std::fs::write(vol.join("etc/ld.so.cache"), b"VOLUME").unwrap();
+        for d in ["data", "run", "usr/bin"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        symlink("/data/etc", root.join("etc")).unwrap();
+        let _data =
+            TestMount::new(vol.to_str().unwrap(), &root.join("data"), "", libc::MS_BIND).unwrap();
+        let _run = TestMount::new("tmpfs", &root.join("run"), "tmpfs", 0).unwrap();
+        let before = listing(&vol.join("etc"));
+        let r = Rootfs::open(&root).unwrap().with_declared(vec![Declared {
+            destination: "/data".into(),
+            kind: "bind".into(),
+            source: vol.display().to_string(),
+        }]);
+
+        // negative control: without RESOLVE_NO_XDEV the lookups land there
+        let old = resolve_at(&r.root, "etc/ld.so.cache", FINAL, false).unwrap();
+        let mut seen = String::new();
+        reopen_read(&old)
+            .unwrap()
+            .read_to_string(&mut seen)
+            .unwrap();
+        assert_eq!(seen, "VOLUME", "the old lookup reaches the volume");
+        assert!(resolve_at(&r.root, "run/gpu-quota", FINAL, false).is_err());
+        assert!(resolve_at(&r.root, "run", OFlag::O_PATH, false).is_ok());
+
+        let names_data = |e: EffectError| {
+            let e = e.to_string();
+            assert!(
+                e.contains("/data (bind of") && e.contains(&vol.display().to_string()),
+                "names the declared mount: {e}"
+            );
+        };
+        names_data(
+            r.replace_file("/etc/ld.so.cache", b"ours", 0o644)
+                .unwrap_err(),
+        );
+        names_data(r.read_file("/etc/ld.so.cache", 100).unwrap_err());
+        names_data(r.ensure("/etc/ld.so.preload", Kind::File).unwrap_err());
+        assert!(!r.exists("/etc/ld.so.cache"), "not the image's file");
+        let e = r
+            .ensure("/run/gpu-quota", Kind::Dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/run/gpu-quota") && e.contains("another mount (at /run)"),
+            "an undeclared mount is named by its path: {e}"
+        );
+        assert!(
+            e.contains("leads (/run) onto"),
+            "names where it leaves: {e}"
+        );
+        let e = r.ensure("/run", Kind::Dir).unwrap_err().to_string();
+        assert!(e.contains("another mount (at /run)"), "{e}");
+        assert_eq!(
+            listing(&vol.join("etc")),
+            before,
+            "nothing written on the volume"
+        );
+        assert_eq!(
+            listing(&root.join("run")),
+            vec![],
+            "nothing written on the tmpfs"
+        );
+        // the rootfs's own directories still work
+        r.ensure("/usr/bin/nvidia-smi", Kind::File).unwrap();
+        r.replace_file("/usr/bin/x", b"x", 0o644).unwrap();
+        assert_eq!(std::fs::read(root.join("usr/bin/x")).unwrap(), b"x");
+    }
+
+    /// The mounts gpu-quota attaches itself are entered: targets below the
+    /// read-only `/run/gpu-quota` bind resolve from its root; an image
+    /// symlink into it from elsewhere does not.
+    #[test]
+    fn our_own_mounts_are_entered_and_nothing_else() {
+        let host = tempfile::tempdir().unwrap();
+        let Some(_private) = TestMount::private(host.path()) else {
+            return;
+        };
+        let root = host.path().join("rootfs");
+        let state = host.path().join("state");
+        std::fs::create_dir_all(state.join("driver")).unwrap();
+        std::fs::write(state.join("usage"), b"").unwrap();
+        std::fs::write(state.join("driver/libcuda.so.1"), b"").unwrap();
+        std::fs::write(host.path().join("usage"), b"COUNTERS").unwrap();
+        std::fs::write(host.path().join("libcuda"), b"DRIVER").unwrap();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        symlink("/run/gpu-quota/driver", root.join("etc/driver")).unwrap();
+        let mut fx = MountEffects {
+            rootfs: Rootfs::open(&root).unwrap(),
+        };
+        fx.bind(&state, "/run/gpu-quota", Kind::Dir, true).unwrap();
+        let _dir = TestMount(root.join("run/gpu-quota"));
+        let r = fx.bind(
+            &host.path().join("usage"),
+            "/run/gpu-quota/usage",
+            Kind::File,
+            false,
+        );
+        let _usage = TestMount(root.join("run/gpu-quota/usage"));
+        r.unwrap();
+        let r = fx.bind(
+            &host.path().join("libcuda"),
+            "/run/gpu-quota/driver/libcuda.so.1",
+            Kind::File,
+            true,
+        );
+        let _lib = TestMount(root.join("run/gpu-quota/driver/libcuda.so.1"));
+        r.unwrap();
+        assert_eq!(
+            std::fs::read(root.join("run/gpu-quota/usage")).unwrap(),
+            b"COUNTERS"
+        );
+        assert_eq!(
+            std::fs::read(root.join("run/gpu-quota/driver/libcuda.so.1")).unwrap(),
+            b"DRIVER"
+        );
+        let e = fx
+            .rootfs
+            .read_file("/etc/driver/libcuda.so.1", 100)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("another mount (at /run/gpu-quota"), "{e}");
     }
 }

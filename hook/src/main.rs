@@ -25,7 +25,7 @@ use gpuquota_core::{
     driver, events,
     ledger::Key,
     mountplan, paths,
-    rootfs::{MountEffects, Rootfs},
+    rootfs::{Declared, MountEffects, Rootfs},
     spec, state, Ledger, Request,
 };
 use std::io::Read;
@@ -108,6 +108,10 @@ fn create_runtime() -> Result<()> {
             ctx.id
         );
     }
+    let declared = Declared::from_config(&ctx.config);
+    if let Some(c) = mountplan::declared_conflict(&declared, &cfg.driver.binaries) {
+        return Err(c.into());
+    }
     let pid = ctx.pid.ok_or_else(|| {
         anyhow!(
             "the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"
@@ -130,7 +134,7 @@ fn create_runtime() -> Result<()> {
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;
     let mut fx = MountEffects {
-        rootfs: Rootfs::open(&rootfs)?,
+        rootfs: Rootfs::open(&rootfs)?.with_declared(declared),
     };
     mountplan::execute(&ops, &mut fx).with_context(|| {
         format!(

@@ -14,9 +14,9 @@ use gpuquota_core::{
     config::Config,
     devices, events, fsutil,
     ledger::Key,
-    paths,
+    mountplan, paths,
     request::{self, EnvRequests},
-    spec, state, Inventory, Ledger, Request,
+    rootfs, spec, state, Inventory, Ledger, Request,
 };
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -155,6 +155,23 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         ));
     }
     let cfg = cfg?;
+    // a volume, host directory or tmpfs over a path the hook writes: refused
+    // before anything is reserved (symlink-steered ones: the hook, EXDEV)
+    if let Some(c) = mountplan::declared_conflict(
+        &rootfs::Declared::from_config(&config),
+        &cfg.driver.binaries,
+    ) {
+        let request = gpuquota_core::ledger::describe_request(&req);
+        events::refused(
+            &cfg,
+            source(a, "create"),
+            &id,
+            &request,
+            "mount_conflict",
+            &c.to_string(),
+        );
+        return Err(c.into());
+    }
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
     let ledger = Ledger::new(&cfg);

@@ -45,9 +45,19 @@ fn old_bind(r: &Rootfs, src: &Path, dst: &str) -> bool {
     ) {
         return false;
     }
-    let Ok(again) = r.resolve(dst, nix::fcntl::OFlag::O_PATH) else {
+    // the previous release's lookup (no RESOLVE_NO_XDEV then)
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let Ok(root) = std::fs::File::open(r.path()) else {
         return false;
     };
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let Ok(again) = nix::fcntl::openat2(root.as_raw_fd(), dst.trim_start_matches('/'), how) else {
+        return false;
+    };
+    // SAFETY: fresh fd from openat2.
+    let again = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(again) };
     mount(
         None,
         &p(again.as_raw_fd()),
