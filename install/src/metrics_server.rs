@@ -276,3 +276,258 @@ impl AsyncWrite for WriteTimeout {
         self.check(cx, r)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each limit, with short values, against the real server on loopback.
+    //! (tests/e2e/exporter.rs is the acceptance test under abuse.)
+    use super::*;
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::time::Instant;
+
+    struct Fixed {
+        body: String,
+        delay: Duration,
+    }
+
+    impl Scrape for Fixed {
+        fn render(&self) -> String {
+            std::thread::sleep(self.delay);
+            self.body.clone()
+        }
+    }
+
+    const SHORT: Limits = Limits {
+        max_connections: 64,
+        max_request_bytes: 8 << 10,
+        header_read_timeout: Duration::from_secs(10),
+        write_timeout: Duration::from_secs(10),
+        connection_lifetime: Duration::from_secs(60),
+    };
+
+    /// A server on a thread (it ends with the test process).
+    fn start(limits: Limits, body: &str, delay: Duration) -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let scrape = Arc::new(Fixed {
+            body: body.into(),
+            delay,
+        });
+        std::thread::spawn(move || run(l, scrape, limits).unwrap());
+        addr
+    }
+
+    fn connect(addr: SocketAddr) -> TcpStream {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    }
+
+    /// One answer read off `s`: (status, body); None when the server
+    /// closed (or reset) the connection instead.
+    fn answer(s: &mut TcpStream) -> Option<(u16, Vec<u8>)> {
+        let mut r = Vec::new();
+        let mut b = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = r.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => r.extend_from_slice(&b[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&r[..head_end]).to_ascii_lowercase();
+        let status = head.split(' ').nth(1)?.parse().ok()?;
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        while r.len() < head_end + len {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => r.extend_from_slice(&b[..n]),
+            }
+        }
+        Some((status, r[head_end..head_end + len].to_vec()))
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> Option<(u16, Vec<u8>)> {
+        let mut s = connect(addr);
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .ok()?;
+        answer(&mut s)
+    }
+
+    /// Whether the server closes `s` within `within` (reads nothing else).
+    fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+        s.set_read_timeout(Some(within)).unwrap();
+        let mut b = [0u8; 4096];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return false
+                }
+                Err(_) => return true,
+            }
+        }
+    }
+
+    #[test]
+    fn routes_and_content_types() {
+        let addr = start(SHORT, "m 1\n", Duration::ZERO);
+        assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
+        assert_eq!(get(addr, "/metrics?x=1"), Some((200, b"m 1\n".to_vec())));
+        assert_eq!(get(addr, "/nope").unwrap().0, 404);
+        let mut s = connect(addr);
+        s.write_all(b"POST /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+        assert_eq!(answer(&mut s).unwrap().0, 405);
+        // HEAD: the headers of GET, no body
+        let mut s = connect(addr);
+        s.write_all(b"HEAD /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert!(r.contains(metrics::CONTENT_TYPE) && r.ends_with("\r\n\r\n"), "{r}");
+    }
+
+    #[test]
+    fn a_request_head_over_the_cap_is_answered_431_and_closed() {
+        let addr = start(SHORT, "m 1\n", Duration::ZERO);
+        // under the cap: served
+        let pad = "a".repeat(4 << 10);
+        let mut s = connect(addr);
+        s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: t\r\nX-Pad: {pad}\r\n\r\n").as_bytes())
+            .unwrap();
+        assert_eq!(answer(&mut s), Some((200, b"ok\n".to_vec())));
+        // over it: 431 after at most the cap, though the header never ends
+        let mut s = connect(addr);
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Pad: ").unwrap();
+        let _ = s.write_all(&[b'a'; 16 << 10]);
+        assert_eq!(answer(&mut s).map(|a| a.0), Some(431));
+        assert!(closed_within(&mut s, Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn connections_over_the_cap_are_refused_and_a_silent_one_ends_at_the_header_timeout() {
+        let limits = Limits {
+            max_connections: 2,
+            header_read_timeout: Duration::from_millis(400),
+            ..SHORT
+        };
+        let addr = start(limits, "m 1\n", Duration::ZERO);
+        assert_eq!(get(addr, "/healthz").unwrap().0, 200);
+        // (that connection's slot is free once the server sees it closed)
+        std::thread::sleep(Duration::from_millis(100));
+        // two clients hold both slots: one silent, one dripping a header
+        let t = Instant::now();
+        let mut silent = connect(addr);
+        let mut drip = connect(addr);
+        drip.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // a third is refused at once: a 503 or a closed connection
+        let third = get(addr, "/healthz");
+        assert!(third.is_none() || third.as_ref().unwrap().0 == 503, "{third:?}");
+        assert!(t.elapsed() < Duration::from_millis(400));
+        // the dripping one is cut at the header timeout although it sends
+        let cut = std::thread::spawn(move || {
+            for _ in 0..40 {
+                if drip.write_all(b"X").is_err() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            closed_within(&mut drip, Duration::from_millis(1))
+        });
+        assert!(closed_within(&mut silent, Duration::from_secs(2)));
+        assert!(cut.join().unwrap(), "a dripping header outlived the header timeout");
+        let waited = t.elapsed();
+        assert!(waited >= Duration::from_millis(400), "{waited:?}");
+        assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
+    }
+
+    #[test]
+    fn a_client_that_does_not_read_loses_its_slot_at_the_write_timeout() {
+        let limits = Limits {
+            max_connections: 1,
+            write_timeout: Duration::from_secs(1),
+            ..SHORT
+        };
+        // answers large enough to fill the socket buffers at the first few
+        let addr = start(limits, &"m 1\n".repeat(64 << 10), Duration::ZERO);
+        let mut a = connect(addr);
+        // 1800 pipelined scrapes in one write, then never a read
+        a.write_all(&b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n".repeat(1800))
+            .unwrap();
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_millis(100));
+        // A holds the only slot (the negative control: without the write
+        // timeout it would hold it for its whole lifetime)
+        let refused = get(addr, "/healthz");
+        assert!(refused.is_none() || refused.as_ref().unwrap().0 == 503, "{refused:?}");
+        // after the write timeout the slot is free again
+        let mut ok = None;
+        while t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+            ok = get(addr, "/healthz");
+            if ok.as_ref().is_some_and(|o| o.0 == 200) {
+                break;
+            }
+        }
+        assert_eq!(ok, Some((200, b"ok\n".to_vec())));
+        let freed = t.elapsed();
+        assert!(
+            freed >= Duration::from_millis(900) && freed < Duration::from_secs(3),
+            "{freed:?}"
+        );
+        // and A was closed with its answers unread
+        assert!(closed_within(&mut a, Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn no_connection_outlives_its_lifetime() {
+        let limits = Limits {
+            connection_lifetime: Duration::from_millis(500),
+            ..SHORT
+        };
+        let addr = start(limits, "m 1\n", Duration::ZERO);
+        let mut s = connect(addr);
+        let t = Instant::now();
+        let mut answered = 0;
+        while t.elapsed() < Duration::from_secs(5) {
+            if s
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                .is_err()
+                || answer(&mut s).is_none()
+            {
+                break;
+            }
+            answered += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let lived = t.elapsed();
+        assert!(answered >= 3, "{answered}");
+        assert!(
+            lived >= Duration::from_millis(450) && lived < Duration::from_secs(2),
+            "{lived:?}"
+        );
+    }
+
+    #[test]
+    fn a_slow_scrape_never_delays_healthz() {
+        let addr = start(SHORT, "m 1\n", Duration::from_millis(1500));
+        let scrape = std::thread::spawn(move || get(addr, "/metrics"));
+        std::thread::sleep(Duration::from_millis(100));
+        for _ in 0..10 {
+            let t = Instant::now();
+            assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
+            assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
+        }
+        assert_eq!(scrape.join().unwrap(), Some((200, b"m 1\n".to_vec())));
+    }
+}
