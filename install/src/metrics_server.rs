@@ -154,7 +154,11 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     const PLAIN: &str = "text/plain; charset=utf-8";
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
-        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n", PLAIN));
+        return Ok(text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n",
+            PLAIN,
+        ));
     }
     Ok(match req.uri().path() {
         "/metrics" => {
@@ -190,8 +194,10 @@ async fn handle(
 fn text(code: StatusCode, body: impl Into<Bytes>, ctype: &'static str) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = code;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ctype));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(ctype),
+    );
     r
 }
 
@@ -214,7 +220,11 @@ impl WriteTimeout {
 
     /// `r` from the socket: progress clears the deadline, a stall starts
     /// it (or fails once it has passed).
-    fn check<T>(&mut self, cx: &mut TaskContext<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn check<T>(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        r: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         if r.is_ready() {
             self.stalled = None;
             return r;
@@ -393,7 +403,10 @@ mod tests {
         let mut r = String::new();
         s.read_to_string(&mut r).unwrap();
         assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-        assert!(r.contains(metrics::CONTENT_TYPE) && r.ends_with("\r\n\r\n"), "{r}");
+        assert!(
+            r.contains(metrics::CONTENT_TYPE) && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
     }
 
     #[test]
@@ -407,7 +420,8 @@ mod tests {
         assert_eq!(answer(&mut s), Some((200, b"ok\n".to_vec())));
         // over it: 431 after at most the cap, though the header never ends
         let mut s = connect(addr);
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Pad: ").unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Pad: ")
+            .unwrap();
         let _ = s.write_all(&[b'a'; 16 << 10]);
         assert_eq!(answer(&mut s).map(|a| a.0), Some(431));
         assert!(closed_within(&mut s, Duration::from_secs(2)));
@@ -432,7 +446,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         // a third is refused at once: a 503 or a closed connection
         let third = get(addr, "/healthz");
-        assert!(third.is_none() || third.as_ref().unwrap().0 == 503, "{third:?}");
+        assert!(
+            third.is_none() || third.as_ref().unwrap().0 == 503,
+            "{third:?}"
+        );
         assert!(t.elapsed() < Duration::from_millis(400));
         // the dripping one is cut at the header timeout although it sends
         let cut = std::thread::spawn(move || {
@@ -445,7 +462,10 @@ mod tests {
             closed_within(&mut drip, Duration::from_millis(1))
         });
         assert!(closed_within(&mut silent, Duration::from_secs(2)));
-        assert!(cut.join().unwrap(), "a dripping header outlived the header timeout");
+        assert!(
+            cut.join().unwrap(),
+            "a dripping header outlived the header timeout"
+        );
         let waited = t.elapsed();
         assert!(waited >= Duration::from_millis(400), "{waited:?}");
         assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
@@ -469,7 +489,10 @@ mod tests {
         // A holds the only slot (the negative control: without the write
         // timeout it would hold it for its whole lifetime)
         let refused = get(addr, "/healthz");
-        assert!(refused.is_none() || refused.as_ref().unwrap().0 == 503, "{refused:?}");
+        assert!(
+            refused.is_none() || refused.as_ref().unwrap().0 == 503,
+            "{refused:?}"
+        );
         // after the write timeout the slot is free again
         let mut ok = None;
         while t.elapsed() < Duration::from_secs(5) {
@@ -500,8 +523,7 @@ mod tests {
         let t = Instant::now();
         let mut answered = 0;
         while t.elapsed() < Duration::from_secs(5) {
-            if s
-                .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
                 .is_err()
                 || answer(&mut s).is_none()
             {
@@ -526,7 +548,11 @@ mod tests {
         for _ in 0..10 {
             let t = Instant::now();
             assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
-            assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
+            assert!(
+                t.elapsed() < Duration::from_millis(200),
+                "{:?}",
+                t.elapsed()
+            );
         }
         assert_eq!(scrape.join().unwrap(), Some((200, b"m 1\n".to_vec())));
     }

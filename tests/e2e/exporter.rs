@@ -144,7 +144,8 @@ fn client_a(addr: String, stalled: Arc<AtomicBool>, stop: Arc<AtomicBool>) -> (u
         let Ok(mut s) = TcpStream::connect(&addr) else {
             break;
         };
-        s.set_write_timeout(Some(Duration::from_millis(100))).unwrap();
+        s.set_write_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         while !stop.load(SeqCst) && t.elapsed() < PHASE_LIMIT {
             match s.write(&batch) {
                 Ok(n) => requests += (n / 36) as u64,
@@ -173,18 +174,30 @@ fn client_a(addr: String, stalled: Arc<AtomicBool>, stop: Arc<AtomicBool>) -> (u
 /// Client B: one endless header line, `total` bytes in all; when the server
 /// closes a connection, a new one carries on (at most 100000).
 /// Returns (bytes, connections, most on one, closed by the server).
-fn client_b(addr: String, total: u64, sent: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> (u64, u64, u64, u64) {
+fn client_b(
+    addr: String,
+    total: u64,
+    sent: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> (u64, u64, u64, u64) {
     let chunk = vec![b'a'; 64 << 10];
     let (mut conns, mut max_one, mut closed) = (0u64, 0u64, 0u64);
     let t = Instant::now();
-    while sent.load(SeqCst) < total && conns < 100_000 && t.elapsed() < PHASE_LIMIT && !stop.load(SeqCst) {
+    while sent.load(SeqCst) < total
+        && conns < 100_000
+        && t.elapsed() < PHASE_LIMIT
+        && !stop.load(SeqCst)
+    {
         let Ok(mut s) = TcpStream::connect(&addr) else {
             break;
         };
         conns += 1;
-        s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+        s.set_write_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let mut one = 0u64;
-        if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: gq\r\nX-Endless: ").is_ok() {
+        if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: gq\r\nX-Endless: ")
+            .is_ok()
+        {
             while sent.load(SeqCst) < total && t.elapsed() < PHASE_LIMIT && !stop.load(SeqCst) {
                 match s.write(&chunk) {
                     Ok(n) => {
@@ -238,7 +251,12 @@ fn abuse(addr: &str, pid: Option<u32>, b_total: u64) -> Report {
         thread::sleep(Duration::from_millis(10));
     }
     let b = {
-        let (addr, sent, stop, done) = (addr.to_string(), b_sent.clone(), stop.clone(), b_done.clone());
+        let (addr, sent, stop, done) = (
+            addr.to_string(),
+            b_sent.clone(),
+            stop.clone(),
+            b_done.clone(),
+        );
         thread::spawn(move || {
             let r = client_b(addr, b_total, sent, stop);
             done.store(true, SeqCst);
@@ -246,7 +264,10 @@ fn abuse(addr: &str, pid: Option<u32>, b_total: u64) -> Report {
         })
     };
     let t = Instant::now();
-    while b_sent.load(SeqCst) < MIB.min(b_total) && !b_done.load(SeqCst) && t.elapsed() < Duration::from_secs(10) {
+    while b_sent.load(SeqCst) < MIB.min(b_total)
+        && !b_done.load(SeqCst)
+        && t.elapsed() < Duration::from_secs(10)
+    {
         thread::sleep(Duration::from_millis(1));
     }
 
@@ -274,7 +295,10 @@ fn abuse(addr: &str, pid: Option<u32>, b_total: u64) -> Report {
     // server has stopped taking it (2 s without progress)
     let t = Instant::now();
     let (mut last, mut since) = (b_sent.load(SeqCst), Instant::now());
-    while !b_done.load(SeqCst) && t.elapsed() < PHASE_LIMIT && since.elapsed() < Duration::from_secs(2) {
+    while !b_done.load(SeqCst)
+        && t.elapsed() < PHASE_LIMIT
+        && since.elapsed() < Duration::from_secs(2)
+    {
         thread::sleep(Duration::from_millis(10));
         let now = b_sent.load(SeqCst);
         if now != last {
@@ -327,15 +351,23 @@ fn naive_conn(mut s: TcpStream, held: &AtomicU64, stop: &AtomicBool) {
     // scanned, so a long header costs the control linear time)
     let mut scanned = 0;
     let mut chunk = vec![0u8; 64 << 10];
-    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     while !stop.load(SeqCst) {
         while let Some(i) = buf[scanned..].windows(4).position(|w| w == b"\r\n\r\n") {
             let req: Vec<u8> = buf.drain(..scanned + i + 4).collect();
             scanned = 0;
-            let body: &[u8] = if req.starts_with(b"GET /healthz") { b"ok\n" } else { &[b'#'; 4096] };
+            let body: &[u8] = if req.starts_with(b"GET /healthz") {
+                b"ok\n"
+            } else {
+                &[b'#'; 4096]
+            };
             let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
             // blocks while the client does not read, as a naive server does
-            if s.write_all(head.as_bytes()).and_then(|_| s.write_all(body)).is_err() {
+            if s.write_all(head.as_bytes())
+                .and_then(|_| s.write_all(body))
+                .is_err()
+            {
                 return;
             }
         }
@@ -379,7 +411,12 @@ impl Naive {
                 }
             })
         };
-        Naive { addr, stop, held, accept: Some(accept) }
+        Naive {
+            addr,
+            stop,
+            held,
+            accept: Some(accept),
+        }
     }
 }
 
@@ -409,15 +446,24 @@ fn exporter_answers_healthz_within_bounds_while_two_clients_misbehave() {
     let serial = Naive::start(false);
     let r = abuse(&serial.addr, None, 16 * MIB);
     eprintln!("serial naive server: {r:?}");
-    assert!(r.a_stalled && r.a_unread > 0, "A did not pipeline unread: {r:?}");
-    assert!(r.p99 >= P99_LIMIT, "A did not starve a serial server: {r:?}");
+    assert!(
+        r.a_stalled && r.a_unread > 0,
+        "A did not pipeline unread: {r:?}"
+    );
+    assert!(
+        r.p99 >= P99_LIMIT,
+        "A did not starve a serial server: {r:?}"
+    );
     drop(serial);
 
     // Negative control 2: a thread per connection keeps /healthz answered
     // but holds B's header: 96 MiB sent, more than 64 MiB held.
     let threaded = Naive::start(true);
     let r = abuse(&threaded.addr, None, 96 * MIB);
-    eprintln!("threaded naive server: {r:?}, held {} MiB", threaded.held.load(SeqCst) / MIB);
+    eprintln!(
+        "threaded naive server: {r:?}, held {} MiB",
+        threaded.held.load(SeqCst) / MIB
+    );
     assert!(
         threaded.held.load(SeqCst) > RSS_LIMIT_KIB * 1024,
         "B's bytes were not held by a server without a header cap: {r:?}"
@@ -433,7 +479,10 @@ fn exporter_answers_healthz_within_bounds_while_two_clients_misbehave() {
     eprintln!("exporter: {r:?}");
     // the clients did misbehave: A's answers wait unread, B sent everything
     assert!(r.a_stalled && r.a_requests > 0, "A never stalled: {r:?}");
-    assert!(r.b_bytes >= total, "B did not send its {total} bytes: {r:?}");
+    assert!(
+        r.b_bytes >= total,
+        "B did not send its {total} bytes: {r:?}"
+    );
     assert!(
         r.p99 < P99_LIMIT && r.healthz_failed == 0 && r.healthz_n >= HEALTHZ_MIN,
         "gpu-quota: /healthz p99 {:?} (limit {P99_LIMIT:?}), {} of {} unanswered: {r:?}",
@@ -449,12 +498,19 @@ fn exporter_answers_healthz_within_bounds_while_two_clients_misbehave() {
     );
     // the header cap: every B connection was closed by the exporter long
     // before its share of the stream (what one took is mostly kernel buffers)
-    assert!(r.b_closed_by_server > 0 && r.b_max_per_conn < 64 * MIB, "{r:?}");
+    assert!(
+        r.b_closed_by_server > 0 && r.b_max_per_conn < 64 * MIB,
+        "{r:?}"
+    );
     // and the exporter still serves a scrape
     let mut s = TcpStream::connect(&ex.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: gq\r\nConnection: close\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: gq\r\nConnection: close\r\n\r\n")
+        .unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
-    assert!(body.starts_with("HTTP/1.1 200") && body.contains("gpu_quota_ledger_ok 1"), "{body}");
+    assert!(
+        body.starts_with("HTTP/1.1 200") && body.contains("gpu_quota_ledger_ok 1"),
+        "{body}"
+    );
 }
