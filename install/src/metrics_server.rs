@@ -431,7 +431,7 @@ mod tests {
     fn connections_over_the_cap_are_refused_and_a_silent_one_ends_at_the_header_timeout() {
         let limits = Limits {
             max_connections: 2,
-            header_read_timeout: Duration::from_millis(400),
+            header_read_timeout: Duration::from_secs(1),
             ..SHORT
         };
         let addr = start(limits, "m 1\n", Duration::ZERO);
@@ -450,7 +450,7 @@ mod tests {
             third.is_none() || third.as_ref().unwrap().0 == 503,
             "{third:?}"
         );
-        assert!(t.elapsed() < Duration::from_millis(400));
+        assert!(t.elapsed() < Duration::from_secs(1));
         // the dripping one is cut at the header timeout although it sends
         let cut = std::thread::spawn(move || {
             for _ in 0..40 {
@@ -467,7 +467,7 @@ mod tests {
             "a dripping header outlived the header timeout"
         );
         let waited = t.elapsed();
-        assert!(waited >= Duration::from_millis(400), "{waited:?}");
+        assert!(waited >= Duration::from_secs(1), "{waited:?}");
         assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
     }
 
@@ -495,7 +495,7 @@ mod tests {
         );
         // after the write timeout the slot is free again
         let mut ok = None;
-        while t.elapsed() < Duration::from_secs(5) {
+        while t.elapsed() < Duration::from_secs(6) {
             std::thread::sleep(Duration::from_millis(50));
             ok = get(addr, "/healthz");
             if ok.as_ref().is_some_and(|o| o.0 == 200) {
@@ -505,7 +505,7 @@ mod tests {
         assert_eq!(ok, Some((200, b"ok\n".to_vec())));
         let freed = t.elapsed();
         assert!(
-            freed >= Duration::from_millis(900) && freed < Duration::from_secs(3),
+            freed >= Duration::from_millis(900) && freed < Duration::from_secs(4),
             "{freed:?}"
         );
         // and A was closed with its answers unread
@@ -542,14 +542,14 @@ mod tests {
 
     #[test]
     fn a_slow_scrape_never_delays_healthz() {
-        let addr = start(SHORT, "m 1\n", Duration::from_millis(1500));
+        let addr = start(SHORT, "m 1\n", Duration::from_secs(3));
         let scrape = std::thread::spawn(move || get(addr, "/metrics"));
         std::thread::sleep(Duration::from_millis(100));
         for _ in 0..10 {
             let t = Instant::now();
             assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
             assert!(
-                t.elapsed() < Duration::from_millis(200),
+                t.elapsed() < Duration::from_secs(1),
                 "{:?}",
                 t.elapsed()
             );
