@@ -778,7 +778,10 @@ fn same_id_and_bundle_under_two_runc_roots() {
         "root 2's usage file (on its own tmpfs) intact"
     );
     // and the container itself still sees its limits
-    assert_ok(&runtime_in(&h, &root2, &["start", "dup"]), "start in root 2");
+    assert_ok(
+        &runtime_in(&h, &root2, &["start", "dup"]),
+        "start in root 2",
+    );
     assert!(
         b.wait_out("limits", 10)
             .expect("root 2's container ran")
