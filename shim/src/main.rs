@@ -169,9 +169,11 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         &bundle.to_string_lossy(),
         &mut reclaimed,
     );
-    let held = held_now(&ledger);
-    for gone in &reclaimed {
-        let _ = state::remove_released(&cfg, gone, held.as_deref());
+    if !reclaimed.is_empty() {
+        let held = held_now(&ledger);
+        for gone in &reclaimed {
+            let _ = state::remove_released(&cfg, gone, held.as_deref());
+        }
     }
     events::reclaimed(&cfg, source(a, "admission"), &reclaimed);
     match &admitted {
