@@ -555,7 +555,7 @@ pub fn clear_for_container(
     else {
         return Ok(None);
     };
-    let dir = crate::state::container_dir(cfg, r);
+    let dir = crate::state::existing_dir(cfg, r);
     if !dir.join(RECORD_FILE).is_file() {
         return Ok(None);
     }

@@ -100,8 +100,12 @@ pub enum LedgerError {
     },
     #[error("container {id} already holds a reservation in this ledger ({slices}); delete it first (runc delete {id}) or run `gpu-quota gc`")]
     Duplicate { id: String, slices: String },
-    #[error("container {id} (bundle {bundle}) asks for GPU memory but has no reservation; it must be created through gpu-quota-runtime")]
-    NoReservation { id: String, bundle: String },
+    #[error("container {id} (bundle {bundle}, runc root {root}) asks for GPU memory but has no reservation under that root and bundle; it must be created through gpu-quota-runtime")]
+    NoReservation {
+        id: String,
+        root: String,
+        bundle: String,
+    },
 }
 
 /// Handle on the ledger files in `dir`.
@@ -110,20 +114,32 @@ pub struct Ledger {
     pub grace_secs: u64,
 }
 
-/// Which reservation an operation is about.
+/// Which reservation an operation is about. A container is known by its
+/// id *and* the runc root it was created under: two engines (two roots) may
+/// use the same id, even with the same bundle directory.
 #[derive(Debug, Clone)]
 pub enum Key<'a> {
     /// From the runtime: id + runc root.
     Root { id: &'a str, root: Option<&'a str> },
-    /// From a hook: id + bundle directory.
-    Bundle { id: &'a str, bundle: &'a str },
+    /// From a hook: id + the runc root the runtime wrote into the hook's
+    /// entry in config.json + the bundle directory of the OCI state (which
+    /// must agree with the one recorded at admission).
+    Hook {
+        id: &'a str,
+        root: Option<&'a str>,
+        bundle: &'a str,
+    },
 }
 
 impl Key<'_> {
-    fn matches(&self, r: &Reservation) -> bool {
+    pub fn matches(&self, r: &Reservation) -> bool {
         match self {
             Key::Root { id, root } => r.container_id == *id && r.runtime_root.as_deref() == *root,
-            Key::Bundle { id, bundle } => r.container_id == *id && same_path(&r.bundle, bundle),
+            Key::Hook { id, root, bundle } => {
+                r.container_id == *id
+                    && r.runtime_root.as_deref() == *root
+                    && same_path(&r.bundle, bundle)
+            }
         }
     }
 }
@@ -391,17 +407,22 @@ impl Ledger {
         })?
     }
 
-    /// The hook confirms a reservation with the container's process.
-    pub fn confirm(&self, id: &str, bundle: &str, pid: u32) -> Result<Reservation, LedgerError> {
+    /// The hook confirms the reservation of container `id` created under
+    /// runc root `root` from `bundle` with the container's process.
+    pub fn confirm(
+        &self,
+        id: &str,
+        root: Option<&str>,
+        bundle: &str,
+        pid: u32,
+    ) -> Result<Reservation, LedgerError> {
         let start = fsutil::process_start_time(pid);
+        let key = Key::Hook { id, root, bundle };
         self.transact(|d| {
-            let Some(r) = d
-                .reservations
-                .iter_mut()
-                .find(|r| Key::Bundle { id, bundle }.matches(r))
-            else {
+            let Some(r) = d.reservations.iter_mut().find(|r| key.matches(r)) else {
                 return Err(LedgerError::NoReservation {
                     id: id.into(),
+                    root: root.unwrap_or("(runc's default)").into(),
                     bundle: bundle.into(),
                 });
             };
@@ -653,7 +674,7 @@ mod tests {
         // a child that exits: its reservation becomes stale
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        let r = l.confirm("a", "/b/a", pid).unwrap();
+        let r = l.confirm("a", None, "/b/a", pid).unwrap();
         assert_eq!(r.state, ResState::Running);
         child.wait().unwrap();
         // GPU 0 is full by a dead container: admission reclaims it
@@ -671,9 +692,103 @@ mod tests {
         assert_eq!(d.reservations.len(), 1);
         assert_eq!(d.reservations[0].container_id, "b");
         assert!(matches!(
-            l.confirm("zzz", "/b/zzz", 1),
+            l.confirm("zzz", None, "/b/zzz", 1),
             Err(LedgerError::NoReservation { .. })
         ));
+    }
+
+    /// Issue 16 §4: the same id and bundle under two runc roots are two
+    /// containers; every lookup (duplicate check, confirm, release) keys on
+    /// the root as well.
+    #[test]
+    fn same_id_and_bundle_under_two_roots_are_two_reservations() {
+        let (_d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        let (r1, r2) = (Some("/run/one"), Some("/run/two"));
+        for root in [r1, r2] {
+            l.admit(
+                &cfg,
+                &inv,
+                &req(G, None),
+                "dup",
+                root,
+                "/b/dup",
+                &mut vec![],
+            )
+            .unwrap();
+        }
+        assert!(
+            matches!(
+                l.admit(&cfg, &inv, &req(G, None), "dup", r2, "/b/dup", &mut vec![]),
+                Err(LedgerError::Duplicate { .. })
+            ),
+            "same id, same root: a duplicate"
+        );
+        // each hook confirms its own root's reservation with its own pid
+        let mut c1 = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut c2 = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let a = l.confirm("dup", r2, "/b/dup", c2.id()).unwrap();
+        let b = l.confirm("dup", r1, "/b/dup", c1.id()).unwrap();
+        assert_eq!((a.runtime_root.as_deref(), a.pid), (r2, Some(c2.id())));
+        assert_eq!((b.runtime_root.as_deref(), b.pid), (r1, Some(c1.id())));
+        let d = l.read().unwrap();
+        for (root, pid) in [(r1, c1.id()), (r2, c2.id())] {
+            let mine: Vec<_> = d
+                .reservations
+                .iter()
+                .filter(|r| r.runtime_root.as_deref() == root)
+                .collect();
+            assert_eq!(mine.len(), 1);
+            assert_eq!(mine[0].pid, Some(pid), "{root:?}");
+        }
+        // neither another root, nor runc's default, nor another bundle matches
+        for (root, bundle) in [
+            (Some("/run/three"), "/b/dup"),
+            (None, "/b/dup"),
+            (r1, "/b/other"),
+        ] {
+            assert!(
+                matches!(
+                    l.confirm("dup", root, bundle, c1.id()),
+                    Err(LedgerError::NoReservation { .. })
+                ),
+                "{root:?} {bundle}"
+            );
+        }
+        // releasing one root's container leaves the other's
+        let gone = l
+            .release(Key::Root {
+                id: "dup",
+                root: r1,
+            })
+            .unwrap();
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].runtime_root.as_deref(), r1);
+        let left = l.read().unwrap().reservations;
+        assert_eq!(left.len(), 1);
+        assert_eq!(
+            (left[0].runtime_root.as_deref(), left[0].pid),
+            (r2, Some(c2.id()))
+        );
+        let gone = l
+            .release(Key::Hook {
+                id: "dup",
+                root: r2,
+                bundle: "/b/dup",
+            })
+            .unwrap();
+        assert_eq!(gone.len(), 1);
+        assert!(l.read().unwrap().reservations.is_empty());
+        for c in [&mut c1, &mut c2] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
     }
 
     #[test]
@@ -711,7 +826,8 @@ mod tests {
         )
         .unwrap();
         let mut child = std::process::Command::new("true").spawn().unwrap();
-        l.confirm(id, &format!("/b/{id}"), child.id()).unwrap();
+        l.confirm(id, None, &format!("/b/{id}"), child.id())
+            .unwrap();
         child.wait().unwrap();
     }
 
@@ -760,7 +876,7 @@ mod tests {
         let l = Ledger::new(&cfg);
         l.admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
             .unwrap();
-        let mut r = l.confirm("a", "/b/a", std::process::id()).unwrap();
+        let mut r = l.confirm("a", None, "/b/a", std::process::id()).unwrap();
         assert!(r.pid_ns.is_some() && r.mnt_ns.is_some() && r.boot_id.is_some());
         let now = fsutil::now_unix();
         assert!(!l.is_stale(&r, now), "our own live process");

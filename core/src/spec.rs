@@ -56,8 +56,15 @@ pub struct HookSpec {
     pub path: PathBuf,
     /// Environment for the hook (runc gives it nothing else).
     pub env: Vec<String>,
+    /// Arguments after the stage: the reservation's key (`--root DIR`, the
+    /// runc root the container is created under; the OCI state does not
+    /// carry it).
+    pub args: Vec<String>,
     pub timeout_secs: u64,
 }
+
+/// The hook's argument that carries the runc root.
+pub const HOOK_ROOT_ARG: &str = "--root";
 
 fn obj<'a>(v: &'a mut Value, key: &str) -> Result<&'a mut Map<String, Value>, String> {
     let m = v
@@ -81,7 +88,9 @@ fn arr<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value
 }
 
 /// Add device nodes, their cgroup allow rules, the hooks and the
-/// assignment annotation. Idempotent: entries already present are kept.
+/// assignment annotation. Idempotent: entries already present are kept,
+/// except our own hook entries, which are replaced in place (a bundle
+/// reused under another runc root gets this container's key).
 pub fn patch(
     config: &mut Value,
     nodes: &[DeviceNode],
@@ -123,15 +132,18 @@ pub fn patch(
         ] {
             let list = arr(hooks, stage)?;
             let path = hook.path.to_string_lossy().into_owned();
-            if list
-                .iter()
-                .any(|h| h.get("path").and_then(Value::as_str) == Some(&path))
+            let mut args = vec!["gpu-quota-hook".to_string(), arg.to_string()];
+            args.extend(hook.args.iter().cloned());
+            let entry = json!({
+                "path": path, "args": args, "env": hook.env, "timeout": hook.timeout_secs
+            });
+            match list
+                .iter_mut()
+                .find(|h| h.get("path").and_then(Value::as_str) == Some(&path))
             {
-                continue;
+                Some(h) => *h = entry,
+                None => list.push(entry),
             }
-            list.push(json!({
-                "path": path, "args": ["gpu-quota-hook", arg], "env": hook.env, "timeout": hook.timeout_secs
-            }));
         }
     }
     let ann = obj(config, "annotations")?;
@@ -147,6 +159,7 @@ mod tests {
         HookSpec {
             path: "/usr/local/bin/gpu-quota-hook".into(),
             env: vec!["PATH=/usr/bin".into()],
+            args: vec![HOOK_ROOT_ARG.into(), "/run/one".into()],
             timeout_secs: 30,
         }
     }
@@ -194,6 +207,40 @@ mod tests {
             "PATH=/usr/bin"
         );
         assert_eq!(v["annotations"][ASSIGNED_ANNOTATION], "GPU-1");
+        assert_eq!(
+            v.pointer("/hooks/createRuntime/0/args").unwrap(),
+            &json!(["gpu-quota-hook", "create-runtime", "--root", "/run/one"])
+        );
+    }
+
+    /// Issue 16 §4: a bundle reused under another runc root carries that
+    /// container's key in our hook entries, not the first one's (and no
+    /// second entry); others' hooks are kept.
+    #[test]
+    fn reused_bundle_gets_this_containers_key() {
+        let mut v: Value =
+            serde_json::from_str(r#"{"hooks":{"poststop":[{"path":"/x","args":["x"]}]}}"#).unwrap();
+        patch(&mut v, &nodes(), &hook(), "GPU-1").unwrap();
+        let mut two = hook();
+        two.args = vec![HOOK_ROOT_ARG.into(), "/run/two".into()];
+        patch(&mut v, &nodes(), &two, "GPU-1").unwrap();
+        for (stage, arg) in [
+            ("createRuntime", "create-runtime"),
+            ("poststop", "poststop"),
+        ] {
+            let ours: Vec<&Value> = v["hooks"][stage]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|h| h["path"] == "/usr/local/bin/gpu-quota-hook")
+                .collect();
+            assert_eq!(ours.len(), 1, "{v}");
+            assert_eq!(
+                ours[0]["args"],
+                json!(["gpu-quota-hook", arg, "--root", "/run/two"])
+            );
+        }
+        assert_eq!(v.pointer("/hooks/poststop/0/path").unwrap(), "/x");
     }
 
     #[test]

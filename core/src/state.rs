@@ -1,4 +1,5 @@
-//! The per-container state directory on the host (`<state_dir>/containers/<id>-<bundle hash>`),
+//! The per-container state directory on the host
+//! (`<state_dir>/containers/<id>-<hash of id, runc root and bundle>`),
 //! bind-mounted read-only at `/run/gpu-quota` in the container:
 //!
 //! * `limits` — written by the hook: `key=value` lines (see docs/interceptor.md)
@@ -62,17 +63,91 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> String {
 }
 
 /// The host state directory of a reservation:
-/// `<state_dir>/containers/<id>-<hash of the bundle path>`. The hash keeps
-/// containers apart that share an id under different engines or runc roots
-/// (ctr namespaces, docker and podman on one host).
+/// `<state_dir>/containers/<id>-<hash>`, the hash over the id, the runc root
+/// the container was created under and its bundle path. Containers that
+/// share an id under different engines or runc roots (ctr namespaces,
+/// docker and podman on one host) get different directories, also when they
+/// share the bundle directory. The name is bounded: at most `DIR_ID_MAX`
+/// bytes of the id (the hash covers all of it), then 17 more.
 pub fn container_dir(cfg: &Config, r: &Reservation) -> PathBuf {
-    // FNV-1a 64: stable across versions and processes (unlike std's hasher).
-    let h = r.bundle.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
+    cfg.state_dir.join("containers").join(dir_name(
+        &r.container_id,
+        r.runtime_root.as_deref(),
+        &r.bundle,
+    ))
+}
+
+/// Longest prefix of the id kept in a directory name (NAME_MAX is 255).
+pub const DIR_ID_MAX: usize = 200;
+
+/// FNV-1a 64: stable across versions and processes (unlike std's hasher).
+fn fnv(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3))
+}
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// `<id prefix>-<hash of (id, root, bundle)>`. Each part is length-prefixed,
+/// so no part can be shifted into another; runc's default root (`None`) and
+/// an empty root differ.
+pub fn dir_name(id: &str, root: Option<&str>, bundle: &str) -> String {
+    let mut h = fnv(FNV_OFFSET, b"gpu-quota state v2");
+    for part in [Some(id), root, Some(bundle)] {
+        match part {
+            None => h = fnv(h, &[0]),
+            Some(p) => {
+                h = fnv(h, &[1]);
+                h = fnv(h, &(p.len() as u64).to_le_bytes());
+                h = fnv(h, p.as_bytes());
+            }
+        }
+    }
+    let short: String = id.chars().take(DIR_ID_MAX).collect();
+    format!("{short}-{h:016x}")
+}
+
+/// The name releases before issue 16 §4 gave the state directory:
+/// `<id>-<hash of the bundle path>` (no runc root). Containers created
+/// before an upgrade keep it: `gc`'s sweep keeps it while their reservation
+/// is held, readers fall back to it (`existing_dir`), and their release
+/// removes it unless another held reservation has the same old name.
+pub fn legacy_dir(cfg: &Config, r: &Reservation) -> PathBuf {
+    let h = fnv(FNV_OFFSET, r.bundle.as_bytes());
     cfg.state_dir
         .join("containers")
         .join(format!("{}-{:016x}", r.container_id, h))
+}
+
+/// Where to read a reservation's state: its directory, or for a container
+/// created before the upgrade, the old-named one if only that exists.
+pub fn existing_dir(cfg: &Config, r: &Reservation) -> PathBuf {
+    let dir = container_dir(cfg, r);
+    if dir.symlink_metadata().is_err() {
+        let old = legacy_dir(cfg, r);
+        if old.symlink_metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            return old;
+        }
+    }
+    dir
+}
+
+/// Remove the state of a released reservation: its directory and, for a
+/// container created before the upgrade, the old-named one — unless a
+/// reservation still `held` has that old name too (the same id and bundle
+/// under another root). `held: None` (the ledger could not be read): the
+/// old name is left to `gc`'s sweep.
+pub fn remove_released(
+    cfg: &Config,
+    r: &Reservation,
+    held: Option<&[Reservation]>,
+) -> std::io::Result<()> {
+    remove(&container_dir(cfg, r))?;
+    let old = legacy_dir(cfg, r);
+    match held {
+        Some(held) if !held.iter().any(|h| legacy_dir(cfg, h) == old) => remove(&old),
+        _ => Ok(()),
+    }
 }
 
 /// Container ids become directory names: allow what engines generate.
@@ -211,7 +286,11 @@ pub fn sweep(cfg: &Config, live: &[Reservation]) -> std::io::Result<Vec<PathBuf>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(e) => return Err(e),
     };
-    let keep: Vec<PathBuf> = live.iter().map(|r| container_dir(cfg, r)).collect();
+    // a live container created before the upgrade may still use the old name
+    let keep: Vec<PathBuf> = live
+        .iter()
+        .flat_map(|r| [container_dir(cfg, r), legacy_dir(cfg, r)])
+        .collect();
     let mut gone = vec![];
     for e in rd.flatten() {
         let p = e.path();
@@ -337,5 +416,115 @@ mod tests {
         assert!(
             !valid_container_id("../etc") && !valid_container_id("..") && !valid_container_id("")
         );
+    }
+
+    fn res(id: &str, root: Option<&str>, bundle: &str) -> Reservation {
+        Reservation {
+            container_id: id.into(),
+            runtime_root: root.map(String::from),
+            bundle: bundle.into(),
+            slices: vec![],
+            request: String::new(),
+            created_unix: 0,
+            started_unix: None,
+            pid: None,
+            pid_start: None,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+            state: ResState::Reserved,
+        }
+    }
+
+    /// Issue 16 §4: the state directory was named by id and bundle only, so
+    /// the second `create` of the same id and bundle under another runc
+    /// root recreated the first container's directory.
+    #[test]
+    fn state_directories_are_keyed_by_the_runtime_root() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
+        let one = res("dup", Some("/run/one"), "/b/dup");
+        let two = res("dup", Some("/run/two"), "/b/dup");
+        let dflt = res("dup", None, "/b/dup");
+        let empty = res("dup", Some(""), "/b/dup");
+        let dirs: Vec<PathBuf> = [&one, &two, &dflt, &empty]
+            .iter()
+            .map(|r| container_dir(&cfg, r))
+            .collect();
+        for (i, a) in dirs.iter().enumerate() {
+            for b in &dirs[i + 1..] {
+                assert_ne!(a, b, "same id and bundle, other root");
+            }
+        }
+        assert_eq!(container_dir(&cfg, &one), container_dir(&cfg, &one.clone()));
+        // the parts cannot be shifted into one another
+        assert_ne!(
+            container_dir(&cfg, &res("a", Some("/r/x"), "/b")),
+            container_dir(&cfg, &res("a", Some("/r"), "/x/b"))
+        );
+        // creating one leaves the other's directory and files alone
+        let d1 = create(&cfg, &one, UsageBacking::Plain).unwrap();
+        std::fs::write(d1.join("limits"), b"one").unwrap();
+        let d2 = create(&cfg, &two, UsageBacking::Plain).unwrap();
+        assert_ne!(d1, d2);
+        assert_eq!(std::fs::read(d1.join("limits")).unwrap(), b"one");
+        remove(&d2).unwrap();
+        assert!(d1.join("limits").is_file() && !d2.exists());
+    }
+
+    /// Names stay within NAME_MAX for the longest id accepted, and
+    /// containers created before the upgrade (old names) keep their state
+    /// while held and lose it when released.
+    #[test]
+    fn long_ids_and_directories_of_an_older_release() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
+        let long = "a".repeat(1024);
+        assert!(valid_container_id(&long));
+        let (x, y) = (format!("{long}x"), format!("{long}y"));
+        let nx = dir_name(&x, None, "/b");
+        assert!(nx.len() <= 255 && nx.len() == DIR_ID_MAX + 17, "{nx}");
+        assert_ne!(nx, dir_name(&y, None, "/b"), "ids past the prefix differ");
+        let r = res(&long, Some("/run/one"), "/b");
+        let dir = create(&cfg, &r, UsageBacking::Plain).unwrap();
+        assert!(dir.is_dir());
+        remove(&dir).unwrap();
+
+        // an old-named directory of a live container (same id and bundle
+        // under two roots, both created before the upgrade)
+        let one = res("old", Some("/run/one"), "/b/old");
+        let two = res("old", Some("/run/two"), "/b/old");
+        containers_root(&cfg.state_dir).unwrap();
+        let old = legacy_dir(&cfg, &one);
+        assert_eq!(old, legacy_dir(&cfg, &two));
+        assert_ne!(old, container_dir(&cfg, &one));
+        std::fs::create_dir(&old).unwrap();
+        assert_eq!(existing_dir(&cfg, &one), old, "readers find the old name");
+        let orphan = cfg.state_dir.join("containers/old-0000000000000000");
+        std::fs::create_dir(&orphan).unwrap();
+        assert_eq!(
+            sweep(&cfg, &[one.clone(), two.clone()]).unwrap(),
+            vec![orphan],
+            "gc keeps a held container's old-named directory"
+        );
+        // releasing one while the other is held keeps it; then it goes
+        remove_released(&cfg, &one, Some(std::slice::from_ref(&two))).unwrap();
+        assert!(old.is_dir());
+        remove_released(&cfg, &two, None).unwrap();
+        assert!(old.is_dir(), "ledger unknown: left to gc");
+        remove_released(&cfg, &two, Some(&[])).unwrap();
+        assert!(!old.exists());
+        // a new-named directory is the one found once it exists
+        let new = create(&cfg, &one, UsageBacking::Plain).unwrap();
+        std::fs::create_dir(&old).unwrap();
+        assert_eq!(existing_dir(&cfg, &one), new);
+        remove_released(&cfg, &one, Some(&[])).unwrap();
+        assert!(!new.exists() && !old.exists());
     }
 }

@@ -96,6 +96,7 @@ fuzz_target!(|data: &[u8]| {
     let hook = HookSpec {
         path: PathBuf::from(string(&mut u).unwrap_or_default()),
         env: Vec::<String>::arbitrary(&mut u).unwrap_or_default(),
+        args: Vec::<String>::arbitrary(&mut u).unwrap_or_default(),
         timeout_secs: u64::arbitrary(&mut u).unwrap_or(0),
     };
     let assigned = String::arbitrary(&mut u).unwrap_or_default();
@@ -128,14 +129,19 @@ fuzz_target!(|data: &[u8]| {
         assert!(rules.contains(&rule), "missing rule {rule}");
     }
     let hook_path = hook.path.to_string_lossy();
-    for stage in ["createRuntime", "poststop"] {
+    for (stage, arg) in [("createRuntime", "create-runtime"), ("poststop", "poststop")] {
         let list = once
             .pointer(&format!("/hooks/{stage}"))
             .and_then(Value::as_array)
             .expect("hooks");
-        assert!(list
+        // our (first) entry carries this patch's key, whatever was there
+        let ours = list
             .iter()
-            .any(|h| h.get("path").and_then(Value::as_str) == Some(hook_path.as_ref())));
+            .find(|h| h.get("path").and_then(Value::as_str) == Some(hook_path.as_ref()))
+            .expect("our hook entry");
+        let mut want = vec!["gpu-quota-hook".to_string(), arg.to_string()];
+        want.extend(hook.args.iter().cloned());
+        assert_eq!(ours.get("args"), Some(&json!(want)), "{stage} args");
     }
     assert_eq!(
         once.pointer("/annotations")

@@ -8,6 +8,13 @@
 //!   interceptor, /etc/ld.so.preload, the loader cache).
 //! * `poststop`: releases the reservation and removes the state directory.
 //!
+//! The reservation is found by the container id, the bundle and the runc
+//! root that gpu-quota-runtime wrote into this hook's entry in config.json
+//! (`--root DIR`; the OCI state does not carry it): the same id and bundle
+//! may exist under two runc roots. Without that argument (a hook entry
+//! written by an older runtime, or by hand) no reservation is confirmed or
+//! released, and the hook says why.
+//!
 //! The hook reads only the OCI state on stdin, the bundle's config.json and
 //! its own config; runc gives it a clean environment, and nothing of the
 //! container's environment is ever used. No host program ever runs against
@@ -35,7 +42,7 @@ use std::path::PathBuf;
 /// The hook's own deadline (runc kills hooks after the spec's 60 s).
 const HOOK_TIMEOUT_SECS: u32 = 45;
 const USAGE: &str = "\
-Usage: gpu-quota-hook create-runtime|prestart|poststop   (OCI state JSON on stdin)
+Usage: gpu-quota-hook create-runtime|prestart|poststop --root RUNC_ROOT   (OCI state JSON on stdin)
 The OCI hook that gpu-quota-runtime puts into config.json; runc runs it, not you.
 create-runtime/prestart: confirm the slice, mount the driver and the interceptor; poststop: release.
 Configuration: $GPU_QUOTA_CONFIG, else /etc/gpu-quota/config.toml.";
@@ -84,10 +91,25 @@ fn read_state() -> Result<Ctx> {
     })
 }
 
+/// The runc root from the hook's arguments after the stage: exactly
+/// `--root DIR` (what gpu-quota-runtime writes). Ok(None): no key at all
+/// (an entry written before the key existed); anything else is refused.
+fn root_arg(args: &[String]) -> Result<Option<String>> {
+    match args {
+        [] => Ok(None),
+        [flag, dir] if flag == spec::HOOK_ROOT_ARG && !dir.is_empty() => Ok(Some(dir.clone())),
+        _ => bail!(
+            "unexpected arguments {args:?} after the stage; gpu-quota-runtime writes exactly `{} RUNC_ROOT`: no reservation is confirmed or released",
+            spec::HOOK_ROOT_ARG
+        ),
+    }
+}
+
 fn run(stage: &str) -> Result<()> {
+    let rest: Vec<String> = std::env::args().skip(2).collect();
     match stage {
-        "create-runtime" | "prestart" => create_runtime(),
-        "poststop" => poststop(),
+        "create-runtime" | "prestart" => create_runtime(root_arg(&rest)?),
+        "poststop" => poststop(root_arg(&rest)?),
         "measure-context" => measure::measure_main(&std::env::args().skip(2).collect::<Vec<_>>()),
         "driver-limits" => {
             measure::driver_limits_main(&std::env::args().skip(2).collect::<Vec<_>>())
@@ -96,7 +118,7 @@ fn run(stage: &str) -> Result<()> {
     }
 }
 
-fn create_runtime() -> Result<()> {
+fn create_runtime(root: Option<String>) -> Result<()> {
     let ctx = read_state()?;
     let cfg = Config::load_default()?;
     if Request::from_config(&ctx.config, cfg.env_policy())?.is_none() {
@@ -117,8 +139,16 @@ fn create_runtime() -> Result<()> {
             "the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"
         )
     })?;
+    let Some(root) = root else {
+        bail!(
+            "container {} asks for GPU memory, but this hook's entry in {} has no `{} RUNC_ROOT`, so its reservation cannot be told from another container's with the same id under another runc root: none was confirmed and nothing was mounted. Create the container through this version of gpu-quota-runtime",
+            ctx.id,
+            spec::config_path(&ctx.bundle).display(),
+            spec::HOOK_ROOT_ARG
+        );
+    };
     let ledger = Ledger::new(&cfg);
-    let r = ledger.confirm(&ctx.id, &ctx.bundle.to_string_lossy(), pid)?;
+    let r = ledger.confirm(&ctx.id, Some(&root), &ctx.bundle.to_string_lossy(), pid)?;
     let files = driver::discover(&cfg.driver)?;
     let interceptor = paths::interceptor(&cfg).ok_or_else(|| {
         anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
@@ -155,7 +185,7 @@ fn enter_mount_ns(pid: u32) -> Result<()> {
     Ok(())
 }
 
-fn poststop() -> Result<()> {
+fn poststop(root: Option<String>) -> Result<()> {
     let ctx = read_state()?;
     let cfg = Config::load_default()?;
     if Request::from_config(&ctx.config, cfg.env_policy())
@@ -165,8 +195,20 @@ fn poststop() -> Result<()> {
     {
         return Ok(());
     }
-    let gone = Ledger::new(&cfg).release(Key::Bundle {
+    let Some(root) = root else {
+        // a container created before the upgrade: gpu-quota-runtime's
+        // `delete` releases it by id and runc root
+        eprintln!(
+            "gpu-quota-hook: poststop of container {}: this hook's entry has no `{} RUNC_ROOT` (written by an older gpu-quota-runtime); nothing released here, `delete` through gpu-quota-runtime releases it",
+            ctx.id,
+            spec::HOOK_ROOT_ARG
+        );
+        return Ok(());
+    };
+    let ledger = Ledger::new(&cfg);
+    let gone = ledger.release(Key::Hook {
         id: &ctx.id,
+        root: Some(&root),
         bundle: &ctx.bundle.to_string_lossy(),
     })?;
     let engine = events::engine_of(gone.first().and_then(|r| r.runtime_root.as_deref()));
@@ -176,8 +218,37 @@ fn poststop() -> Result<()> {
         cause: "poststop",
     };
     events::released(&cfg, src, &gone);
+    let held = ledger.read().ok().map(|d| d.reservations);
     for r in gone {
-        state::remove(&state::container_dir(&cfg, &r))?;
+        state::remove_released(&cfg, &r, held.as_deref())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_runc_root_comes_only_from_an_exact_root_argument() {
+        assert_eq!(
+            root_arg(&v(&["--root", "/run/one"])).unwrap().as_deref(),
+            Some("/run/one")
+        );
+        assert_eq!(root_arg(&[]).unwrap(), None, "an older runtime's entry");
+        for bad in [
+            &["--root"][..],
+            &["--root", ""],
+            &["--root", "/a", "--root", "/b"],
+            &["--root=/a"],
+            &["/a"],
+            &["--bundle", "/a"],
+        ] {
+            assert!(root_arg(&v(bad)).is_err(), "{bad:?}");
+        }
+    }
 }

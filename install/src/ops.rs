@@ -81,7 +81,7 @@ fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
 /// Bytes in use by a container (sum over its devices), from its usage file.
 fn container_used(cfg: &Config, r: &Reservation) -> Option<usage::Usage> {
     usage::read(&gpuquota_core::state::usage_path(
-        &gpuquota_core::state::container_dir(cfg, r),
+        &gpuquota_core::state::existing_dir(cfg, r),
     ))
 }
 
@@ -196,6 +196,11 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         gpuquota_core::events::reclaimed(&cfg, cli_source("gc"), &gone);
         gone
     };
+    let held = if a.dry_run {
+        None
+    } else {
+        ledger.read().ok().map(|d| d.reservations)
+    };
     for r in &gone {
         println!(
             "{}",
@@ -209,7 +214,7 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             )
         );
         if !a.dry_run && gpuquota_core::state::valid_container_id(&r.container_id) {
-            let _ = gpuquota_core::state::remove(&gpuquota_core::state::container_dir(&cfg, r));
+            let _ = gpuquota_core::state::remove_released(&cfg, r, held.as_deref());
         }
     }
     if gone.is_empty() {
@@ -221,7 +226,12 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         let c = cfg.state_dir.join("containers");
         let keep: Vec<_> = live
             .iter()
-            .map(|r| gpuquota_core::state::container_dir(&cfg, r))
+            .flat_map(|r| {
+                [
+                    gpuquota_core::state::container_dir(&cfg, r),
+                    gpuquota_core::state::legacy_dir(&cfg, r),
+                ]
+            })
             .collect();
         for e in std::fs::read_dir(&c).into_iter().flatten().flatten() {
             if !keep.contains(&e.path())

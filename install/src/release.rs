@@ -4,6 +4,10 @@
 //! unless `--force`. The check is made again under the ledger's lock, so
 //! a reservation that changed in between (a container that was recreated
 //! under the same id) is left alone. Prints the same lines as `gc`.
+//!
+//! A container is known by its id and the runc root it was created under
+//! (two engines may use one id): when the id is held under more than one
+//! root, `--runtime-root` must say which.
 use crate::ops::{cli_source, describe_reclaim, load};
 use anyhow::{bail, Result};
 use gpuquota_core::{events, fsutil, ledger::describe_slices, state, Reservation};
@@ -20,6 +24,10 @@ pub struct ReleaseArgs {
     /// the GPU; the ledger stops counting their slice).
     #[arg(long)]
     pub force: bool,
+    /// The runc root the container was created under (`runtime_root` in
+    /// `gpu-quota ls --json`); needed when the id is held under several.
+    #[arg(long, value_name = "DIR")]
+    pub runtime_root: Option<String>,
 }
 
 pub fn release(a: &ReleaseArgs) -> Result<()> {
@@ -29,13 +37,34 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
         .read()?
         .reservations
         .into_iter()
-        .filter(|r| r.container_id == a.id)
+        .filter(|r| {
+            r.container_id == a.id
+                && a.runtime_root
+                    .as_deref()
+                    .is_none_or(|root| r.runtime_root.as_deref() == Some(root))
+        })
         .collect();
     if found.is_empty() {
         bail!(
-            "no reservation for container {} in {} (see `gpu-quota ls`)",
+            "no reservation for container {}{} in {} (see `gpu-quota ls --json`)",
             a.id,
+            a.runtime_root
+                .as_deref()
+                .map(|r| format!(" under runc root {r}"))
+                .unwrap_or_default(),
             ledger.path().display()
+        );
+    }
+    if found.len() > 1 {
+        let roots: Vec<&str> = found
+            .iter()
+            .map(|r| r.runtime_root.as_deref().unwrap_or("(runc's default)"))
+            .collect();
+        bail!(
+            "container id {} is held under {} runc roots ({}); say which with --runtime-root DIR",
+            a.id,
+            found.len(),
+            roots.join(", ")
         );
     }
     let live: Vec<&Reservation> = found.iter().filter(|r| !ledger.is_stale(r, now)).collect();
@@ -76,12 +105,13 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
         Ok((gone, changed))
     })?;
     events::released(&cfg, cli_source("operator"), &gone);
+    let held = ledger.read().ok().map(|d| d.reservations);
     for r in &gone {
         let line = describe_reclaim("released", r);
         if ledger.is_stale(r, fsutil::now_unix()) {
             println!("{line}");
             if state::valid_container_id(&r.container_id) {
-                let _ = state::remove(&state::container_dir(&cfg, r));
+                let _ = state::remove_released(&cfg, r, held.as_deref());
             }
         } else {
             // forced: the container's process is not gone (its state

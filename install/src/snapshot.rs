@@ -137,7 +137,7 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
         .reservations
         .iter()
         .map(|r| {
-            let u = usage::read(&state::usage_path(&state::container_dir(cfg, r)));
+            let u = usage::read(&state::usage_path(&state::existing_dir(cfg, r)));
             ContainerView {
                 id: r.container_id.clone(),
                 state: if ledger.is_stale(r, now) {

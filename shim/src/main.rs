@@ -186,8 +186,11 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         &bundle.to_string_lossy(),
         &mut reclaimed,
     );
-    for gone in &reclaimed {
-        let _ = state::remove(&state::container_dir(&cfg, gone));
+    if !reclaimed.is_empty() {
+        let held = held_now(&ledger);
+        for gone in &reclaimed {
+            let _ = state::remove_released(&cfg, gone, held.as_deref());
+        }
     }
     events::reclaimed(&cfg, source(a, "admission"), &reclaimed);
     match &admitted {
@@ -227,9 +230,11 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             gpuquota_core::config::ENV_PATH,
             cp.display()
         ));
+        // the hook's key: runc root (not in the OCI state) + id + bundle
         let hs = spec::HookSpec {
             path: hook,
             env,
+            args: vec![spec::HOOK_ROOT_ARG.into(), root.clone()],
             timeout_secs: 60,
         };
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
@@ -250,7 +255,7 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     if let Err(e) = patched {
         let gone = ledger.release(key.clone()).unwrap_or_default();
         events::released(&cfg, source(a, "create-failed"), &gone);
-        let _ = state::remove(&state::container_dir(&cfg, &r));
+        let _ = state::remove_released(&cfg, &r, held_now(&ledger).as_deref());
         return Err(e);
     }
     // r615+ driver limits: a foreground `run` gets `--keep`, so that the
@@ -278,8 +283,9 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             "run-exited"
         };
         events::released(&cfg, source(a, cause), &gone);
+        let held = held_now(&ledger);
         for r in gone {
-            let _ = state::remove(&state::container_dir(&cfg, &r));
+            let _ = state::remove_released(&cfg, &r, held.as_deref());
         }
     }
     Ok(code)
@@ -342,12 +348,19 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
                 })
                 .unwrap_or_default();
             events::released(&cfg, source(a, "delete"), &gone);
+            let held = held_now(&ledger);
             for r in gone {
-                let _ = state::remove(&state::container_dir(&cfg, &r));
+                let _ = state::remove_released(&cfg, &r, held.as_deref());
             }
         }
     }
     Ok(code)
+}
+
+/// The reservations still held, for `state::remove_released` (None: the
+/// ledger cannot be read; an old-named state directory is left to `gc`).
+fn held_now(ledger: &Ledger) -> Option<Vec<gpuquota_core::Reservation>> {
+    ledger.read().ok().map(|d| d.reservations)
 }
 
 /// Who records an event: this runtime, for the engine behind its runc root.
