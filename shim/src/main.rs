@@ -335,6 +335,12 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             eprintln!("gpu-quota-runtime: warning: driver memory limit not cleared: {e}");
         }
     }
+    // The bundle, while runc still knows the container: a state directory
+    // whose reservation is already gone (`gpu-quota release --force` of a
+    // running container) is found by it after the delete.
+    let bundle =
+        a.id.as_deref()
+            .and_then(|id| runc_bundle(&effective_root(a), id));
     let code = spawn_forwarding(&runc, argv)?;
     if let Some(id) = &a.id {
         let root = effective_root(a);
@@ -349,12 +355,47 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
                 .unwrap_or_default();
             events::released(&cfg, source(a, "delete"), &gone);
             let held = held_now(&ledger);
+            if gone.is_empty() && state::valid_container_id(id) {
+                if let (Some(bundle), Some(held)) = (&bundle, &held) {
+                    let dir = cfg.state_dir.join("containers").join(state::dir_name(
+                        id,
+                        Some(&root),
+                        bundle,
+                    ));
+                    // nothing held under this id and root any more: the
+                    // directory is this container's, and it is gone
+                    if !held.iter().any(|r| state::container_dir(&cfg, r) == dir) {
+                        let _ = state::remove(&dir);
+                    }
+                }
+            }
             for r in gone {
                 let _ = state::remove_released(&cfg, &r, held.as_deref());
             }
         }
     }
     Ok(code)
+}
+
+/// The bundle runc recorded for container `id` under `root` (the `bundle=`
+/// label in its `state.json`), read capped and without following links;
+/// None when runc does not know the container or the file says nothing.
+fn runc_bundle(root: &str, id: &str) -> Option<String> {
+    if !state::valid_container_id(id) {
+        return None;
+    }
+    let p = Path::new(root).join(id).join("state.json");
+    let bytes = gpuquota_core::fsutil::read_regular_capped(&p, 4 << 20).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.pointer("/config/labels")?
+        .as_array()?
+        .iter()
+        .filter_map(|l| l.as_str()?.strip_prefix("bundle="))
+        .next()
+        .map(|b| {
+            std::fs::canonicalize(b)
+                .map_or_else(|_| b.to_string(), |c| c.to_string_lossy().into_owned())
+        })
 }
 
 /// The reservations still held, for `state::remove_released` (None: the

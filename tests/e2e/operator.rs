@@ -479,6 +479,19 @@ fn release_and_gc_on_real_containers_one_sigkilled() {
     assert!(h.reservations().is_empty());
     assert!(String::from_utf8_lossy(&h.runc(&["state", "live"]).stdout).contains("running"));
     h.cleanup();
+    // the engine's delete of the force-released container still removes its
+    // state directory and unmounts its usage tmpfs (its reservation is gone)
+    let left: Vec<String> = std::fs::read_dir(h.path().join("state/containers"))
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "state left after delete: {left:?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let prefix = format!(" {}/", h.path().display());
+    assert!(
+        !mounts.lines().any(|l| l.contains(&prefix)),
+        "mounts left under {}: {mounts}",
+        h.path().display()
+    );
 
     let l = log_lines(&log);
     let r = events_of(&l, "release", "killed");
