@@ -167,7 +167,7 @@ pub fn driver_limits_main(args: &[String]) -> Result<()> {
         }
         other => bail!("driver-limits: unknown action {other:?} (set, clear)"),
     };
-    println!("{}", serde_json::to_string(&reply)?);
+    gpuquota_core::outln!("{}", serde_json::to_string(&reply)?);
     Ok(())
 }
 
@@ -243,7 +243,7 @@ pub fn measure_main(args: &[String]) -> Result<()> {
         &arg(args, "--nvml")?,
         &arg(args, "--uuid")?,
     )?;
-    println!("{}", serde_json::to_string(&m)?);
+    gpuquota_core::outln!("{}", serde_json::to_string(&m)?);
     Ok(())
 }
 
