@@ -410,7 +410,10 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
     check(
         "env_requests",
         Ok(if cfg.env_requests {
-            "true: GPU_QUOTA_* in a container's environment is a request (engines without annotations, Docker < 24)".into()
+            format!(
+                "true: GPU_QUOTA_* in a container's environment is a request (engines without annotations, Docker < 24), never under the Kubernetes runc roots {}",
+                cfg.kubernetes_runc_roots.join(", ")
+            )
         } else {
             "false: requests come from annotations only".into()
         }),
