@@ -432,7 +432,10 @@ memory = "16g"
         )
         .unwrap();
         assert_eq!(c.env_policy_for(Some("/srv/cri")), Ignored);
-        assert_eq!(c.env_policy_for(Some("/run/containerd/runc/k8s.io")), Allowed);
+        assert_eq!(
+            c.env_policy_for(Some("/run/containerd/runc/k8s.io")),
+            Allowed
+        );
     }
 
     #[test]

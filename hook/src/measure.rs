@@ -98,7 +98,10 @@ pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservat
         {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("gpu-quota-hook: driver limits not set: {e}");
+                // cgroup v1 is the host's, not this container's: doctor says it
+                if e.per_container() {
+                    eprintln!("gpu-quota-hook: driver limits not set: {e}");
+                }
                 return;
             }
         };

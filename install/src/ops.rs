@@ -418,6 +418,10 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
             "false: requests come from annotations only".into()
         }),
     );
+    match gpuquota_core::drvlimit::detect(&cfg).describe() {
+        (true, s) => check("driver limits", Ok(s)),
+        (false, s) => gpuquota_core::outln!("--    driver limits: {s}"),
+    }
     for c in crate::engines::doctor_checks(cfg.env_requests) {
         use crate::engines::doctor::Verdict;
         match c.verdict {

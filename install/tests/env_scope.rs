@@ -52,7 +52,10 @@ fn cluster_mode_is_not_undone_by_installing_old_docker() {
         let cfg = Config::load(&t.path().join(GQ_CONFIG)).unwrap();
         // negative control: Docker 20.10 cannot pass annotations, so its install really
         // turns env requests on, and they reach Docker's containers
-        assert!(cfg.env_requests, "{cri}: install docker 20.10 left env_requests off");
+        assert!(
+            cfg.env_requests,
+            "{cri}: install docker 20.10 left env_requests off"
+        );
         assert_eq!(policy(&cfg, DOCKER), EnvRequests::Allowed, "{cri}");
         // ... but never the CRI's
         assert_eq!(
