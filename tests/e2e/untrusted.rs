@@ -314,8 +314,7 @@ fn kubernetes_containers_never_take_env_requests() {
         if kubernetes {
             assert!(h.reservations().is_empty(), "{:?}", h.reservations());
             assert!(
-                stderr(&o).contains("ignoring GPU_QUOTA_VRAM")
-                    && stderr(&o).contains("Kubernetes"),
+                stderr(&o).contains("ignoring GPU_QUOTA_VRAM") && stderr(&o).contains("Kubernetes"),
                 "a notice says why: {}",
                 stderr(&o)
             );
