@@ -130,6 +130,11 @@ impl Default for DriverConfig {
     }
 }
 
+/// The runc roots of CRI-managed containers, by default: containerd's CRI
+/// plugin in its `k8s.io` namespace, and the CRI-O handler's `runtime_root`
+/// written by `gpu-quota install crio`.
+pub const KUBERNETES_RUNC_ROOTS: [&str; 2] = ["/run/containerd/runc/k8s.io", "/run/gpu-quota-runc"];
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -158,6 +163,14 @@ pub struct Config {
     /// Off by default: the environment includes the image's ENV. Even when
     /// on, any request annotation makes the environment irrelevant.
     pub env_requests: bool,
+    /// The runc roots of containers the CRI runs (Kubernetes pods): the
+    /// `--root` the engine passes, never anything a pod controls. A
+    /// container under one of them never takes a request from its
+    /// environment, whatever `env_requests` says (issue 16: `install docker`
+    /// for Docker < 24 turns `env_requests` on host-wide, and a pod's
+    /// `GPU_QUOTA_VRAM` then bypassed the scheduler). Default: containerd's
+    /// CRI (`k8s.io` namespace) and the CRI-O handler of `install crio`.
+    pub kubernetes_runc_roots: Vec<String>,
     /// Seconds a reservation may stay without a container process before
     /// it counts as abandoned (a create that crashed).
     pub create_grace_secs: u64,
@@ -183,6 +196,7 @@ impl Default for Config {
             placement: Policy::Binpack,
             gpus: vec![],
             env_requests: false,
+            kubernetes_runc_roots: KUBERNETES_RUNC_ROOTS.map(String::from).to_vec(),
             create_grace_secs: 120,
             log: LogTarget::Auto,
             log_file: "/var/log/gpu-quota.log".into(),
@@ -265,7 +279,33 @@ impl Config {
         })
     }
 
-    /// The request policy for container environments.
+    /// Whether `runc_root` (the engine's `runc --root`) is one of
+    /// `kubernetes_runc_roots` (compared without trailing slashes; a root
+    /// inside or beside one is not).
+    pub fn is_kubernetes_root(&self, runc_root: Option<&str>) -> bool {
+        let Some(root) = runc_root else {
+            return false;
+        };
+        let root = root.trim_end_matches('/');
+        !root.is_empty()
+            && self
+                .kubernetes_runc_roots
+                .iter()
+                .any(|k| k.trim_end_matches('/') == root)
+    }
+
+    /// The request policy for the environment of a container started
+    /// under `runc_root`: never for the CRI's containers (the scheduler
+    /// alone grants those slices), else `env_requests`.
+    pub fn env_policy_for(&self, runc_root: Option<&str>) -> crate::request::EnvRequests {
+        if self.is_kubernetes_root(runc_root) {
+            crate::request::EnvRequests::Ignored
+        } else {
+            self.env_policy()
+        }
+    }
+
+    /// The host-wide `env_requests` setting alone (see `env_policy_for`).
     pub fn env_policy(&self) -> crate::request::EnvRequests {
         if self.env_requests {
             crate::request::EnvRequests::Allowed
@@ -355,6 +395,47 @@ memory = "16g"
         assert_eq!(c.inventory.gpu[0].memory_bytes().unwrap(), 16 << 30);
         assert_eq!(c.driver.dev_root, PathBuf::from("/tmp/dev"));
         assert_eq!(c.driver.ldconfig, PathBuf::from("/sbin/ldconfig"));
+    }
+
+    #[test]
+    fn env_requests_never_reach_kubernetes_containers() {
+        use crate::request::EnvRequests::{Allowed, Ignored};
+        let on = Config::parse("env_requests = true", Path::new("x.toml")).unwrap();
+        let off = Config::default();
+        for k in [
+            "/run/containerd/runc/k8s.io",
+            "/run/containerd/runc/k8s.io/",
+            "/run/gpu-quota-runc",
+        ] {
+            assert!(on.is_kubernetes_root(Some(k)), "{k}");
+            assert_eq!(on.env_policy_for(Some(k)), Ignored, "{k}");
+            assert_eq!(off.env_policy_for(Some(k)), Ignored, "{k}");
+        }
+        for other in [
+            Some("/var/run/docker/runtime-runc/moby"),
+            Some("/run/containerd/runc/default"),
+            Some("/run/containerd/runc/k8s.io.evil"),
+            Some("/run/containerd/runc/k8s.io/x"),
+            Some("/run/containerd/runc"),
+            Some("/"),
+            Some(""),
+            None,
+        ] {
+            assert!(!on.is_kubernetes_root(other), "{other:?}");
+            assert_eq!(on.env_policy_for(other), Allowed, "{other:?}");
+            assert_eq!(off.env_policy_for(other), Ignored, "{other:?}");
+        }
+        // the list is configurable (a CRI with another root); empty = none
+        let c = Config::parse(
+            "env_requests = true\nkubernetes_runc_roots = [\"/srv/cri\"]",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.env_policy_for(Some("/srv/cri")), Ignored);
+        assert_eq!(
+            c.env_policy_for(Some("/run/containerd/runc/k8s.io")),
+            Allowed
+        );
     }
 
     #[test]

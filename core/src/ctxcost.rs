@@ -388,9 +388,7 @@ pub fn inventory_without_nvml(cfg: &crate::Config) -> Option<crate::Inventory> {
     {
         return crate::Inventory::from_static(cfg).ok();
     }
-    let bytes = std::fs::read(cfg.ledger_dir.join("inventory.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    serde_json::from_value(v.get("inventory")?.clone()).ok()
+    crate::inventory::cached(cfg)
 }
 
 /// For `gpu-quota doctor`: measure every GPU model of this host again (the

@@ -69,6 +69,15 @@ pub enum DrvLimitError {
     Output(String),
 }
 
+impl DrvLimitError {
+    /// Whether this is worth a line in runc's log for each container. Not a
+    /// host without cgroup v2: that holds for every container alike, and
+    /// `gpu-quota doctor` says it once (`Detection::describe`).
+    pub fn per_container(&self) -> bool {
+        !matches!(self, DrvLimitError::NotCgroupV2(_))
+    }
+}
+
 /// What `doctor` and `ls` show.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detection {
@@ -84,6 +93,39 @@ pub struct Detection {
 impl Detection {
     pub fn usable(&self) -> bool {
         self.symbol && self.cgroup_v2
+    }
+
+    /// `doctor`'s line: (usable, text). Not usable is not a failure: the
+    /// interceptor enforces either way.
+    pub fn describe(&self) -> (bool, String) {
+        let lib = self
+            .library
+            .as_deref()
+            .map(|p| format!(" ({})", p.display()))
+            .unwrap_or_default();
+        if !self.cgroup_v2 {
+            return (
+                false,
+                format!(
+                    "unavailable: {CGROUP_ROOT} is not cgroup v2 (cgroup v1; driver limits need v2); the interceptor enforces slices alone. Said here only, not for each container; {}{lib}",
+                    self.note
+                ),
+            );
+        }
+        if self.symbol {
+            (
+                true,
+                format!("set per container on cgroup v2: {}{lib}", self.note),
+            )
+        } else {
+            (
+                false,
+                format!(
+                    "unavailable: {}{lib}; the interceptor enforces slices alone",
+                    self.note
+                ),
+            )
+        }
     }
 }
 
@@ -648,6 +690,23 @@ mod tests {
             container_cgroup(&proc_, &root, 42),
             Err(DrvLimitError::NotCgroupV2(_))
         ));
+    }
+
+    /// Issue 16: on cgroup v1 every container start logged "driver limits
+    /// not set: not cgroup v2"; a host condition is said once, by doctor.
+    #[test]
+    fn not_cgroup_v2_is_not_said_per_container() {
+        let (_d, root, proc_) = fake_cgroup_fs();
+        std::fs::write(proc_.join("42/cgroup"), "0::/missing\n").unwrap();
+        let e = container_cgroup(&proc_, &root, 42).unwrap_err();
+        assert!(
+            e.per_container(),
+            "a container's own cgroup problem is said: {e}"
+        );
+        std::fs::remove_file(root.join("cgroup.controllers")).unwrap();
+        let e = container_cgroup(&proc_, &root, 42).unwrap_err();
+        assert!(matches!(e, DrvLimitError::NotCgroupV2(_)), "{e}");
+        assert!(!e.per_container(), "cgroup v1 is a host condition: {e}");
     }
 
     #[test]

@@ -94,13 +94,11 @@ impl Inventory {
     /// `/dev/nvidiaN` nodes, all cheap to read.
     pub fn from_nvml_cached(cfg: &Config) -> Result<Inventory, InventoryError> {
         let key = cache_key(&cfg.driver.dev_root);
-        let cache = cfg.ledger_dir.join("inventory.json");
+        let cache = cache_path(cfg);
         if let Some(key) = &key {
-            if let Ok(bytes) = std::fs::read(&cache) {
-                if let Ok(c) = serde_json::from_slice::<Cached>(&bytes) {
-                    if &c.key == key {
-                        return Ok(c.inventory);
-                    }
+            if let Some(c) = read_cache(&cache) {
+                if &c.key == key {
+                    return Ok(c.inventory);
                 }
             }
         }
@@ -156,6 +154,28 @@ impl Inventory {
 struct Cached {
     key: String,
     inventory: Inventory,
+}
+
+/// The most the inventory cache may hold: a few KiB for a node's GPUs.
+pub const CACHE_MAX: u64 = 1 << 20;
+
+/// The cache file `<ledger_dir>/inventory.json`, written by the runtime.
+pub fn cache_path(cfg: &Config) -> std::path::PathBuf {
+    cfg.ledger_dir.join("inventory.json")
+}
+
+/// The one reader of the inventory cache: not through a symlink, never a
+/// FIFO or device, at most `CACHE_MAX` bytes (`fsutil::read_regular_capped`);
+/// None for anything else, so the caller asks NVML again.
+fn read_cache(path: &Path) -> Option<Cached> {
+    let bytes = fsutil::read_regular_capped(path, CACHE_MAX).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The cached NVML inventory, whatever its key (for the hook, which must not
+/// load NVML; see `ctxcost::inventory_without_nvml`).
+pub fn cached(cfg: &Config) -> Option<Inventory> {
+    read_cache(&cache_path(cfg)).map(|c| c.inventory)
 }
 
 fn cache_key(dev_root: &Path) -> Option<String> {
@@ -227,5 +247,65 @@ minor = 3
         )
         .unwrap();
         assert!(Inventory::load(&cfg).is_err());
+    }
+
+    /// Issue 16: security.md said the inventory cache is read O_NOFOLLOW and
+    /// capped; both readers (the runtime's, and the hook's through
+    /// `ctxcost::inventory_without_nvml`) used a plain `fs::read`.
+    #[test]
+    fn the_inventory_cache_is_read_without_links_and_capped() {
+        let d = tempfile::tempdir().unwrap();
+        let ledger = d.path().join("ledger");
+        std::fs::create_dir(&ledger).unwrap();
+        let cfg = Config::parse(
+            &format!(
+                "ledger_dir = \"{}\"\n[inventory]\nsource = \"nvml\"\n",
+                ledger.display()
+            ),
+            Path::new("t"),
+        )
+        .unwrap();
+        let inv = Inventory {
+            gpus: vec![Gpu {
+                index: 0,
+                uuid: "GPU-cafe".into(),
+                name: "t".into(),
+                total_bytes: 1 << 30,
+                minor: 0,
+                simulated: false,
+            }],
+            driver_version: "580.1".into(),
+        };
+        let json = serde_json::to_vec(&Cached {
+            key: "k".into(),
+            inventory: inv.clone(),
+        })
+        .unwrap();
+        let cache = ledger.join("inventory.json");
+        let read = || {
+            (
+                crate::ctxcost::inventory_without_nvml(&cfg),
+                read_cache(&cache).map(|c| c.inventory),
+            )
+        };
+        // control: a regular cache file is read by both
+        std::fs::write(&cache, &json).unwrap();
+        assert_eq!(read(), (Some(inv.clone()), Some(inv.clone())));
+        // a symlink at the cache path is not followed
+        std::fs::remove_file(&cache).unwrap();
+        let elsewhere = d.path().join("planted.json");
+        std::fs::write(&elsewhere, &json).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &cache).unwrap();
+        assert_eq!(read(), (None, None), "a symlinked cache was followed");
+        // a FIFO is not opened for a blocking read
+        std::fs::remove_file(&cache).unwrap();
+        nix::unistd::mkfifo(&cache, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert_eq!(read(), (None, None), "a FIFO was read");
+        // an oversized file (valid JSON, padded) is refused, not parsed
+        std::fs::remove_file(&cache).unwrap();
+        let mut big = json.clone();
+        big.extend(std::iter::repeat_n(b' ', (CACHE_MAX as usize) + 1));
+        std::fs::write(&cache, &big).unwrap();
+        assert_eq!(read(), (None, None), "an oversized cache was parsed");
     }
 }

@@ -21,6 +21,7 @@ pub mod devices;
 pub mod driver;
 pub mod events;
 pub mod mountplan;
+pub mod out;
 pub mod paths;
 pub mod rootfs;
 pub mod spec;

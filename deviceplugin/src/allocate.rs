@@ -34,17 +34,19 @@ pub fn annotations(
         return Err(AllocateError::Empty);
     }
     let mut gpus: Vec<&str> = Vec::new();
-    let mut seen: Vec<&str> = Vec::new();
+    // compared as parsed units, not as strings: one unit is one GiB whatever
+    // its spelling (parse_device_id also accepts only the canonical one)
+    let mut seen: Vec<(&str, u32)> = Vec::new();
     for id in ids {
         let (uuid, n) = parse_device_id(id).ok_or_else(|| AllocateError::Unknown(id.clone()))?;
         match snapshot.gpu(uuid) {
             Some(g) if n < g.units => {}
             _ => return Err(AllocateError::Unknown(id.clone())),
         }
-        if seen.contains(&id.as_str()) {
+        if seen.contains(&(uuid, n)) {
             return Err(AllocateError::Duplicate(id.clone()));
         }
-        seen.push(id);
+        seen.push((uuid, n));
         if !gpus.contains(&uuid) {
             gpus.push(uuid);
         }
@@ -125,5 +127,35 @@ mod tests {
             annotations(&["GPU-a_1".into(), "GPU-a_1".into()], &s),
             Err(AllocateError::Duplicate(_))
         ));
+    }
+
+    #[test]
+    fn one_unit_spelled_twice_is_not_two_units() {
+        // issue 16: `_1,_01` gave vram=2GiB — one unit counted twice
+        let s = snap();
+        for ids in [
+            vec!["GPU-a_1", "GPU-a_01"],
+            vec!["GPU-a_01", "GPU-a_1"],
+            vec!["GPU-a_0", "GPU-a_00"],
+            vec!["GPU-a_1", "GPU-a_001"],
+        ] {
+            let ids: Vec<String> = ids.into_iter().map(String::from).collect();
+            let r = annotations(&ids, &s);
+            assert!(
+                matches!(
+                    r,
+                    Err(AllocateError::Unknown(_)) | Err(AllocateError::Duplicate(_))
+                ),
+                "{ids:?} gave {r:?}"
+            );
+        }
+        // a non-canonical spelling alone is not one of our units either
+        assert_eq!(
+            annotations(&["GPU-a_01".into()], &s),
+            Err(AllocateError::Unknown("GPU-a_01".into()))
+        );
+        // the canonical spellings of two distinct units still make 2 GiB
+        let a = annotations(&["GPU-a_1".into(), "GPU-a_10".into()], &s).unwrap();
+        assert_eq!(a[VRAM_KEY], "2GiB");
     }
 }

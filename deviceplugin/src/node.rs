@@ -13,8 +13,9 @@ use gpuquota_core::ledger::Reservation;
 use gpuquota_core::{Config, Inventory, Ledger};
 use std::path::PathBuf;
 
-/// The runc roots of CRI-managed containers, by default.
-pub const KUBERNETES_RUNC_ROOTS: [&str; 2] = ["/run/containerd/runc/k8s.io", "/run/gpu-quota-runc"];
+/// The runc roots of CRI-managed containers, by default (the runtime's
+/// default `kubernetes_runc_roots` too).
+pub use gpuquota_core::config::KUBERNETES_RUNC_ROOTS;
 
 /// Where the plugin's view of the node comes from (a trait so the daemon
 /// can be driven by a scripted node in tests).

@@ -37,10 +37,15 @@ pub fn device_id(uuid: &str, n: u32) -> String {
     format!("{uuid}_{n}")
 }
 
-/// `<uuid>_<n>` back to its parts; None for anything else.
+/// `<uuid>_<n>` back to its parts; None for anything else. Only the
+/// spelling `device_id` produces is accepted (decimal, no sign, no leading
+/// zero), so each unit has exactly one id: `_1` and `_01` are not two units.
 pub fn parse_device_id(id: &str) -> Option<(&str, u32)> {
     let (uuid, n) = id.rsplit_once('_')?;
     if uuid.is_empty() || n.is_empty() || n.len() > 6 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if n.len() > 1 && n.starts_with('0') {
         return None;
     }
     Some((uuid, n.parse().ok()?))
@@ -366,8 +371,18 @@ mod tests {
             "GPU-1_-3",
             "GPU-1_3x",
             "GPU-1_99999999",
+            // only the spelling device_id produces: no leading zeros or signs
+            "GPU-1_01",
+            "GPU-1_00",
+            "GPU-1_+1",
+            "GPU-1_ 1",
+            "GPU-1_１",
         ] {
             assert_eq!(parse_device_id(bad), None, "{bad}");
+        }
+        for n in [0, 1, 9, 10, 100, 999_999] {
+            let id = device_id("GPU-1", n);
+            assert_eq!(parse_device_id(&id), Some(("GPU-1", n)), "{id}");
         }
     }
 }

@@ -57,7 +57,7 @@ fn main() {
         stage.as_str(),
         "--help" | "-h" | "help" | "--version" | "-V" | ""
     ) {
-        println!("gpu-quota-hook {}\n{USAGE}", env!("CARGO_PKG_VERSION"));
+        gpuquota_core::outln!("gpu-quota-hook {}\n{USAGE}", env!("CARGO_PKG_VERSION"));
         std::process::exit(if stage.is_empty() { 2 } else { 0 });
     }
     if let Err(e) = run(&stage) {

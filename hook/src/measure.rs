@@ -98,7 +98,10 @@ pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservat
         {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("gpu-quota-hook: driver limits not set: {e}");
+                // cgroup v1 is the host's, not this container's: doctor says it
+                if e.per_container() {
+                    eprintln!("gpu-quota-hook: driver limits not set: {e}");
+                }
                 return;
             }
         };
@@ -167,7 +170,7 @@ pub fn driver_limits_main(args: &[String]) -> Result<()> {
         }
         other => bail!("driver-limits: unknown action {other:?} (set, clear)"),
     };
-    println!("{}", serde_json::to_string(&reply)?);
+    gpuquota_core::outln!("{}", serde_json::to_string(&reply)?);
     Ok(())
 }
 
@@ -243,7 +246,7 @@ pub fn measure_main(args: &[String]) -> Result<()> {
         &arg(args, "--nvml")?,
         &arg(args, "--uuid")?,
     )?;
-    println!("{}", serde_json::to_string(&m)?);
+    gpuquota_core::outln!("{}", serde_json::to_string(&m)?);
     Ok(())
 }
 

@@ -22,3 +22,19 @@ fn help_is_a_usage() {
     assert_eq!(o.status.code(), Some(2), "no stage: usage and exit 2");
     assert!(String::from_utf8_lossy(&o.stdout).contains("Usage:"));
 }
+
+/// Issue 16: `gpu-quota-hook --help | true` panicked with exit 101.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpu-quota-hook"))
+        .arg("--help")
+        .stdout(w)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}

@@ -112,15 +112,21 @@ pub fn ls(a: &LsArgs) -> Result<()> {
                 v
             })
             .collect();
-        println!(
+        gpuquota_core::outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({"gpus": gpus, "reservations": res}))?
         );
         return Ok(());
     }
-    println!(
+    gpuquota_core::outln!(
         "{:<20} {:<8} {:<6} {:>12} {:>12} {:>8} {:>8}  REQUEST",
-        "CONTAINER", "STATE", "GPU", "SLICE", "USED", "PID", "AGE"
+        "CONTAINER",
+        "STATE",
+        "GPU",
+        "SLICE",
+        "USED",
+        "PID",
+        "AGE"
     );
     for r in &data.reservations {
         let id: String = r.container_id.chars().take(20).collect();
@@ -141,20 +147,25 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         let slice = r.slices.first().map(|s| human(s.bytes)).unwrap_or_default();
         let pid = r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
         let age = now.saturating_sub(r.created_unix);
-        println!(
+        gpuquota_core::outln!(
             "{id:<20} {state:<8} {gpus:<6} {slice:>12} {used:>12} {pid:>8} {:>7}s  {}",
-            age, r.request
+            age,
+            r.request
         );
     }
     match inv {
         Some(inv) => {
-            println!();
-            println!(
+            gpuquota_core::outln!();
+            gpuquota_core::outln!(
                 "{:<4} {:<42} {:>12} {:>12} {:>12}  CONTAINERS",
-                "GPU", "UUID", "CAPACITY", "RESERVED", "FREE"
+                "GPU",
+                "UUID",
+                "CAPACITY",
+                "RESERVED",
+                "FREE"
             );
             for g in gpu_rows(&cfg, &inv, &data) {
-                println!(
+                gpuquota_core::outln!(
                     "{:<4} {:<42} {:>12} {:>12} {:>12}  {}{}",
                     g.index,
                     g.uuid,
@@ -175,11 +186,11 @@ pub fn gc(a: &GcArgs) -> Result<()> {
     let (cfg, ledger) = load()?;
     if a.reset_corrupt {
         match ledger.reset_corrupt()? {
-            Some(p) => println!(
+            Some(p) => gpuquota_core::outln!(
                 "corrupt ledger moved to {}; a new, empty ledger starts now",
                 p.display()
             ),
-            None => println!("the ledger is not corrupt; nothing done"),
+            None => gpuquota_core::outln!("the ledger is not corrupt; nothing done"),
         }
         return Ok(());
     }
@@ -202,7 +213,7 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         ledger.read().ok().map(|d| d.reservations)
     };
     for r in &gone {
-        println!(
+        gpuquota_core::outln!(
             "{}",
             describe_reclaim(
                 if a.dry_run {
@@ -218,7 +229,7 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         }
     }
     if gone.is_empty() {
-        println!("nothing to reclaim");
+        gpuquota_core::outln!("nothing to reclaim");
     }
     // state directories that no reservation owns (crashes, older releases)
     let live = ledger.read()?.reservations;
@@ -239,12 +250,12 @@ pub fn gc(a: &GcArgs) -> Result<()> {
                     .iter()
                     .any(|r| gpuquota_core::state::container_dir(&cfg, r) == e.path())
             {
-                println!("would remove orphaned state {}", e.path().display());
+                gpuquota_core::outln!("would remove orphaned state {}", e.path().display());
             }
         }
     } else {
         for p in gpuquota_core::state::sweep(&cfg, &live)? {
-            println!("removed orphaned state {}", p.display());
+            gpuquota_core::outln!("removed orphaned state {}", p.display());
         }
     }
     Ok(())
@@ -272,10 +283,10 @@ pub(crate) fn cli_source(cause: &str) -> gpuquota_core::events::Source<'_> {
 pub fn doctor(_: &DoctorArgs) -> Result<()> {
     let mut bad = 0;
     let mut check = |name: &str, r: Result<String>| match r {
-        Ok(s) => println!("ok    {name}: {s}"),
+        Ok(s) => gpuquota_core::outln!("ok    {name}: {s}"),
         Err(e) => {
             bad += 1;
-            println!("FAIL  {name}: {e:#}");
+            gpuquota_core::outln!("FAIL  {name}: {e:#}");
         }
     };
     let path = Config::path_from_env();
@@ -409,17 +420,24 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
     check(
         "env_requests",
         Ok(if cfg.env_requests {
-            "true: GPU_QUOTA_* in a container's environment is a request (engines without annotations, Docker < 24)".into()
+            format!(
+                "true: GPU_QUOTA_* in a container's environment is a request (engines without annotations, Docker < 24), never under the Kubernetes runc roots {}",
+                cfg.kubernetes_runc_roots.join(", ")
+            )
         } else {
             "false: requests come from annotations only".into()
         }),
     );
+    match gpuquota_core::drvlimit::detect(&cfg).describe() {
+        (true, s) => check("driver limits", Ok(s)),
+        (false, s) => gpuquota_core::outln!("--    driver limits: {s}"),
+    }
     for c in crate::engines::doctor_checks(cfg.env_requests) {
         use crate::engines::doctor::Verdict;
         match c.verdict {
             Verdict::Ok => check(&c.name, Ok(c.text)),
             Verdict::Fail => check(&c.name, Err(anyhow::anyhow!("{}", c.text))),
-            Verdict::Info => println!("--    {}: {}", c.name, c.text),
+            Verdict::Info => gpuquota_core::outln!("--    {}: {}", c.name, c.text),
         }
     }
     if bad > 0 {
@@ -434,7 +452,7 @@ pub fn metrics(a: &MetricsArgs) -> Result<()> {
         return crate::metrics_server::serve(&cfg, addr);
     }
     let snap = crate::snapshot::take(&cfg, &crate::snapshot::Nvml::init());
-    print!("{}", crate::metrics::render(&snap));
+    gpuquota_core::out!("{}", crate::metrics::render(&snap));
     if let Some(e) = &snap.inventory_error {
         eprintln!("gpu-quota: warning: no GPU inventory ({e}); exporting the ledger only");
     }

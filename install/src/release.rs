@@ -109,7 +109,7 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
     for r in &gone {
         let line = describe_reclaim("released", r);
         if ledger.is_stale(r, fsutil::now_unix()) {
-            println!("{line}");
+            gpuquota_core::outln!("{line}");
             if state::valid_container_id(&r.container_id) {
                 let _ = state::remove_released(&cfg, r, held.as_deref());
             }
@@ -117,7 +117,7 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
             // forced: the container's process is not gone (its state
             // directory stays mounted in it; `gc` sweeps it once it is)
             // forced: the container's process is not gone
-            println!(
+            gpuquota_core::outln!(
                 "{}",
                 line.replace(
                     &format!(", pid {} gone", r.pid.unwrap_or(0)),

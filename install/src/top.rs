@@ -29,7 +29,7 @@ pub fn top(a: &TopArgs) -> Result<()> {
     let (cfg, _) = crate::ops::load()?;
     let nvml = snapshot::Nvml::init();
     if a.once || !std::io::stdout().is_terminal() {
-        print!("{}", plain(&snapshot::take(&cfg, &nvml)));
+        gpuquota_core::out!("{}", plain(&snapshot::take(&cfg, &nvml)));
         return Ok(());
     }
     let every = Duration::from_secs_f64(a.interval.clamp(0.1, 3600.0));

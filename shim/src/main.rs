@@ -111,10 +111,12 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     // The host config decides whether the environment may carry a request.
     // A config that does not load counts as allowing it, so that an env
     // request on a broken host is refused below rather than run unsliced.
+    // A container the CRI runs (its runc root is a Kubernetes root) never
+    // takes a request from its environment: the scheduler alone grants.
     let cfg = Config::load_default();
     let policy = cfg
         .as_ref()
-        .map(Config::env_policy)
+        .map(|c| c.env_policy_for(a.root.as_deref()))
         .unwrap_or(EnvRequests::Allowed);
     let req = Request::from_config(&config, policy);
     if let (Err(e), Ok(cfg)) = (&req, &cfg) {
@@ -132,14 +134,24 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     let Some(req) = req? else {
         let ignored = request::env_request_vars(&request::config_env(&config));
         if !ignored.is_empty() && policy == EnvRequests::Ignored {
-            report::warning(
-                a,
-                &format!(
+            let kubernetes = cfg
+                .as_ref()
+                .is_ok_and(|c| c.is_kubernetes_root(a.root.as_deref()));
+            let msg = if kubernetes {
+                format!(
+                    "ignoring {} in the container's environment: runc root {} is a Kubernetes root (`kubernetes_runc_roots` in {}), where only the scheduler grants slices; request the gpu-quota.io/vram resource",
+                    ignored.join(", "),
+                    a.root.as_deref().unwrap_or(""),
+                    Config::path_from_env().display()
+                )
+            } else {
+                format!(
                     "ignoring {} in the container's environment: this host takes requests only from annotations (`env_requests` is off in {}); pass --annotation vram=SIZE",
                     ignored.join(", "),
                     Config::path_from_env().display()
-                ),
-            );
+                )
+            };
+            report::warning(a, &msg);
         }
         return passthrough(argv);
     };

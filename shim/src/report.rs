@@ -60,9 +60,9 @@ Configuration: $GPU_QUOTA_CONFIG, else /etc/gpu-quota/config.toml. Operator tool
 /// `--version` / `--help`: gpu-quota's own lines first (on stdout), then runc answers too.
 pub fn preamble(a: &RuncArgs) {
     if a.help {
-        println!("{USAGE}\n\nrunc's own help follows:\n");
+        gpuquota_core::outln!("{USAGE}\n\nrunc's own help follows:\n");
     } else if a.version {
-        println!("gpu-quota-runtime {}", env!("CARGO_PKG_VERSION"));
+        gpuquota_core::outln!("gpu-quota-runtime {}", env!("CARGO_PKG_VERSION"));
     } else {
         return;
     }

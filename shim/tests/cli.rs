@@ -60,3 +60,22 @@ fn help_is_a_usage_then_runcs() {
         }
     }
 }
+
+/// Issue 16: `gpu-quota-runtime --version | true` panicked with exit 101.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    for arg in ["--version", "--help"] {
+        let (r, w) = std::io::pipe().unwrap();
+        drop(r);
+        let o = Command::new(env!("CARGO_BIN_EXE_gpu-quota-runtime"))
+            .arg(arg)
+            .env("GPU_QUOTA_CONFIG", "/nonexistent/gpu-quota.toml")
+            .stdout(w)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{arg}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{arg}: {err}");
+    }
+}

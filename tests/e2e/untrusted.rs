@@ -270,6 +270,71 @@ fn image_environment_never_adds_to_a_request() {
     }
 }
 
+/// Class 2, issue 16: `env_requests` was host-wide, so `install docker` for
+/// Docker < 24 turned it on for the CRI handler too and a pod's
+/// `GPU_QUOTA_VRAM` bypassed the scheduler. A container whose runc root is a
+/// Kubernetes root (`kubernetes_runc_roots`) never takes a request from its
+/// environment, whatever `env_requests` says; annotations still work there.
+#[test]
+fn kubernetes_containers_never_take_env_requests() {
+    require_e2e!();
+    // negative control first: the same host with another runc root grants
+    for kubernetes in [false, true] {
+        let h = Host::new(HostOpts {
+            extra_config: "env_requests = true".into(),
+            ..HostOpts::default()
+        });
+        if kubernetes {
+            let c = std::fs::read_to_string(h.config()).unwrap();
+            std::fs::write(
+                h.config(),
+                format!(
+                    "kubernetes_runc_roots = [\"{}/\"]\n{c}",
+                    h.runc_root.display()
+                ),
+            )
+            .unwrap();
+        }
+        let b = h.bundle("podenv");
+        b.set(
+            &[],
+            "ls /dev > /out/dev; touch /out/done",
+            &["GPU_QUOTA_VRAM=2g"],
+        );
+        let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "podenv"]);
+        assert_ok(&o, "run");
+        b.wait_out("done", 5).unwrap();
+        let dev = std::fs::read_to_string(b.out.join("dev")).unwrap();
+        assert_eq!(
+            dev.contains("nvidia0"),
+            !kubernetes,
+            "[kubernetes root: {kubernetes}] {dev} {}",
+            stderr(&o)
+        );
+        if kubernetes {
+            assert!(h.reservations().is_empty(), "{:?}", h.reservations());
+            assert!(
+                stderr(&o).contains("ignoring GPU_QUOTA_VRAM") && stderr(&o).contains("Kubernetes"),
+                "a notice says why: {}",
+                stderr(&o)
+            );
+            // the scheduler's way in (the device plugin's annotation) still grants
+            let b = h.bundle("podann");
+            b.set(
+                &[("gpu-quota.io/vram", "1g")],
+                "ls /dev > /out/dev; touch /out/done",
+                &["GPU_QUOTA_VRAM=2g"],
+            );
+            let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "podann"]);
+            assert_ok(&o, "run");
+            b.wait_out("done", 5).unwrap();
+            let dev = std::fs::read_to_string(b.out.join("dev")).unwrap();
+            assert!(dev.contains("nvidia0"), "{dev} {}", stderr(&o));
+        }
+        h.cleanup();
+    }
+}
+
 /// Class 3: `/etc/ld.so.preload -> /data/key` (a 0600 root file on a
 /// volume) was followed before its type was checked, and the merged preload
 /// file republished the key to the container's user. Every final component
