@@ -239,6 +239,19 @@ for m in dlsym gpa direct; do
   t "graph_memory_$m" q env GQ_MODE=$m "$B/$bin" graphmem
 done
 t vmm_lifetimes_wide_handles q env FAKE_CUDA_HANDLE_BASE=0xfe00000000000000 "$B/gqtest_dl" vmm
+
+echo "== stream capture and graph memory (issue 17)"
+# the fake's capture rules catch violations (native, no interceptor)
+t capture_model_native "$B/gqtest_dl" capturectl
+t capture_model_direct_native env GQ_MODE=direct "$B/gqtest_direct" capturectl
+# the capture scenario is legal without the interceptor ...
+t graph_capture_native env GQ_NATIVE=1 "$B/gqtest_dl" capture
+# ... and stays legal (and charged) with it
+for m in dlsym gpa direct; do
+  bin=gqtest_dl; [ $m = direct ] && bin=gqtest_direct
+  t "graph_capture_$m" q env GQ_MODE=$m "$B/$bin" capture
+done
+t graph_capture_ctx_overhead q env GPU_QUOTA_CONTEXT_OVERHEAD=0 "$B/gqtest_dl" capture
 t pool_device_of_stream_and_pool q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" pooldev
 ctx_truth() {
   # the fake's contexts cost 16 MiB each; with the overhead charged, a filled
