@@ -1298,3 +1298,98 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: c_int) -> CUresult {
     }
     r
 }
+
+// ------------------------------------------------------------ stream capture (capture.rs)
+
+type BeginV1 = unsafe extern "C" fn(CUstream) -> CUresult;
+type BeginV2 = unsafe extern "C" fn(CUstream, c_int) -> CUresult;
+type BeginToGraph = unsafe extern "C" fn(
+    CUstream,
+    *mut c_void,
+    *const *mut c_void,
+    *const c_void,
+    usize,
+    c_int,
+) -> CUresult;
+type EndCapture = unsafe extern "C" fn(CUstream, *mut *mut c_void) -> CUresult;
+type Launch = unsafe extern "C" fn(*mut c_void, CUstream) -> CUresult;
+
+#[inline(always)]
+fn began(s: CUstream, r: CUresult) -> CUresult {
+    if r == CUDA_SUCCESS {
+        crate::capture::began(s);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture, BeginV1)(s))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(s: CUstream) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture_ptsz, BeginV1)(s))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, mode: c_int) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture_v2, BeginV2)(s, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(s: CUstream, mode: c_int) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture_v2_ptsz, BeginV2)(s, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    s: CUstream,
+    g: *mut c_void,
+    deps: *const *mut c_void,
+    edges: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> CUresult {
+    let f = real_or!(S::cuStreamBeginCaptureToGraph, BeginToGraph);
+    began(s, f(s, g, deps, edges, n, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
+    s: CUstream,
+    g: *mut c_void,
+    deps: *const *mut c_void,
+    edges: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> CUresult {
+    let f = real_or!(S::cuStreamBeginCaptureToGraph_ptsz, BeginToGraph);
+    began(s, f(s, g, deps, edges, n, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, g: *mut *mut c_void) -> CUresult {
+    let r = real_or!(S::cuStreamEndCapture, EndCapture)(s, g);
+    crate::capture::end_called(s);
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(s: CUstream, g: *mut *mut c_void) -> CUresult {
+    let r = real_or!(S::cuStreamEndCapture_ptsz, EndCapture)(s, g);
+    crate::capture::end_called(s);
+    r
+}
+
+/// cuGraphLaunch: the graph pool reserves the graph's memory now; the
+/// charge follows it at once (a launch into a capturing stream is a node).
+#[inline(always)]
+unsafe fn launch(f: Launch, e: *mut c_void, s: CUstream) -> CUresult {
+    let r = f(e, s);
+    if r == CUDA_SUCCESS {
+        crate::graphs::launched();
+    }
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch(e: *mut c_void, s: CUstream) -> CUresult {
+    launch(real_or!(S::cuGraphLaunch, Launch), e, s)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(e: *mut c_void, s: CUstream) -> CUresult {
+    launch(real_or!(S::cuGraphLaunch_ptsz, Launch), e, s)
+}

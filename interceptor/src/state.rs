@@ -464,6 +464,7 @@ extern "C" fn atfork_child() {
     crate::pools::reset();
     crate::ctxlife::reset();
     crate::graphs::reset();
+    crate::capture::reset();
     for c in CTX_CHARGED.iter() {
         c.store(0, Relaxed);
     }

@@ -347,10 +347,12 @@ static int t_apis(void) {
   /* graph memory nodes: admission check only */
   unsigned char params[120]; memset(params, 0, sizeof params);
   *(int *)(params + 8) = 1; *(int *)(params + 12) = 0; *(size_t *)(params + 104) = slice + 1;
-  void *node;
-  CHECK(A.cuGraphAddMemAllocNode(&node, (void *)1, 0, 0, params) == 2, "graph node above the slice not refused");
+  void *node, *gr;
+  CUresult (*gcreate)(void **, unsigned) = dlsym(cuda_h, "cuGraphCreate");
+  REQUIRE(gcreate && gcreate(&gr, 0) == 0, "graph create");
+  CHECK(A.cuGraphAddMemAllocNode(&node, gr, 0, 0, params) == 2, "graph node above the slice not refused");
   *(size_t *)(params + 104) = slice / 2;
-  CHECK(A.cuGraphAddMemAllocNode(&node, (void *)1, 0, 0, params) == 0, "graph node within the slice refused");
+  CHECK(A.cuGraphAddMemAllocNode(&node, gr, 0, 0, params) == 0, "graph node within the slice refused");
   /* every producer refuses above the slice without reaching the driver */
   struct fake_stats s0 = stats();
   u64 big = slice + MiB;
