@@ -432,8 +432,8 @@ pub unsafe fn alloc_async(
     s: CUstream,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    if !enforcing() {
-        return call();
+    if !enforcing() || n == 0 || dptr.is_null() {
+        return call(); // the driver's INVALID_VALUE
     }
     let dev = stream_dev(s);
     if crate::capture::stream_capturing(s) {
@@ -462,7 +462,7 @@ pub unsafe fn alloc_from_pool(
     s: CUstream,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    if !enforcing() {
+    if !enforcing() || n == 0 || dptr.is_null() {
         return call();
     }
     let dev = pool_dev(pool as u64, s);

@@ -588,7 +588,7 @@ static CUresult i_cuMemAllocPitch(unsigned *p, unsigned *pitch, unsigned w, unsi
 }
 static CUresult i_cuMemFree_v2(CUdeviceptr p) { CHECK_INIT(); UNSAFE_CALL(); return untrack(K_PTR, p); }
 static CUresult i_cuMemFree(unsigned p) { ST.calls_legacy++; CHECK_INIT(); UNSAFE_CALL(); return untrack(K_PTR, p); }
-static CUresult i_cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { (void)f; return i_cuMemAlloc_v2(p, n); }
+static CUresult i_cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { if (f != 1 && f != 2) return INVALID_VALUE; /* CU_MEM_ATTACH_GLOBAL / _HOST */ return i_cuMemAlloc_v2(p, n); }
 static CUresult i_cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) {
   CHECK_INIT(); if (!p || !n) return INVALID_VALUE;
   int d = stream_dev(s); if (d < 0) return INVALID_CONTEXT;
@@ -679,7 +679,7 @@ static CUresult i_cuDeviceSetMemPool(CUdevice d, void *pool) {
 
 struct prop { int type, htypes, loc_type, loc_id; void *win32; u64 flags; };
 static CUresult i_cuMemCreate(u64 *h, size_t n, const struct prop *p, u64 fl) {
-  (void)fl; CHECK_INIT(); if (!h || !p || !n) return INVALID_VALUE;
+  CHECK_INIT(); if (!h || !p || !n || fl) return INVALID_VALUE; /* flags: reserved, must be 0 */
   if (n % (2u << 20)) return INVALID_VALUE; /* granularity 2 MiB */
   UNSAFE_CALL();
   int dev = -1;
@@ -791,13 +791,14 @@ static CUresult arr_make(u64 bytes, void **h, int kind) {
   u64 k; int r = track(kind, cur_dev, bytes, &k, 0); if (r == OK) *h = (void *)k; return r;
 }
 #define MX(a) ((a) ? (a) : 1)
-static CUresult i_cuArrayCreate_v2(void **h, const struct adesc *d) { if (!d) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
-static CUresult i_cuArrayCreate(void **h, const struct adesc1 *d) { ST.calls_legacy++; if (!d) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
-static CUresult i_cuArray3DCreate_v2(void **h, const struct a3desc *d) { if (!d) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
-static CUresult i_cuArray3DCreate(void **h, const struct a3desc1 *d) { ST.calls_legacy++; if (!d) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+#define BADCH(c) ((c) != 1 && (c) != 2 && (c) != 4) /* NumChannels: 1, 2 or 4 */
+static CUresult i_cuArrayCreate_v2(void **h, const struct adesc *d) { if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+static CUresult i_cuArrayCreate(void **h, const struct adesc1 *d) { ST.calls_legacy++; if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+static CUresult i_cuArray3DCreate_v2(void **h, const struct a3desc *d) { if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+static CUresult i_cuArray3DCreate(void **h, const struct a3desc1 *d) { ST.calls_legacy++; if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
 static CUresult i_cuArrayDestroy(void *h) { CHECK_INIT(); return untrack(K_ARRAY, (u64)h); }
 static CUresult i_cuMipmappedArrayCreate(void **h, const struct a3desc *d, unsigned levels) {
-  if (!d || !levels) return INVALID_VALUE;
+  if (!d || !levels || BADCH(d->ch)) return INVALID_VALUE;
   u64 tot = 0; size_t w = d->w, hh = d->h, dd = d->d;
   for (unsigned l = 0; l < levels; l++) { tot += MX(w) * MX(hh) * MX(dd) * fmt_bytes(d->fmt) * MX(d->ch); w = w > 1 ? w / 2 : 1; hh = hh > 1 ? hh / 2 : hh; dd = dd > 1 ? dd / 2 : dd; }
   return arr_make(tot, h, K_MIPMAP);

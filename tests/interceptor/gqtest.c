@@ -1200,6 +1200,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "graphmem")) return t_graphmem();
   if (!strcmp(cmd, "capturectl")) return t_capturectl();
   if (!strcmp(cmd, "capture")) return t_capture();
+  if (!strcmp(cmd, "pitchmsg")) { ctx_on(0); u64 p; size_t pt; CUresult r = A.cuMemAllocPitch(&p, &pt, 1 << 20, 1 << 20, 4); CHECK(r == 2, "pitch over the slice: %d", r); return failures ? 1 : 0; }
   if (!strcmp(cmd, "pooldev")) return t_pooldev();
   if (!strcmp(cmd, "ctxlife")) return t_ctxlife();
   if (!strcmp(cmd, "execself") && argc >= 3) return t_execself(argv[0], strtoull(argv[2], 0, 0));

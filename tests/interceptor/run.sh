@@ -31,7 +31,8 @@ $CC $CF -shared -fPIC -o "$B/mallochook.so" "$S/mallochook.c" -ldl &&
 $CC $CF -shared -fPIC -o "$B/broken_dlsym.so" "$S/broken_dlsym.c" -ldl &&
 $CC $CF -o "$B/rtld_next_test" "$S/rtld_next_test.c" -ldl &&
 $CC $CF -I"$ROOT/interceptor/include" -o "$B/usage_dump" "$S/usage_dump.c" &&
-$CC $CF -o "$B/bench_alloc" "$S/bench_alloc.c" -ldl -lpthread || { echo "0 passed, 1 failed"; exit 1; }
+$CC $CF -o "$B/bench_alloc" "$S/bench_alloc.c" -ldl -lpthread &&
+$CC $CF -o "$B/oddcalls" "$S/oddcalls.c" -ldl || { echo "0 passed, 1 failed"; exit 1; }
 
 export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GQ_LIB="$SO"
@@ -252,6 +253,24 @@ for m in dlsym gpa direct; do
   t "graph_capture_$m" q env GQ_MODE=$m "$B/$bin" capture
 done
 t graph_capture_ctx_overhead q env GPU_QUOTA_CONTEXT_OVERHEAD=0 "$B/gqtest_dl" capture
+
+echo "== odd calls get the driver's own answer (issue 17 §3)"
+oddcalls_diff() {
+  "$B/oddcalls" >"$T/odd.native" || return 1
+  q "$B/oddcalls" >"$T/odd.quota" 2>"$T/odd.err" || return 1
+  cat "$T/odd.native"
+  diff "$T/odd.native" "$T/odd.quota" || { echo "codes differ under the interceptor"; cat "$T/odd.err"; return 1; }
+  # not vacuous: the battery has calls the driver rejects
+  grep -q ' 1$' "$T/odd.native" || { echo "no INVALID_VALUE natively"; return 1; }
+}
+t oddcalls_native_vs_intercepted oddcalls_diff
+pitch_msg() {
+  # a refusal names the function the program called
+  q "$B/gqtest_dl" pitchmsg 2>"$T/pitch.err" || return 1
+  cat "$T/pitch.err"
+  grep -q '^gpu-quota: cuMemAllocPitch of ' "$T/pitch.err" || { echo "message does not name cuMemAllocPitch"; return 1; }
+}
+t pitch_refusal_names_function pitch_msg
 t pool_device_of_stream_and_pool q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" pooldev
 ctx_truth() {
   # the fake's contexts cost 16 MiB each; with the overhead charged, a filled
