@@ -36,7 +36,10 @@ $CC $CF -o "$B/oddcalls" "$S/oddcalls.c" -ldl || { echo "0 passed, 1 failed"; ex
 
 export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GQ_LIB="$SO"
-unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD FAKE_CUDA_PEAK_FILE FAKE_CUDA_CTX_BYTES
+unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD GPU_QUOTA_CONTEXT_COST_FILE FAKE_CUDA_PEAK_FILE FAKE_CUDA_CTX_BYTES
+# standalone slices charge a context by default (issue 17 §4); the cases
+# measure exact slices without one unless they ask (ctx_default_* below)
+export GPU_QUOTA_CONTEXT_OVERHEAD=0
 MiB=$((1 << 20)); GiB=$((1 << 30))
 export FAKE_CUDA_MEM_BYTES=$GiB
 
@@ -141,6 +144,25 @@ t slice_decimal_units env GPU_QUOTA_VRAM=0.1GB GQ_SLICE=100000000 LD_PRELOAD="$S
 t slice_above_real_total env GPU_QUOTA_VRAM=4g GQ_SLICE=$GiB LD_PRELOAD="$SO" "$B/gqtest_dl" paths
 t multi_device q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" multidev
 t ctx_overhead_env q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctx
+# standalone default (issue 17 §4): the host's measured cost from the hook's
+# cache, else the built-in 616 MiB; the env key overrides (0 = none)
+ctx_default() {
+  local cache="$1" want="$2"
+  env -u GPU_QUOTA_CONTEXT_OVERHEAD GPU_QUOTA_CONTEXT_COST_FILE="$cache" GPU_QUOTA_VRAM=1g GQ_SLICE=$GiB \
+    GQ_OVERHEAD="$want" LD_PRELOAD="$SO" "$B/gqtest_dl" ctx
+}
+t ctx_default_builtin ctx_default /nonexistent/context-cost.json $((616 * MiB))
+ctx_default_cached() {
+  printf '{"version":1,"entries":[{"key":{"driver_version":"580.1","gpu_name":"Fake"},"charge_bytes":%d,"measured":null,"error":null,"at_unix":1}]}' $((100 * MiB)) >"$T/ctxcost.json"
+  ctx_default "$T/ctxcost.json" $((100 * MiB))
+}
+t ctx_default_cached ctx_default_cached
+ctx_default_symlink() {
+  printf '{"charge_bytes":%d}' $((100 * MiB)) >"$T/ctxcost.real"; ln -sf "$T/ctxcost.real" "$T/ctxcost.link"
+  ctx_default "$T/ctxcost.link" $((616 * MiB))
+}
+t ctx_default_cache_symlink_ignored ctx_default_symlink
+t ctx_default_env_zero env GPU_QUOTA_CONTEXT_OVERHEAD=0 GPU_QUOTA_VRAM=1g GQ_SLICE=$GiB GQ_OVERHEAD=0 LD_PRELOAD="$SO" "$B/gqtest_dl" ctx
 t ctx_overhead_unseen_context q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctxunseen
 msg() {
   q "$B/gqtest_dl" msg 2>"$T/msg.err" || return 1
