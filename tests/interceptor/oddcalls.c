@@ -48,6 +48,7 @@ int main(void) {
   /* pitch: wider than the device's maximum pitch, and a size beyond 64 bits */
   OUT("cuMemAllocPitch(2^33 x 2^31, elem 16)", pitch(&p, &pt, 1ull << 33, 1ull << 31, 16));
   OUT("cuMemAllocPitch(2^40 x 2^40, elem 4)", pitch(&p, &pt, 1ull << 40, 1ull << 40, 4));
+  OUT("cuMemAllocPitch(2^32 x 2^20, elem 4)", pitch(&p, &pt, 1ull << 32, 1ull << 20, 4));
   OUT("cuMemAllocPitch(2^30 x 2^20, elem 3)", pitch(&p, &pt, 1ull << 30, 1ull << 20, 3));
   OUT("cuMemAllocPitch(0 x 2^40, elem 4)", pitch(&p, &pt, 0, 1ull << 40, 4));
   OUT("cuMemAllocPitch(2^20 x 0, elem 4)", pitch(&p, &pt, 1ull << 20, 0, 4));
