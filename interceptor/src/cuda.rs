@@ -595,14 +595,15 @@ pub unsafe extern "C" fn cuMemCreate(
 }
 
 /// The minimum allocation granularity of a device allocation's properties,
-/// cached per ordinal for the plain case (no handle types, no flags);
-/// 0: unknown.
+/// cached per ordinal and requested handle types (no allocation flags:
+/// asked every time); 0: unknown.
 unsafe fn vmm_granularity(prop: *const CUmemAllocationProp) -> u64 {
-    static GRAN: [core::sync::atomic::AtomicU64; 64] =
-        [const { core::sync::atomic::AtomicU64::new(0) }; 64];
+    // per (ordinal, requested handle types): [ordinal * 16 + handle types]
+    static GRAN: [core::sync::atomic::AtomicU64; 64 * 16] =
+        [const { core::sync::atomic::AtomicU64::new(0) }; 64 * 16];
     let p = &*prop;
-    let plain = p.requested_handle_types == 0 && p.alloc_flags == 0;
-    let slot = GRAN.get(p.loc_id.clamp(0, 63) as usize);
+    let plain = (0..16).contains(&p.requested_handle_types) && p.alloc_flags == 0;
+    let slot = GRAN.get(p.loc_id.clamp(0, 63) as usize * 16 + (p.requested_handle_types & 15) as usize);
     if plain {
         if let Some(v) = slot.map(|s| s.load(Relaxed)).filter(|&v| v != 0) {
             return v;
