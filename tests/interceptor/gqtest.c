@@ -1000,8 +1000,11 @@ static int t_capture(void) {
   }
   u64 before = violations();
   void *g = 0;
+  void *s2; REQUIRE(A.cuStreamCreate(&s2, 0) == 0, "second stream");
   REQUIRE(c.begin(s, CAP_GLOBAL) == 0, "begin capture");
-  u64 a, b;
+  u64 a, b, o;
+  /* work on another stream during the capture (legal): the pool grows */
+  CHECK(A.cuMemAllocAsync(&o, slice / 8, s2) == 0, "allocation on a non-capturing stream during the capture");
   CHECK(A.cuMemAllocAsync(&a, slice / 8, s) == 0, "captured allocation");
   CHECK(A.cuMemAllocAsync(&b, slice / 4, s) == 0, "captured allocation above the pool's reserve");
   CHECK(A.cuMemFreeAsync(b, s) == 0, "captured free");
@@ -1009,6 +1012,7 @@ static int t_capture(void) {
   CUresult r = c.end(s, &g);
   CHECK(r == 0 && g, "capture with pool allocations ended with %d (the interceptor made %llu call(s) illegal during capture)", r, (unsigned long long)(violations() - before));
   if (r != 0) return 1;
+  CHECK(A.cuMemFreeAsync(o, s2) == 0, "free on the other stream");
   void *ex; REQUIRE(A.cuGraphInstantiateWithFlags(&ex, g, 0) == 0, "instantiate");
   for (int i = 0; i < 3; i++) CHECK(c.launch(ex, s) == 0, "replay %d", i);
   CHECK(A.cuStreamSynchronize(s) == 0, "sync");
