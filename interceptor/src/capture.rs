@@ -149,7 +149,7 @@ pub fn node(api: &[u8], dev: crate::account::Dev, n: u64) -> bool {
     }
     let p = &PENDING[dev.idx];
     let before = p.fetch_add(n, AcqRel);
-    if crate::account::fits(api, dev, before.saturating_add(n)) {
+    if crate::account::fits_after(api, dev, n, before) {
         crate::graphs::note();
         true
     } else {

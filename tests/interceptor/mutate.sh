@@ -35,7 +35,7 @@ MUTATIONS=(
   "vmm-last-unmap-keeps-charge|vmm.rs|s/if \(prev - 1\) & RAW_MASK == 0 \{/if false {/"
   "capture-unguarded-pool-query|pools.rs|s/fn reserved\(handle: u64\) -> Option<u64> \{\n    if !crate::capture::quiet\(\) \{/fn reserved(handle: u64) -> Option<u64> {\n    if false \&\& !crate::capture::quiet() {/"
   "captured-alloc-charged-to-pool|pools.rs|s/if crate::capture::stream_capturing\(s\) \{\n        return captured\(b\"cuMemAllocAsync\"/if false \&\& crate::capture::stream_capturing(s) {\n        return captured(b\"cuMemAllocAsync\"/"
-  "capture-node-total-ignored|capture.rs|s/crate::account::fits\(api, dev, before.saturating_add\(n\)\)/crate::account::fits(api, dev, n)/"
+  "capture-node-total-ignored|capture.rs|s/crate::account::fits_after\(api, dev, n, before\)/crate::account::fits_after(api, dev, n, 0)/"
   "graph-launch-not-charged|cuda.rs|s/    if r == CUDA_SUCCESS \{\n        crate::graphs::launched\(\);\n    \}\n//"
   "pitch-max-ignored|cuda.rs|s/\&\& \(max_pitch == 0 \|\| width <= max_pitch\)/\&\& max_pitch != 1/"
   "vmm-granularity-ignored|cuda.rs|s/\(gran != 0 \&\& size as u64 % gran != 0\)/false/"
