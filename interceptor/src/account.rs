@@ -219,18 +219,24 @@ fn admit_slow(
 
 /// Does n more bytes fit right now (no reservation; graph memory nodes)?
 pub fn fits(api: &[u8], dev: Dev, n: u64) -> bool {
+    fits_after(api, dev, n, 0)
+}
+
+/// Does n more bytes fit next to `pending` bytes not charged yet (the
+/// memory nodes an active capture asked before)? The refusal names n.
+pub fn fits_after(api: &[u8], dev: Dev, n: u64, pending: u64) -> bool {
     let (r, limit) = match ctx(&dev) {
         Some(x) => x,
         None => return !state::failed_closed(),
     };
-    let used = r.used(dev.idx);
+    let used = r.used(dev.idx).saturating_add(pending);
     if used.saturating_add(n) <= limit {
         return true;
     }
     if let Some(s) = state::my_slot(&r) {
         r.reclaim_dead(s, &region::owner_alive);
     }
-    let used = r.used(dev.idx);
+    let used = r.used(dev.idx).saturating_add(pending);
     if used.saturating_add(n) <= limit {
         return true;
     }

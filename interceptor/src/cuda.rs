@@ -90,6 +90,58 @@ fn record(
     }
 }
 
+/// Arguments the driver rejects (issue 17 §3): they reach the driver first,
+/// uncharged, so the program gets the driver's own answer and not a
+/// refusal; should the driver accept them after all, the charge follows
+/// (refused: the allocation is undone and the answer is OUT_OF_MEMORY).
+#[cold]
+unsafe fn driver_first(
+    api: &[u8],
+    sel: DevSel,
+    n: u64,
+    kind: u32,
+    call: impl FnOnce() -> CUresult,
+    key: impl FnOnce() -> Option<u64>,
+    undo: impl FnOnce(u64),
+) -> CUresult {
+    let r = call();
+    if r != CUDA_SUCCESS || !config().map(|c| c.enforce).unwrap_or(false) {
+        return r;
+    }
+    let k = key();
+    match account::admit(api, account::select(sel), n) {
+        Ok(Some(ch)) => record(ch, kind, k, undo, r),
+        Ok(None) => r,
+        Err(()) => {
+            if let Some(k) = k {
+                undo(k);
+            }
+            CUDA_ERROR_OUT_OF_MEMORY
+        }
+    }
+}
+
+/// A device attribute of an ordinal, cached (0: unknown).
+fn dev_attr_cached(cache: &[core::sync::atomic::AtomicU64; 64], attr: c_int, ordinal: c_int) -> u64 {
+    let slot = match cache.get(ordinal.clamp(0, 63) as usize) {
+        Some(s) => s,
+        None => return 0,
+    };
+    let v = slot.load(Relaxed);
+    if v != 0 {
+        return v;
+    }
+    type F = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CUresult;
+    let mut x: c_int = 0;
+    match real_fn!(S::cuDeviceGetAttribute, F) {
+        Some(f) if unsafe { f(&mut x, attr, ordinal) } == CUDA_SUCCESS && x > 0 => {
+            slot.store(x as u64, Relaxed);
+            x as u64
+        }
+        _ => 0,
+    }
+}
+
 /// Common shape of a free: forget, call the driver, release on success
 /// (restore the record if the driver refused).
 #[inline(always)]
@@ -148,6 +200,9 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
         S::cuMemAlloc_v2,
         unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult
     );
+    if dptr.is_null() || size == 0 {
+        return f(dptr, size); // the driver's INVALID_VALUE
+    }
     produce(
         b"cuMemAlloc",
         DevSel::Current,
@@ -166,6 +221,9 @@ pub unsafe extern "C" fn cuMemAlloc(dptr: *mut c_uint, size: c_uint) -> CUresult
         S::cuMemAlloc,
         unsafe extern "C" fn(*mut c_uint, c_uint) -> CUresult
     );
+    if dptr.is_null() || size == 0 {
+        return f(dptr, size);
+    }
     produce(
         b"cuMemAlloc",
         DevSel::Current,
@@ -186,11 +244,16 @@ pub unsafe extern "C" fn cuMemAlloc(dptr: *mut c_uint, size: c_uint) -> CUresult
 // ------------------------------------------------------------ pitch
 
 const PITCH_EST_ALIGN: u64 = 512;
+const CU_DEVICE_ATTRIBUTE_MAX_PITCH: c_int = 11;
+static MAX_PITCH: [core::sync::atomic::AtomicU64; 64] =
+    [const { core::sync::atomic::AtomicU64::new(0) }; 64];
 
 #[inline(always)]
 unsafe fn pitch_common(
     width: u64,
     height: u64,
+    elem: c_uint,
+    outs_ok: bool,
     call: impl FnOnce() -> CUresult,
     result: impl FnOnce() -> Option<(u64, u64)>, // (ptr, pitch)
 ) -> CUresult {
@@ -199,11 +262,43 @@ unsafe fn pitch_common(
         return call();
     }
     let api = b"cuMemAllocPitch";
-    let est = width
-        .div_ceil(PITCH_EST_ALIGN)
-        .saturating_mul(PITCH_EST_ALIGN)
-        .saturating_mul(height);
     let dev = account::current_dev_charged();
+    // what the driver rejects reaches it (issue 17 §3): no output pointers,
+    // an empty extent, an element size other than 4/8/16, a row wider than
+    // the device's maximum pitch, a size beyond 64 bits
+    let max_pitch = dev_attr_cached(&MAX_PITCH, CU_DEVICE_ATTRIBUTE_MAX_PITCH, dev.ordinal);
+    let est = width
+        .checked_next_multiple_of(PITCH_EST_ALIGN)
+        .and_then(|w| w.checked_mul(height));
+    let est = match est {
+        Some(e)
+            if outs_ok
+                && width != 0
+                && height != 0
+                && matches!(elem, 4 | 8 | 16)
+                && (max_pitch == 0 || width <= max_pitch) =>
+        {
+            e
+        }
+        _ => {
+            let r = call();
+            if r == CUDA_SUCCESS {
+                // accepted after all: charge what it holds, or undo
+                if let Some((p, pitch)) = result() {
+                    let n = pitch.saturating_mul(height);
+                    match account::admit(api, dev, n) {
+                        Ok(Some(ch)) => return record(ch, KIND_DPTR, Some(p), |k| free_dptr(k), r),
+                        Ok(None) => return r,
+                        Err(()) => {
+                            free_dptr(p);
+                            return CUDA_ERROR_OUT_OF_MEMORY;
+                        }
+                    }
+                }
+            }
+            return r;
+        }
+    };
     let mut ch = match account::admit(api, dev, est) {
         Ok(Some(c)) => c,
         Ok(None) => return call(),
@@ -247,6 +342,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     pitch_common(
         width as u64,
         height as u64,
+        elem,
+        !dptr.is_null() && !pitch.is_null(),
         || f(dptr, pitch, width, height, elem),
         || {
             if dptr.is_null() || pitch.is_null() {
@@ -271,6 +368,8 @@ pub unsafe extern "C" fn cuMemAllocPitch(
     pitch_common(
         width as u64,
         height as u64,
+        elem,
+        !dptr.is_null() && !pitch.is_null(),
         || f(dptr, pitch, width, height, elem),
         || {
             if dptr.is_null() || pitch.is_null() {
@@ -313,6 +412,18 @@ pub unsafe extern "C" fn cuMemAllocManaged(
         S::cuMemAllocManaged,
         unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult
     );
+    // CU_MEM_ATTACH_GLOBAL (1) or CU_MEM_ATTACH_HOST (2), else the driver's answer
+    if dptr.is_null() || size == 0 || !matches!(flags, 1 | 2) {
+        return driver_first(
+            b"cuMemAllocManaged",
+            DevSel::Current,
+            size as u64,
+            KIND_DPTR,
+            || f(dptr, size, flags),
+            || if dptr.is_null() { None } else { Some(*dptr) },
+            |k| free_dptr(k),
+        );
+    }
     produce(
         b"cuMemAllocManaged",
         DevSel::Current,
@@ -433,6 +544,30 @@ pub unsafe extern "C" fn cuMemCreate(
         return f(handle, size, prop, flags); // host memory: not charged
     }
     let ord = (*prop).loc_id;
+    let release = |k: u64| {
+        type R = unsafe extern "C" fn(u64) -> CUresult;
+        if let Some(r) = real_fn!(S::cuMemRelease, R) {
+            r(k);
+        }
+    };
+    // a size that is not a multiple of the minimum granularity, reserved
+    // flags, no handle: the driver's INVALID_VALUE, not a refusal
+    let gran = vmm_granularity(prop);
+    if handle.is_null() || size == 0 || flags != 0 || (gran != 0 && size as u64 % gran != 0) {
+        let r = driver_first(
+            b"cuMemCreate",
+            DevSel::Ordinal(ord),
+            size as u64,
+            KIND_VMM,
+            || f(handle, size, prop, flags),
+            || if handle.is_null() { None } else { Some(*handle) },
+            release,
+        );
+        if r == CUDA_SUCCESS && !handle.is_null() && TABLE.get(*handle, KIND_VMM).is_some() {
+            crate::vmm::created(*handle);
+        }
+        return r;
+    }
     let r = produce(
         b"cuMemCreate",
         DevSel::Ordinal(ord),
@@ -457,6 +592,36 @@ pub unsafe extern "C" fn cuMemCreate(
         crate::vmm::created(*handle);
     }
     r
+}
+
+/// The minimum allocation granularity of a device allocation's properties,
+/// cached per ordinal and requested handle types (no allocation flags:
+/// asked every time); 0: unknown.
+unsafe fn vmm_granularity(prop: *const CUmemAllocationProp) -> u64 {
+    // per (ordinal, requested handle types): [ordinal * 16 + handle types]
+    static GRAN: [core::sync::atomic::AtomicU64; 64 * 16] =
+        [const { core::sync::atomic::AtomicU64::new(0) }; 64 * 16];
+    let p = &*prop;
+    let plain = (0..16).contains(&p.requested_handle_types) && p.alloc_flags == 0;
+    let slot = GRAN.get(p.loc_id.clamp(0, 63) as usize * 16 + (p.requested_handle_types & 15) as usize);
+    if plain {
+        if let Some(v) = slot.map(|s| s.load(Relaxed)).filter(|&v| v != 0) {
+            return v;
+        }
+    }
+    type F = unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, c_int) -> CUresult;
+    let mut g: usize = 0;
+    match real_fn!(S::cuMemGetAllocationGranularity, F) {
+        Some(f) if f(&mut g, prop, 0) == CUDA_SUCCESS && g != 0 => {
+            if plain {
+                if let Some(s) = slot {
+                    s.store(g as u64, Relaxed);
+                }
+            }
+            g as u64
+        }
+        _ => 0,
+    }
 }
 
 /// The charge of a handle stays while it has references or mappings
@@ -729,6 +894,12 @@ unsafe fn destroy_array(k: u64) {
     }
 }
 
+/// NumChannels of an array descriptor: 1, 2 or 4 (else the driver says
+/// INVALID_VALUE).
+fn channels_ok(c: c_uint) -> bool {
+    matches!(c, 1 | 2 | 4)
+}
+
 /// An array producer: charge the descriptor's estimated size (a NULL
 /// descriptor goes straight to the driver, which reports the error).
 unsafe fn create_array<D>(
@@ -736,10 +907,23 @@ unsafe fn create_array<D>(
     h: *mut Handle,
     d: *const D,
     call: impl FnOnce(*mut Handle, *const D) -> CUresult,
-    bytes: impl FnOnce(&D) -> u64,
+    bytes: impl Fn(&D) -> u64,
+    valid: impl FnOnce(&D) -> bool,
 ) -> CUresult {
-    if d.is_null() {
+    if d.is_null() || h.is_null() {
         return call(h, d);
+    }
+    if !valid(&*d) {
+        // e.g. 3 channels: the driver's INVALID_VALUE, not a refusal
+        return driver_first(
+            api,
+            DevSel::Current,
+            bytes(&*d),
+            KIND_ARRAY,
+            || call(h, d),
+            || Some(*h as u64),
+            |k| destroy_array(k),
+        );
     }
     produce(
         api,
@@ -764,6 +948,7 @@ pub unsafe extern "C" fn cuArrayCreate_v2(h: *mut Handle, d: *const ArrayDesc) -
         d,
         |h, d| f(h, d),
         |d| array_bytes(d.width as u64, d.height as u64, 1, d.format, d.channels),
+        |d| channels_ok(d.channels),
     )
 }
 
@@ -779,6 +964,7 @@ pub unsafe extern "C" fn cuArrayCreate(h: *mut Handle, d: *const ArrayDescV1) ->
         d,
         |h, d| f(h, d),
         |d| array_bytes(d.width as u64, d.height as u64, 1, d.format, d.channels),
+        |d| channels_ok(d.channels),
     )
 }
 
@@ -802,6 +988,7 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(h: *mut Handle, d: *const Array3DDes
                 d.channels,
             )
         },
+        |d| channels_ok(d.channels),
     )
 }
 
@@ -825,6 +1012,7 @@ pub unsafe extern "C" fn cuArray3DCreate(h: *mut Handle, d: *const Array3DDescV1
                 d.channels,
             )
         },
+        |d| channels_ok(d.channels),
     )
 }
 
@@ -854,6 +1042,23 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
         (*d).flags,
         levels,
     );
+    let undo = |k: u64| {
+        type D = unsafe extern "C" fn(Handle) -> CUresult;
+        if let Some(g) = real_fn!(S::cuMipmappedArrayDestroy, D) {
+            g(k as Handle);
+        }
+    };
+    if levels == 0 || h.is_null() || !channels_ok((*d).channels) {
+        return driver_first(
+            b"cuMipmappedArrayCreate",
+            DevSel::Current,
+            n,
+            KIND_MIPMAP,
+            || f(h, d, levels),
+            || if h.is_null() { None } else { Some(*h as u64) },
+            undo,
+        );
+    }
     produce(
         b"cuMipmappedArrayCreate",
         DevSel::Current,
@@ -1297,4 +1502,99 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: c_int) -> CUresult {
         crate::graphs::refresh_all();
     }
     r
+}
+
+// ------------------------------------------------------------ stream capture (capture.rs)
+
+type BeginV1 = unsafe extern "C" fn(CUstream) -> CUresult;
+type BeginV2 = unsafe extern "C" fn(CUstream, c_int) -> CUresult;
+type BeginToGraph = unsafe extern "C" fn(
+    CUstream,
+    *mut c_void,
+    *const *mut c_void,
+    *const c_void,
+    usize,
+    c_int,
+) -> CUresult;
+type EndCapture = unsafe extern "C" fn(CUstream, *mut *mut c_void) -> CUresult;
+type Launch = unsafe extern "C" fn(*mut c_void, CUstream) -> CUresult;
+
+#[inline(always)]
+fn began(s: CUstream, r: CUresult) -> CUresult {
+    if r == CUDA_SUCCESS {
+        crate::capture::began(s);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture, BeginV1)(s))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(s: CUstream) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture_ptsz, BeginV1)(s))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, mode: c_int) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture_v2, BeginV2)(s, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(s: CUstream, mode: c_int) -> CUresult {
+    began(s, real_or!(S::cuStreamBeginCapture_v2_ptsz, BeginV2)(s, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    s: CUstream,
+    g: *mut c_void,
+    deps: *const *mut c_void,
+    edges: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> CUresult {
+    let f = real_or!(S::cuStreamBeginCaptureToGraph, BeginToGraph);
+    began(s, f(s, g, deps, edges, n, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
+    s: CUstream,
+    g: *mut c_void,
+    deps: *const *mut c_void,
+    edges: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> CUresult {
+    let f = real_or!(S::cuStreamBeginCaptureToGraph_ptsz, BeginToGraph);
+    began(s, f(s, g, deps, edges, n, mode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, g: *mut *mut c_void) -> CUresult {
+    let r = real_or!(S::cuStreamEndCapture, EndCapture)(s, g);
+    crate::capture::end_called(s);
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(s: CUstream, g: *mut *mut c_void) -> CUresult {
+    let r = real_or!(S::cuStreamEndCapture_ptsz, EndCapture)(s, g);
+    crate::capture::end_called(s);
+    r
+}
+
+/// cuGraphLaunch: the graph pool reserves the graph's memory now; the
+/// charge follows it at once (a launch into a capturing stream is a node).
+#[inline(always)]
+unsafe fn launch(f: Launch, e: *mut c_void, s: CUstream) -> CUresult {
+    let r = f(e, s);
+    if r == CUDA_SUCCESS {
+        crate::graphs::launched();
+    }
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch(e: *mut c_void, s: CUstream) -> CUresult {
+    launch(real_or!(S::cuGraphLaunch, Launch), e, s)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(e: *mut c_void, s: CUstream) -> CUresult {
+    launch(real_or!(S::cuGraphLaunch_ptsz, Launch), e, s)
 }

@@ -8,6 +8,12 @@
 //! driver for CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT of each device and
 //! sets the charge to it. Allocations after that see it; the launch itself
 //! is never refused (cuGraphAddMemAllocNode is checked against what is left).
+//!
+//! Issue 17: the reserve is also read right after each cuGraphLaunch (the
+//! launch is where the driver reserves it), and never while a stream
+//! capture is active (capture.rs): cuDeviceGetGraphMemAttribute is treated
+//! as unsafe during capture; the skipped read is done at the end of the
+//! capture or the next legal point.
 
 use crate::account::{self, DevSel};
 use crate::config::MAX_GPUS;
@@ -20,10 +26,13 @@ use libc::{c_int, c_void};
 const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
 
 static USED: AtomicU8 = AtomicU8::new(0);
+/// a read was skipped during a capture
+static PENDING: AtomicU8 = AtomicU8::new(0);
 static CHARGED: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
 
 pub fn reset() {
     USED.store(0, Relaxed);
+    PENDING.store(0, Relaxed);
     for c in CHARGED.iter() {
         c.store(0, Relaxed);
     }
@@ -32,6 +41,19 @@ pub fn reset() {
 /// A graph was instantiated (or got a memory node): follow graph memory.
 pub fn note() {
     USED.store(1, Relaxed);
+}
+
+/// A graph was launched: its memory is reserved now.
+pub fn launched() {
+    note();
+    refresh_all();
+}
+
+/// A capture ended: do the read skipped during it.
+pub fn at_legal_point() {
+    if PENDING.swap(0, Relaxed) != 0 {
+        refresh_all();
+    }
 }
 
 #[inline]
@@ -45,6 +67,10 @@ pub fn at_sync() {
 #[cold]
 pub fn refresh_all() -> bool {
     if USED.load(Relaxed) == 0 {
+        return false;
+    }
+    if !crate::capture::quiet() {
+        PENDING.store(1, Relaxed);
         return false;
     }
     type F = unsafe extern "C" fn(c_int, c_int, *mut c_void) -> CUresult;

@@ -15,6 +15,8 @@ pub mod sys;
 #[cfg(not(test))]
 mod account;
 #[cfg(not(test))]
+mod capture;
+#[cfg(not(test))]
 mod ctxlife;
 #[cfg(not(test))]
 mod cuda;

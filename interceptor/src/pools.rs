@@ -107,7 +107,12 @@ fn register(handle: u64, dev: Dev) -> Option<usize> {
     find(handle)
 }
 
+/// The pool's reserve (None: unknown, or not askable now: a stream
+/// capture is active, capture.rs).
 fn reserved(handle: u64) -> Option<u64> {
+    if !crate::capture::quiet() {
+        return None;
+    }
     type F = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> CUresult;
     let f = real_fn!(S::cuMemPoolGetAttribute, F)?;
     let mut v: u64 = 0;
@@ -131,6 +136,12 @@ fn refresh(i: usize) -> bool {
     let p = &POOLS[i];
     let h = p.handle.load(Acquire);
     if h == 0 || p.dead.load(Acquire) != 0 {
+        return false;
+    }
+    if !crate::capture::quiet() {
+        // not now: the next legal point looks again
+        p.dirty.store(1, Release);
+        ANY_DIRTY.store(1, Relaxed);
         return false;
     }
     p.dirty.store(0, Release);
@@ -366,10 +377,17 @@ unsafe fn alloc_in(
     }
     if need > 0 {
         // the pool grew: charge its real reserve if larger (granularity)
-        if let Some(res) = reserved(p.handle.load(Acquire)) {
-            let c = p.charged.load(Acquire);
-            if res > c && p.charged.compare_exchange(c, res, AcqRel, Acquire).is_ok() {
-                account::force_charge(idx, res - c);
+        match reserved(p.handle.load(Acquire)) {
+            Some(res) => {
+                let c = p.charged.load(Acquire);
+                if res > c && p.charged.compare_exchange(c, res, AcqRel, Acquire).is_ok() {
+                    account::force_charge(idx, res - c);
+                }
+            }
+            None => {
+                // not askable now (capture): the next refresh decides
+                p.dirty.store(1, Release);
+                ANY_DIRTY.store(1, Relaxed);
             }
         }
     }
@@ -414,12 +432,26 @@ pub unsafe fn alloc_async(
     s: CUstream,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    if !enforcing() {
-        return call();
+    if !enforcing() || n == 0 || dptr.is_null() {
+        return call(); // the driver's INVALID_VALUE
     }
     let dev = stream_dev(s);
+    if crate::capture::stream_capturing(s) {
+        return captured(b"cuMemAllocAsync", dev, n, call);
+    }
     let pool = current_pool(dev);
     alloc_in(b"cuMemAllocAsync", dev, pool, n, dptr, call)
+}
+
+/// An allocation on a capturing stream: a memory node of the graph, no
+/// memory now (the graph pool is charged from the launch). Checked against
+/// what is left, not recorded (its free is a node too, or a free of graph
+/// memory later, neither of which changes a charge).
+unsafe fn captured(api: &[u8], dev: Dev, n: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+    if dev.idx != UNTRACKED && !crate::capture::node(api, dev, n) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    call()
 }
 
 /// cuMemAllocFromPoolAsync: the pool's device.
@@ -430,10 +462,13 @@ pub unsafe fn alloc_from_pool(
     s: CUstream,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    if !enforcing() {
+    if !enforcing() || n == 0 || dptr.is_null() {
         return call();
     }
     let dev = pool_dev(pool as u64, s);
+    if crate::capture::stream_capturing(s) {
+        return captured(b"cuMemAllocFromPoolAsync", dev, n, call);
+    }
     alloc_in(
         b"cuMemAllocFromPoolAsync",
         dev,

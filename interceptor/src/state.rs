@@ -221,9 +221,13 @@ unsafe fn load_config_inner(c: &mut Config) {
         c.enforce = true;
         c.source = Source::Env;
         c.limit = v;
-        if let Some(Size::Bytes(o)) = env_overhead {
-            c.ctx_overhead = o;
-        }
+        // a simulated card holds its context too (issue 17 §4): the env key
+        // overrides (0 = none), else the host's measured cost, else the
+        // built-in default
+        c.ctx_overhead = match env_overhead {
+            Some(Size::Bytes(o)) => o,
+            _ => standalone_ctx_default(),
+        };
         if let Some(p) = sys::getenv(c"GPU_QUOTA_USAGE_FILE") {
             if let Some(pb) = PathBuf::from_bytes(p) {
                 c.usage_path = pb;
@@ -236,6 +240,21 @@ unsafe fn load_config_inner(c: &mut Config) {
         sys::write_stderr(b"gpu-quota: cannot parse GPU_QUOTA_VRAM; not enforcing\n");
     }
     c.enforce = false;
+}
+
+/// The host's measured context cost (the hook's cache), else the built-in
+/// default. GPU_QUOTA_CONTEXT_COST_FILE names another cache file.
+unsafe fn standalone_ctx_default() -> u64 {
+    let mut buf = [0u8; 16384];
+    let n = match sys::getenv(c"GPU_QUOTA_CONTEXT_COST_FILE") {
+        Some(p) => match PathBuf::from_bytes(p) {
+            Some(pb) => sys::read_file_nofollow(pb.as_ptr(), &mut buf),
+            None => None,
+        },
+        None => sys::read_file_nofollow(c"/var/lib/gpu-quota/context-cost.json".as_ptr(), &mut buf),
+    };
+    n.and_then(|n| config::ctxcost_from_cache(&buf[..n]))
+        .unwrap_or(config::BUILTIN_CTX_OVERHEAD)
 }
 
 // ---------------------------------------------------------------- region
@@ -464,6 +483,7 @@ extern "C" fn atfork_child() {
     crate::pools::reset();
     crate::ctxlife::reset();
     crate::graphs::reset();
+    crate::capture::reset();
     for c in CTX_CHARGED.iter() {
         c.store(0, Relaxed);
     }

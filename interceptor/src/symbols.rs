@@ -105,8 +105,20 @@ symtab! {
     cuGraphInstantiateWithParams: "cuGraphInstantiateWithParams", 12000, false, LIB_CUDA, c::cuGraphInstantiateWithParams as *const ();
     cuGraphInstantiate_v2: "cuGraphInstantiate", 11000, false, LIB_CUDA, c::cuGraphInstantiate_v2 as *const ();
     cuDeviceGraphMemTrim: "cuDeviceGraphMemTrim", 11040, false, LIB_CUDA, c::cuDeviceGraphMemTrim as *const ();
+    cuStreamBeginCapture: "cuStreamBeginCapture", 10000, false, LIB_CUDA, c::cuStreamBeginCapture as *const ();
+    cuStreamBeginCapture_ptsz: "cuStreamBeginCapture", 10000, true, LIB_CUDA, c::cuStreamBeginCapture_ptsz as *const ();
+    cuStreamBeginCapture_v2: "cuStreamBeginCapture", 10010, false, LIB_CUDA, c::cuStreamBeginCapture_v2 as *const ();
+    cuStreamBeginCapture_v2_ptsz: "cuStreamBeginCapture", 10010, true, LIB_CUDA, c::cuStreamBeginCapture_v2_ptsz as *const ();
+    cuStreamBeginCaptureToGraph: "cuStreamBeginCaptureToGraph", 12030, false, LIB_CUDA, c::cuStreamBeginCaptureToGraph as *const ();
+    cuStreamBeginCaptureToGraph_ptsz: "cuStreamBeginCaptureToGraph", 12030, true, LIB_CUDA, c::cuStreamBeginCaptureToGraph_ptsz as *const ();
+    cuStreamEndCapture: "cuStreamEndCapture", 10000, false, LIB_CUDA, c::cuStreamEndCapture as *const ();
+    cuStreamEndCapture_ptsz: "cuStreamEndCapture", 10000, true, LIB_CUDA, c::cuStreamEndCapture_ptsz as *const ();
+    cuGraphLaunch: "cuGraphLaunch", 10000, false, LIB_CUDA, c::cuGraphLaunch as *const ();
+    cuGraphLaunch_ptsz: "cuGraphLaunch", 10000, true, LIB_CUDA, c::cuGraphLaunch_ptsz as *const ();
     // helpers: called, never wrapped
     cuDeviceGetAttribute: "cuDeviceGetAttribute", 2000, false, LIB_CUDA, NOWRAP;
+    cuStreamIsCapturing: "cuStreamIsCapturing", 10000, false, LIB_CUDA, NOWRAP;
+    cuMemGetAllocationGranularity: "cuMemGetAllocationGranularity", 10020, false, LIB_CUDA, NOWRAP;
     cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute", 11040, false, LIB_CUDA, NOWRAP;
     cuMemPoolGetAttribute: "cuMemPoolGetAttribute", 11020, false, LIB_CUDA, NOWRAP;
     cuDeviceGetMemPool: "cuDeviceGetMemPool", 11020, false, LIB_CUDA, NOWRAP;

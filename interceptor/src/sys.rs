@@ -136,8 +136,17 @@ pub fn getenv(name: &core::ffi::CStr) -> Option<&'static [u8]> {
 
 /// Read up to buf.len() bytes of a file; None if it cannot be opened.
 pub fn read_file(path: *const c_char, buf: &mut [u8]) -> Option<usize> {
+    read_file_flags(path, buf, 0)
+}
+
+/// read_file, refusing a symlink as the last component.
+pub fn read_file_nofollow(path: *const c_char, buf: &mut [u8]) -> Option<usize> {
+    read_file_flags(path, buf, libc::O_NOFOLLOW | libc::O_NONBLOCK)
+}
+
+fn read_file_flags(path: *const c_char, buf: &mut [u8], extra: c_int) -> Option<usize> {
     unsafe {
-        let fd = libc::open(path, libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(path, libc::O_RDONLY | libc::O_CLOEXEC | extra);
         if fd < 0 {
             return None;
         }

@@ -26,6 +26,7 @@ typedef void *CUstream;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long u64;
 
+#define FAKE_MAX_PITCH 2147483647ull
 enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INIT = 3, INVALID_DEVICE = 101,
        INVALID_CONTEXT = 201, NOT_FOUND = 500 };
 
@@ -133,7 +134,7 @@ static int proc_slot(void) {
    - streams belong to a context (and so to a device);
    - device memory in use (in_use[], peak[]) counts all of that, per device,
      across the processes sharing FAKE_CUDA_PEAK_FILE. */
-enum { K_PTR = 1, K_ARRAY = 3, K_MIPMAP = 4, K_POOL = 8 };
+enum { K_PTR = 1, K_ARRAY = 3, K_MIPMAP = 4, K_POOL = 8, K_GRAPH = 9 }; /* K_GRAPH: a graph allocation left live by a launch (pool = its exec) */
 struct rec { u64 key; u64 size; int dev; int kind; int ctx; int pool; };
 static struct rec *recs; static size_t nrec, caprec;
 static u64 next_ptr = 0x7f0000000000ull, next_ptr32 = 0x10000000ull, next_handle = 0x50000000ull;
@@ -246,10 +247,13 @@ static int pool_alloc(int pi, u64 n, u64 *out) {
   return r;
 }
 
+static void graph_freed(int dev, u64 size, int exec, u64 va);
 /* free a record (mu held) */
 static void drop_rec(size_t i) {
   struct rec *r = &recs[i];
-  if (r->kind == K_POOL) {
+  if (r->kind == K_GRAPH) {
+    graph_freed(r->dev, r->size, r->pool, r->key); /* back to the graph pool's reserve */
+  } else if (r->kind == K_POOL) {
     struct pool *p = &pools[r->pool];
     p->used -= r->size;
     if (p->destroyed) pool_shrink(p, 0);
@@ -264,7 +268,7 @@ static void drop_rec(size_t i) {
 static int untrack(int kind, u64 key) {
   pthread_mutex_lock(&mu);
   for (size_t i = 0; i < nrec; i++) {
-    if (recs[i].key == key && (recs[i].kind == kind || (kind == K_PTR && recs[i].kind == K_POOL))) {
+    if (recs[i].key == key && (recs[i].kind == kind || (kind == K_PTR && (recs[i].kind == K_POOL || recs[i].kind == K_GRAPH)))) {
       if (g_fail_next_free) { g_fail_next_free = 0; pthread_mutex_unlock(&mu); return 700; /* ILLEGAL_ADDRESS */ }
       drop_rec(i);
       pthread_mutex_unlock(&mu);
@@ -319,6 +323,94 @@ static int stream_dev(CUstream s) {
   int i = stream_idx(s);
   if (i < 0 || !ctxs[stream_ctx[i]].live) return -1;
   return ctxs[stream_ctx[i]].dev;
+}
+
+
+/* ------------------------------------------------------------ stream capture */
+/* Modelled on the driver's documented rules (cuStreamBeginCapture,
+   CUstreamCaptureMode): a thread whose interaction mode is GLOBAL is
+   prohibited from "potentially unsafe" calls while it has a non-relaxed
+   capture of its own or any other thread has a GLOBAL one; THREAD_LOCAL:
+   only its own; RELAXED: never. A prohibited call fails with
+   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that
+   prohibit it; cuStreamEndCapture of an invalidated capture then fails with
+   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. Which calls are unsafe the
+   documentation does not list: the fake takes the strict side (allocation,
+   free, memory-info, synchronising, pool-attribute, pool-trim, graph-memory
+   attribute and trim calls); synchronising the capturing stream or using
+   the legacy stream during a capture invalidates it too. Stream-ordered
+   allocations and frees on a capturing stream become graph memory nodes:
+   no memory until the graph is launched. */
+enum { CAP_GLOBAL = 0, CAP_THREAD_LOCAL = 1, CAP_RELAXED = 2 };
+enum { E_CAP_UNSUPPORTED = 900, E_CAP_INVALIDATED = 901, E_CAP_IMPLICIT = 906, E_CAP_WRONG_THREAD = 908, E_ILLEGAL_STATE = 401 };
+struct cap { int active, mode, invalid, graph; pthread_t owner; unsigned long long id; };
+static struct cap caps[64];
+static int n_caps_global;            /* active GLOBAL-mode captures, all threads */
+static __thread int t_caps_own;      /* this thread's active non-relaxed captures */
+static __thread int t_caps_own_global;
+static __thread int t_mode;          /* CAP_GLOBAL (0) by default */
+static unsigned long long cap_next_id = 1;
+static u64 capture_violations;       /* prohibited calls seen (test hook) */
+static int prohibited(void) {
+  if (t_mode == CAP_RELAXED) return 0;
+  if (t_caps_own > 0) return 1;
+  return t_mode == CAP_GLOBAL && __atomic_load_n(&n_caps_global, __ATOMIC_SEQ_CST) - t_caps_own_global > 0;
+}
+static void cap_invalidate_prohibiting(void) {
+  pthread_t me = pthread_self();
+  for (int i = 0; i < 64; i++)
+    if (caps[i].active && caps[i].mode != CAP_RELAXED && (caps[i].mode == CAP_GLOBAL || pthread_equal(caps[i].owner, me)))
+      caps[i].invalid = 1;
+}
+/* an unsafe call: refused (and the capture broken) while prohibited */
+#define UNSAFE_CALL() do { if (prohibited()) { cap_invalidate_prohibiting(); __atomic_fetch_add(&capture_violations, 1, __ATOMIC_SEQ_CST); return E_CAP_UNSUPPORTED; } } while (0)
+
+/* graphs: a graph holds memory-node allocations (alloc nodes, captured
+   stream-ordered allocations) and notes those it frees itself (free nodes).
+   At launch the device's graph memory pool reserves what the graph needs on
+   top of what earlier launches left allocated; the allocations the graph
+   does not free stay allocated (cuMemFree/cuMemFreeAsync outside frees them)
+   and the reserve stays until cuDeviceGraphMemTrim gives back what no
+   allocation uses. A graph whose allocations are still live cannot be
+   launched again (CUDA_ERROR_INVALID_VALUE). */
+#define MAXGRAPH 64
+#define MAXGALLOC 32
+struct galloc { u64 va, size; int freed; };
+struct graph { int live, dev, n; struct galloc a[MAXGALLOC]; };
+struct gexec { int live, dev, n, outstanding; struct galloc a[MAXGALLOC]; };
+static struct graph graphs[MAXGRAPH];
+static struct gexec gexecs[MAXGRAPH];
+static u64 graph_reserve[FAKE_MAX_DEV], graph_used[FAKE_MAX_DEV], graph_used_high[FAKE_MAX_DEV], graph_reserve_high[FAKE_MAX_DEV];
+#define GRAPH_H(i) ((void *)(0xa00000ull + 0x40ull * (u64)(i)))
+#define EXEC_H(i) ((void *)(0xb00000ull + 0x40ull * (u64)(i)))
+static int h_idx(void *h, u64 base, int max) { u64 v = (u64)h; if (v < base || (v - base) % 0x40) return -1; u64 i = (v - base) / 0x40; return i < (u64)max ? (int)i : -1; }
+static int graph_new(int dev) { for (int i = 0; i < MAXGRAPH; i++) if (!graphs[i].live) { graphs[i] = (struct graph){1, dev, 0, {{0}}}; return i; } return -1; }
+/* a memory node of n bytes in graph gi (mu held): its virtual address */
+static int graph_add_alloc(int gi, u64 n, u64 *va) {
+  struct graph *g = &graphs[gi];
+  if (g->n == MAXGALLOC) return OOM;
+  u64 k = new_va(n);
+  g->a[g->n++] = (struct galloc){k, (n + g_pool_gran - 1) / g_pool_gran * g_pool_gran, 0};
+  *va = k; return OK;
+}
+/* a free node in graph gi of va (mu held): the graph's own allocation */
+static int graph_add_free(int gi, u64 va) {
+  struct graph *g = &graphs[gi];
+  for (int j = 0; j < g->n; j++) if (g->a[j].va == va && !g->a[j].freed) { g->a[j].freed = 1; return OK; }
+  return INVALID_VALUE;
+}
+/* the capture of a stream, if any (-1) */
+static int cap_of(CUstream s) {
+  if ((u64)s <= 2) return -1;
+  u64 v = (u64)s; if (v < 0x700000ull || (v - 0x700000ull) % 0x40) return -1;
+  u64 i = (v - 0x700000ull) / 0x40; return i < 64 && caps[i].active ? (int)i : -1;
+}
+/* legacy-stream work while a capture that it would join is active */
+static int legacy_conflict(CUstream s) {
+  if ((u64)s > 1) return 0;
+  if (t_mode == CAP_RELAXED) return 0;
+  for (int i = 0; i < 64; i++) if (caps[i].active && caps[i].mode != CAP_RELAXED) return 1;
+  return 0;
 }
 
 /* ------------------------------------------------------------ VMM */
@@ -405,7 +497,7 @@ static CUresult i_cuCtxGetCurrent(CUcontext *c) { CHECK_INIT(); if (!c) return I
 static CUresult i_cuCtxPushCurrent_v2(CUcontext c) { CHECK_INIT(); int i = ctx_idx(c); if (i < 0 || !ctxs[i].live) return INVALID_CONTEXT; if (ctx_top >= 15) return INVALID_VALUE; ctx_stack[++ctx_top] = i; return OK; }
 static CUresult i_cuCtxPopCurrent_v2(CUcontext *c) { CHECK_INIT(); if (ctx_top < 0) return INVALID_CONTEXT; int i = ctx_stack[ctx_top--]; if (c) *c = i >= 0 ? CTX_H(i) : 0; return OK; }
 static CUresult i_cuCtxGetDevice(CUdevice *d) { CHECK_INIT(); if (!d) return INVALID_VALUE; if (cur_dev < 0) return INVALID_CONTEXT; *d = cur_dev; return OK; }
-static CUresult i_cuCtxSynchronize(void) { CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; pools_sync(); return OK; }
+static CUresult i_cuCtxSynchronize(void) { CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; UNSAFE_CALL(); pools_sync(); return OK; }
 static CUresult i_cuCtxSetLimit(int lim, size_t v) {
   CHECK_INIT(); int c = cur_ctx(); if (c < 0 || !ctxs[c].live) return INVALID_CONTEXT;
   if (lim != 2 && lim != 0) return OK;
@@ -424,6 +516,7 @@ static CUresult i_cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   CHECK_INIT(); if (!v) return INVALID_VALUE; if (d < 0 || d >= g_ndev) return INVALID_DEVICE;
   if (attr == 16) { *v = FAKE_SMS; return OK; }
   if (attr == 39) { *v = FAKE_THREADS_PER_SM; return OK; }
+  if (attr == 11) { *v = (int)FAKE_MAX_PITCH; return OK; } /* MAX_PITCH */
   *v = 0; return OK;
 }
 
@@ -438,9 +531,15 @@ static CUresult i_cuStreamGetCtx(CUstream s, CUcontext *c) {
   if ((u64)s <= 2) { int i = cur_ctx(); if (i < 0) return INVALID_CONTEXT; *c = CTX_H(i); return OK; }
   int i = stream_idx(s); if (i < 0) return INVALID_VALUE; *c = CTX_H(stream_ctx[i]); return OK;
 }
-static CUresult i_cuStreamSynchronize(CUstream s) { CHECK_INIT(); if ((u64)s > 2 && stream_idx(s) < 0) return INVALID_VALUE; pools_sync(); return OK; }
+static CUresult i_cuStreamSynchronize(CUstream s) {
+  CHECK_INIT(); if ((u64)s > 2 && stream_idx(s) < 0) return INVALID_VALUE;
+  int ci = cap_of(s);
+  if (ci >= 0) { caps[ci].invalid = 1; __atomic_fetch_add(&capture_violations, 1, __ATOMIC_SEQ_CST); return E_CAP_UNSUPPORTED; }
+  if (legacy_conflict(s)) { cap_invalidate_prohibiting(); __atomic_fetch_add(&capture_violations, 1, __ATOMIC_SEQ_CST); return E_CAP_IMPLICIT; }
+  UNSAFE_CALL(); pools_sync(); return OK;
+}
 static CUresult i_cuStreamSynchronize_ptsz(CUstream s) { ST.calls_ptsz++; return i_cuStreamSynchronize(s); }
-static CUresult i_cuEventSynchronize(void *e) { CHECK_INIT(); (void)e; pools_sync(); return OK; }
+static CUresult i_cuEventSynchronize(void *e) { CHECK_INIT(); (void)e; UNSAFE_CALL(); pools_sync(); return OK; }
 
 static CUresult i_cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
   CHECK_INIT(); if (!data) return INVALID_VALUE;
@@ -460,31 +559,46 @@ static CUresult i_cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
 }
 
 static CUresult i_cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
-  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!p || !n) return INVALID_VALUE;
+  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!p || !n) return INVALID_VALUE; UNSAFE_CALL();
   u64 k; int r = track(K_PTR, cur_dev, n, &k, 0); if (r == OK) *p = k; return r;
 }
 static CUresult i_cuMemAlloc(unsigned *p, unsigned n) {
   ST.calls_legacy++;
-  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!p || !n) return INVALID_VALUE;
+  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!p || !n) return INVALID_VALUE; UNSAFE_CALL();
   u64 k; int r = track(K_PTR, cur_dev, n, &k, 1); if (r == OK) *p = (unsigned)k; return r;
 }
+/* CU_DEVICE_ATTRIBUTE_MAX_PITCH (11): wider rows are invalid, as are
+   sizes that do not fit in 64 bits (the driver's answer to both:
+   CUDA_ERROR_INVALID_VALUE) */
 static CUresult i_cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e) {
   CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!p || !pitch || !w || !h || (e != 4 && e != 8 && e != 16)) return INVALID_VALUE;
-  size_t pt = (w + g_pitch_align - 1) / g_pitch_align * g_pitch_align; u64 k; int r = track(K_PTR, cur_dev, (u64)pt * h, &k, 0);
+  if (w > FAKE_MAX_PITCH) return INVALID_VALUE;
+  UNSAFE_CALL();
+  size_t pt = (w + g_pitch_align - 1) / g_pitch_align * g_pitch_align; u64 bytes;
+  if (__builtin_mul_overflow((u64)pt, (u64)h, &bytes)) return INVALID_VALUE;
+  u64 k; int r = track(K_PTR, cur_dev, bytes, &k, 0);
   if (r == OK) { *p = k; *pitch = pt; } return r;
 }
 static CUresult i_cuMemAllocPitch(unsigned *p, unsigned *pitch, unsigned w, unsigned h, unsigned e) {
   ST.calls_legacy++;
   CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!p || !pitch || !w || !h || (e != 4 && e != 8 && e != 16)) return INVALID_VALUE;
+  UNSAFE_CALL();
   unsigned pt = (unsigned)((w + g_pitch_align - 1) / g_pitch_align * g_pitch_align); u64 k; int r = track(K_PTR, cur_dev, (u64)pt * h, &k, 1);
   if (r == OK) { *p = (unsigned)k; *pitch = pt; } return r;
 }
-static CUresult i_cuMemFree_v2(CUdeviceptr p) { CHECK_INIT(); return untrack(K_PTR, p); }
-static CUresult i_cuMemFree(unsigned p) { ST.calls_legacy++; CHECK_INIT(); return untrack(K_PTR, p); }
-static CUresult i_cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { (void)f; return i_cuMemAlloc_v2(p, n); }
+static CUresult i_cuMemFree_v2(CUdeviceptr p) { CHECK_INIT(); UNSAFE_CALL(); return untrack(K_PTR, p); }
+static CUresult i_cuMemFree(unsigned p) { ST.calls_legacy++; CHECK_INIT(); UNSAFE_CALL(); return untrack(K_PTR, p); }
+static CUresult i_cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { if (f != 1 && f != 2) return INVALID_VALUE; /* CU_MEM_ATTACH_GLOBAL / _HOST */ return i_cuMemAlloc_v2(p, n); }
 static CUresult i_cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) {
   CHECK_INIT(); if (!p || !n) return INVALID_VALUE;
   int d = stream_dev(s); if (d < 0) return INVALID_CONTEXT;
+  if (legacy_conflict(s)) { cap_invalidate_prohibiting(); return E_CAP_IMPLICIT; }
+  int ci = cap_of(s);
+  if (ci >= 0) { /* a memory node of the capture's graph */
+    if (caps[ci].invalid) return E_CAP_INVALIDATED;
+    pthread_mutex_lock(&mu); u64 va; int r = graph_add_alloc(caps[ci].graph, n, &va); pthread_mutex_unlock(&mu);
+    if (r == OK) *p = va; return r;
+  }
   pthread_mutex_lock(&mu); default_pool(d); int pi = cur_pool[d]; pthread_mutex_unlock(&mu);
   u64 k; int r = pool_alloc(pi, n, &k); if (r == OK) *p = k; return r;
 }
@@ -492,13 +606,32 @@ static CUresult i_cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { S
 static CUresult i_cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, CUstream s) {
   CHECK_INIT(); if (!p || !n) return INVALID_VALUE; if ((u64)s > 2 && stream_idx(s) < 0) return INVALID_VALUE;
   int pi = pool_idx(pool); if (pi < 0 || pools[pi].destroyed) return INVALID_VALUE;
+  if (legacy_conflict(s)) { cap_invalidate_prohibiting(); return E_CAP_IMPLICIT; }
+  int ci = cap_of(s);
+  if (ci >= 0) {
+    if (caps[ci].invalid) return E_CAP_INVALIDATED;
+    pthread_mutex_lock(&mu); u64 va; int r = graph_add_alloc(caps[ci].graph, n, &va); pthread_mutex_unlock(&mu);
+    if (r == OK) *p = va; return r;
+  }
   u64 k; int r = pool_alloc(pi, n, &k); if (r == OK) *p = k; return r;
 }
 static CUresult i_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pool, CUstream s) { ST.calls_ptsz++; return i_cuMemAllocFromPoolAsync(p, n, pool, s); }
-static CUresult i_cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return i_cuMemFree_v2(p); }
+static CUresult i_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  CHECK_INIT();
+  if ((u64)s > 2 && stream_idx(s) < 0) return INVALID_VALUE;
+  if (legacy_conflict(s)) { cap_invalidate_prohibiting(); return E_CAP_IMPLICIT; }
+  int ci = cap_of(s);
+  if (ci >= 0) { /* a free node: of the graph's own allocation (else left to the caller: unsupported here) */
+    if (caps[ci].invalid) return E_CAP_INVALIDATED;
+    pthread_mutex_lock(&mu); int r = graph_add_free(caps[ci].graph, p); pthread_mutex_unlock(&mu);
+    if (r != OK) caps[ci].invalid = 1;
+    return r;
+  }
+  return untrack(K_PTR, p);
+}
 static CUresult i_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { ST.calls_ptsz++; return i_cuMemFreeAsync(p, s); }
 static CUresult i_cuMemPoolTrimTo(void *pool, size_t keep) {
-  CHECK_INIT(); int pi = pool_idx(pool); if (pi < 0) return INVALID_VALUE;
+  CHECK_INIT(); int pi = pool_idx(pool); if (pi < 0) return INVALID_VALUE; UNSAFE_CALL();
   pthread_mutex_lock(&mu); pool_shrink(&pools[pi], keep); pthread_mutex_unlock(&mu); return OK;
 }
 struct pool_props { int alloc_type, htypes, loc_type, loc_id; void *win32; size_t max; unsigned short usage; unsigned char reserved[54]; };
@@ -517,7 +650,7 @@ static CUresult i_cuMemPoolDestroy(void *pool) {
   return OK;
 }
 static CUresult i_cuMemPoolGetAttribute(void *pool, int attr, void *v) {
-  CHECK_INIT(); int pi = pool_idx(pool); if (pi < 0 || !v) return INVALID_VALUE;
+  CHECK_INIT(); int pi = pool_idx(pool); if (pi < 0 || !v) return INVALID_VALUE; UNSAFE_CALL();
   struct pool *p = &pools[pi];
   switch (attr) {
     case 4: *(u64 *)v = p->threshold; return OK;   /* RELEASE_THRESHOLD */
@@ -546,8 +679,9 @@ static CUresult i_cuDeviceSetMemPool(CUdevice d, void *pool) {
 
 struct prop { int type, htypes, loc_type, loc_id; void *win32; u64 flags; };
 static CUresult i_cuMemCreate(u64 *h, size_t n, const struct prop *p, u64 fl) {
-  (void)fl; CHECK_INIT(); if (!h || !p || !n) return INVALID_VALUE;
+  CHECK_INIT(); if (!h || !p || !n || fl) return INVALID_VALUE; /* flags: reserved, must be 0 */
   if (n % (2u << 20)) return INVALID_VALUE; /* granularity 2 MiB */
+  UNSAFE_CALL();
   int dev = -1;
   if (p->loc_type == 1) { if (p->loc_id < 0 || p->loc_id >= g_ndev) return INVALID_DEVICE; dev = p->loc_id; }
   pthread_mutex_lock(&mu);
@@ -653,17 +787,18 @@ struct a3desc { size_t w, h, d; unsigned fmt, ch, flags; };
 struct a3desc1 { unsigned w, h, d, fmt, ch, flags; };
 static u64 fmt_bytes(unsigned f) { switch (f) { case 1: case 8: return 1; case 2: case 9: case 0x10: return 2; default: return 4; } }
 static CUresult arr_make(u64 bytes, void **h, int kind) {
-  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!h) return INVALID_VALUE;
+  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!h) return INVALID_VALUE; UNSAFE_CALL();
   u64 k; int r = track(kind, cur_dev, bytes, &k, 0); if (r == OK) *h = (void *)k; return r;
 }
 #define MX(a) ((a) ? (a) : 1)
-static CUresult i_cuArrayCreate_v2(void **h, const struct adesc *d) { if (!d) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
-static CUresult i_cuArrayCreate(void **h, const struct adesc1 *d) { ST.calls_legacy++; if (!d) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
-static CUresult i_cuArray3DCreate_v2(void **h, const struct a3desc *d) { if (!d) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
-static CUresult i_cuArray3DCreate(void **h, const struct a3desc1 *d) { ST.calls_legacy++; if (!d) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+#define BADCH(c) ((c) != 1 && (c) != 2 && (c) != 4) /* NumChannels: 1, 2 or 4 */
+static CUresult i_cuArrayCreate_v2(void **h, const struct adesc *d) { if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+static CUresult i_cuArrayCreate(void **h, const struct adesc1 *d) { ST.calls_legacy++; if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+static CUresult i_cuArray3DCreate_v2(void **h, const struct a3desc *d) { if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make(MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
+static CUresult i_cuArray3DCreate(void **h, const struct a3desc1 *d) { ST.calls_legacy++; if (!d || BADCH(d->ch)) return INVALID_VALUE; return arr_make((u64)MX(d->w) * MX(d->h) * MX(d->d) * fmt_bytes(d->fmt) * MX(d->ch), h, K_ARRAY); }
 static CUresult i_cuArrayDestroy(void *h) { CHECK_INIT(); return untrack(K_ARRAY, (u64)h); }
 static CUresult i_cuMipmappedArrayCreate(void **h, const struct a3desc *d, unsigned levels) {
-  if (!d || !levels) return INVALID_VALUE;
+  if (!d || !levels || BADCH(d->ch)) return INVALID_VALUE;
   u64 tot = 0; size_t w = d->w, hh = d->h, dd = d->d;
   for (unsigned l = 0; l < levels; l++) { tot += MX(w) * MX(hh) * MX(dd) * fmt_bytes(d->fmt) * MX(d->ch); w = w > 1 ? w / 2 : 1; hh = hh > 1 ? hh / 2 : hh; dd = dd > 1 ? dd / 2 : dd; }
   return arr_make(tot, h, K_MIPMAP);
@@ -671,7 +806,7 @@ static CUresult i_cuMipmappedArrayCreate(void **h, const struct a3desc *d, unsig
 static CUresult i_cuMipmappedArrayDestroy(void *h) { CHECK_INIT(); return untrack(K_MIPMAP, (u64)h); }
 
 static CUresult i_cuMemGetInfo_v2(size_t *fr, size_t *tot) {
-  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!fr && !tot) return INVALID_VALUE;
+  CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!fr && !tot) return INVALID_VALUE; UNSAFE_CALL();
   u64 used = __atomic_load_n(&S->in_use[cur_dev], __ATOMIC_SEQ_CST) + __atomic_load_n(&S->external[cur_dev], __ATOMIC_SEQ_CST);
   if (fr) *fr = used > g_mem ? 0 : g_mem - used;
   if (tot) *tot = g_mem;
@@ -681,49 +816,152 @@ static CUresult i_cuMemGetInfo(unsigned *fr, unsigned *tot) {
   ST.calls_legacy++; size_t a, b; CUresult r = i_cuMemGetInfo_v2(fr ? &a : 0, tot ? &b : 0);
   if (r) return r; if (fr) *fr = a > 0xffffffffu ? 0xffffffffu : (unsigned)a; if (tot) *tot = b > 0xffffffffu ? 0xffffffffu : (unsigned)b; return OK;
 }
-/* graphs: memory nodes add to the graph's need; the device's graph pool
-   reserves it at the first launch and keeps it until cuDeviceGraphMemTrim */
-#define MAXGRAPH 64
-static u64 graph_bytes[MAXGRAPH]; static int graph_live[MAXGRAPH], ngraph_exec;
-static u64 exec_bytes[MAXGRAPH];
-static u64 graph_reserve[FAKE_MAX_DEV];
-#define GRAPH_H(i) ((void *)(0xa00000ull + 0x40ull * (u64)(i)))
-#define EXEC_H(i) ((void *)(0xb00000ull + 0x40ull * (u64)(i)))
-static int h_idx(void *h, u64 base, int max) { u64 v = (u64)h; if (v < base || (v - base) % 0x40) return -1; u64 i = (v - base) / 0x40; return i < (u64)max ? (int)i : -1; }
 static CUresult i_cuGraphCreate(void **g, unsigned f) {
   (void)f; CHECK_INIT(); if (!g) return INVALID_VALUE;
-  for (int i = 0; i < MAXGRAPH; i++) if (!graph_live[i]) { graph_live[i] = 1; graph_bytes[i] = 0; *g = GRAPH_H(i); return OK; }
-  return OOM;
+  pthread_mutex_lock(&mu); int i = graph_new(cur_dev < 0 ? 0 : cur_dev); pthread_mutex_unlock(&mu);
+  if (i < 0) return OOM; *g = GRAPH_H(i); return OK;
 }
+static CUresult i_cuGraphDestroy(void *g) {
+  CHECK_INIT(); int i = h_idx(g, 0xa00000ull, MAXGRAPH); if (i < 0 || !graphs[i].live) return INVALID_VALUE;
+  graphs[i].live = 0; return OK;
+}
+/* CUDA_MEM_ALLOC_NODE_PARAMS: poolProps.location at 8/12, bytesize at 104, dptr (out) at 112 */
 static CUresult i_cuGraphAddMemAllocNode(void **node, void *g, void *deps, size_t n, void *params) {
   (void)deps; (void)n; CHECK_INIT(); if (!node || !params) return INVALID_VALUE;
-  int i = h_idx(g, 0xa00000ull, MAXGRAPH);
-  if (i >= 0 && graph_live[i]) { u64 b = *(size_t *)((char *)params + 104); graph_bytes[i] += (b + g_pool_gran - 1) / g_pool_gran * g_pool_gran; *(u64 *)((char *)params + 112) = 0x600000000000ull; }
-  *node = (void *)0x1234; return OK;
+  int i = h_idx(g, 0xa00000ull, MAXGRAPH); if (i < 0 || !graphs[i].live) return INVALID_VALUE;
+  u64 b = *(size_t *)((char *)params + 104); if (!b) return INVALID_VALUE;
+  int loc = *(int *)((char *)params + 12); if (*(int *)((char *)params + 8) != 1 || loc < 0 || loc >= g_ndev) return INVALID_VALUE;
+  pthread_mutex_lock(&mu); graphs[i].dev = loc; u64 va; int r = graph_add_alloc(i, b, &va); pthread_mutex_unlock(&mu);
+  if (r) return r;
+  *(u64 *)((char *)params + 112) = va; *node = (void *)(0x1234 + va); return OK;
+}
+static CUresult i_cuGraphAddMemFreeNode(void **node, void *g, void *deps, size_t n, CUdeviceptr p) {
+  (void)deps; (void)n; CHECK_INIT(); if (!node) return INVALID_VALUE;
+  int i = h_idx(g, 0xa00000ull, MAXGRAPH); if (i < 0 || !graphs[i].live) return INVALID_VALUE;
+  pthread_mutex_lock(&mu); int r = graph_add_free(i, p); pthread_mutex_unlock(&mu);
+  if (r == OK) *node = (void *)(0x5678 + p); return r;
 }
 static CUresult i_cuGraphInstantiateWithFlags(void **e, void *g, u64 f) {
-  (void)f; CHECK_INIT(); if (!e) return INVALID_VALUE; int i = h_idx(g, 0xa00000ull, MAXGRAPH); if (i < 0 || !graph_live[i]) return INVALID_VALUE;
-  if (ngraph_exec == MAXGRAPH) return OOM; exec_bytes[ngraph_exec] = graph_bytes[i]; *e = EXEC_H(ngraph_exec++); return OK;
+  (void)f; CHECK_INIT(); if (!e) return INVALID_VALUE; int i = h_idx(g, 0xa00000ull, MAXGRAPH); if (i < 0 || !graphs[i].live) return INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  int x; for (x = 0; x < MAXGRAPH && gexecs[x].live; x++) {}
+  if (x == MAXGRAPH) { pthread_mutex_unlock(&mu); return OOM; }
+  gexecs[x].live = 1; gexecs[x].dev = graphs[i].dev; gexecs[x].n = graphs[i].n; gexecs[x].outstanding = 0;
+  memcpy(gexecs[x].a, graphs[i].a, sizeof graphs[i].a);
+  pthread_mutex_unlock(&mu);
+  *e = EXEC_H(x); return OK;
+}
+static CUresult i_cuGraphExecDestroy(void *e) {
+  CHECK_INIT(); int i = h_idx(e, 0xb00000ull, MAXGRAPH); if (i < 0 || !gexecs[i].live) return INVALID_VALUE;
+  gexecs[i].live = 0; return OK; /* allocations it left live stay allocated */
 }
 static CUresult i_cuGraphLaunch(void *e, CUstream s) {
-  CHECK_INIT(); int i = h_idx(e, 0xb00000ull, ngraph_exec); if (i < 0) return INVALID_VALUE;
-  int d = stream_dev(s); if (d < 0) return INVALID_CONTEXT;
+  CHECK_INIT(); int i = h_idx(e, 0xb00000ull, MAXGRAPH); if (i < 0 || !gexecs[i].live) return INVALID_VALUE;
+  if ((u64)s > 2 && stream_idx(s) < 0) return INVALID_VALUE;
+  if (cap_of(s) >= 0) return OK; /* launched into a capture: a child graph node (no memory now) */
+  if (legacy_conflict(s)) { cap_invalidate_prohibiting(); return E_CAP_IMPLICIT; }
+  struct gexec *x = &gexecs[i];
+  int d = x->dev;
   pthread_mutex_lock(&mu);
+  if (x->outstanding) { pthread_mutex_unlock(&mu); return INVALID_VALUE; }
+  u64 total = 0, kept = 0;
+  for (int j = 0; j < x->n; j++) { total += x->a[j].size; if (!x->a[j].freed) kept += x->a[j].size; }
+  u64 need = graph_used[d] + total;
   int r = OK;
-  if (exec_bytes[i] > graph_reserve[d]) { r = dev_charge(d, exec_bytes[i] - graph_reserve[d]); if (r == OK) graph_reserve[d] = exec_bytes[i]; }
+  if (need > graph_reserve[d]) { r = dev_charge(d, need - graph_reserve[d]); if (r == OK) graph_reserve[d] = need; }
+  if (r == OK && kept) {
+    graph_used[d] += kept;
+    for (int j = 0; j < x->n; j++) if (!x->a[j].freed) add_rec((struct rec){x->a[j].va, x->a[j].size, d, K_GRAPH, -1, i});
+    x->outstanding = 1;
+  }
+  if (graph_used[d] > graph_used_high[d]) graph_used_high[d] = graph_used[d];
+  if (graph_reserve[d] > graph_reserve_high[d]) graph_reserve_high[d] = graph_reserve[d];
   pthread_mutex_unlock(&mu);
   return r;
 }
+/* a live graph allocation was freed (mu held): the reserve keeps it */
+static void graph_freed(int dev, u64 size, int exec, u64 va) {
+  graph_used[dev] -= size < graph_used[dev] ? size : graph_used[dev];
+  int more = 0;
+  for (size_t k = 0; k < nrec; k++) if (recs[k].kind == K_GRAPH && recs[k].pool == exec && recs[k].key != va) more = 1;
+  if (!more && exec >= 0 && exec < MAXGRAPH) gexecs[exec].outstanding = 0;
+}
 static CUresult i_cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v) {
   CHECK_INIT(); if (d < 0 || d >= g_ndev) return INVALID_DEVICE; if (!v) return INVALID_VALUE;
-  if (attr == 2 || attr == 3) { *(u64 *)v = graph_reserve[d]; return OK; } /* RESERVED_MEM_CURRENT/HIGH */
-  if (attr == 0 || attr == 1) { *(u64 *)v = 0; return OK; }
-  return INVALID_VALUE;
+  UNSAFE_CALL();
+  switch (attr) {
+    case 0: *(u64 *)v = graph_used[d]; return OK;         /* USED_MEM_CURRENT */
+    case 1: *(u64 *)v = graph_used_high[d]; return OK;    /* USED_MEM_HIGH */
+    case 2: *(u64 *)v = graph_reserve[d]; return OK;      /* RESERVED_MEM_CURRENT */
+    case 3: *(u64 *)v = graph_reserve_high[d]; return OK; /* RESERVED_MEM_HIGH */
+    default: return INVALID_VALUE;
+  }
 }
 static CUresult i_cuDeviceGraphMemTrim(CUdevice d) {
   CHECK_INIT(); if (d < 0 || d >= g_ndev) return INVALID_DEVICE;
-  pthread_mutex_lock(&mu); if (graph_reserve[d]) dev_uncharge(d, graph_reserve[d]); graph_reserve[d] = 0; pthread_mutex_unlock(&mu);
+  UNSAFE_CALL();
+  pthread_mutex_lock(&mu);
+  if (graph_reserve[d] > graph_used[d]) { dev_uncharge(d, graph_reserve[d] - graph_used[d]); graph_reserve[d] = graph_used[d]; }
+  pthread_mutex_unlock(&mu);
   return OK;
+}
+
+/* capture entry points */
+static CUresult i_cuStreamBeginCapture_v2(CUstream s, int mode) {
+  CHECK_INIT(); if (mode < 0 || mode > 2) return INVALID_VALUE;
+  if ((u64)s <= 1) return E_CAP_UNSUPPORTED; /* the legacy stream cannot be captured */
+  int si = stream_idx(s); if (si < 0) return INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  if (caps[si].active) { pthread_mutex_unlock(&mu); return E_ILLEGAL_STATE; }
+  int g = graph_new(ctxs[stream_ctx[si]].dev);
+  if (g < 0) { pthread_mutex_unlock(&mu); return OOM; }
+  caps[si] = (struct cap){1, mode, 0, g, pthread_self(), cap_next_id++};
+  if (mode != CAP_RELAXED) t_caps_own++;
+  if (mode == CAP_GLOBAL) { t_caps_own_global++; __atomic_fetch_add(&n_caps_global, 1, __ATOMIC_SEQ_CST); }
+  pthread_mutex_unlock(&mu);
+  return OK;
+}
+static CUresult i_cuStreamBeginCapture(CUstream s) { return i_cuStreamBeginCapture_v2(s, CAP_GLOBAL); }
+static CUresult i_cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) { ST.calls_ptsz++; return i_cuStreamBeginCapture_v2(s, mode); }
+static CUresult i_cuStreamEndCapture(CUstream s, void **graph) {
+  CHECK_INIT(); if (!graph) return INVALID_VALUE;
+  int ci = cap_of(s); if (ci < 0) return E_ILLEGAL_STATE;
+  struct cap *c = &caps[ci];
+  if (c->mode != CAP_RELAXED && !pthread_equal(c->owner, pthread_self())) { c->invalid = 1; return E_CAP_WRONG_THREAD; }
+  pthread_mutex_lock(&mu);
+  c->active = 0;
+  if (c->mode != CAP_RELAXED) t_caps_own--;
+  if (c->mode == CAP_GLOBAL) { t_caps_own_global--; __atomic_fetch_sub(&n_caps_global, 1, __ATOMIC_SEQ_CST); }
+  int inv = c->invalid;
+  if (inv) graphs[c->graph].live = 0;
+  pthread_mutex_unlock(&mu);
+  if (inv) { *graph = 0; return E_CAP_INVALIDATED; }
+  *graph = GRAPH_H(c->graph); return OK;
+}
+static CUresult i_cuStreamEndCapture_ptsz(CUstream s, void **graph) { ST.calls_ptsz++; return i_cuStreamEndCapture(s, graph); }
+/* CUstreamCaptureStatus: NONE 0, ACTIVE 1, INVALIDATED 2 */
+static CUresult i_cuStreamIsCapturing(CUstream s, int *st) {
+  CHECK_INIT(); if (!st) return INVALID_VALUE;
+  if ((u64)s > 2 && stream_idx(s) < 0) return INVALID_VALUE;
+  if ((u64)s <= 1 && legacy_conflict(s)) { cap_invalidate_prohibiting(); return E_CAP_IMPLICIT; }
+  int ci = cap_of(s); *st = ci < 0 ? 0 : caps[ci].invalid ? 2 : 1; return OK;
+}
+static CUresult i_cuStreamGetCaptureInfo(CUstream s, int *st, unsigned long long *id) {
+  int x; CUresult r = i_cuStreamIsCapturing(s, &x); if (r) return r;
+  if (st) *st = x; if (id && x) *id = caps[cap_of(s)].id; return OK;
+}
+static CUresult i_cuStreamGetCaptureInfo_v2(CUstream s, int *st, unsigned long long *id, void **g, const void **deps, size_t *nd) {
+  int x; CUresult r = i_cuStreamIsCapturing(s, &x); if (r) return r;
+  if (st) *st = x;
+  if (x) { int ci = cap_of(s); if (id) *id = caps[ci].id; if (g) *g = GRAPH_H(caps[ci].graph); }
+  if (deps) *deps = 0; if (nd) *nd = 0; return OK;
+}
+static CUresult i_cuStreamGetCaptureInfo_v3(CUstream s, int *st, unsigned long long *id, void **g, const void **deps, const void **ed, size_t *nd) {
+  if (ed) *ed = 0; return i_cuStreamGetCaptureInfo_v2(s, st, id, g, deps, nd);
+}
+static CUresult i_cuThreadExchangeStreamCaptureMode(int *mode) {
+  if (!mode || *mode < 0 || *mode > 2) return INVALID_VALUE;
+  int old = t_mode; t_mode = *mode; *mode = old; return OK;
 }
 static CUresult i_cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sm, void *s, void **p, void **x) {
   (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)sm; (void)s; (void)p; (void)x; return OK;
@@ -782,6 +1020,19 @@ E0(cuDeviceGetAttribute, (int *v, int a, CUdevice d), (v, a, d))
 E0(cuGraphCreate, (void **g, unsigned f), (g, f))
 E0(cuGraphInstantiateWithFlags, (void **e, void *g, u64 f), (e, g, f))
 E0(cuGraphLaunch, (void *e, CUstream s), (e, s))
+E0(cuGraphDestroy, (void *g), (g))
+E0(cuGraphExecDestroy, (void *e), (e))
+E0(cuGraphAddMemFreeNode, (void **n, void *g, void *d, size_t c, CUdeviceptr p), (n, g, d, c, p))
+E0(cuStreamBeginCapture, (CUstream s), (s))
+E0(cuStreamBeginCapture_v2, (CUstream s, int m), (s, m))
+E0(cuStreamBeginCapture_v2_ptsz, (CUstream s, int m), (s, m))
+E0(cuStreamEndCapture, (CUstream s, void **g), (s, g))
+E0(cuStreamEndCapture_ptsz, (CUstream s, void **g), (s, g))
+E0(cuStreamIsCapturing, (CUstream s, int *st), (s, st))
+E0(cuStreamGetCaptureInfo, (CUstream s, int *st, unsigned long long *id), (s, st, id))
+E0(cuStreamGetCaptureInfo_v2, (CUstream s, int *st, unsigned long long *id, void **g, const void **d, size_t *n), (s, st, id, g, d, n))
+E0(cuStreamGetCaptureInfo_v3, (CUstream s, int *st, unsigned long long *id, void **g, const void **d, const void **ed, size_t *n), (s, st, id, g, d, ed, n))
+E0(cuThreadExchangeStreamCaptureMode, (int *m), (m))
 E0(cuDeviceGetGraphMemAttribute, (CUdevice d, int a, void *v), (d, a, v))
 E0(cuDeviceGraphMemTrim, (CUdevice d), (d))
 E0(cuMemAddressReserve, (CUdeviceptr *p, size_t s, size_t a, CUdeviceptr ad, u64 f), (p, s, a, ad, f))
@@ -855,6 +1106,15 @@ static const struct gpa_ent GPA[] = {
   G("cuDeviceGetAttribute", 2000, 0, cuDeviceGetAttribute), G("cuGraphCreate", 10000, 0, cuGraphCreate), G("cuGraphInstantiateWithFlags", 11040, 0, cuGraphInstantiateWithFlags),
   G("cuGraphLaunch", 10000, 0, cuGraphLaunch), G("cuDeviceGetGraphMemAttribute", 11040, 0, cuDeviceGetGraphMemAttribute),
   G("cuDeviceGraphMemTrim", 11040, 0, cuDeviceGraphMemTrim),
+  G("cuGraphDestroy", 10000, 0, cuGraphDestroy), G("cuGraphExecDestroy", 10000, 0, cuGraphExecDestroy),
+  G("cuGraphAddMemFreeNode", 11040, 0, cuGraphAddMemFreeNode),
+  G("cuStreamBeginCapture", 10000, 0, cuStreamBeginCapture), G("cuStreamBeginCapture", 10010, 0, cuStreamBeginCapture_v2),
+  G("cuStreamBeginCapture", 10010, 1, cuStreamBeginCapture_v2_ptsz),
+  G("cuStreamEndCapture", 10000, 0, cuStreamEndCapture), G("cuStreamEndCapture", 10000, 1, cuStreamEndCapture_ptsz),
+  G("cuStreamIsCapturing", 10000, 0, cuStreamIsCapturing),
+  G("cuStreamGetCaptureInfo", 10010, 0, cuStreamGetCaptureInfo), G("cuStreamGetCaptureInfo", 11030, 0, cuStreamGetCaptureInfo_v2),
+  G("cuStreamGetCaptureInfo", 12030, 0, cuStreamGetCaptureInfo_v3),
+  G("cuThreadExchangeStreamCaptureMode", 10010, 0, cuThreadExchangeStreamCaptureMode),
   G("cuMemAddressReserve", 10020, 0, cuMemAddressReserve), G("cuMemAddressFree", 10020, 0, cuMemAddressFree),
   G("cuMemMap", 10020, 0, cuMemMap), G("cuMemUnmap", 10020, 0, cuMemUnmap),
   G("cuMemSetAccess", 10020, 0, cuMemSetAccess), G("cuMemGetAccess", 10020, 0, cuMemGetAccess),
@@ -916,5 +1176,7 @@ void *fake_cuda_impl_of(const char *sym, int ver, unsigned long long flags) {
 }
 /* the next free of a known pointer fails in the driver (the record stays) */
 void fake_cuda_fail_next_free(void) { g_fail_next_free = 1; }
+/* prohibited calls made during a capture so far */
+unsigned long long fake_cuda_capture_violations(void) { return __atomic_load_n(&capture_violations, __ATOMIC_SEQ_CST); }
 /* set the peak to the current use (a test measures its own phase) */
 void fake_cuda_reset_peak(void) { fake_init(); for (int d = 0; d < FAKE_MAX_DEV; d++) S->peak[d] = S->in_use[d]; }

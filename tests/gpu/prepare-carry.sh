@@ -25,6 +25,7 @@ BB=$(command -v busybox || true)
 file -L "$BB" | grep -q 'statically linked' || echo "warning: $BB is not static" >&2
 cp "$BB" "$C/bin/busybox"
 cc -O2 -o "$C/bin/bench_alloc" tests/interceptor/bench_alloc.c -ldl -lpthread
+cc -O2 -o "$C/bin/oddcalls" tests/interceptor/oddcalls.c -ldl
 cp tests/gpu/*.sh tests/gpu/*.py "$C/gpu/" 2>/dev/null || true
 make -s -C tests/fake
 mkdir -p "$C/fake"; cp tests/fake/build/libcuda.so.1 tests/fake/build/libnvidia-ml.so.1 "$C/fake/"

@@ -25,7 +25,8 @@ MUTATIONS=(
   "set-mem-pool-ignored|pools.rs|s/CUR_POOL\[ordinal as usize\].store\(pool, Relaxed\);/let _ = pool;/"
   "ctx-destroy-reset-ignored|ctxlife.rs|s/    if !enforcing\(\) \{\n        return;\n    \}\n    let dead/    if true {\n        return;\n    }\n    let dead/"
   "heap-and-stack-limits-not-charged|cuda.rs|s/crate::ctxlife::set_limit\(limit, value, \|\| f\(limit, value\)\)/f(limit, value)/"
-  "graph-memory-not-charged|graphs.rs|s/pub fn at_sync\(\) \{\n    if USED/pub fn at_sync() {\n    if false \&\& USED/"
+  "graph-memory-not-charged|graphs.rs|s/    if USED.load\(Relaxed\) == 0 \{\n        return false;\n    \}\n    if !crate::capture::quiet/    if true {\n        return false;\n    }\n    if !crate::capture::quiet/"
+  "graph-memory-not-followed-at-sync|graphs.rs|s/pub fn launched\(\) \{\n    note\(\);\n    refresh_all\(\);/pub fn launched() {\n    note();/;s/pub fn at_sync\(\) \{\n    if USED/pub fn at_sync() {\n    if false \&\& USED/"
   "exec-keeps-old-image|state.rs|s/            if x.shared \{\n                x.reclaim_word/            if false {\n                x.reclaim_word/"
   "zombie-counts-as-alive|region.rs|s/if state == b'Z' \|\| state == b'X' \|\| state == b'x'/if false/"
   "fail-open-private-budget|state.rs|s/if r.is_none\(\) && container \{/if false {/"
@@ -33,6 +34,13 @@ MUTATIONS=(
   "fork-during-init-spins|state.rs|s/if cur >> 8 != pid \{/if false {/"
   "vmm-charged-to-current-device|cuda.rs|s/DevSel::Ordinal\(ord\),\n        size as u64,\n        KIND_VMM,/DevSel::Current,\n        size as u64,\n        KIND_VMM,/"
   "vmm-last-unmap-keeps-charge|vmm.rs|s/if \(prev - 1\) & RAW_MASK == 0 \{/if false {/"
+  "capture-unguarded-pool-query|pools.rs|s/fn reserved\(handle: u64\) -> Option<u64> \{\n    if !crate::capture::quiet\(\) \{/fn reserved(handle: u64) -> Option<u64> {\n    if false \&\& !crate::capture::quiet() {/"
+  "captured-alloc-charged-to-pool|pools.rs|s/if crate::capture::stream_capturing\(s\) \{\n        return captured\(b\"cuMemAllocAsync\"/if false \&\& crate::capture::stream_capturing(s) {\n        return captured(b\"cuMemAllocAsync\"/"
+  "capture-node-total-ignored|capture.rs|s/crate::account::fits_after\(api, dev, n, before\)/crate::account::fits_after(api, dev, n, 0)/"
+  "graph-launch-not-charged|cuda.rs|s/    if r == CUDA_SUCCESS \{\n        crate::graphs::launched\(\);\n    \}\n//"
+  "pitch-max-ignored|cuda.rs|s/\&\& \(max_pitch == 0 \|\| width <= max_pitch\)/\&\& max_pitch != 1/"
+  "vmm-granularity-ignored|cuda.rs|s/\(gran != 0 \&\& size as u64 % gran != 0\)/false/"
+  "standalone-ctx-default-zero|state.rs|s/_ => standalone_ctx_default\(\),/_ => 0,/"
   "refusal-names-ordinal-0|account.rs|s/msg::refused\(api, n, limit, dev.ordinal, r.used\(dev.idx\)\);/msg::refused(api, n, limit, 0, r.used(dev.idx));/g"
 )
 

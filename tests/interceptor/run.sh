@@ -31,11 +31,15 @@ $CC $CF -shared -fPIC -o "$B/mallochook.so" "$S/mallochook.c" -ldl &&
 $CC $CF -shared -fPIC -o "$B/broken_dlsym.so" "$S/broken_dlsym.c" -ldl &&
 $CC $CF -o "$B/rtld_next_test" "$S/rtld_next_test.c" -ldl &&
 $CC $CF -I"$ROOT/interceptor/include" -o "$B/usage_dump" "$S/usage_dump.c" &&
-$CC $CF -o "$B/bench_alloc" "$S/bench_alloc.c" -ldl -lpthread || { echo "0 passed, 1 failed"; exit 1; }
+$CC $CF -o "$B/bench_alloc" "$S/bench_alloc.c" -ldl -lpthread &&
+$CC $CF -o "$B/oddcalls" "$S/oddcalls.c" -ldl || { echo "0 passed, 1 failed"; exit 1; }
 
 export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GQ_LIB="$SO"
-unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD FAKE_CUDA_PEAK_FILE FAKE_CUDA_CTX_BYTES
+unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD GPU_QUOTA_CONTEXT_COST_FILE FAKE_CUDA_PEAK_FILE FAKE_CUDA_CTX_BYTES
+# standalone slices charge a context by default (issue 17 §4); the cases
+# measure exact slices without one unless they ask (ctx_default_* below)
+export GPU_QUOTA_CONTEXT_OVERHEAD=0
 MiB=$((1 << 20)); GiB=$((1 << 30))
 export FAKE_CUDA_MEM_BYTES=$GiB
 
@@ -140,6 +144,25 @@ t slice_decimal_units env GPU_QUOTA_VRAM=0.1GB GQ_SLICE=100000000 LD_PRELOAD="$S
 t slice_above_real_total env GPU_QUOTA_VRAM=4g GQ_SLICE=$GiB LD_PRELOAD="$SO" "$B/gqtest_dl" paths
 t multi_device q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" multidev
 t ctx_overhead_env q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctx
+# standalone default (issue 17 §4): the host's measured cost from the hook's
+# cache, else the built-in 616 MiB; the env key overrides (0 = none)
+ctx_default() {
+  local cache="$1" want="$2"
+  env -u GPU_QUOTA_CONTEXT_OVERHEAD GPU_QUOTA_CONTEXT_COST_FILE="$cache" GPU_QUOTA_VRAM=1g GQ_SLICE=$GiB \
+    GQ_OVERHEAD="$want" LD_PRELOAD="$SO" "$B/gqtest_dl" ctx
+}
+t ctx_default_builtin ctx_default /nonexistent/context-cost.json $((616 * MiB))
+ctx_default_cached() {
+  printf '{"version":1,"entries":[{"key":{"driver_version":"580.1","gpu_name":"Fake"},"charge_bytes":%d,"measured":null,"error":null,"at_unix":1}]}' $((100 * MiB)) >"$T/ctxcost.json"
+  ctx_default "$T/ctxcost.json" $((100 * MiB))
+}
+t ctx_default_cached ctx_default_cached
+ctx_default_symlink() {
+  printf '{"charge_bytes":%d}' $((100 * MiB)) >"$T/ctxcost.real"; ln -sf "$T/ctxcost.real" "$T/ctxcost.link"
+  ctx_default "$T/ctxcost.link" $((616 * MiB))
+}
+t ctx_default_cache_symlink_ignored ctx_default_symlink
+t ctx_default_env_zero env GPU_QUOTA_CONTEXT_OVERHEAD=0 GPU_QUOTA_VRAM=1g GQ_SLICE=$GiB GQ_OVERHEAD=0 LD_PRELOAD="$SO" "$B/gqtest_dl" ctx
 t ctx_overhead_unseen_context q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctxunseen
 msg() {
   q "$B/gqtest_dl" msg 2>"$T/msg.err" || return 1
@@ -239,6 +262,37 @@ for m in dlsym gpa direct; do
   t "graph_memory_$m" q env GQ_MODE=$m "$B/$bin" graphmem
 done
 t vmm_lifetimes_wide_handles q env FAKE_CUDA_HANDLE_BASE=0xfe00000000000000 "$B/gqtest_dl" vmm
+
+echo "== stream capture and graph memory (issue 17)"
+# the fake's capture rules catch violations (native, no interceptor)
+t capture_model_native "$B/gqtest_dl" capturectl
+t capture_model_direct_native env GQ_MODE=direct "$B/gqtest_direct" capturectl
+# the capture scenario is legal without the interceptor ...
+t graph_capture_native env GQ_NATIVE=1 "$B/gqtest_dl" capture
+# ... and stays legal (and charged) with it
+for m in dlsym gpa direct; do
+  bin=gqtest_dl; [ $m = direct ] && bin=gqtest_direct
+  t "graph_capture_$m" q env GQ_MODE=$m "$B/$bin" capture
+done
+t graph_capture_ctx_overhead q env GPU_QUOTA_CONTEXT_OVERHEAD=0 "$B/gqtest_dl" capture
+
+echo "== odd calls get the driver's own answer (issue 17 §3)"
+oddcalls_diff() {
+  "$B/oddcalls" >"$T/odd.native" || return 1
+  q "$B/oddcalls" >"$T/odd.quota" 2>"$T/odd.err" || return 1
+  cat "$T/odd.native"
+  diff "$T/odd.native" "$T/odd.quota" || { echo "codes differ under the interceptor"; cat "$T/odd.err"; return 1; }
+  # not vacuous: the battery has calls the driver rejects
+  grep -q ' 1$' "$T/odd.native" || { echo "no INVALID_VALUE natively"; return 1; }
+}
+t oddcalls_native_vs_intercepted oddcalls_diff
+pitch_msg() {
+  # a refusal names the function the program called
+  q "$B/gqtest_dl" pitchmsg 2>"$T/pitch.err" || return 1
+  cat "$T/pitch.err"
+  grep -q '^gpu-quota: cuMemAllocPitch of ' "$T/pitch.err" || { echo "message does not name cuMemAllocPitch"; return 1; }
+}
+t pitch_refusal_names_function pitch_msg
 t pool_device_of_stream_and_pool q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" pooldev
 ctx_truth() {
   # the fake's contexts cost 16 MiB each; with the overhead charged, a filled
