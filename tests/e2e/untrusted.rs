@@ -745,6 +745,7 @@ fn crafted_loader_cache_costs_the_hook_little_cpu() {
     require_e2e!();
     let h = elf_host("");
     const BUDGET: Duration = Duration::from_millis(100);
+    const DEBUG_BUDGET: Duration = Duration::from_millis(2000);
     let run = |name: &str, cache: &[u8]| {
         let b = h.bundle(name);
         glibc_image(&b);
@@ -799,8 +800,10 @@ fn crafted_loader_cache_costs_the_hook_little_cpu() {
         // the two caches
         ("slow32m", 1 << 20, 1900),
         ("slow6m", 200_000, 420),
-        // the largest a cache may be now: 65 536 entries, same trick
-        ("slowmax", 1 << 16, 1900),
+        // the same trick at today's limits (MAX_ENTRIES less room for the
+        // driver libraries, as many 4 KiB names as MAX_DECODED_BYTES
+        // leaves): read and rewritten, not refused
+        ("slowmax", (1 << 14) - 3, 900),
     ] {
         let cache = slow_sort_cache(entries, names);
         // the premise: a well-formed cache (glibc's own reader lists it)
@@ -833,11 +836,24 @@ fn crafted_loader_cache_costs_the_hook_little_cpu() {
                 format!("refused: {}", stderr(&o).trim())
             }
         );
+        // The bound is for the shipped (release) hook; an
+        // unoptimised debug build (target/debug, the default here) runs this
+        // code 30-80 times slower, so a cache the hook reads rather than
+        // refuses gets the debug build's allowance (the old code spent
+        // 45 s and was killed on these caches, in either build).
+        let allowed = if o.status.success() && bin_dir().ends_with("debug") {
+            DEBUG_BUDGET
+        } else {
+            BUDGET
+        };
         assert!(
-            extra < BUDGET,
-            "{name}: the hook spent {extra:?} of CPU more than with a normal cache (budget {BUDGET:?}): {}",
+            extra < allowed,
+            "{name}: the hook spent {extra:?} of CPU more than with a normal cache (allowed {allowed:?}): {}",
             stderr(&o)
         );
+        if name == "slowmax" {
+            assert_ok(&o, "a crafted cache within the limits");
+        }
         if o.status.success() {
             assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
         } else {
