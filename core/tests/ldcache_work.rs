@@ -338,3 +338,37 @@ fn timing() {
         );
     }
 }
+
+/// Issue 16 §4 claimed that `parse_new` reads a compat-format cache's
+/// extension offset without adding the embedded new header's base. Checked
+/// against caches written by the real ldconfig (glibc 2.36, `-c compat` and
+/// `-c new` over the same libraries, committed as fuzz seeds): the
+/// extension directory offset and the section offsets are file offsets
+/// (glibc's `cache_extension_load (cache_new, file_base, …)` adds them to
+/// the start of the file), so the reader is right as it is; adding the
+/// base, as the issue proposed, would break real compat caches. This test
+/// pins that (it fails with the base added).
+#[test]
+fn compat_extension_offsets_are_file_offsets() {
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/ldcache");
+    let compat = std::fs::read(seeds.join("ldconfig-compat")).unwrap();
+    let new = std::fs::read(seeds.join("ldconfig-new-hwcaps")).unwrap();
+    let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+    // the embedded new header, 8-aligned after the old entries
+    let base = (16 + 12 * u32_at(&compat, 12)).next_multiple_of(8);
+    assert_eq!(&compat[base..base + 20], NEW_MAGIC);
+    let ext = u32_at(&compat, base + 32);
+    // the premise: the magic is at the file offset, not at base + offset
+    assert_eq!(u32_at(&compat, ext) as u32, EXTENSION_MAGIC);
+    assert_ne!(u32_at(&compat, base + ext) as u32, EXTENSION_MAGIC);
+    // and the reader gets the same cache from both formats, glibc-hwcaps
+    // name and generator included
+    let c = LdCache::parse(&compat).unwrap();
+    assert_eq!(c, LdCache::parse(&new).unwrap());
+    assert_eq!(c.hwcaps, [b"x86-64-v3".to_vec()]);
+    assert!(c
+        .generator
+        .as_deref()
+        .unwrap()
+        .starts_with(b"ldconfig (Debian GLIBC 2.36"));
+}
