@@ -651,6 +651,8 @@ fn read_only_binds_cannot_be_raced_writable() {
 /// output with the CPU time (user + system) of the command and every
 /// process it waited for: runc, the hooks runc ran (gpu-quota-hook), the
 /// container. Per child (`wait4`), so tests running in parallel do not mix.
+// The child is reaped by wait4 (for its rusage), not by Child::wait.
+#[allow(clippy::zombie_processes)]
 fn run_with_cpu(mut c: Command) -> (std::process::Output, Duration) {
     use std::io::{Read, Seek};
     let out = tempfile::tempfile().unwrap();
@@ -700,7 +702,7 @@ fn slow_sort_cache(entries: usize, names: usize) -> Vec<u8> {
     let mut name_at = Vec::with_capacity(names);
     for i in 0..names {
         name_at.push((str_start + strings.len()) as u32);
-        strings.extend(std::iter::repeat(b'a').take(4095 - 6));
+        strings.extend_from_slice(&[b'a'; 4095 - 6]);
         strings.extend_from_slice(format!("{i:06}").as_bytes());
         strings.push(0);
     }
