@@ -2,7 +2,9 @@
 # `make fuzz`: build the cargo-fuzz targets (fuzz/, nightly) and run each for
 # FUZZ_SECS seconds (default 600), one after another, at low priority.
 # Prints one line per target and exits non-zero if any target crashed,
-# hung (-timeout) or ran out of memory.
+# ran longer than FUZZ_TIMEOUT seconds on one input (default 1: libFuzzer's
+# -timeout, so a slow input is a finding, not only a hang) or ran out of
+# memory.
 #   FUZZ_SECS=60 make fuzz
 #   FUZZ_TARGETS="ldcache usage" make fuzz
 # Crash inputs go to fuzz/artifacts/<target>/, the growing corpus to
@@ -31,7 +33,7 @@ for t in $TARGETS; do
   # fork mode with -ignore_*: a crash is recorded and fuzzing goes on for
   # the whole time instead of stopping at the first one.
   nice -n "$NICE" cargo +nightly fuzz run "${FLAGS[@]}" "$t" "${dirs[@]}" -- \
-    -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -fork=1 \
+    -max_total_time="$SECS" -timeout="${FUZZ_TIMEOUT:-1}" -rss_limit_mb=2048 -fork=1 \
     -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
     -artifact_prefix="artifacts/$t/" >"$log" 2>&1
   rc=$?

@@ -38,20 +38,40 @@
 //! `_dl_cache_libcmp` (digit runs compare numerically), then flags
 //! descending, glibc-hwcaps entries first (by subdirectory name), then the
 //! most specific legacy hwcap first.
-use std::cmp::Ordering;
-use std::collections::HashMap;
+//!
+//! Work, not only size, is bounded (issue 16 §2): every string is looked
+//! at a bounded number of times. The sort never compares strings: each
+//! distinct key and glibc-hwcaps name is ranked once (keys through a byte
+//! encoding of `_dl_cache_libcmp` whose memcmp order is libcmp's; the
+//! names the parser proved sorted and unique are ranked in one linear
+//! pass), and the entries are sorted by fixed-size integer keys computed
+//! once. [`Work`] counts what is done, in bytes touched, and the hook's
+//! whole step ([`rewrite`]) is refused past [`WORK_BUDGET`].
+use std::cmp::{Ordering, Reverse};
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_char;
 
 /// Inputs larger than this are refused.
 pub const MAX_CACHE_BYTES: usize = 32 << 20;
-/// Entries accepted in one cache (real caches have a few thousand).
-pub const MAX_ENTRIES: usize = 1 << 20;
+/// Entries accepted in one cache (real caches have a few thousand at most:
+/// 543 on the Debian 12 test host).
+pub const MAX_ENTRIES: usize = 1 << 14;
 /// Longest string accepted (PATH_MAX, NUL excluded).
 pub const MAX_STRING: usize = 4096;
-/// Total bytes of strings decoded from one cache. Strings may share bytes
-/// in the file (suffix merging), so this bounds what a small file can make
-/// us copy.
-pub const MAX_DECODED_BYTES: usize = 2 * MAX_CACHE_BYTES;
+/// Total bytes of strings decoded from one cache (keys, values,
+/// glibc-hwcaps names, generator). Strings may share bytes in the file
+/// (suffix merging), so this bounds what a small file can make us copy; a
+/// real cache decodes about 100 bytes per entry.
+pub const MAX_DECODED_BYTES: usize = 4 << 20;
+/// Units of [`Work`] the hook's loader-cache step ([`rewrite`]: parse the
+/// image's cache, add the driver libraries, write it) may spend before it
+/// refuses the cache. A unit is about one byte touched; the test host's
+/// real cache (543 entries) costs 0.6 Mi units; the costliest shapes
+/// within the other limits cost about half of this
+/// (`core/tests/ldcache_work.rs`) and well under 100 ms of CPU in a release
+/// build (docs/security.md, "8. Work budgets for hostile input"). The
+/// budget is the backstop for a cost that accounting missed.
+pub const WORK_BUDGET: u64 = 256 << 20;
 
 pub const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
 pub const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
@@ -146,9 +166,72 @@ pub enum LdCacheError {
         index: u32,
         count: usize,
     },
+    #[error("loader cache needs more than {budget} units of work to read and rewrite (a real cache needs under 1% of that)")]
+    TooMuchWork { budget: u64 },
 }
 
 type Result<T> = std::result::Result<T, LdCacheError>;
+
+/// Work done on one cache, in units of about one byte touched: a string
+/// byte scanned, hashed, copied or compared, a record read or written
+/// (its size), a comparison of two sort keys (16). Counting is
+/// deterministic, so tests bound work without a clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    used: u64,
+    limit: u64,
+}
+
+impl Work {
+    /// Refuse past `limit` units.
+    pub fn new(limit: u64) -> Work {
+        Work { used: 0, limit }
+    }
+    /// The budget of the hook's step, [`WORK_BUDGET`].
+    pub fn budget() -> Work {
+        Work::new(WORK_BUDGET)
+    }
+    /// Count without refusing (trusted input: caches built in code).
+    pub fn unlimited() -> Work {
+        Work::new(u64::MAX)
+    }
+    /// Units spent so far.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+    fn spend(&mut self, units: u64) -> Result<()> {
+        self.used = self.used.saturating_add(units);
+        if self.used > self.limit {
+            return Err(LdCacheError::TooMuchWork { budget: self.limit });
+        }
+        Ok(())
+    }
+}
+
+/// Units for comparing two fixed-size sort keys.
+const SORT_KEY_UNITS: u64 = 16;
+
+/// A library to add: its soname, the path the loader opens, cache flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lib {
+    pub key: Vec<u8>,
+    pub path: Vec<u8>,
+    pub flags: i32,
+}
+
+/// The hook's loader-cache step on an image's cache (`None`: the image has
+/// none): parse it, add `libs` (replacing the image's entries of the same
+/// names), write it in the new format. Refused, not slow, when the input
+/// would cost more than `work` allows.
+pub fn rewrite(image: Option<&[u8]>, libs: &[Lib], work: &mut Work) -> Result<Vec<u8>> {
+    let mut cache = match image {
+        Some(bytes) => LdCache::parse_within(bytes, work)?,
+        None => LdCache::default(),
+    };
+    // to_bytes sorts: no need to sort here too
+    cache.replace(libs, work)?;
+    cache.to_bytes_within(work)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -231,7 +314,7 @@ struct Strings<'a> {
 }
 
 impl Strings<'_> {
-    fn get(&mut self, what: &'static str, index: u32) -> Result<Vec<u8>> {
+    fn get(&mut self, what: &'static str, index: u32, work: &mut Work) -> Result<Vec<u8>> {
         let offset = self.base + u64::from(index);
         if offset < self.start || offset >= self.end {
             return Err(LdCacheError::BadOffset {
@@ -245,7 +328,10 @@ impl Strings<'_> {
         // start..end was checked against the file when `self` was made.
         let (o, e) = (offset as usize, self.end as usize);
         let window = &self.file[o..e.min(o.saturating_add(MAX_STRING + 1))];
-        let Some(n) = window.iter().position(|&c| c == 0) else {
+        let found = window.iter().position(|&c| c == 0);
+        // scanned up to the NUL (or the whole window), then copied
+        work.spend(found.map_or(window.len(), |n| 2 * n + 1) as u64)?;
+        let Some(n) = found else {
             return Err(if window.len() > MAX_STRING {
                 LdCacheError::StringTooLong {
                     what,
@@ -291,8 +377,14 @@ fn check_count(what: &'static str, count: u64, entry: usize, room: u64) -> Resul
 }
 
 impl LdCache {
-    /// Parse a cache in the old, compat or new format.
+    /// Parse a cache in the old, compat or new format, within
+    /// [`WORK_BUDGET`].
     pub fn parse(bytes: &[u8]) -> Result<LdCache> {
+        Self::parse_within(bytes, &mut Work::budget())
+    }
+
+    /// [`LdCache::parse`], counting into (and refused past) `work`.
+    pub fn parse_within(bytes: &[u8], work: &mut Work) -> Result<LdCache> {
         if bytes.len() > MAX_CACHE_BYTES {
             return Err(LdCacheError::TooLarge {
                 len: bytes.len(),
@@ -300,7 +392,7 @@ impl LdCache {
             });
         }
         if bytes.starts_with(NEW_MAGIC) {
-            return parse_new(bytes, 0);
+            return parse_new(bytes, 0, work);
         }
         if !bytes.starts_with(OLD_MAGIC) {
             return Err(LdCacheError::BadMagic);
@@ -319,7 +411,7 @@ impl LdCache {
         if new_at.saturating_add(NEW_HEADER as u64) <= len
             && b.range("new header", new_at, NEW_MAGIC.len() as u64)? == NEW_MAGIC
         {
-            return parse_new(bytes, new_at);
+            return parse_new(bytes, new_at, work);
         }
         let mut strings = Strings {
             file: bytes,
@@ -331,10 +423,11 @@ impl LdCache {
         let mut entries = Vec::with_capacity((nlibs as usize).min(1 << 16));
         for i in 0..u64::from(nlibs) {
             let e = OLD_HEADER as u64 + i * OLD_ENTRY as u64;
+            work.spend(OLD_ENTRY as u64)?;
             entries.push(Entry {
                 flags: b.u32("old entry", e)? as i32,
-                key: strings.get("entry key", b.u32("old entry", e + 4)?)?,
-                value: strings.get("entry value", b.u32("old entry", e + 8)?)?,
+                key: strings.get("entry key", b.u32("old entry", e + 4)?, work)?,
+                value: strings.get("entry value", b.u32("old entry", e + 8)?, work)?,
                 osversion: 0,
                 hwcap: 0,
             });
@@ -348,36 +441,150 @@ impl LdCache {
 
     /// Remove every entry whose key is `key` (or equal to it as the loader
     /// compares names, e.g. `libfoo.so.01`), then add key -> path with these
-    /// flags (osversion 0, hwcap 0) where ldconfig would put it.
+    /// flags (osversion 0, hwcap 0) where ldconfig would put it; the entries
+    /// are left in ldconfig's order.
     pub fn insert(&mut self, key: &[u8], path: &[u8], flags: i32) {
-        self.entries
-            .retain(|e| libcmp(c_str(&e.key), c_str(key)) != Ordering::Equal);
-        let new = Entry {
-            flags,
+        let lib = Lib {
             key: key.to_vec(),
-            value: path.to_vec(),
-            osversion: 0,
-            hwcap: 0,
+            path: path.to_vec(),
+            flags,
         };
-        // add_to_cache: after every entry that does not compare greater.
-        let at = self
-            .entries
-            .iter()
-            .position(|e| self.compare(e, &new) == Ordering::Greater)
-            .unwrap_or(self.entries.len());
-        self.entries.insert(at, new);
+        self.insert_all_within(std::slice::from_ref(&lib), &mut Work::unlimited())
+            .expect("an unlimited budget is never exceeded");
+    }
+
+    /// [`LdCache::insert`] of several libraries in one pass over the
+    /// entries (of two libraries with equal names the later one is kept),
+    /// counting into (and refused past) `work`.
+    pub fn insert_all_within(&mut self, libs: &[Lib], work: &mut Work) -> Result<()> {
+        self.replace(libs, work)?;
+        self.sort_entries_within(work)
+    }
+
+    /// Drop the entries named like one of `libs`, append `libs`.
+    fn replace(&mut self, libs: &[Lib], work: &mut Work) -> Result<()> {
+        let mut names = HashSet::new();
+        let mut new = Vec::with_capacity(libs.len());
+        for l in libs.iter().rev() {
+            work.spend(4 * (l.key.len() + l.path.len()) as u64 + NEW_ENTRY as u64)?;
+            if names.insert(libcmp_key(c_str(&l.key))) {
+                new.push(Entry {
+                    flags: l.flags,
+                    key: l.key.clone(),
+                    value: l.path.clone(),
+                    osversion: 0,
+                    hwcap: 0,
+                });
+            }
+        }
+        new.reverse();
+        // One look at each distinct spelling of a key: is it one of ours?
+        let mut replaced: HashMap<&[u8], bool> = HashMap::new();
+        let mut drop = Vec::with_capacity(self.entries.len());
+        for e in &self.entries {
+            let k = c_str(&e.key);
+            work.spend(2 * k.len() as u64 + 1)?;
+            let d = match replaced.get(k) {
+                Some(&d) => d,
+                None => {
+                    let key = libcmp_key(k);
+                    work.spend(key.len() as u64)?;
+                    let d = names.contains(&key);
+                    replaced.insert(k, d);
+                    d
+                }
+            };
+            drop.push(d);
+        }
+        let mut drop = drop.into_iter();
+        self.entries.retain(|_| !drop.next().unwrap_or(false));
+        self.entries.extend(new);
+        Ok(())
     }
 
     /// Put the entries in ldconfig's order (stable: entries that compare
     /// equal keep their relative order). `to_bytes` does this itself.
     pub fn sort_entries(&mut self) {
-        let mut entries = std::mem::take(&mut self.entries);
-        entries.sort_by(|a, b| self.compare(a, b));
-        self.entries = entries;
+        self.sort_entries_within(&mut Work::unlimited())
+            .expect("an unlimited budget is never exceeded");
+    }
+
+    fn sort_entries_within(&mut self, work: &mut Work) -> Result<()> {
+        let keys = self.sort_keys(work)?;
+        let mut pairs: Vec<(SortKey, Entry)> = keys
+            .into_iter()
+            .zip(std::mem::take(&mut self.entries))
+            .collect();
+        let mut compared = 0u64;
+        pairs.sort_by(|a, b| {
+            compared += 1;
+            a.0.cmp(&b.0)
+        });
+        self.entries = pairs.into_iter().map(|(_, e)| e).collect();
+        work.spend(compared * SORT_KEY_UNITS)
+    }
+
+    /// Each entry's place in ldconfig's order as a fixed-size key, every
+    /// string looked at a bounded number of times: the distinct keys are
+    /// ranked once by [`libcmp`] (through [`libcmp_key`]), the glibc-hwcaps
+    /// names once by strcmp (the parser proved them sorted and unique, so
+    /// that sort is one linear pass).
+    fn sort_keys(&self, work: &mut Work) -> Result<Vec<SortKey>> {
+        let mut ids: HashMap<&[u8], u32> = HashMap::new();
+        let mut distinct: Vec<&[u8]> = Vec::new();
+        let mut key_id = Vec::with_capacity(self.entries.len());
+        for e in &self.entries {
+            let k = c_str(&e.key);
+            work.spend(2 * k.len() as u64 + 1)?;
+            let id = *ids.entry(k).or_insert_with(|| {
+                distinct.push(k);
+                (distinct.len() - 1) as u32
+            });
+            key_id.push(id);
+        }
+        let mut encoded = Vec::with_capacity(distinct.len());
+        for k in distinct {
+            let key = libcmp_key(k);
+            work.spend(key.len() as u64)?;
+            encoded.push(key);
+        }
+        let key_rank = rank(&encoded, work)?;
+        // index 0: "", what an out-of-range index compares as
+        let mut names: Vec<&[u8]> = vec![b""];
+        for h in &self.hwcaps {
+            let n = c_str(h);
+            work.spend(n.len() as u64 + 1)?;
+            names.push(n);
+        }
+        let name_rank = rank(&names, work)?;
+        work.spend(self.entries.len() as u64 * NEW_ENTRY as u64)?;
+        Ok(self
+            .entries
+            .iter()
+            .zip(key_id)
+            .map(|(e, id)| {
+                let (hwcaps, legacy) = if e.is_hwcaps_extension() {
+                    let i = e.hwcap as u32 as usize;
+                    let at = if i < self.hwcaps.len() { i + 1 } else { 0 };
+                    // In ldconfig a glibc-hwcaps entry's in-memory hwcap is 0.
+                    (name_rank[at], 0)
+                } else {
+                    (u32::MAX, e.hwcap)
+                };
+                SortKey {
+                    key: Reverse(key_rank[id as usize]),
+                    flags: Reverse(e.flags),
+                    hwcaps,
+                    bits: Reverse(legacy.count_ones()),
+                    hwcap: Reverse(legacy),
+                }
+            })
+            .collect())
     }
 
     /// The glibc-hwcaps subdirectory an entry belongs to (empty when its
     /// index is out of range; `parse` never yields such entries).
+    #[cfg(test)]
     fn hwcaps_name(&self, e: &Entry) -> Option<&[u8]> {
         if !e.is_hwcaps_extension() {
             return None;
@@ -390,7 +597,9 @@ impl LdCache {
         )
     }
 
-    /// ldconfig's `compare()` (elf/cache.c), as a total order.
+    /// ldconfig's `compare()` (elf/cache.c), as a total order: the
+    /// reference [`SortKey`] is tested against.
+    #[cfg(test)]
     fn compare(&self, e1: &Entry, e2: &Entry) -> Ordering {
         let res = libcmp(c_str(&e2.key), c_str(&e1.key));
         if res != Ordering::Equal {
@@ -420,21 +629,34 @@ impl LdCache {
     /// a cache over 4 GiB (never one from `parse`) is not representable and
     /// its offsets saturate.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut order: Vec<&Entry> = self.entries.iter().collect();
-        order.sort_by(|a, b| self.compare(a, b));
+        self.to_bytes_within(&mut Work::unlimited())
+            .expect("an unlimited budget is never exceeded")
+    }
+
+    /// [`LdCache::to_bytes`], counting into (and refused past) `work`.
+    pub fn to_bytes_within(&self, work: &mut Work) -> Result<Vec<u8>> {
+        let keys = self.sort_keys(work)?;
+        let mut order: Vec<usize> = (0..self.entries.len()).collect();
+        let mut compared = 0u64;
+        order.sort_by(|&a, &b| {
+            compared += 1;
+            keys[a].cmp(&keys[b])
+        });
+        work.spend(compared * SORT_KEY_UNITS)?;
+        let order: Vec<&Entry> = order.iter().map(|&i| &self.entries[i]).collect();
 
         let strings = order
             .iter()
             .flat_map(|e| [c_str(&e.key), c_str(&e.value)])
             .chain(self.hwcaps.iter().map(|h| c_str(h)));
-        let (table, index) = string_table(strings);
+        let (table, offsets) = string_table(strings, work)?;
 
         let n = order.len();
         let str_start = NEW_HEADER + n * NEW_ENTRY;
-        let at = |s: &[u8]| -> u32 {
-            let off = index.get(s).copied().unwrap_or(0);
-            sat32(str_start.saturating_add(off))
-        };
+        let mut offsets = offsets
+            .into_iter()
+            .map(|off| sat32(str_start.saturating_add(off)));
+        let mut at = || offsets.next().unwrap_or(0);
         let strings_end = str_start + table.len();
         let has_ext = self.generator.is_some() || !self.hwcaps.is_empty();
         let ext_off = strings_end.next_multiple_of(4);
@@ -447,15 +669,17 @@ impl LdCache {
         out.extend_from_slice(&(if has_ext { sat32(ext_off) } else { 0 }).to_ne_bytes());
         out.extend_from_slice(&[0; 12]);
         for e in &order {
+            work.spend(NEW_ENTRY as u64)?;
             out.extend_from_slice(&e.flags.to_ne_bytes());
-            out.extend_from_slice(&at(c_str(&e.key)).to_ne_bytes());
-            out.extend_from_slice(&at(c_str(&e.value)).to_ne_bytes());
+            out.extend_from_slice(&at().to_ne_bytes());
+            out.extend_from_slice(&at().to_ne_bytes());
             out.extend_from_slice(&e.osversion.to_ne_bytes());
             out.extend_from_slice(&e.hwcap.to_ne_bytes());
         }
         out.extend_from_slice(&table);
+        work.spend(table.len() as u64)?;
         if !has_ext {
-            return out;
+            return Ok(out);
         }
         out.resize(ext_off, 0);
 
@@ -483,15 +707,95 @@ impl LdCache {
             out.extend_from_slice(&sat32(off).to_ne_bytes());
             out.extend_from_slice(&sat32(size).to_ne_bytes());
         }
-        for h in &self.hwcaps {
-            out.extend_from_slice(&at(c_str(h)).to_ne_bytes());
+        for _ in &self.hwcaps {
+            work.spend(4)?;
+            out.extend_from_slice(&at().to_ne_bytes());
         }
         if let Some(g) = &self.generator {
+            work.spend(g.len() as u64)?;
             out.extend_from_slice(g);
         }
-        out
+        Ok(out)
     }
 }
+
+/// An entry's place in ldconfig's `compare()` order; derived `Ord` compares
+/// the fields in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct SortKey {
+    /// Rank of the key by [`libcmp`], descending.
+    key: Reverse<u32>,
+    flags: Reverse<i32>,
+    /// Rank of the glibc-hwcaps name (ascending), `u32::MAX` for a legacy
+    /// entry: glibc-hwcaps entries first.
+    hwcaps: u32,
+    /// The most specific legacy hwcap first.
+    bits: Reverse<u32>,
+    hwcap: Reverse<u64>,
+}
+
+/// Each item's rank in memcmp order (equal items share a rank), from one
+/// sort whose comparisons are counted; an already sorted input costs one
+/// linear pass.
+fn rank<T: AsRef<[u8]>>(items: &[T], work: &mut Work) -> Result<Vec<u32>> {
+    let mut idx: Vec<u32> = (0..items.len() as u32).collect();
+    let mut units = 0u64;
+    let at = |i: u32| items[i as usize].as_ref();
+    idx.sort_by(|&a, &b| {
+        let (o, u) = cmp_len(at(a), at(b));
+        units += u;
+        o
+    });
+    work.spend(units)?;
+    let mut ranks = vec![0u32; items.len()];
+    let mut r = 0u32;
+    for w in 1..idx.len() {
+        let (o, u) = cmp_len(at(idx[w - 1]), at(idx[w]));
+        work.spend(u)?;
+        if o != Ordering::Equal {
+            r += 1;
+        }
+        ranks[idx[w] as usize] = r;
+    }
+    Ok(ranks)
+}
+
+/// A byte string whose memcmp order is [`libcmp`]'s order (equal exactly
+/// when libcmp says Equal), about as long as `s`. Each token is
+/// self-delimiting, so comparing encodings compares tokens: a byte (never
+/// a digit) is one byte below [`NUMBER_TAG`], its C `char` value biased to
+/// 0..=255 with the ten digit values taken out; a digit run is
+/// `NUMBER_TAG` and its value biased to unsigned, big-endian.
+fn libcmp_key(s: &[u8]) -> Vec<u8> {
+    let min = i32::from(c_char::MIN);
+    let digits = i32::from(b'0' as c_char) - min;
+    let code = |c: u8| {
+        let v = i32::from(c as c_char) - min;
+        (if v > digits + 9 { v - 10 } else { v }) as u8
+    };
+    let mut out = Vec::with_capacity(s.len() + 1);
+    let mut i = 0;
+    while let Some(&c) = s.get(i) {
+        i += 1;
+        if !c.is_ascii_digit() {
+            out.push(code(c));
+            continue;
+        }
+        // the C code's wrapping int arithmetic, as `tokens`
+        let mut v = i32::from(c - b'0');
+        while let Some(&d) = s.get(i).filter(|d| d.is_ascii_digit()) {
+            v = v.wrapping_mul(10).wrapping_add(i32::from(d - b'0'));
+            i += 1;
+        }
+        out.push(NUMBER_TAG);
+        out.extend_from_slice(&((v as u32) ^ 0x8000_0000).to_be_bytes());
+    }
+    out.push(code(0));
+    out
+}
+
+/// Above every byte's code in [`libcmp_key`] (at most 255 - 10).
+const NUMBER_TAG: u8 = 246;
 
 fn sat32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -506,39 +810,62 @@ fn c_str(s: &[u8]) -> &[u8] {
 }
 
 /// A NUL-separated table holding every string once, a string that ends
-/// another one sharing its bytes (as glibc's stringtable does), and each
-/// string's offset in it.
+/// another one sharing its bytes (as glibc's stringtable does), and the
+/// offset in it of each of `strings`, in their order.
 fn string_table<'a>(
     strings: impl Iterator<Item = &'a [u8]>,
-) -> (Vec<u8>, HashMap<&'a [u8], usize>) {
-    let mut uniq: Vec<&[u8]> = strings.collect();
+    work: &mut Work,
+) -> Result<(Vec<u8>, Vec<usize>)> {
+    // Distinct strings (each hashed once), with their bytes reversed once.
+    let mut ids: HashMap<&[u8], usize> = HashMap::new();
+    let mut uniq: Vec<(Vec<u8>, &[u8], usize)> = Vec::new();
+    let mut id_of = Vec::new();
+    for s in strings {
+        work.spend(2 * s.len() as u64 + 1)?;
+        let id = match ids.get(s) {
+            Some(&id) => id,
+            None => {
+                work.spend(s.len() as u64)?;
+                let id = uniq.len();
+                uniq.push((s.iter().rev().copied().collect(), s, id));
+                ids.insert(s, id);
+                id
+            }
+        };
+        id_of.push(id);
+    }
     // Sorted by reversed bytes, every string that ends another comes just
     // before the strings it ends, so walking backwards the current "owner"
     // (the longest string of its run) is the only candidate.
-    uniq.sort_by(|a, b| a.iter().rev().cmp(b.iter().rev()));
-    uniq.dedup();
+    let mut units = 0u64;
+    uniq.sort_by(|a, b| {
+        let (o, u) = cmp_len(&a.0, &b.0);
+        units += u;
+        o
+    });
+    work.spend(units)?;
     let mut table = Vec::new();
-    let mut index = HashMap::with_capacity(uniq.len());
+    let mut offset = vec![0; uniq.len()];
     let mut owner: Option<(&[u8], usize)> = None;
-    for s in uniq.into_iter().rev() {
+    for (_, s, id) in uniq.into_iter().rev() {
+        work.spend(2 * s.len() as u64 + 1)?;
         match owner {
-            Some((o, off)) if o.ends_with(s) => {
-                index.insert(s, off + (o.len() - s.len()));
-            }
+            Some((o, off)) if o.ends_with(s) => offset[id] = off + (o.len() - s.len()),
             _ => {
                 let off = table.len();
                 table.extend_from_slice(s);
                 table.push(0);
-                index.insert(s, off);
+                offset[id] = off;
                 owner = Some((s, off));
             }
         }
     }
-    (table, index)
+    Ok((table, id_of.into_iter().map(|id| offset[id]).collect()))
 }
 
-fn parse_new(bytes: &[u8], base: u64) -> Result<LdCache> {
+fn parse_new(bytes: &[u8], base: u64, work: &mut Work) -> Result<LdCache> {
     let b = Bytes(bytes);
+    work.spend(NEW_HEADER as u64)?;
     let len = bytes.len() as u64;
     b.range("new header", base, NEW_HEADER as u64)?;
     let nlibs = b.u32("new header", base + 20)?;
@@ -568,16 +895,17 @@ fn parse_new(bytes: &[u8], base: u64) -> Result<LdCache> {
     let (hwcaps, generator) = if ext_off == 0 {
         (Vec::new(), None)
     } else {
-        parse_extensions(&b, u64::from(ext_off), &mut strings)?
+        parse_extensions(&b, u64::from(ext_off), &mut strings, work)?
     };
 
     let mut entries = Vec::with_capacity((nlibs as usize).min(1 << 16));
     for i in 0..u64::from(nlibs) {
         let e = entries_at + i * NEW_ENTRY as u64;
+        work.spend(NEW_ENTRY as u64)?;
         let entry = Entry {
             flags: b.u32("entry", e)? as i32,
-            key: strings.get("entry key", b.u32("entry", e + 4)?)?,
-            value: strings.get("entry value", b.u32("entry", e + 8)?)?,
+            key: strings.get("entry key", b.u32("entry", e + 4)?, work)?,
+            value: strings.get("entry value", b.u32("entry", e + 8)?, work)?,
             osversion: b.u32("entry", e + 12)?,
             hwcap: b.u64("entry", e + 16)?,
         };
@@ -599,7 +927,12 @@ fn parse_new(bytes: &[u8], base: u64) -> Result<LdCache> {
 
 type Extensions = (Vec<Vec<u8>>, Option<Vec<u8>>);
 
-fn parse_extensions(b: &Bytes<'_>, ext_off: u64, strings: &mut Strings<'_>) -> Result<Extensions> {
+fn parse_extensions(
+    b: &Bytes<'_>,
+    ext_off: u64,
+    strings: &mut Strings<'_>,
+    work: &mut Work,
+) -> Result<Extensions> {
     let bad = |what: String| LdCacheError::BadExtension { what };
     if ext_off & 3 != 0 {
         return Err(bad(format!(
@@ -623,6 +956,7 @@ fn parse_extensions(b: &Bytes<'_>, ext_off: u64, strings: &mut Strings<'_>) -> R
     let mut generator = None;
     for i in 0..u64::from(count) {
         let s = dir + i * EXT_SECTION as u64;
+        work.spend(EXT_SECTION as u64)?;
         let tag = b.u32("extension section", s)?;
         let off = u64::from(b.u32("extension section", s + 8)?);
         let size = u64::from(b.u32("extension section", s + 12)?);
@@ -633,6 +967,7 @@ fn parse_extensions(b: &Bytes<'_>, ext_off: u64, strings: &mut Strings<'_>) -> R
                     return Err(bad("two generator sections".into()));
                 }
                 strings.spend(data.len())?;
+                work.spend(data.len() as u64)?;
                 generator = Some(data.to_vec());
             }
             EXTENSION_TAG_GLIBC_HWCAPS => {
@@ -647,9 +982,14 @@ fn parse_extensions(b: &Bytes<'_>, ext_off: u64, strings: &mut Strings<'_>) -> R
                 let mut names: Vec<Vec<u8>> = Vec::with_capacity(data.len() / 4);
                 for w in data.chunks_exact(4) {
                     let idx = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
-                    let name = strings.get("glibc-hwcaps name", idx)?;
-                    if names.last().is_some_and(|prev| *prev >= name) {
-                        return Err(bad("glibc-hwcaps names are not sorted and unique".into()));
+                    work.spend(4)?;
+                    let name = strings.get("glibc-hwcaps name", idx, work)?;
+                    if let Some(prev) = names.last() {
+                        let (order, units) = cmp_len(prev, &name);
+                        work.spend(units)?;
+                        if order != Ordering::Less {
+                            return Err(bad("glibc-hwcaps names are not sorted and unique".into()));
+                        }
                     }
                     names.push(name);
                 }
@@ -660,6 +1000,12 @@ fn parse_extensions(b: &Bytes<'_>, ext_off: u64, strings: &mut Strings<'_>) -> R
         }
     }
     Ok((hwcaps.unwrap_or_default(), generator))
+}
+
+/// memcmp order of `a` and `b`, and the most bytes that can take to find
+/// (the shorter one's length, and one more).
+fn cmp_len(a: &[u8], b: &[u8]) -> (Ordering, u64) {
+    (a.cmp(b), a.len().min(b.len()) as u64 + 1)
 }
 
 /// One token of `_dl_cache_libcmp`: a run of digits (its value, computed
@@ -1291,7 +1637,7 @@ mod tests {
     #[test]
     fn shared_strings_cannot_blow_up() {
         use LdCacheError as E;
-        let n = 400_000usize;
+        let n = MAX_ENTRIES;
         let str_start = NEW_HEADER + NEW_ENTRY * n;
         let mut b = vec![0u8; str_start];
         b[..20].copy_from_slice(NEW_MAGIC);
@@ -1474,6 +1820,40 @@ mod tests {
                 let back = LdCache::parse(&rev.to_bytes()).unwrap();
                 for w in back.entries.windows(2) {
                     prop_assert!(back.compare(&w[0], &w[1]) != Ordering::Greater);
+                }
+            }
+
+            /// The precomputed sort keys order entries exactly as
+            /// ldconfig's compare() (the reference), on hostile shapes:
+            /// digit runs, leading zeros, high bytes, NULs inside, equal
+            /// keys, out-of-range and duplicate glibc-hwcaps names.
+            #[test]
+            fn sort_keys_agree_with_compare(
+                entries in vec((
+                    prop_oneof![Just(0x0303), Just(0x0003), any::<i32>()],
+                    vec(prop_oneof![Just(b'1'), Just(b'0'), Just(b'9'), Just(b'.'), Just(b'/'), Just(b':'), Just(b'a'), Just(0x7fu8), Just(0x80u8), Just(0xc3u8), Just(0xffu8), Just(0u8)], 0..8),
+                    prop_oneof![Just(0u64), any::<u64>(), (0u64..6, 0u64..1024).prop_map(|(i, isa)| DL_CACHE_HWCAP_EXTENSION | isa << 32 | i)],
+                ), 0..24),
+                hwcaps in vec(vec(prop_oneof![Just(b'x'), Just(b'y'), Just(0u8)], 0..4), 0..4),
+            ) {
+                let entries: Vec<Entry> = entries.into_iter().map(|(flags, key, hwcap)| Entry { flags, key, value: b"/v".to_vec(), osversion: 0, hwcap }).collect();
+                let c = LdCache { entries, hwcaps, generator: None };
+                let keys = c.sort_keys(&mut Work::unlimited()).unwrap();
+                for i in 0..c.entries.len() {
+                    for j in 0..c.entries.len() {
+                        prop_assert_eq!(
+                            keys[i].cmp(&keys[j]),
+                            c.compare(&c.entries[i], &c.entries[j]),
+                            "{:?} vs {:?} with hwcaps {:?}", c.entries[i], c.entries[j], c.hwcaps
+                        );
+                    }
+                }
+                // and libcmp_key is libcmp
+                for a in &c.entries {
+                    for b in &c.entries {
+                        let (ka, kb) = (c_str(&a.key), c_str(&b.key));
+                        prop_assert_eq!(libcmp_key(ka).cmp(&libcmp_key(kb)), libcmp(ka, kb));
+                    }
                 }
             }
 

@@ -273,24 +273,30 @@ pub fn loader_cache(
     if !GLIBC_LOADERS.iter().any(|p| fx.rootfs_exists(p)) {
         return Ok(None);
     }
-    let mut cache = match fx.read_rootfs_file(dst, ldcache::MAX_CACHE_BYTES)? {
-        Some(bytes) => ldcache::LdCache::parse(&bytes).map_err(|e| EffectError::Refused {
-            path: dst.into(),
-            what: format!(
-                "is not a loader cache gpu-quota can read ({e}); rebuild it in the image (RUN ldconfig) or remove it"
-            ),
-        })?,
-        None => ldcache::LdCache::default(),
-    };
+    let image = fx.read_rootfs_file(dst, ldcache::MAX_CACHE_BYTES)?;
+    let mut add = Vec::with_capacity(libs.len());
     for l in libs {
         let head = fx.read_host_file(&l.host, 64)?;
         let flags = ldcache::elf_cache_flags(&head).ok_or_else(|| EffectError::Refused {
             path: l.host.display().to_string(),
             what: "is not an ELF shared library of a known architecture".into(),
         })?;
-        cache.insert(l.key.as_bytes(), l.path.as_bytes(), flags);
+        add.push(ldcache::Lib {
+            key: l.key.as_bytes().to_vec(),
+            path: l.path.as_bytes().to_vec(),
+            flags,
+        });
     }
-    Ok(Some(cache.to_bytes()))
+    // Parse, add, write: bounded work on any image's cache (issue 16 §2).
+    let bytes = ldcache::rewrite(image.as_deref(), &add, &mut ldcache::Work::budget()).map_err(
+        |e| EffectError::Refused {
+            path: dst.into(),
+            what: format!(
+                "is not a loader cache gpu-quota can read ({e}); rebuild it in the image (RUN ldconfig) or remove it"
+            ),
+        },
+    )?;
+    Ok(Some(bytes))
 }
 
 /// Our entry first (so its symbols take precedence), then the image's own
