@@ -720,6 +720,90 @@ mod tests {
         assert!(!maybe_supported(&d.path().join("missing")));
     }
 
+    fn lib_with(d: &Path, symbol: bool) -> PathBuf {
+        let p = d.join("libnvidia-ml.so.615.1");
+        let mut b = vec![0u8; 64 << 10];
+        if symbol {
+            b.extend_from_slice(b"nvmlDeviceSetMemoryLimits_v1\0");
+        }
+        std::fs::write(&p, &b).unwrap();
+        p
+    }
+
+    /// The cached answer of `lib` with `supported` forced (what a stale or
+    /// planted cache would say).
+    fn forge(cache: &Path, lib: &Path, supported: bool) -> Vec<u8> {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(cache).unwrap()).unwrap();
+        assert_eq!(v["path"], lib.to_str().unwrap());
+        v["supported"] = supported.into();
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn probe_cache_answers_for_the_same_file_identity_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let lib = lib_with(d.path(), true);
+        assert!(maybe_supported_cached(&state, &lib));
+        let cache = state.join(PROBE_CACHE_FILE);
+        let m = std::fs::symlink_metadata(&cache).unwrap();
+        assert!(m.is_file());
+        assert_eq!(m.permissions().mode() & 0o777, 0o600, "root-only");
+        // same identity: the cached answer is served, the library is not read
+        // (a forged `false` for the same identity shows which was used)
+        std::fs::write(&cache, forge(&cache, &lib, false)).unwrap();
+        assert!(!maybe_supported_cached(&state, &lib), "served from the cache");
+        // identity changes (new driver installed, touched, same size): probed again
+        let lib2 = lib_with(d.path(), false);
+        assert_eq!(lib, lib2);
+        std::fs::write(&cache, forge(&cache, &lib, true)).unwrap();
+        let t = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options().write(true).open(&lib).unwrap().set_modified(t).unwrap();
+        assert!(!maybe_supported_cached(&state, &lib), "stale after an mtime change");
+        // replaced by another file (another inode) with the symbol: probed again
+        let tmp = d.path().join("new");
+        let mut b = vec![1u8; 64 << 10];
+        b.extend_from_slice(b"nvmlDeviceSetMemoryLimits_v1\0");
+        std::fs::write(&tmp, &b).unwrap();
+        std::fs::write(&cache, forge(&cache, &lib, false)).unwrap();
+        std::fs::rename(&tmp, &lib).unwrap();
+        assert!(maybe_supported_cached(&state, &lib), "stale after the inode changed");
+        // another library path never takes this one's answer
+        let other = d.path().join("libnvidia-ml.so.1");
+        std::fs::write(&other, b"no symbol here").unwrap();
+        assert!(!maybe_supported_cached(&state, &other));
+        assert!(!maybe_supported_cached(&state, &d.path().join("missing")));
+    }
+
+    #[test]
+    fn probe_cache_is_never_read_or_written_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let lib = lib_with(d.path(), true);
+        assert!(maybe_supported_cached(&state, &lib));
+        let cache = state.join(PROBE_CACHE_FILE);
+        // a planted link to a file that says `false` for this very identity
+        let planted = d.path().join("planted.json");
+        std::fs::write(&planted, forge(&cache, &lib, false)).unwrap();
+        std::fs::remove_file(&cache).unwrap();
+        std::os::unix::fs::symlink(&planted, &cache).unwrap();
+        assert!(maybe_supported_cached(&state, &lib), "the link is not followed");
+        assert!(std::fs::symlink_metadata(&cache).unwrap().is_file(), "replaced by a real file");
+        assert_eq!(
+            std::fs::read(&planted).unwrap(),
+            forge(&cache, &lib, false),
+            "the link's target is not written"
+        );
+        // a cache in a directory others could write is not used at all
+        let open = d.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        assert!(maybe_supported_cached(&open, &lib));
+        assert!(!open.join(PROBE_CACHE_FILE).exists(), "not written into an insecure dir");
+    }
+
     #[test]
     fn detect_without_a_library() {
         let d = detect_at(None, Path::new("/nonexistent"));
