@@ -154,6 +154,10 @@ pub fn maybe_supported(libnvml: &Path) -> bool {
     let Ok(b) = std::fs::read(libnvml) else {
         return false;
     };
+    has_symbol_name(&b)
+}
+
+fn has_symbol_name(b: &[u8]) -> bool {
     let needle = format!("{SYMBOL}\0");
     // SAFETY: memmem reads within the two live buffers of the given lengths.
     let hit = unsafe {
@@ -165,6 +169,90 @@ pub fn maybe_supported(libnvml: &Path) -> bool {
         )
     };
     !hit.is_null()
+}
+
+/// In the state directory: the last answer of [`maybe_supported`], keyed by
+/// the library's path and identity (root-only, mode 0600).
+pub const PROBE_CACHE_FILE: &str = "nvml-probe.json";
+const PROBE_CACHE_VERSION: u32 = 1;
+
+/// What identifies one version of a file without reading it: a new driver
+/// (another inode, size or times) or a rewrite in place (mtime, ctime)
+/// changes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ProbeCache {
+    version: u32,
+    path: PathBuf,
+    id: FileId,
+    supported: bool,
+}
+
+/// [`maybe_supported`] for the hook, which asks at every container start:
+/// the answer is cached in `state_dir` keyed by the library's path and
+/// identity (dev, inode, size, mtime, ctime of the open file), so the
+/// library (tens of MB) is read once per driver install, not per start.
+/// The cache is read without following a symlink and capped, written
+/// atomically (never through a symlink) mode 0600, and used only when
+/// `state_dir` passes [`crate::fsutil::secure_dir`]; the file is re-stat'd
+/// after it was read and its answer cached only if it did not change.
+pub fn maybe_supported_cached(state_dir: &Path, libnvml: &Path) -> bool {
+    use std::io::Read;
+    let Ok(f) = std::fs::File::open(libnvml) else {
+        return false;
+    };
+    let Some(id) = f.metadata().ok().filter(|m| m.is_file()).map(|m| FileId::of(&m)) else {
+        return false;
+    };
+    let usable = crate::fsutil::secure_dir(state_dir, 0o755).is_ok();
+    let cache = state_dir.join(PROBE_CACHE_FILE);
+    if usable {
+        if let Ok(bytes) = crate::fsutil::read_regular_capped(&cache, 4 << 10) {
+            if let Ok(c) = serde_json::from_slice::<ProbeCache>(&bytes) {
+                if c.version == PROBE_CACHE_VERSION && c.path == libnvml && c.id == id {
+                    return c.supported;
+                }
+            }
+        }
+    }
+    let mut b = Vec::with_capacity(id.size as usize);
+    if (&f).read_to_end(&mut b).is_err() {
+        return false;
+    }
+    let supported = has_symbol_name(&b);
+    let unchanged = f.metadata().map(|m| FileId::of(&m)) .ok() == Some(id.clone());
+    if usable && unchanged {
+        let c = ProbeCache {
+            version: PROBE_CACHE_VERSION,
+            path: libnvml.to_path_buf(),
+            id,
+            supported,
+        };
+        let bytes = serde_json::to_vec(&c).expect("serializable");
+        let _ = crate::fsutil::write_atomic(&cache, &bytes, 0o600);
+    }
+    supported
 }
 
 /// The container's own cgroup directory from `/proc/<pid>/cgroup` (cgroup
@@ -545,6 +633,12 @@ pub fn clear_for_container(
     root: Option<&str>,
     force: bool,
 ) -> Result<Option<Cleared>, DrvLimitError> {
+    // the hook writes the marker (before it records a limit) the first time
+    // it sets one on this host: without it there is nothing to clear, and
+    // the ledger is not read (a `delete` must not parse every reservation)
+    if !active_marker(cfg).exists() {
+        return Ok(None);
+    }
     let Ok(data) = crate::Ledger::new(cfg).read() else {
         return Ok(None);
     };

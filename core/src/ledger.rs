@@ -249,7 +249,10 @@ impl Ledger {
         let (out, changed) = f(&mut data)?;
         if changed {
             data.version = SCHEMA_VERSION;
-            let mut bytes = serde_json::to_vec_pretty(&data).expect("ledger serializes");
+            // compact: the file is rewritten at every admission, confirmation and
+            // release, and its size is the part of that work that grows with the
+            // number of reservations (pretty printing made it 1.7× larger)
+            let mut bytes = serde_json::to_vec(&data).expect("ledger serializes");
             bytes.push(b'\n');
             let path = self.path();
             fsutil::write_atomic_observed(&path, &bytes, 0o644, observe).map_err(self.io(&path))?;
