@@ -899,6 +899,49 @@ mod tests {
     }
 
     #[test]
+    fn delete_looks_for_a_record_only_where_the_marker_is() {
+        use crate::ledger::{LedgerData, ResState, Reservation};
+        let d = tempfile::tempdir().unwrap();
+        let cfg = crate::Config {
+            ledger_dir: d.path().join("ledger"),
+            state_dir: d.path().join("state"),
+            hook: Some(d.path().join("no-such-hook")),
+            ..crate::Config::default()
+        };
+        let r = Reservation {
+            container_id: "c1".into(),
+            runtime_root: Some("/run/x".into()),
+            bundle: "/b".into(),
+            slices: vec![],
+            request: "vram=1g".into(),
+            created_unix: 0,
+            started_unix: Some(0),
+            pid: Some(u32::MAX - 1),
+            pid_start: Some(1),
+            state: ResState::Running,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+        };
+        std::fs::create_dir_all(&cfg.ledger_dir).unwrap();
+        let data = LedgerData {
+            reservations: vec![r.clone()],
+            ..LedgerData::default()
+        };
+        std::fs::write(cfg.ledger_dir.join("ledger.json"), serde_json::to_vec(&data).unwrap()).unwrap();
+        let dir = crate::state::container_dir(&cfg, &r);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(RECORD_FILE), b"{}").unwrap();
+        // no marker: nothing was ever set on this host, nothing is read
+        assert!(matches!(clear_for_container(&cfg, "c1", Some("/run/x"), true), Ok(None)));
+        // with the marker the record is found and a clear attempted (which
+        // fails here: no hook, no NVML)
+        std::fs::write(active_marker(&cfg), b"").unwrap();
+        assert!(clear_for_container(&cfg, "c1", Some("/run/x"), true).is_err());
+        assert!(matches!(clear_for_container(&cfg, "c2", Some("/run/x"), true), Ok(None)));
+    }
+
+    #[test]
     fn detect_without_a_library() {
         let d = detect_at(None, Path::new("/nonexistent"));
         assert!(!d.usable() && !d.symbol && !d.cgroup_v2);

@@ -251,7 +251,7 @@ impl Ledger {
             data.version = SCHEMA_VERSION;
             // compact: the file is rewritten at every admission, confirmation and
             // release, and its size is the part of that work that grows with the
-            // number of reservations (pretty printing made it 1.7× larger)
+            // number of reservations (pretty printing made it 1.4× larger)
             let mut bytes = serde_json::to_vec(&data).expect("ledger serializes");
             bytes.push(b'\n');
             let path = self.path();
