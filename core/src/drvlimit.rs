@@ -222,7 +222,12 @@ pub fn maybe_supported_cached(state_dir: &Path, libnvml: &Path) -> bool {
     let Ok(f) = std::fs::File::open(libnvml) else {
         return false;
     };
-    let Some(id) = f.metadata().ok().filter(|m| m.is_file()).map(|m| FileId::of(&m)) else {
+    let Some(id) = f
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| FileId::of(&m))
+    else {
         return false;
     };
     let usable = crate::fsutil::secure_dir(state_dir, 0o755).is_ok();
@@ -241,7 +246,7 @@ pub fn maybe_supported_cached(state_dir: &Path, libnvml: &Path) -> bool {
         return false;
     }
     let supported = has_symbol_name(&b);
-    let unchanged = f.metadata().map(|m| FileId::of(&m)) .ok() == Some(id.clone());
+    let unchanged = f.metadata().map(|m| FileId::of(&m)).ok() == Some(id.clone());
     if usable && unchanged {
         let c = ProbeCache {
             version: PROBE_CACHE_VERSION,
@@ -848,14 +853,25 @@ mod tests {
         // same identity: the cached answer is served, the library is not read
         // (a forged `false` for the same identity shows which was used)
         std::fs::write(&cache, forge(&cache, &lib, false)).unwrap();
-        assert!(!maybe_supported_cached(&state, &lib), "served from the cache");
+        assert!(
+            !maybe_supported_cached(&state, &lib),
+            "served from the cache"
+        );
         // identity changes (new driver installed, touched, same size): probed again
         let lib2 = lib_with(d.path(), false);
         assert_eq!(lib, lib2);
         std::fs::write(&cache, forge(&cache, &lib, true)).unwrap();
         let t = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-        std::fs::File::options().write(true).open(&lib).unwrap().set_modified(t).unwrap();
-        assert!(!maybe_supported_cached(&state, &lib), "stale after an mtime change");
+        std::fs::File::options()
+            .write(true)
+            .open(&lib)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        assert!(
+            !maybe_supported_cached(&state, &lib),
+            "stale after an mtime change"
+        );
         // replaced by another file (another inode) with the symbol: probed again
         let tmp = d.path().join("new");
         let mut b = vec![1u8; 64 << 10];
@@ -863,7 +879,10 @@ mod tests {
         std::fs::write(&tmp, &b).unwrap();
         std::fs::write(&cache, forge(&cache, &lib, false)).unwrap();
         std::fs::rename(&tmp, &lib).unwrap();
-        assert!(maybe_supported_cached(&state, &lib), "stale after the inode changed");
+        assert!(
+            maybe_supported_cached(&state, &lib),
+            "stale after the inode changed"
+        );
         // another library path never takes this one's answer
         let other = d.path().join("libnvidia-ml.so.1");
         std::fs::write(&other, b"no symbol here").unwrap();
@@ -883,8 +902,14 @@ mod tests {
         std::fs::write(&planted, forge(&cache, &lib, false)).unwrap();
         std::fs::remove_file(&cache).unwrap();
         std::os::unix::fs::symlink(&planted, &cache).unwrap();
-        assert!(maybe_supported_cached(&state, &lib), "the link is not followed");
-        assert!(std::fs::symlink_metadata(&cache).unwrap().is_file(), "replaced by a real file");
+        assert!(
+            maybe_supported_cached(&state, &lib),
+            "the link is not followed"
+        );
+        assert!(
+            std::fs::symlink_metadata(&cache).unwrap().is_file(),
+            "replaced by a real file"
+        );
         assert_eq!(
             std::fs::read(&planted).unwrap(),
             forge(&cache, &lib, false),
@@ -893,9 +918,13 @@ mod tests {
         // a cache in a directory others could write is not used at all
         let open = d.path().join("open");
         std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
         assert!(maybe_supported_cached(&open, &lib));
-        assert!(!open.join(PROBE_CACHE_FILE).exists(), "not written into an insecure dir");
+        assert!(
+            !open.join(PROBE_CACHE_FILE).exists(),
+            "not written into an insecure dir"
+        );
     }
 
     #[test]
@@ -928,17 +957,27 @@ mod tests {
             reservations: vec![r.clone()],
             ..LedgerData::default()
         };
-        std::fs::write(cfg.ledger_dir.join("ledger.json"), serde_json::to_vec(&data).unwrap()).unwrap();
+        std::fs::write(
+            cfg.ledger_dir.join("ledger.json"),
+            serde_json::to_vec(&data).unwrap(),
+        )
+        .unwrap();
         let dir = crate::state::container_dir(&cfg, &r);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(RECORD_FILE), b"{}").unwrap();
         // no marker: nothing was ever set on this host, nothing is read
-        assert!(matches!(clear_for_container(&cfg, "c1", Some("/run/x"), true), Ok(None)));
+        assert!(matches!(
+            clear_for_container(&cfg, "c1", Some("/run/x"), true),
+            Ok(None)
+        ));
         // with the marker the record is found and a clear attempted (which
         // fails here: no hook, no NVML)
         std::fs::write(active_marker(&cfg), b"").unwrap();
         assert!(clear_for_container(&cfg, "c1", Some("/run/x"), true).is_err());
-        assert!(matches!(clear_for_container(&cfg, "c2", Some("/run/x"), true), Ok(None)));
+        assert!(matches!(
+            clear_for_container(&cfg, "c2", Some("/run/x"), true),
+            Ok(None)
+        ));
     }
 
     #[test]
