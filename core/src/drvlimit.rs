@@ -196,6 +196,10 @@ pub fn maybe_supported(libnvml: &Path) -> bool {
     let Ok(b) = std::fs::read(libnvml) else {
         return false;
     };
+    has_symbol_name(&b)
+}
+
+fn has_symbol_name(b: &[u8]) -> bool {
     let needle = format!("{SYMBOL}\0");
     // SAFETY: memmem reads within the two live buffers of the given lengths.
     let hit = unsafe {
@@ -207,6 +211,95 @@ pub fn maybe_supported(libnvml: &Path) -> bool {
         )
     };
     !hit.is_null()
+}
+
+/// In the state directory: the last answer of [`maybe_supported`], keyed by
+/// the library's path and identity (root-only, mode 0600).
+pub const PROBE_CACHE_FILE: &str = "nvml-probe.json";
+const PROBE_CACHE_VERSION: u32 = 1;
+
+/// What identifies one version of a file without reading it: a new driver
+/// (another inode, size or times) or a rewrite in place (mtime, ctime)
+/// changes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ProbeCache {
+    version: u32,
+    path: PathBuf,
+    id: FileId,
+    supported: bool,
+}
+
+/// [`maybe_supported`] for the hook, which asks at every container start:
+/// the answer is cached in `state_dir` keyed by the library's path and
+/// identity (dev, inode, size, mtime, ctime of the open file), so the
+/// library (tens of MB) is read once per driver install, not per start.
+/// The cache is read without following a symlink and capped, written
+/// atomically (never through a symlink) mode 0600, and used only when
+/// `state_dir` passes [`crate::fsutil::secure_dir`]; the file is re-stat'd
+/// after it was read and its answer cached only if it did not change.
+pub fn maybe_supported_cached(state_dir: &Path, libnvml: &Path) -> bool {
+    use std::io::Read;
+    let Ok(f) = std::fs::File::open(libnvml) else {
+        return false;
+    };
+    let Some(id) = f
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| FileId::of(&m))
+    else {
+        return false;
+    };
+    let usable = crate::fsutil::secure_dir(state_dir, 0o755).is_ok();
+    let cache = state_dir.join(PROBE_CACHE_FILE);
+    if usable {
+        if let Ok(bytes) = crate::fsutil::read_regular_capped(&cache, 4 << 10) {
+            if let Ok(c) = serde_json::from_slice::<ProbeCache>(&bytes) {
+                if c.version == PROBE_CACHE_VERSION && c.path == libnvml && c.id == id {
+                    return c.supported;
+                }
+            }
+        }
+    }
+    let mut b = Vec::with_capacity(id.size as usize);
+    if (&f).read_to_end(&mut b).is_err() {
+        return false;
+    }
+    let supported = has_symbol_name(&b);
+    let unchanged = f.metadata().map(|m| FileId::of(&m)).ok() == Some(id.clone());
+    if usable && unchanged {
+        let c = ProbeCache {
+            version: PROBE_CACHE_VERSION,
+            path: libnvml.to_path_buf(),
+            id,
+            supported,
+        };
+        let bytes = serde_json::to_vec(&c).expect("serializable");
+        let _ = crate::fsutil::write_atomic(&cache, &bytes, 0o600);
+    }
+    supported
 }
 
 /// The container's own cgroup directory from `/proc/<pid>/cgroup` (cgroup
@@ -587,6 +680,12 @@ pub fn clear_for_container(
     root: Option<&str>,
     force: bool,
 ) -> Result<Option<Cleared>, DrvLimitError> {
+    // the hook writes the marker (before it records a limit) the first time
+    // it sets one on this host: without it there is nothing to clear, and
+    // the ledger is not read (a `delete` must not parse every reservation)
+    if !active_marker(cfg).exists() {
+        return Ok(None);
+    }
     let Ok(data) = crate::Ledger::new(cfg).read() else {
         return Ok(None);
     };
@@ -777,6 +876,167 @@ mod tests {
         std::fs::write(&p, b"nvmlDeviceSetMemoryLimits_v10").unwrap();
         assert!(!maybe_supported(&p), "a longer name is another symbol");
         assert!(!maybe_supported(&d.path().join("missing")));
+    }
+
+    fn lib_with(d: &Path, symbol: bool) -> PathBuf {
+        let p = d.join("libnvidia-ml.so.615.1");
+        let mut b = vec![0u8; 64 << 10];
+        if symbol {
+            b.extend_from_slice(b"nvmlDeviceSetMemoryLimits_v1\0");
+        }
+        std::fs::write(&p, &b).unwrap();
+        p
+    }
+
+    /// The cached answer of `lib` with `supported` forced (what a stale or
+    /// planted cache would say).
+    fn forge(cache: &Path, lib: &Path, supported: bool) -> Vec<u8> {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(cache).unwrap()).unwrap();
+        assert_eq!(v["path"], lib.to_str().unwrap());
+        v["supported"] = supported.into();
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn probe_cache_answers_for_the_same_file_identity_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let lib = lib_with(d.path(), true);
+        assert!(maybe_supported_cached(&state, &lib));
+        let cache = state.join(PROBE_CACHE_FILE);
+        let m = std::fs::symlink_metadata(&cache).unwrap();
+        assert!(m.is_file());
+        assert_eq!(m.permissions().mode() & 0o777, 0o600, "root-only");
+        // same identity: the cached answer is served, the library is not read
+        // (a forged `false` for the same identity shows which was used)
+        std::fs::write(&cache, forge(&cache, &lib, false)).unwrap();
+        assert!(
+            !maybe_supported_cached(&state, &lib),
+            "served from the cache"
+        );
+        // identity changes (new driver installed, touched, same size): probed again
+        let lib2 = lib_with(d.path(), false);
+        assert_eq!(lib, lib2);
+        std::fs::write(&cache, forge(&cache, &lib, true)).unwrap();
+        let t = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&lib)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        assert!(
+            !maybe_supported_cached(&state, &lib),
+            "stale after an mtime change"
+        );
+        // replaced by another file (another inode) with the symbol: probed again
+        let tmp = d.path().join("new");
+        let mut b = vec![1u8; 64 << 10];
+        b.extend_from_slice(b"nvmlDeviceSetMemoryLimits_v1\0");
+        std::fs::write(&tmp, &b).unwrap();
+        std::fs::write(&cache, forge(&cache, &lib, false)).unwrap();
+        std::fs::rename(&tmp, &lib).unwrap();
+        assert!(
+            maybe_supported_cached(&state, &lib),
+            "stale after the inode changed"
+        );
+        // another library path never takes this one's answer
+        let other = d.path().join("libnvidia-ml.so.1");
+        std::fs::write(&other, b"no symbol here").unwrap();
+        assert!(!maybe_supported_cached(&state, &other));
+        assert!(!maybe_supported_cached(&state, &d.path().join("missing")));
+    }
+
+    #[test]
+    fn probe_cache_is_never_read_or_written_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let lib = lib_with(d.path(), true);
+        assert!(maybe_supported_cached(&state, &lib));
+        let cache = state.join(PROBE_CACHE_FILE);
+        // a planted link to a file that says `false` for this very identity
+        let planted = d.path().join("planted.json");
+        std::fs::write(&planted, forge(&cache, &lib, false)).unwrap();
+        std::fs::remove_file(&cache).unwrap();
+        std::os::unix::fs::symlink(&planted, &cache).unwrap();
+        assert!(
+            maybe_supported_cached(&state, &lib),
+            "the link is not followed"
+        );
+        assert!(
+            std::fs::symlink_metadata(&cache).unwrap().is_file(),
+            "replaced by a real file"
+        );
+        assert_eq!(
+            std::fs::read(&planted).unwrap(),
+            forge(&cache, &lib, false),
+            "the link's target is not written"
+        );
+        // a cache in a directory others could write is not used at all
+        let open = d.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        assert!(maybe_supported_cached(&open, &lib));
+        assert!(
+            !open.join(PROBE_CACHE_FILE).exists(),
+            "not written into an insecure dir"
+        );
+    }
+
+    #[test]
+    fn delete_looks_for_a_record_only_where_the_marker_is() {
+        use crate::ledger::{LedgerData, ResState, Reservation};
+        let d = tempfile::tempdir().unwrap();
+        let cfg = crate::Config {
+            ledger_dir: d.path().join("ledger"),
+            state_dir: d.path().join("state"),
+            hook: Some(d.path().join("no-such-hook")),
+            ..crate::Config::default()
+        };
+        let r = Reservation {
+            container_id: "c1".into(),
+            runtime_root: Some("/run/x".into()),
+            bundle: "/b".into(),
+            slices: vec![],
+            request: "vram=1g".into(),
+            created_unix: 0,
+            started_unix: Some(0),
+            pid: Some(u32::MAX - 1),
+            pid_start: Some(1),
+            state: ResState::Running,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+        };
+        std::fs::create_dir_all(&cfg.ledger_dir).unwrap();
+        let data = LedgerData {
+            reservations: vec![r.clone()],
+            ..LedgerData::default()
+        };
+        std::fs::write(
+            cfg.ledger_dir.join("ledger.json"),
+            serde_json::to_vec(&data).unwrap(),
+        )
+        .unwrap();
+        let dir = crate::state::container_dir(&cfg, &r);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(RECORD_FILE), b"{}").unwrap();
+        // no marker: nothing was ever set on this host, nothing is read
+        assert!(matches!(
+            clear_for_container(&cfg, "c1", Some("/run/x"), true),
+            Ok(None)
+        ));
+        // with the marker the record is found and a clear attempted (which
+        // fails here: no hook, no NVML)
+        std::fs::write(active_marker(&cfg), b"").unwrap();
+        assert!(clear_for_container(&cfg, "c1", Some("/run/x"), true).is_err());
+        assert!(matches!(
+            clear_for_container(&cfg, "c2", Some("/run/x"), true),
+            Ok(None)
+        ));
     }
 
     #[test]

@@ -90,8 +90,8 @@ pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservat
     let Some(nvml) = drvlimit::libnvml_of(files) else {
         return;
     };
-    if !drvlimit::maybe_supported(&nvml) {
-        return; // drivers before r615: one file read, no child
+    if !drvlimit::maybe_supported_cached(&cfg.state_dir, &nvml) {
+        return; // drivers before r615: one file read per driver install (cached), no child
     }
     let cg =
         match drvlimit::container_cgroup(Path::new("/proc"), Path::new(drvlimit::CGROUP_ROOT), pid)
@@ -118,15 +118,19 @@ pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservat
         .and_then(|exe| drvlimit::apply_via_helper(&exe, &nvml, &cg, &gpus).map_err(Into::into));
     match res {
         Ok(Some(rec)) => {
+            // the marker first: the runtime's `delete` looks for a record
+            // only where the marker exists
+            let m = drvlimit::active_marker(cfg);
+            if !m.exists() {
+                if let Err(e) = gpuquota_core::fsutil::write_atomic(&m, b"", 0o644) {
+                    eprintln!("gpu-quota-hook: driver limits set but {} not written ({e}); the runtime's `delete` will not clear them", m.display());
+                }
+            }
             let bytes = serde_json::to_vec(&rec).expect("serializable");
             if let Err(e) =
                 gpuquota_core::fsutil::write_atomic(&dir.join(drvlimit::RECORD_FILE), &bytes, 0o644)
             {
                 eprintln!("gpu-quota-hook: driver limits set but not recorded: {e}");
-            }
-            let m = drvlimit::active_marker(cfg);
-            if !m.exists() {
-                let _ = gpuquota_core::fsutil::write_atomic(&m, b"", 0o644);
             }
         }
         Ok(None) => {}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Benchmark (not a test), issue 18: is container start flat in the number of
+# reservations already in the ledger? `run -d` of a busybox `sleep` container
+# through gpu-quota-runtime (`vram=64m`, two simulated 16 GiB GPUs as the e2e
+# harness configures them) and through plain runc, interleaved
+# sliced/plain/sliced/plain, one after another (every container stays up, so
+# the ledger grows by one per sliced start). Two windows: starts 1–M (the
+# ledger holds 1..M reservations) and starts FILL+1..FILL+M after FILL more
+# sliced sleepers were started untimed. Prints median, min–max and p10–p90 of
+# each arm and the ledger size. Everything is deleted at the end.
+# Usage: benches/start_vs_reservations.sh [M=20] [FILL=160]   (root)
+# Env: GQ_BIN_OLD=DIR adds a third arm through an older build's binaries (A/B on one ledger);
+# GQ_BENCH_STRACE=FILE straces one more sliced start at the end into FILE
+# (GQ_BENCH_STRACE_OPTS: more strace options, e.g. --seccomp-bpf -e trace=...);
+# GQ_BIN (default target/release), RUNC, GQ_BENCH_KEEP=1 keeps the work dir.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+M=${1:-20}
+FILL=${2:-160}
+BIN=${GQ_BIN:-$(pwd)/target/release}
+RUNC=${RUNC:-$(command -v runc)}
+D=$(mktemp -d /tmp/gq-bench-res.XXXXXX)
+cleanup() {
+  for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do
+    "$RUNC" --root "$D/root" kill "$id" KILL 2>/dev/null || true
+  done
+  for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do
+    "$BIN/gpu-quota-runtime" --root "$D/root" delete -f "$id" >/dev/null 2>&1 || "$RUNC" --root "$D/root" delete -f "$id" || true
+  done
+  # usage tmpfs of anything the runtime could not release
+  grep -o " $D/state/[^ ]*" /proc/self/mounts | while read -r m; do umount "$m" || true; done || true
+  [ -n "${GQ_BENCH_KEEP:-}" ] || rm -rf "$D"
+}
+trap cleanup EXIT
+export GPU_QUOTA_CONFIG="$D/config.toml"
+mkdir -p "$D/dev" "$D/lib"
+mknod "$D/dev/nvidia0" c 195 0; mknod "$D/dev/nvidia1" c 195 1
+mknod "$D/dev/nvidiactl" c 195 255; mknod "$D/dev/nvidia-uvm" c 237 0
+cp "$(readlink -f /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null || readlink -f /lib64/ld-linux-x86-64.so.2)" "$D/lib/libcuda.so.580.1"
+ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
+cat > "$GPU_QUOTA_CONFIG" <<EOT
+ledger_dir = "$D/ledger"
+state_dir = "$D/state"
+hook = "$BIN/gpu-quota-hook"
+interceptor = "$BIN/libgpuquota.so"
+runc = "$RUNC"
+[driver]
+dev_root = "$D/dev"
+lib_dirs = ["$D/lib"]
+bin_dirs = []
+[[inventory.gpu]]
+index = 0
+uuid = "GPU-00000000-0000-4000-8000-000000000000"
+memory = "16g"
+[[inventory.gpu]]
+index = 1
+uuid = "GPU-00000000-0000-4000-8000-000000000001"
+memory = "16g"
+EOT
+# GQ_BIN_OLD=DIR: a third arm, the same start through the binaries in DIR
+# (an older build), interleaved with the other two on the same ledger
+if [ -n "${GQ_BIN_OLD:-}" ]; then
+  sed -e "s|^hook = .*|hook = \"$GQ_BIN_OLD/gpu-quota-hook\"|" -e "s|^interceptor = .*|interceptor = \"$GQ_BIN_OLD/libgpuquota.so\"|" "$GPU_QUOTA_CONFIG" > "$D/config-old.toml"
+fi
+mk() { # NAME ANNOTATIONS
+  local b="$D/$1"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/sleep"
+  cat > "$b/config.json" <<EOT
+{"ociVersion":"1.0.2-dev","annotations":$2,"process":{"terminal":false,"user":{"uid":0,"gid":0},"args":["sleep","3600"],"env":["PATH=/bin"],"cwd":"/","noNewPrivileges":true},
+ "root":{"path":"rootfs"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs"}],
+ "linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]},"namespaces":[{"type":"pid"},{"type":"mount"}]}}
+EOT
+}
+# one bundle per arm; runc and the runtime take the bundle with --bundle
+mk plain '{}'; mk sliced '{"vram":"64m"}'
+now() { date +%s%N; }
+srun() { "$BIN/gpu-quota-runtime" --root "$D/root" run -d --bundle "$D/sliced" "$1" >/dev/null 2>&1 </dev/null; }
+prun() { "$RUNC" --root "$D/root" run -d --bundle "$D/plain" "$1" >/dev/null 2>&1 </dev/null; }
+# the bundle's config.json is rewritten by each sliced create: restore it
+fresh() { cp "$D/sliced.json" "$D/sliced/config.json"; }
+cp "$D/sliced/config.json" "$D/sliced.json"
+nres() { grep -o '"container_id"' "$D/ledger/ledger.json" 2>/dev/null | wc -l; }
+orun() { GPU_QUOTA_CONFIG="$D/config-old.toml" "$GQ_BIN_OLD/gpu-quota-runtime" --root "$D/root" run -d --bundle "$D/sliced" "$1" >/dev/null 2>&1 </dev/null; }
+window() { # LABEL -> appends "label sliced... | plain... | old..." to $D/times
+  local s=() p=() o=() i t
+  for i in $(seq 1 "$M"); do
+    fresh; t=$(now); srun "s-$1-$i"; s+=($(( ($(now) - t) / 1000 )))
+    t=$(now); prun "p-$1-$i"; p+=($(( ($(now) - t) / 1000 )))
+    if [ -n "${GQ_BIN_OLD:-}" ]; then
+      fresh; t=$(now); orun "o-$1-$i"; o+=($(( ($(now) - t) / 1000 )))
+    fi
+  done
+  echo "$1 ${s[*]} | ${p[*]} | ${o[*]}" >> "$D/times"
+}
+ARMS=$([ -n "${GQ_BIN_OLD:-}" ] && echo 3 || echo 2)
+window first
+for i in $(seq 1 "$FILL"); do fresh; srun "fill-$i"; done
+window second
+n=$(nres); size=$(stat -c %s "$D/ledger/ledger.json")
+want=$(( (ARMS - 1) * 2 * M + FILL ))
+[ "$n" -eq "$want" ] || { echo "expected $want reservations in the ledger, found $n"; exit 1; }
+stats() { # values (µs) -> "median (p10–p90, min–max)" in ms
+  printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {
+    m = (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)
+    p10 = a[int((NR - 1) * 0.1) + 1]; p90 = a[int((NR - 1) * 0.9) + 1]
+    printf "%.1f ms (p10–p90 %.1f–%.1f, min–max %.1f–%.1f)", m/1000, p10/1000, p90/1000, a[1]/1000, a[NR]/1000 }'
+}
+med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
+echo "| date | reservations held | runs | plain runc | gpu-quota ($BIN) | difference |$([ "$ARMS" = 3 ] && echo " gpu-quota ($GQ_BIN_OLD) | difference |")"
+while IFS='|' read -r a p o; do
+  label=${a%% *}; s=(${a#* }); p=($p); o=($o)
+  k=$(( ARMS - 1 ))
+  case $label in first) range="1–$(( k * M ))";; *) range="$(( k * M + FILL + 1 ))–$(( 2 * k * M + FILL ))";; esac
+  ms=$(med "${s[@]}"); mp=$(med "${p[@]}")
+  row=$(printf '| %s | %s | %d | %s | %s | %+.1f ms |' "$(date -u +%F)" "$range" "$M" \
+    "$(stats "${p[@]}")" "$(stats "${s[@]}")" "$(awk -v s="$ms" -v p="$mp" 'BEGIN{print (s-p)/1000}')")
+  if [ "$ARMS" = 3 ]; then
+    mo=$(med "${o[@]}")
+    row+=$(printf ' %s | %+.1f ms |' "$(stats "${o[@]}")" "$(awk -v s="$mo" -v p="$mp" 'BEGIN{print (s-p)/1000}')")
+  fi
+  echo "$row"
+done < "$D/times"
+echo "ledger at the end: $n reservations, $size bytes"
+if [ -n "${GQ_BENCH_STRACE:-}" ]; then # one more sliced container, foreground `sleep 0`, traced (runtime, runc, both hook runs, release)
+  sed 's/"3600"/"0"/' "$D/sliced.json" > "$D/sliced/config.json"
+  strace -f -tt -T ${GQ_BENCH_STRACE_OPTS:-} -o "$GQ_BENCH_STRACE" "$BIN/gpu-quota-runtime" --root "$D/root" run --bundle "$D/sliced" traced >/dev/null 2>&1 </dev/null
+  echo "strace of one more sliced container (at $(( n + 1 )) reservations): $GQ_BENCH_STRACE"
+fi
