@@ -26,7 +26,11 @@ const FAKE_UUID: &str = "GPU-face3344-5566-7788-99aa-bbccddeeff00";
 fn limit_host() -> (Host, PathBuf) {
     let h = Host::new(HostOpts::default());
     let fake = repo_dir().join("tests/fake/build/libnvidia-ml.so.1");
-    assert!(fake.is_file(), "{} not built: make -C tests/fake", fake.display());
+    assert!(
+        fake.is_file(),
+        "{} not built: make -C tests/fake",
+        fake.display()
+    );
     let lib = h.path().join("lib/libnvidia-ml.so.580.1");
     std::fs::remove_file(&lib).unwrap();
     std::fs::copy(&fake, &lib).unwrap();
@@ -122,7 +126,11 @@ fn runtime_delete_clears_the_driver_limit() {
     assert!(!cleared(&log, &cg));
     assert_ok(&h.runtime(&["delete", "--force", "del1"]), "delete");
     assert!(reservation(&h, "del1").is_none());
-    assert!(cleared(&log, &cg), "log: {:?}", std::fs::read_to_string(&log));
+    assert!(
+        cleared(&log, &cg),
+        "log: {:?}",
+        std::fs::read_to_string(&log)
+    );
 }
 
 #[test]
@@ -221,6 +229,13 @@ fn hook_acts_on_the_reservation_when_env_policy_flips() {
     b2.set(&[], "true", &["GPU_QUOTA_VRAM=4g"]);
     let o = h.runtime(&["create", "--bundle", &b2.bundle_arg(), "after1"]);
     assert_ok(&o, "create after the flip");
-    assert!(reservation(&h, "after1").is_none(), "env request ignored now");
-    assert!(stderr(&o).contains("ignoring GPU_QUOTA_VRAM"), "{}", stderr(&o));
+    assert!(
+        reservation(&h, "after1").is_none(),
+        "env request ignored now"
+    );
+    assert!(
+        stderr(&o).contains("ignoring GPU_QUOTA_VRAM"),
+        "{}",
+        stderr(&o)
+    );
 }
