@@ -22,7 +22,8 @@
 //!   then records the event and bumps the counters once for all of them.
 //!   A reservation released by force while its process still runs keeps its
 //!   limit and its state (they are mounted in it); the runtime's `delete`
-//!   or `gc`'s sweep ends them later ([`release_orphan`]).
+//!   ends them later ([`release_orphan`]); otherwise `gc`'s sweep removes
+//!   the directory once no reservation owns it (without a clear).
 //!
 //! The effects of a release are behind [`Effects`], so the order is tested
 //! without root.
@@ -61,6 +62,10 @@ pub enum LifecycleError {
     Devices(#[from] devices::DeviceError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    MountConflict(#[from] crate::mountplan::MountConflict),
+    #[error("container id {0:?} has characters gpu-quota does not accept")]
+    BadId(String),
 }
 
 // ------------------------------------------------------------------ Bundle
@@ -146,19 +151,34 @@ fn contains_request_key(b: &[u8]) -> bool {
 
 // ------------------------------------------------------------------ admit
 
-/// Admit `req` for container `id` under runc root `root` from `bundle`.
-/// Reservations of dead containers reclaimed on the way are released
-/// (cause "admission"); the admission or the refusal is recorded under
-/// `src`.
+/// Admit `req` of container `id` (created under runc root `root` from
+/// `bundle`): an id that cannot name a directory is refused; a volume,
+/// host directory or tmpfs the bundle declares over a path the hook writes
+/// is refused (recorded) before anything is reserved; then the ledger
+/// places it. Reservations of dead containers reclaimed on the way are
+/// released (cause "admission"); the admission or the refusal is recorded
+/// under `src`.
 pub fn admit(
     cfg: &Config,
     inv: &Inventory,
+    bundle: &Bundle,
     req: &Request,
     id: &str,
     root: &str,
-    bundle: &Path,
     src: events::Source<'_>,
-) -> Result<Reservation, LedgerError> {
+) -> Result<Reservation, LifecycleError> {
+    if !state::valid_container_id(id) {
+        return Err(LifecycleError::BadId(id.into()));
+    }
+    // symlink-steered ones: the hook (EXDEV)
+    if let Some(c) = crate::mountplan::declared_conflict(
+        &crate::rootfs::Declared::from_config(&bundle.config),
+        &cfg.driver.binaries,
+    ) {
+        let request = ledger::describe_request(req);
+        events::refused(cfg, src, id, &request, "mount_conflict", &c.to_string());
+        return Err(c.into());
+    }
     let ledger = Ledger::new(cfg);
     let mut reclaimed = vec![];
     let admitted = ledger.admit(
@@ -167,7 +187,7 @@ pub fn admit(
         req,
         id,
         Some(root),
-        &bundle.to_string_lossy(),
+        &bundle.dir.to_string_lossy(),
         &mut reclaimed,
     );
     release(
@@ -190,7 +210,7 @@ pub fn admit(
             &e.to_string(),
         ),
     }
-    admitted
+    Ok(admitted?)
 }
 
 // ------------------------------------------------------------------ setup

@@ -15,9 +15,9 @@ use gpuquota_core::{
     events,
     ledger::Key,
     lifecycle::{self, Bundle, LifecycleError},
-    mountplan, paths,
+    paths,
     request::{self, EnvRequests},
-    rootfs, state, Inventory, Request,
+    state, Inventory, Request,
 };
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -130,33 +130,11 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             a.command.as_deref().unwrap_or("")
         )
     })?;
-    if !state::valid_container_id(&id) {
-        return Err(anyhow!(
-            "container id {id:?} has characters gpu-quota does not accept"
-        ));
-    }
     let cfg = cfg?;
-    // a volume, host directory or tmpfs over a path the hook writes: refused
-    // before anything is reserved (symlink-steered ones: the hook, EXDEV)
-    if let Some(c) = mountplan::declared_conflict(
-        &rootfs::Declared::from_config(&bundle.config),
-        &cfg.driver.binaries,
-    ) {
-        let request = gpuquota_core::ledger::describe_request(&req);
-        events::refused(
-            &cfg,
-            source(a, "create"),
-            &id,
-            &request,
-            "mount_conflict",
-            &c.to_string(),
-        );
-        return Err(c.into());
-    }
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
     let root = effective_root(a);
-    let r = lifecycle::admit(&cfg, &inv, &req, &id, &root, &dir, source(a, "create"))?;
+    let r = lifecycle::admit(&cfg, &inv, &bundle, &req, &id, &root, source(a, "create"))?;
     lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;
     run_admitted(&cfg, &runc, argv, a, &id, &root)
 }
