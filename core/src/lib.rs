@@ -8,6 +8,7 @@ pub mod fsutil;
 pub mod inventory;
 pub mod ldcache;
 pub mod ledger;
+pub mod lifecycle;
 pub mod placement;
 pub mod request;
 pub mod units;

@@ -31,13 +31,13 @@ use gpuquota_core::{
     config::Config,
     driver, events,
     ledger::Key,
+    lifecycle::{self, Bundle},
     mountplan, paths,
     rootfs::{Declared, MountEffects, Rootfs},
-    spec, state, Ledger, Request,
+    spec, state, LedgerError,
 };
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
 
 /// The hook's own deadline (runc kills hooks after the spec's 60 s).
 const HOOK_TIMEOUT_SECS: u32 = 45;
@@ -69,8 +69,7 @@ fn main() {
 struct Ctx {
     id: String,
     pid: Option<u32>,
-    bundle: PathBuf,
-    config: serde_json::Value,
+    bundle: Bundle,
 }
 
 fn read_state() -> Result<Ctx> {
@@ -81,13 +80,11 @@ fn read_state() -> Result<Ctx> {
         .context("reading the OCI state from stdin")?;
     let st: oci_spec::runtime::State =
         serde_json::from_slice(&buf).context("the OCI state on stdin is not valid")?;
-    let bundle = st.bundle().clone();
-    let config = spec::read_config(&bundle)?;
+    let bundle = Bundle::load(st.bundle())?;
     Ok(Ctx {
         id: st.id().clone(),
         pid: st.pid().filter(|p| *p > 0).map(|p| p as u32),
         bundle,
-        config,
     })
 }
 
@@ -121,16 +118,24 @@ fn run(stage: &str) -> Result<()> {
 fn create_runtime(root: Option<String>) -> Result<()> {
     let ctx = read_state()?;
     let cfg = Config::load_default()?;
-    if Request::from_config(&ctx.config, cfg.env_policy())?.is_none() {
-        return Ok(()); // nothing asked: nothing to do
-    }
+    let Some(root) = root else {
+        if !ctx.bundle.prepared_by_runtime() {
+            return Ok(()); // not a container gpu-quota-runtime prepared
+        }
+        bail!(
+            "container {} was given GPU devices by gpu-quota-runtime, but this hook's entry in {} has no `{} RUNC_ROOT`, so its reservation cannot be told from another container's with the same id under another runc root: none was confirmed and nothing was mounted. Create the container through this version of gpu-quota-runtime",
+            ctx.id,
+            ctx.bundle.config_path().display(),
+            spec::HOOK_ROOT_ARG
+        );
+    };
     if !state::valid_container_id(&ctx.id) {
         bail!(
             "container id {:?} has characters gpu-quota does not accept",
             ctx.id
         );
     }
-    let declared = Declared::from_config(&ctx.config);
+    let declared = Declared::from_config(&ctx.bundle.config);
     if let Some(c) = mountplan::declared_conflict(&declared, &cfg.driver.binaries) {
         return Err(c.into());
     }
@@ -139,16 +144,22 @@ fn create_runtime(root: Option<String>) -> Result<()> {
             "the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"
         )
     })?;
-    let Some(root) = root else {
-        bail!(
-            "container {} asks for GPU memory, but this hook's entry in {} has no `{} RUNC_ROOT`, so its reservation cannot be told from another container's with the same id under another runc root: none was confirmed and nothing was mounted. Create the container through this version of gpu-quota-runtime",
-            ctx.id,
-            spec::config_path(&ctx.bundle).display(),
-            spec::HOOK_ROOT_ARG
-        );
+    // The reservation made at `create` decides, never a second reading of
+    // the request under the host policy of this moment.
+    let r = match lifecycle::confirm_for_hook(&cfg, &ctx.id, &root, &ctx.bundle.dir, pid) {
+        Ok(r) => r,
+        // prepared for a reservation that is not there: fail closed (the
+        // container has its GPU devices but no slice)
+        Err(e) if ctx.bundle.prepared_by_runtime() => return Err(e.into()),
+        Err(LedgerError::NoReservation { .. }) => {
+            eprintln!(
+                "gpu-quota-hook: container {} has no reservation under runc root {root}: nothing added",
+                ctx.id
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
     };
-    let ledger = Ledger::new(&cfg);
-    let r = ledger.confirm(&ctx.id, Some(&root), &ctx.bundle.to_string_lossy(), pid)?;
     let files = driver::discover(&cfg.driver)?;
     let interceptor = paths::interceptor(&cfg).ok_or_else(|| {
         anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
@@ -160,7 +171,7 @@ fn create_runtime(root: Option<String>) -> Result<()> {
     state::fill(&dir, &r, &files, ctx_charge)
         .with_context(|| format!("preparing {}", dir.display()))?;
     measure::driver_limits(&cfg, &files, &dir, &r, pid);
-    let rootfs = spec::rootfs_path(&ctx.bundle, &ctx.config);
+    let rootfs = spec::rootfs_path(&ctx.bundle.dir, &ctx.bundle.config);
     let ops = mountplan::plan(&dir, &files, &interceptor);
     enter_mount_ns(pid)?;
     let mut fx = MountEffects {
@@ -188,40 +199,33 @@ fn enter_mount_ns(pid: u32) -> Result<()> {
 fn poststop(root: Option<String>) -> Result<()> {
     let ctx = read_state()?;
     let cfg = Config::load_default()?;
-    if Request::from_config(&ctx.config, cfg.env_policy())
-        .ok()
-        .flatten()
-        .is_none()
-    {
-        return Ok(());
-    }
     let Some(root) = root else {
-        // a container created before the upgrade: gpu-quota-runtime's
-        // `delete` releases it by id and runc root
-        eprintln!(
-            "gpu-quota-hook: poststop of container {}: this hook's entry has no `{} RUNC_ROOT` (written by an older gpu-quota-runtime); nothing released here, `delete` through gpu-quota-runtime releases it",
-            ctx.id,
-            spec::HOOK_ROOT_ARG
-        );
+        if ctx.bundle.prepared_by_runtime() {
+            // a container created before the upgrade: gpu-quota-runtime's
+            // `delete` releases it by id and runc root
+            eprintln!(
+                "gpu-quota-hook: poststop of container {}: this hook's entry has no `{} RUNC_ROOT` (written by an older gpu-quota-runtime); nothing released here, `delete` through gpu-quota-runtime releases it",
+                ctx.id,
+                spec::HOOK_ROOT_ARG
+            );
+        }
         return Ok(());
     };
-    let ledger = Ledger::new(&cfg);
-    let gone = ledger.release(Key::Hook {
-        id: &ctx.id,
-        root: Some(&root),
-        bundle: &ctx.bundle.to_string_lossy(),
-    })?;
-    let engine = events::engine_of(gone.first().and_then(|r| r.runtime_root.as_deref()));
+    let bundle = ctx.bundle.dir.to_string_lossy();
     let src = events::Source {
         program: "gpu-quota-hook",
-        engine,
+        engine: events::engine_of(Some(&root)),
         cause: "poststop",
     };
-    events::released(&cfg, src, &gone);
-    let held = ledger.read().ok().map(|d| d.reservations);
-    for r in gone {
-        state::remove_released(&cfg, &r, held.as_deref())?;
-    }
+    lifecycle::end_with(
+        &cfg,
+        Key::Hook {
+            id: &ctx.id,
+            root: Some(&root),
+            bundle: &bundle,
+        },
+        src,
+    )?;
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 use anyhow::{Context, Result};
 use gpuquota_core::{
     config::Config, driver, fsutil, inventory::describe, ledger::LedgerData, ledger::Reservation,
-    paths, units::human, usage, Inventory, Ledger,
+    lifecycle, paths, units::human, usage, Inventory, Ledger,
 };
 
 #[derive(clap::Args)]
@@ -204,13 +204,13 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             .collect()
     } else {
         let gone = ledger.gc()?;
-        gpuquota_core::events::reclaimed(&cfg, cli_source("gc"), &gone);
+        lifecycle::release(
+            &mut lifecycle::HostEffects::new(&cfg),
+            &gone,
+            lifecycle::Ending::Reclaimed,
+            cli_source("gc"),
+        );
         gone
-    };
-    let held = if a.dry_run {
-        None
-    } else {
-        ledger.read().ok().map(|d| d.reservations)
     };
     for r in &gone {
         gpuquota_core::outln!(
@@ -224,9 +224,6 @@ pub fn gc(a: &GcArgs) -> Result<()> {
                 r
             )
         );
-        if !a.dry_run && gpuquota_core::state::valid_container_id(&r.container_id) {
-            let _ = gpuquota_core::state::remove_released(&cfg, r, held.as_deref());
-        }
     }
     if gone.is_empty() {
         gpuquota_core::outln!("nothing to reclaim");

@@ -10,7 +10,7 @@
 //! root, `--runtime-root` must say which.
 use crate::ops::{cli_source, describe_reclaim, load};
 use anyhow::{bail, Result};
-use gpuquota_core::{events, fsutil, ledger::describe_slices, state, Reservation};
+use gpuquota_core::{fsutil, ledger::describe_slices, lifecycle, Reservation};
 use std::io::BufRead;
 
 #[derive(clap::Args)]
@@ -104,19 +104,25 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
         let changed = !gone.is_empty();
         Ok((gone, changed))
     })?;
-    events::released(&cfg, cli_source("operator"), &gone);
-    let held = ledger.read().ok().map(|d| d.reservations);
+    // forced: the container's process is not gone (its driver limit and
+    // state directory stay with it; its `delete` or `gc`'s sweep ends them)
+    let now = fsutil::now_unix();
+    let (ended, running): (Vec<_>, Vec<_>) =
+        gone.iter().cloned().partition(|r| ledger.is_stale(r, now));
+    let mut fx = lifecycle::HostEffects::new(&cfg);
+    let src = cli_source("operator");
+    lifecycle::release(&mut fx, &ended, lifecycle::Ending::Released, src);
+    lifecycle::release(
+        &mut fx,
+        &running,
+        lifecycle::Ending::ForcedWhileRunning,
+        src,
+    );
     for r in &gone {
         let line = describe_reclaim("released", r);
-        if ledger.is_stale(r, fsutil::now_unix()) {
+        if ended.contains(r) {
             gpuquota_core::outln!("{line}");
-            if state::valid_container_id(&r.container_id) {
-                let _ = state::remove_released(&cfg, r, held.as_deref());
-            }
         } else {
-            // forced: the container's process is not gone (its state
-            // directory stays mounted in it; `gc` sweeps it once it is)
-            // forced: the container's process is not gone
             gpuquota_core::outln!(
                 "{}",
                 line.replace(

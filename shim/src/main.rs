@@ -12,11 +12,12 @@ mod report;
 use anyhow::{anyhow, Context, Result};
 use gpuquota_core::{
     config::Config,
-    devices, events, fsutil,
+    events,
     ledger::Key,
-    mountplan, paths,
+    lifecycle::{self, Bundle, LifecycleError},
+    paths,
     request::{self, EnvRequests},
-    rootfs, spec, state, Inventory, Ledger, Request,
+    state, Inventory, Request,
 };
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -85,28 +86,16 @@ fn effective_root(a: &args::RuncArgs) -> String {
 }
 
 fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
-    let bundle = match &a.bundle {
+    let dir = match &a.bundle {
         Some(b) => PathBuf::from(b),
         None => std::env::current_dir().context("current directory")?,
     };
-    let bundle = std::fs::canonicalize(&bundle).unwrap_or(bundle);
-    let cfg_path = spec::config_path(&bundle);
-    let bytes = match std::fs::read(&cfg_path) {
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let mut bundle = match Bundle::load(&dir) {
         Ok(b) => b,
-        Err(_) => return passthrough(argv), // runc reports a missing bundle itself
-    };
-    let mut config: serde_json::Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            // Never fail open: a config we cannot read that mentions a request is refused.
-            if contains_request_key(&bytes) {
-                return Err(anyhow!(
-                    "{} is not valid JSON ({e}) and seems to request GPU memory; refusing",
-                    cfg_path.display()
-                ));
-            }
-            return passthrough(argv);
-        }
+        // never fail open: a config we cannot read that mentions a request
+        Err(e @ LifecycleError::RequestInInvalidJson { .. }) => return Err(e.into()),
+        Err(_) => return passthrough(argv), // runc reports a bad bundle itself
     };
     // The host config decides whether the environment may carry a request.
     // A config that does not load counts as allowing it, so that an env
@@ -118,7 +107,7 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         .as_ref()
         .map(|c| c.env_policy_for(a.root.as_deref()))
         .unwrap_or(EnvRequests::Allowed);
-    let req = Request::from_config(&config, policy);
+    let req = Request::from_config(&bundle.config, policy);
     if let (Err(e), Ok(cfg)) = (&req, &cfg) {
         let request = format!("{}={}", e.origin, e.value);
         let id = a.id.as_deref().unwrap_or("");
@@ -132,27 +121,7 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         );
     }
     let Some(req) = req? else {
-        let ignored = request::env_request_vars(&request::config_env(&config));
-        if !ignored.is_empty() && policy == EnvRequests::Ignored {
-            let kubernetes = cfg
-                .as_ref()
-                .is_ok_and(|c| c.is_kubernetes_root(a.root.as_deref()));
-            let msg = if kubernetes {
-                format!(
-                    "ignoring {} in the container's environment: runc root {} is a Kubernetes root (`kubernetes_runc_roots` in {}), where only the scheduler grants slices; request the gpu-quota.io/vram resource",
-                    ignored.join(", "),
-                    a.root.as_deref().unwrap_or(""),
-                    Config::path_from_env().display()
-                )
-            } else {
-                format!(
-                    "ignoring {} in the container's environment: this host takes requests only from annotations (`env_requests` is off in {}); pass --annotation vram=SIZE",
-                    ignored.join(", "),
-                    Config::path_from_env().display()
-                )
-            };
-            report::warning(a, &msg);
-        }
+        warn_ignored_env(a, &cfg, &bundle, policy);
         return passthrough(argv);
     };
     let id = a.id.clone().ok_or_else(|| {
@@ -161,148 +130,90 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             a.command.as_deref().unwrap_or("")
         )
     })?;
-    if !state::valid_container_id(&id) {
-        return Err(anyhow!(
-            "container id {id:?} has characters gpu-quota does not accept"
-        ));
-    }
     let cfg = cfg?;
-    // a volume, host directory or tmpfs over a path the hook writes: refused
-    // before anything is reserved (symlink-steered ones: the hook, EXDEV)
-    if let Some(c) = mountplan::declared_conflict(
-        &rootfs::Declared::from_config(&config),
-        &cfg.driver.binaries,
-    ) {
-        let request = gpuquota_core::ledger::describe_request(&req);
-        events::refused(
-            &cfg,
-            source(a, "create"),
-            &id,
-            &request,
-            "mount_conflict",
-            &c.to_string(),
-        );
-        return Err(c.into());
-    }
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
-    let ledger = Ledger::new(&cfg);
     let root = effective_root(a);
-    let mut reclaimed = vec![];
-    let admitted = ledger.admit(
-        &cfg,
-        &inv,
-        &req,
-        &id,
-        Some(&root),
-        &bundle.to_string_lossy(),
-        &mut reclaimed,
-    );
-    if !reclaimed.is_empty() {
-        let held = held_now(&ledger);
-        for gone in &reclaimed {
-            let _ = state::remove_released(&cfg, gone, held.as_deref());
-        }
-    }
-    events::reclaimed(&cfg, source(a, "admission"), &reclaimed);
-    match &admitted {
-        Ok(r) => events::admitted(&cfg, source(a, "create"), r),
-        Err(e) => {
-            let request = gpuquota_core::ledger::describe_request(&req);
-            events::refused(
-                &cfg,
-                source(a, "create"),
-                &id,
-                &request,
-                events::reason_of(e),
-                &e.to_string(),
-            );
-        }
-    }
-    let r = admitted?;
-    let key = Key::Root {
-        id: &id,
-        root: Some(&root),
-    };
-    let patched = (|| -> Result<()> {
-        let nodes = devices::nodes_for(&cfg.driver.dev_root, &inv, &r.slices)?;
-        let hook = paths::hook(&cfg).filter(|p| p.is_file()).ok_or_else(|| {
-            anyhow!(
-                "gpu-quota-hook not found next to gpu-quota-runtime; set `hook` in {}",
-                Config::path_from_env().display()
-            )
-        })?;
-        let hook = std::fs::canonicalize(&hook).unwrap_or(hook);
-        let mut env =
-            vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()];
-        let cp = Config::path_from_env();
-        let cp = std::fs::canonicalize(&cp).unwrap_or(cp);
-        env.push(format!(
-            "{}={}",
-            gpuquota_core::config::ENV_PATH,
-            cp.display()
-        ));
-        // the hook's key: runc root (not in the OCI state) + id + bundle
-        let hs = spec::HookSpec {
-            path: hook,
-            env,
-            args: vec![spec::HOOK_ROOT_ARG.into(), root.clone()],
-            timeout_secs: 60,
-        };
-        let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
-        spec::patch(&mut config, &nodes, &hs, &assigned.join(","))
-            .map_err(|w| anyhow!("{}: {w}", cfg_path.display()))?;
-        // before runc clones the container's mount namespace (see state::create)
-        state::create(&cfg, &r, state::UsageBacking::Tmpfs)
-            .with_context(|| format!("preparing {}", state::container_dir(&cfg, &r).display()))?;
-        let mode = std::fs::metadata(&cfg_path)
-            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
-            .unwrap_or(0o644);
-        let mut out = serde_json::to_vec(&config)?;
-        out.push(b'\n');
-        // atomic for runc, not fsync'd: the engine writes the bundle anew at
-        // every create, so nothing needs it after a power loss
-        fsutil::replace_atomic(&cfg_path, &out, mode)
-            .with_context(|| format!("writing {}", cfg_path.display()))?;
-        Ok(())
-    })();
-    if let Err(e) = patched {
-        let gone = ledger.release(key.clone()).unwrap_or_default();
-        events::released(&cfg, source(a, "create-failed"), &gone);
-        let _ = state::remove_released(&cfg, &r, held_now(&ledger).as_deref());
-        return Err(e);
-    }
+    let r = lifecycle::admit(&cfg, &inv, &bundle, &req, &id, &root, source(a, "create"))?;
+    lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;
+    run_admitted(&cfg, &runc, argv, a, &id, &root)
+}
+
+/// runc for an admitted container; its reservation ends here when runc
+/// fails or a foreground `run` is over.
+fn run_admitted(
+    cfg: &Config,
+    runc: &Path,
+    argv: &[OsString],
+    a: &args::RuncArgs,
+    id: &str,
+    root: &str,
+) -> Result<i32> {
     // r615+ driver limits: a foreground `run` gets `--keep`, so that the
     // limit is cleared while the cgroup exists, then it is deleted here
     let keep_for_limits = a.command.as_deref() == Some("run")
         && !a.detach
         && !a.keep
         && a.command_index.is_some()
-        && gpuquota_core::drvlimit::active_marker(&cfg).exists();
+        && gpuquota_core::drvlimit::active_marker(cfg).exists();
     let run_argv = match a.command_index {
         Some(i) if keep_for_limits => args::with_keep(argv, i),
         _ => argv.to_vec(),
     };
-    let code = spawn_forwarding(&runc, &run_argv)?;
+    let code = spawn_forwarding(runc, &run_argv)?;
     if keep_for_limits {
-        finish_kept_run(&cfg, &runc, argv, a, &id, &root);
+        finish_kept_run(cfg, runc, argv, a, id, root);
     }
     let foreground_run = a.command.as_deref() == Some("run") && !a.detach;
     if code != 0 || foreground_run {
         // the container never started, or `runc run` already deleted it
-        let gone = ledger.release(key).unwrap_or_default();
         let cause = if code != 0 {
             "runc-failed"
         } else {
             "run-exited"
         };
-        events::released(&cfg, source(a, cause), &gone);
-        let held = held_now(&ledger);
-        for r in gone {
-            let _ = state::remove_released(&cfg, &r, held.as_deref());
-        }
+        lifecycle::end(
+            cfg,
+            Key::Root {
+                id,
+                root: Some(root),
+            },
+            source(a, cause),
+        );
     }
     Ok(code)
+}
+
+/// A container that asks through its environment on a host that takes no
+/// requests from there runs without a slice: say so, once.
+fn warn_ignored_env(
+    a: &args::RuncArgs,
+    cfg: &Result<Config, gpuquota_core::config::ConfigError>,
+    bundle: &Bundle,
+    policy: EnvRequests,
+) {
+    let ignored = request::env_request_vars(&request::config_env(&bundle.config));
+    if ignored.is_empty() || policy != EnvRequests::Ignored {
+        return;
+    }
+    let kubernetes = cfg
+        .as_ref()
+        .is_ok_and(|c| c.is_kubernetes_root(a.root.as_deref()));
+    let msg = if kubernetes {
+        format!(
+            "ignoring {} in the container's environment: runc root {} is a Kubernetes root (`kubernetes_runc_roots` in {}), where only the scheduler grants slices; request the gpu-quota.io/vram resource",
+            ignored.join(", "),
+            a.root.as_deref().unwrap_or(""),
+            Config::path_from_env().display()
+        )
+    } else {
+        format!(
+            "ignoring {} in the container's environment: this host takes requests only from annotations (`env_requests` is off in {}); pass --annotation vram=SIZE",
+            ignored.join(", "),
+            Config::path_from_env().display()
+        )
+    };
+    report::warning(a, &msg);
 }
 
 /// After `runc run --keep`: clear the driver limit, then delete the stopped
@@ -325,11 +236,6 @@ fn finish_kept_run(
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status();
-}
-
-fn contains_request_key(b: &[u8]) -> bool {
-    let s = String::from_utf8_lossy(b);
-    s.contains("\"vram\"") || s.contains("gpu-quota.io/") || s.contains("GPU_QUOTA_VRAM")
 }
 
 fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
@@ -360,31 +266,15 @@ fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         let root = effective_root(a);
         // release only once runc no longer knows the container
         if !Path::new(&root).join(id).exists() {
-            let ledger = Ledger::new(&cfg);
-            let gone = ledger
-                .release(Key::Root {
-                    id,
-                    root: Some(&root),
-                })
-                .unwrap_or_default();
-            events::released(&cfg, source(a, "delete"), &gone);
-            let held = held_now(&ledger);
-            if gone.is_empty() && state::valid_container_id(id) {
-                if let (Some(bundle), Some(held)) = (&bundle, &held) {
-                    let dir = cfg.state_dir.join("containers").join(state::dir_name(
-                        id,
-                        Some(&root),
-                        bundle,
-                    ));
-                    // nothing held under this id and root any more: the
-                    // directory is this container's, and it is gone
-                    if !held.iter().any(|r| state::container_dir(&cfg, r) == dir) {
-                        let _ = state::remove(&dir);
-                    }
+            let key = Key::Root {
+                id,
+                root: Some(&root),
+            };
+            let gone = lifecycle::end(&cfg, key, source(a, "delete"));
+            if gone.is_empty() {
+                if let Some(bundle) = &bundle {
+                    lifecycle::release_orphan(&cfg, id, &root, bundle);
                 }
-            }
-            for r in gone {
-                let _ = state::remove_released(&cfg, &r, held.as_deref());
             }
         }
     }
@@ -410,12 +300,6 @@ fn runc_bundle(root: &str, id: &str) -> Option<String> {
             std::fs::canonicalize(b)
                 .map_or_else(|_| b.to_string(), |c| c.to_string_lossy().into_owned())
         })
-}
-
-/// The reservations still held, for `state::remove_released` (None: the
-/// ledger cannot be read; an old-named state directory is left to `gc`).
-fn held_now(ledger: &Ledger) -> Option<Vec<gpuquota_core::Reservation>> {
-    ledger.read().ok().map(|d| d.reservations)
 }
 
 /// Who records an event: this runtime, for the engine behind its runc root.
