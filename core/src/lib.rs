@@ -26,4 +26,5 @@ pub mod paths;
 pub mod rootfs;
 pub mod spec;
 pub mod state;
+pub mod toolkit;
 pub mod usage;
