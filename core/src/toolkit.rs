@@ -167,15 +167,21 @@ pub fn parse_visible(value: &str) -> Result<EngineGpus, ToolkitError> {
             return Err(bad("too many GPUs".into()));
         }
         let r = if !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit()) {
-            GpuRef::Index(p.parse().map_err(|_| bad(format!("{p:?} is out of range")))?)
+            GpuRef::Index(
+                p.parse()
+                    .map_err(|_| bad(format!("{p:?} is out of range")))?,
+            )
         } else if p.len() > 4 && p.as_bytes()[..4].eq_ignore_ascii_case(b"GPU-") {
             let u = &p[4..];
             if u.len() > 64 || !u.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
                 return Err(bad(format!("{p:?} is not a GPU UUID")));
             }
             GpuRef::Uuid(format!("GPU-{}", u.to_ascii_lowercase()))
-        } else if p.len() > 4 && p.as_bytes()[..4].eq_ignore_ascii_case(b"MIG-") || p.contains(':') {
-            return Err(bad(format!("{p:?} is a MIG device; gpu-quota slices whole GPUs")));
+        } else if p.len() > 4 && p.as_bytes()[..4].eq_ignore_ascii_case(b"MIG-") || p.contains(':')
+        {
+            return Err(bad(format!(
+                "{p:?} is a MIG device; gpu-quota slices whole GPUs"
+            )));
         } else {
             return Err(bad(format!("{p:?} is neither a GPU index nor a GPU UUID")));
         };
@@ -282,7 +288,10 @@ fn describe_selector(s: &GpuSelector) -> String {
         GpuSelector::All => "gpus=all".into(),
         GpuSelector::List(l) => format!(
             "gpu={}",
-            l.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",")
+            l.iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         ),
     }
 }
@@ -436,6 +445,48 @@ pub fn narrow(config: &mut Value, slice_minors: &[u32], slice_uuids: &[String]) 
     out
 }
 
+/// The inventory as [`detect`] and [`reconcile`] see it.
+pub fn host_gpus(inv: &crate::Inventory) -> Vec<HostGpu> {
+    inv.gpus
+        .iter()
+        .map(|g| HostGpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            minor: g.minor,
+        })
+        .collect()
+}
+
+/// For the runtime's create: the request to admit, and the engine's
+/// request when there is one (then [`narrow_to_slices`] must follow).
+pub fn request_for_create(
+    config: &Value,
+    req: &Request,
+    inv: &crate::Inventory,
+) -> Result<(Request, Option<EngineRequest>), ToolkitError> {
+    let host = host_gpus(inv);
+    let Some(engine) = detect(config, &host)? else {
+        return Ok((req.clone(), None));
+    };
+    let named = names_gpus(config, req);
+    let r = reconcile(req, named, &engine, &host)?;
+    Ok((r, Some(engine)))
+}
+
+/// [`narrow`] to the GPUs admitted.
+pub fn narrow_to_slices(
+    config: &mut Value,
+    inv: &crate::Inventory,
+    slices: &[crate::placement::Slice],
+) -> Narrowed {
+    let minors: Vec<u32> = slices
+        .iter()
+        .filter_map(|s| inv.find_uuid(&s.uuid).map(|g| g.minor))
+        .collect();
+    let uuids: Vec<String> = slices.iter().map(|s| s.uuid.clone()).collect();
+    narrow(config, &minors, &uuids)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,13 +547,20 @@ mod tests {
         // the last definition counts (the image's `all` comes first)
         let e = engine(&docker("2"));
         assert!(e.legacy_hook && !e.cdi_nodes);
-        assert!(e.described.contains("NVIDIA_VISIBLE_DEVICES=2"), "{}", e.described);
+        assert!(
+            e.described.contains("NVIDIA_VISIBLE_DEVICES=2"),
+            "{}",
+            e.described
+        );
         // the old hook name, in createRuntime
         let v = json!({"hooks": {"createRuntime": [{"path": "/x/nvidia-container-toolkit"}]}});
         assert_eq!(engine(&v).gpus, EngineGpus::All, "unset: all");
         for bad in ["MIG-1234", "0:1", "GPU-xyz", "one"] {
             assert!(
-                matches!(detect(&docker(bad), &host()), Err(ToolkitError::Invalid { .. })),
+                matches!(
+                    detect(&docker(bad), &host()),
+                    Err(ToolkitError::Invalid { .. })
+                ),
                 "{bad}"
             );
         }
@@ -545,34 +603,73 @@ mod tests {
         // --gpus all: placement chooses what the request says
         let r = reconcile(&one, false, &engine(&docker("all")), &h).unwrap();
         assert_eq!(r.gpus, GpuSelector::Count(1));
-        let r = reconcile(&req(GpuSelector::Count(3)), true, &engine(&docker("all")), &h).unwrap();
+        let r = reconcile(
+            &req(GpuSelector::Count(3)),
+            true,
+            &engine(&docker("all")),
+            &h,
+        )
+        .unwrap();
         assert_eq!(r.gpus, GpuSelector::Count(3));
         // agreeing: by index on one side, UUID on the other
         let g1 = req(GpuSelector::List(vec![GpuRef::Uuid(h[1].uuid.clone())]));
         let r = reconcile(&g1, true, &engine(&docker("1")), &h).unwrap();
         assert_eq!(r.gpus, g1.gpus);
-        let r = reconcile(&req(GpuSelector::Count(2)), true, &engine(&docker("0,1")), &h).unwrap();
+        let r = reconcile(
+            &req(GpuSelector::Count(2)),
+            true,
+            &engine(&docker("0,1")),
+            &h,
+        )
+        .unwrap();
         assert_eq!(r.gpus, GpuSelector::Count(2));
         // contradictions, naming both
         let g0 = req(GpuSelector::List(vec![GpuRef::Index(0)]));
         let e = reconcile(&g0, true, &engine(&docker("1")), &h).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("NVIDIA_VISIBLE_DEVICES=1") && msg.contains("gpu=0"), "{msg}");
-        assert!(reconcile(&req(GpuSelector::Count(1)), true, &engine(&docker("0,1")), &h).is_err());
+        assert!(
+            msg.contains("NVIDIA_VISIBLE_DEVICES=1") && msg.contains("gpu=0"),
+            "{msg}"
+        );
+        assert!(reconcile(
+            &req(GpuSelector::Count(1)),
+            true,
+            &engine(&docker("0,1")),
+            &h
+        )
+        .is_err());
         assert!(reconcile(&req(GpuSelector::All), true, &engine(&docker("0,1")), &h).is_err());
         assert!(reconcile(&req(GpuSelector::Count(2)), true, &engine(&docker("1")), &h).is_err());
-        assert!(reconcile(&req(GpuSelector::List(vec![GpuRef::Index(2), GpuRef::Index(3)])), true, &engine(&docker("0,1")), &h).is_ok());
-        assert!(reconcile(&req(GpuSelector::List(vec![GpuRef::Index(2)])), true, &engine(&docker("0,1")), &h).is_err());
+        assert!(reconcile(
+            &req(GpuSelector::List(vec![GpuRef::Index(2), GpuRef::Index(3)])),
+            true,
+            &engine(&docker("0,1")),
+            &h
+        )
+        .is_ok());
+        assert!(reconcile(
+            &req(GpuSelector::List(vec![GpuRef::Index(2)])),
+            true,
+            &engine(&docker("0,1")),
+            &h
+        )
+        .is_err());
     }
 
     #[test]
     fn names_gpus_by_origin() {
         let v = json!({"annotations": {"vram": "8g", "gpu-quota.io/gpus": "2"}});
         assert!(names_gpus(&v, &req(GpuSelector::Count(2))));
-        assert!(!names_gpus(&json!({"annotations": {"vram": "8g"}}), &req(GpuSelector::Count(1))));
+        assert!(!names_gpus(
+            &json!({"annotations": {"vram": "8g"}}),
+            &req(GpuSelector::Count(1))
+        ));
         let mut r = req(GpuSelector::Count(1));
         r.origin = Origin::Env("GPU_QUOTA_VRAM");
-        assert!(names_gpus(&json!({"process": {"env": ["GPU_QUOTA_GPU=1"]}}), &r));
+        assert!(names_gpus(
+            &json!({"process": {"env": ["GPU_QUOTA_GPU=1"]}}),
+            &r
+        ));
         assert!(!names_gpus(&json!({"annotations": {"gpu": "1"}}), &r));
     }
 
@@ -606,12 +703,41 @@ mod tests {
         assert_eq!(n.removed_rules, 2);
         assert_eq!(n.removed_mounts, 1);
         assert_eq!(v["hooks"]["prestart"], json!([{"path": "/usr/bin/keep"}]));
-        assert_eq!(v["hooks"]["createContainer"].as_array().unwrap().len(), 1, "CDI hooks kept");
-        let paths: Vec<&str> = v["linux"]["devices"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
-        assert_eq!(paths, ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/null"]);
-        let minors: Vec<Value> = v["linux"]["resources"]["devices"].as_array().unwrap().iter().map(|r| r["minor"].clone()).collect();
+        assert_eq!(
+            v["hooks"]["createContainer"].as_array().unwrap().len(),
+            1,
+            "CDI hooks kept"
+        );
+        let paths: Vec<&str> = v["linux"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/dev/nvidia1",
+                "/dev/nvidiactl",
+                "/dev/nvidia-uvm",
+                "/dev/null"
+            ]
+        );
+        let minors: Vec<Value> = v["linux"]["resources"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["minor"].clone())
+            .collect();
         assert_eq!(minors, [Value::Null, json!(1), json!(255), json!(3)]);
-        assert_eq!(v["process"]["env"], json!(["NVIDIA_VISIBLE_DEVICES=GPU-1", "A=b", "NVIDIA_VISIBLE_DEVICES=GPU-1"]));
+        assert_eq!(
+            v["process"]["env"],
+            json!([
+                "NVIDIA_VISIBLE_DEVICES=GPU-1",
+                "A=b",
+                "NVIDIA_VISIBLE_DEVICES=GPU-1"
+            ])
+        );
         assert!(!has_legacy_hook(&v));
         // idempotent
         let once = v.clone();

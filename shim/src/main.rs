@@ -16,7 +16,7 @@ use gpuquota_core::{
     ledger::Key,
     mountplan, paths,
     request::{self, EnvRequests},
-    rootfs, spec, state, Inventory, Ledger, Request,
+    rootfs, spec, state, toolkit, Inventory, Ledger, Request,
 };
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -186,6 +186,22 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     }
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
+    // --gpus, a Compose device reservation or CDI devices (issue 19)
+    let (req, engine) = match toolkit::request_for_create(&config, &req, &inv) {
+        Ok(x) => x,
+        Err(e) => {
+            let request = gpuquota_core::ledger::describe_request(&req);
+            events::refused(
+                &cfg,
+                source(a, "create"),
+                &id,
+                &request,
+                "engine_request",
+                &e.to_string(),
+            );
+            return Err(e.into());
+        }
+    };
     let ledger = Ledger::new(&cfg);
     let root = effective_root(a);
     let mut reclaimed = vec![];
@@ -249,6 +265,9 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
             args: vec![spec::HOOK_ROOT_ARG.into(), root.clone()],
             timeout_secs: 60,
         };
+        if engine.is_some() {
+            toolkit::narrow_to_slices(&mut config, &inv, &r.slices);
+        }
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
         spec::patch(&mut config, &nodes, &hs, &assigned.join(","))
             .map_err(|w| anyhow!("{}: {w}", cfg_path.display()))?;
