@@ -142,8 +142,8 @@ pub fn visible_devices(config: &Value) -> Option<String> {
         .pointer("/process/env")
         .and_then(Value::as_array)?
         .iter()
-        .filter_map(|e| e.as_str()?.strip_prefix(&prefix))
-        .last()
+        .rev()
+        .find_map(|e| e.as_str()?.strip_prefix(&prefix))
         .map(|v| v.chars().take(MAX_VALUE).collect())
 }
 
