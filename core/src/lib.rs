@@ -27,4 +27,5 @@ pub mod paths;
 pub mod rootfs;
 pub mod spec;
 pub mod state;
+pub mod toolkit;
 pub mod usage;

@@ -80,7 +80,7 @@ pub enum EffectError {
 /// rootfs").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "config.json mounts {what} at {destination}, over {path}, where gpu-quota {does}; gpu-quota never writes into a volume, a bind of a host directory or a tmpfs inside the rootfs (it would stay after the container is gone): mount it elsewhere, or run this container without a GPU-memory request"
+    "config.json mounts {what} at {destination}, over {path}, where gpu-quota {does}; gpu-quota never writes into a volume, a bind of a host directory or a host tmpfs inside the rootfs (it would stay after the container is gone): mount it elsewhere, or run this container without a GPU-memory request"
 )]
 pub struct MountConflict {
     pub destination: String,
@@ -139,7 +139,7 @@ pub fn declared_conflict(
     bins: &[String],
 ) -> Option<MountConflict> {
     let written = written_paths(bins);
-    for d in declared {
+    for d in declared.iter().filter(|d| !d.private) {
         let dest = clean(&d.destination);
         for (path, does) in &written {
             let p = clean(path);
@@ -520,6 +520,7 @@ mod tests {
             destination: dest.into(),
             kind: kind.into(),
             source: source.into(),
+            private: false,
         };
         let bins = vec!["nvidia-smi".to_string()];
         let engine_defaults = [
@@ -560,8 +561,17 @@ mod tests {
             let e = c.to_string();
             assert!(e.contains("a bind of /host/d") && e.contains(dest), "{e}");
         }
+        // a tmpfs mounted as a bind (of a host tmpfs) is the host's
         let c = declared_conflict(&[m("/run", "tmpfs", "tmpfs")], &bins).unwrap();
         assert!(c.to_string().contains("mounts a tmpfs at /run"), "{c}");
+        // the container's own fresh tmpfs (containerd's default /run) is not
+        let fresh = crate::rootfs::Declared::from_config(&serde_json::json!({"mounts": [
+            {"destination": "/run", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/etc", "type": "tmpfs", "source": "/srv/t", "options": ["rbind"]}]}));
+        assert!(fresh[0].private && !fresh[1].private, "{fresh:?}");
+        assert_eq!(declared_conflict(&fresh[..1], &bins), None);
+        assert!(declared_conflict(&fresh, &bins).is_some());
         // a program not configured is not written
         assert_eq!(
             declared_conflict(&[m("/usr/bin/nvidia-smi", "bind", "/h")], &[]),

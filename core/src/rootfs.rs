@@ -39,12 +39,18 @@ pub struct Rootfs {
     declared: Vec<Declared>,
 }
 
-/// A mount of config.json's `mounts` (for messages only).
+/// A mount of config.json's `mounts`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Declared {
     pub destination: String,
     pub kind: String,
     pub source: String,
+    /// A fresh tmpfs of the container's own (`type` tmpfs without a `bind`
+    /// or `rbind` option: runc mounts a new, empty instance that dies with
+    /// the container's mount namespace). containerd's default spec mounts
+    /// one at `/run`. Writing there leaves nothing behind, so gpu-quota
+    /// writes there like on the rootfs; every other mount is refused.
+    pub private: bool,
 }
 
 impl Declared {
@@ -63,10 +69,20 @@ impl Declared {
             .map(|a| {
                 a.iter()
                     .filter(|m| !s(m, "destination").is_empty())
-                    .map(|m| Declared {
-                        destination: s(m, "destination"),
-                        kind: s(m, "type"),
-                        source: s(m, "source"),
+                    .map(|m| {
+                        let bind = m
+                            .get("options")
+                            .and_then(serde_json::Value::as_array)
+                            .is_some_and(|o| {
+                                o.iter()
+                                    .any(|x| matches!(x.as_str(), Some("bind" | "rbind")))
+                            });
+                        Declared {
+                            destination: s(m, "destination"),
+                            kind: s(m, "type"),
+                            source: s(m, "source"),
+                            private: s(m, "type") == "tmpfs" && !bind,
+                        }
                     })
                     .collect()
             })
@@ -220,8 +236,34 @@ impl Rootfs {
         })
     }
 
-    /// Name these mounts (config.json's) when a path crosses one of them.
+    /// Name these mounts (config.json's) when a path crosses one of them,
+    /// and enter the container's own fresh tmpfs mounts among them
+    /// ([`Declared::private`]): a lookup below such a destination starts
+    /// from a handle on that mount (never crossing out of it), after the
+    /// handle is checked to be a tmpfs on a mount other than the rootfs's.
+    /// A destination that does not resolve to such a mount (not mounted
+    /// yet, or not a tmpfs) is not entered: lookups there stay refused.
     pub fn with_declared(mut self, declared: Vec<Declared>) -> Rootfs {
+        let root_mnt = mnt_id(&self.root);
+        for d in declared.iter().filter(|d| d.private) {
+            let dest = components(&d.destination).join("/");
+            if dest.is_empty() || components(&d.destination).contains(&"..") {
+                continue;
+            }
+            let Ok(fd) = resolve_at(
+                &self.root,
+                &dest,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW,
+                false,
+            ) else {
+                continue;
+            };
+            let tmpfs = nix::sys::statfs::fstatfs(&fd)
+                .is_ok_and(|f| f.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+            if tmpfs && mnt_id(&fd).is_some() && mnt_id(&fd) != root_mnt {
+                self.adopt(&dest, fd);
+            }
+        }
         self.declared = declared;
         self
     }
@@ -903,6 +945,7 @@ mod tests {
             destination: "/data".into(),
             kind: "bind".into(),
             source: vol.display().to_string(),
+            private: false,
         }]);
 
         // negative control: without RESOLVE_NO_XDEV the lookups land there

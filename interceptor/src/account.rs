@@ -71,6 +71,7 @@ fn compute_index(ordinal: c_int) -> (usize, bool) {
     if have {
         if let Some(r) = state::region() {
             if let Some(i) = r.uuid_index(&uuid, true) {
+                crate::foreign::note(i, &uuid);
                 return (i, true);
             }
         }
@@ -155,7 +156,8 @@ fn ctx(dev: &Dev) -> Option<(Region, u64)> {
     let r = state::region()?;
     let ord = dev.ordinal;
     let limit = state::limit_for(c, dev.idx, &|| real_total(ord));
-    if limit == 0 && !matches!(c.limit, config::Size::Bytes(0)) {
+    if limit == 0 && !matches!(c.limit, config::Size::Bytes(0)) && !crate::foreign::is_foreign(dev.idx)
+    {
         return None; // percent of an unknown total: cannot enforce
     }
     Some((r, limit))
@@ -175,7 +177,7 @@ pub fn admit(api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, ()> {
     let slot = match state::my_slot(&r) {
         Some(s) => s,
         None => {
-            msg::refused(api, n, limit, dev.ordinal, r.used(dev.idx));
+            msg::refused_on(api, n, limit, dev.ordinal, dev.idx, r.used(dev.idx));
             return Err(());
         }
     };
@@ -213,7 +215,7 @@ fn admit_slow(
         }));
     }
     r.count_refusal();
-    msg::refused(api, n, limit, dev.ordinal, r.used(dev.idx));
+    msg::refused_on(api, n, limit, dev.ordinal, dev.idx, r.used(dev.idx));
     Err(())
 }
 
@@ -241,7 +243,7 @@ pub fn fits_after(api: &[u8], dev: Dev, n: u64, pending: u64) -> bool {
         return true;
     }
     r.count_refusal();
-    msg::refused(api, n, limit, dev.ordinal, used);
+    msg::refused_on(api, n, limit, dev.ordinal, dev.idx, used);
     false
 }
 
@@ -265,7 +267,7 @@ impl Charge {
             }
             Err(used) => {
                 self.region.count_refusal();
-                msg::refused(api, extra, limit, self.dev.ordinal, used);
+                msg::refused_on(api, extra, limit, self.dev.ordinal, self.dev.idx, used);
                 Err(())
             }
         }
@@ -283,7 +285,10 @@ impl Charge {
 /// (never refused: the context exists already).
 #[inline]
 pub fn ensure_ctx_charged(r: &Region, dev: Dev) {
-    if dev.idx >= config::MAX_GPUS || state::CTX_CHARGED[dev.idx].load(Relaxed) != 0 {
+    if dev.idx >= config::MAX_GPUS
+        || state::CTX_CHARGED[dev.idx].load(Relaxed) != 0
+        || crate::foreign::is_foreign(dev.idx)
+    {
         return;
     }
     ensure_ctx_slow(r, dev)

@@ -23,6 +23,8 @@ mod cuda;
 #[cfg(not(test))]
 mod dlsym_entry;
 #[cfg(not(test))]
+mod foreign;
+#[cfg(not(test))]
 mod gpa;
 #[cfg(not(test))]
 mod graphs;

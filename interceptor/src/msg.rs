@@ -8,18 +8,46 @@ use core::sync::atomic::{AtomicU64, Ordering::*};
 static LAST: AtomicU64 = AtomicU64::new(0);
 static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
 
-pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
+/// The rate limit: a buffer to write the line into when one may be printed
+/// now (else the refusal is counted as suppressed).
+pub fn gate<const N: usize>() -> Option<Buf<N>> {
     let now = sys::monotonic_ns().max(1);
     let last = LAST.load(Relaxed);
     if last != 0 && now.saturating_sub(last) < 1_000_000_000 {
         SUPPRESSED.fetch_add(1, Relaxed);
-        return;
+        return None;
     }
     if LAST.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
         SUPPRESSED.fetch_add(1, Relaxed);
-        return;
+        return None;
     }
-    let mut b = Buf::<256>::new();
+    Some(Buf::new())
+}
+
+/// End a line from `gate`: the suppressed count, the newline, stderr.
+pub fn finish<const N: usize>(mut b: Buf<N>) {
+    let sup = SUPPRESSED.swap(0, Relaxed);
+    if sup > 0 {
+        b.push(b" (");
+        b.push_u64(sup);
+        b.push(b" more refusals not shown)");
+    }
+    b.push(b"\n");
+    sys::write_stderr(b.bytes());
+}
+
+/// The refusal of `n` bytes on region device `idx` (CUDA `ordinal`): the
+/// slice line, or for a GPU outside the slice the line naming it.
+pub fn refused_on(api: &[u8], n: u64, slice: u64, ordinal: i32, idx: usize, used: u64) {
+    if crate::foreign::is_foreign(idx) {
+        crate::foreign::refused(api, n, ordinal);
+    } else {
+        refused(api, n, slice, ordinal, used);
+    }
+}
+
+pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
+    let Some(mut b) = gate::<256>() else { return };
     b.push(b"gpu-quota: ");
     b.push(api);
     b.push(b" of ");
@@ -31,12 +59,5 @@ pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
     b.push(b", ");
     b.push_size(used);
     b.push(b" in use by this container");
-    let sup = SUPPRESSED.swap(0, Relaxed);
-    if sup > 0 {
-        b.push(b" (");
-        b.push_u64(sup);
-        b.push(b" more refusals not shown)");
-    }
-    b.push(b"\n");
-    sys::write_stderr(b.bytes());
+    finish(b);
 }

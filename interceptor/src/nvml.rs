@@ -32,17 +32,28 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
         return None;
     }
     let mut idx: Option<usize> = None;
+    let mut known = false;
     type U = unsafe extern "C" fn(*mut c_void, *mut c_char, c_uint) -> NvmlReturn;
     if let Some(f) = real_fn!(S::nvmlDeviceGetUUID, U) {
         let mut buf = [0u8; 96];
         if f(dev, buf.as_mut_ptr() as *mut c_char, buf.len() as c_uint) == 0 {
             let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
             if let Some(u) = config::parse_uuid(&buf[..n]) {
+                if crate::foreign::uuid_is_foreign(&u) {
+                    return Some((0, 0)); // not part of the slice: nothing
+                }
                 if let Some(r) = state::region() {
                     idx = r.uuid_index(&u, false);
+                    if let Some(i) = idx {
+                        crate::foreign::note(i, &u);
+                    }
                 }
+                known = true;
             }
         }
+    }
+    if !known && crate::foreign::has_slice_list() {
+        return Some((0, 0)); // cannot be shown to be part of the slice
     }
     let limit = match idx {
         Some(i) => state::limit_for(c, i, &|| Some(real_total)),

@@ -452,6 +452,9 @@ pub fn devmap() -> &'static [AtomicU8; 64] {
 /// Per-device slice in bytes for region device `dev`; `real_total` is asked
 /// only in percent mode.
 pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -> u64 {
+    if let Some(l) = crate::foreign::limit_override(dev) {
+        return l;
+    }
     match c.limit {
         Size::Bytes(b) => b,
         Size::MicroPercent(_) => {

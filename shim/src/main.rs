@@ -17,7 +17,7 @@ use gpuquota_core::{
     lifecycle::{self, Bundle, LifecycleError},
     paths,
     request::{self, EnvRequests},
-    state, Inventory, Request,
+    state, toolkit, Inventory, Request,
 };
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -134,7 +134,30 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
     let root = effective_root(a);
+    // --gpus, a Compose device reservation or CDI devices (issue 19): the
+    // engine's GPU request reconciled with ours, refused before anything is
+    // reserved when they contradict
+    let (req, engine) = match toolkit::request_for_create(&bundle.config, &req, &inv) {
+        Ok(x) => x,
+        Err(e) => {
+            let request = gpuquota_core::ledger::describe_request(&req);
+            events::refused(
+                &cfg,
+                source(a, "create"),
+                &id,
+                &request,
+                "engine_request",
+                &e.to_string(),
+            );
+            return Err(e.into());
+        }
+    };
     let r = lifecycle::admit(&cfg, &inv, &bundle, &req, &id, &root, source(a, "create"))?;
+    if engine.is_some() {
+        // gpu-quota owns this container's GPU devices: the toolkit's hook
+        // goes, other GPUs' nodes, rules and mounts go
+        toolkit::narrow_to_slices(&mut bundle.config, &inv, &r.slices);
+    }
     lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;
     run_admitted(&cfg, &runc, argv, a, &id, &root)
 }

@@ -975,18 +975,35 @@ fn mounts_inside_the_rootfs_are_never_written() {
         "no mount left behind"
     );
 
-    // A container-private tmpfs (`--tmpfs /run`) is refused too, naming it
-    // (docs/security.md, "Mounts inside the rootfs"); a volume elsewhere
-    // (`/data`) that the hook's paths do not cross is fine.
+    // The container's own fresh tmpfs at /run (containerd's default spec
+    // has one; `--tmpfs /run`) dies with the container: the hook works
+    // there (docs/security.md, "Mounts inside the rootfs"). A tmpfs given
+    // as a bind (a host tmpfs directory) is the host's: refused, naming it.
     let t = h.bundle("tmpfs-run");
-    t.set(&[("vram", "1g")], "true", &[]);
+    t.set(&[("vram", "1g")], "cat /run/gpu-quota/limits > /out/limits", &[]);
     let mut cfg = t.config();
     cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!(
-        {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]}));
+        {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=755", "size=65536k"]}));
     t.write_config(&cfg);
-    let o = h.runtime(&["run", "--bundle", &t.bundle_arg(), "tmpfs-run"]);
-    assert!(!o.status.success(), "tmpfs at /run is refused");
+    glibc_image(&t);
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &t.bundle_arg(), "tmpfs-run"]),
+        "the container's own tmpfs at /run",
+    );
+    assert!(t.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+    assert!(h.reservations().is_empty());
+    let hostrun = mk_host_dir("host-tmpfs");
+    let before = snapshot_tree(&hostrun);
+    let tb = h.bundle("tmpfs-bind");
+    tb.set(&[("vram", "1g")], "true", &[]);
+    let mut cfg = tb.config();
+    cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!(
+        {"destination": "/run", "type": "tmpfs", "source": hostrun.to_str().unwrap(), "options": ["rbind", "rw"]}));
+    tb.write_config(&cfg);
+    let o = h.runtime(&["run", "--bundle", &tb.bundle_arg(), "tmpfs-bind"]);
+    assert!(!o.status.success(), "a bound host tmpfs at /run is refused");
     assert!(stderr(&o).contains("/run"), "{}", stderr(&o));
+    assert_eq!(snapshot_tree(&hostrun), before);
     assert!(h.reservations().is_empty());
     let data = mk_host_dir("data-ok");
     let before = snapshot_tree(&data);

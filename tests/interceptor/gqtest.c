@@ -1173,6 +1173,63 @@ static int t_peer(int rank, const char *ready, const char *stop) {
   return failures ? 1 : 0;
 }
 
+/* ---------------------------------------------------------------- foreign GPU (issue 19) */
+/* A container whose slice is GPU 1 alone (limits gpus=GPU 1's UUID) sees two
+   GPUs: GPU 0 is not part of its slice and gets nothing — allocations are
+   refused, cuMemGetInfo/cuDeviceTotalMem/NVML report 0 for it — while GPU 1
+   keeps its slice. GQ_OWN0=1 (both GPUs in the slice): the negative control,
+   GPU 0 allocates and reports the slice. */
+static int t_foreign(void) {
+  u64 slice = envu("GQ_SLICE", 0), own0 = envu("GQ_OWN0", 0), want0 = own0 ? slice : 0;
+  REQUIRE(slice, "GQ_SLICE");
+  void *c1 = ctx_on(1);
+  u64 p; CUresult r;
+  CHECK((r = A.cuMemAlloc(&p, slice / 2)) == 0, "cuMemAlloc on GPU 1 (the slice): %d", r);
+  size_t f = 0, t = 0;
+  CHECK(A.cuMemGetInfo(&f, &t) == 0 && t == slice && f == slice / 2, "GPU 1 meminfo total %zu free %zu", t, f);
+  void *c0 = ctx_on(0);
+  u64 q = 0;
+  r = A.cuMemAlloc(&q, MiB);
+  CHECK(r == (own0 ? 0 : 2), "cuMemAlloc of 1 MiB on GPU 0: %d, want %d", r, own0 ? 0 : 2);
+  if (r == 0) A.cuMemFree(q);
+  f = t = 1;
+  CHECK(A.cuMemGetInfo(&f, &t) == 0 && t == want0 && f == want0, "GPU 0 meminfo total %zu free %zu, want %llu", t, f, (unsigned long long)want0);
+  unsigned f32 = 1, t32 = 1;
+  CHECK(A.cuMemGetInfo_v1(&f32, &t32) == 0 && t32 == want0 && f32 == want0, "GPU 0 legacy meminfo total %u free %u", t32, f32);
+  size_t tm = 1;
+  CHECK(A.cuDeviceTotalMem(&tm, 0) == 0 && tm == want0, "cuDeviceTotalMem(GPU 0) %zu, want %llu", tm, (unsigned long long)want0);
+  CHECK(A.cuDeviceTotalMem(&tm, 1) == 0 && tm == slice, "cuDeviceTotalMem(GPU 1) %zu", tm);
+  /* VMM on GPU 0 from a GPU 1 context, and a stream-ordered allocation */
+  A.cuCtxSetCurrent(c1);
+  struct prop p0 = {1, 0, 1, 0, 0, 0}; u64 h;
+  r = A.cuMemCreate(&h, 2 * MiB, &p0, 0);
+  CHECK(r == (own0 ? 0 : 2), "cuMemCreate on GPU 0 from GPU 1's context: %d", r);
+  if (r == 0) A.cuMemRelease(h);
+  A.cuCtxSetCurrent(c0);
+  r = A.cuMemAllocManaged(&q, MiB, 1);
+  CHECK(r == (own0 ? 0 : 2), "cuMemAllocManaged on GPU 0: %d", r);
+  if (r == 0) A.cuMemFree(q);
+  if (!own0) CHECK(phys(0) == 0, "GPU 0 physically holds %llu", (unsigned long long)phys(0));
+  /* NVML: the GPU outside the slice reports 0 */
+  void *nh = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(nh, "dlopen nvml %s", dlerror());
+  int (*init)(unsigned) = dlsym(nh, "nvmlInitWithFlags");
+  int (*byidx)(unsigned, void **) = dlsym(nh, "nvmlDeviceGetHandleByIndex_v2");
+  int (*mi2)(void *, nvmlMemory_v2_t *) = dlsym(nh, "nvmlDeviceGetMemoryInfo_v2");
+  int (*mi1)(void *, nvmlMemory_t *) = dlsym(nh, "nvmlDeviceGetMemoryInfo");
+  REQUIRE(init && byidx && mi2 && mi1 && init(0) == 0, "nvml");
+  for (unsigned i = 0; i < 2; i++) {
+    void *d; REQUIRE(byidx(i, &d) == 0, "handle %u", i);
+    u64 want = i == 0 ? want0 : slice;
+    nvmlMemory_t m1; nvmlMemory_v2_t m2 = {.version = (unsigned)(sizeof(nvmlMemory_v2_t) | (2 << 24))};
+    CHECK(mi1(d, &m1) == 0 && m1.total == want && m1.free <= want, "NVML GPU %u total %llu free %llu, want total %llu", i, m1.total, m1.free, (unsigned long long)want);
+    CHECK(mi2(d, &m2) == 0 && m2.total == want && m2.free <= want, "NVML v2 GPU %u total %llu free %llu", i, m2.total, m2.free);
+  }
+  A.cuCtxSetCurrent(c1);
+  A.cuMemFree(p);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: gqtest CMD [args]\n"); return 2; }
   const char *cmd = argv[1];
@@ -1200,6 +1257,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "vmm")) return t_vmm();
   if (!strcmp(cmd, "physis") && argc >= 4) { u64 w = strtoull(argv[3], 0, 0), h = phys(atoi(argv[2])); if (h != w) fprintf(stderr, "device %s physically holds %llu, want %llu\n", argv[2], h, w); return h != w; }
   if (!strcmp(cmd, "peer") && argc >= 3) return t_peer(atoi(argv[2]), argc > 3 ? argv[3] : 0, argc > 4 ? argv[4] : 0);
+  if (!strcmp(cmd, "foreign")) return t_foreign();
   if (!strcmp(cmd, "pool")) return t_pool();
   if (!strcmp(cmd, "graphmem")) return t_graphmem();
   if (!strcmp(cmd, "capturectl")) return t_capturectl();

@@ -366,6 +366,32 @@ peer2() { # MODE
 }
 for m in dlsym gpa direct; do t "peer_vmm_two_ranks_$m" peer2 $m; done
 
+echo "== a GPU outside the slice (issue 19)"
+# --gpus all beside a one-GPU slice: the container sees GPUs 0 and 1, its
+# slice is GPU 1 (limits gpus= names only it). GPU 0 gets nothing: every
+# allocation path is refused with one line naming it, cuMemGetInfo,
+# cuDeviceTotalMem and NVML report 0 for it; GPU 1 keeps its slice.
+# Control: the same program with both GPUs in the slice allocates on GPU 0.
+foreign() { # MODE
+  local m=$1 bin=gqtest_dl; [ "$m" = direct ] && bin=gqtest_direct
+  local d="$T/foreign_$m" r=0
+  local g0=GPU-face3344-5566-7788-99aa-bbccddeeff00 g1=GPU-face3344-5566-7788-99aa-bbccddeeff01
+  mkdir -p "$d" "$d.ctl"
+  printf 'version=1\ncontainer_id=ci-foreign\nvram_bytes=%s\ngpus=%s\n' $((64 * MiB)) "$g1" >"$d/limits"; : >"$d/usage"
+  printf 'version=1\ncontainer_id=ci-foreign\nvram_bytes=%s\ngpus=%s,%s\n' $((64 * MiB)) "$g1" "$g0" >"$d.ctl/limits"; : >"$d.ctl/usage"
+  export FAKE_CUDA_DEVICES=2 GQ_SLICE=$((64 * MiB)) GQ_MODE=$m
+  GPU_QUOTA_STATE_DIR="$d.ctl" GQ_OWN0=1 LD_PRELOAD="$SO" "$B/$bin" foreign 2>"$d.ctl/err" || { echo "control (GPU 0 in the slice) failed:"; cat "$d.ctl/err"; r=1; }
+  ! grep -q '^gpu-quota:' "$d.ctl/err" || { echo "control was refused"; cat "$d.ctl/err"; r=1; }
+  GPU_QUOTA_STATE_DIR="$d" LD_PRELOAD="$SO" "$B/$bin" foreign 2>"$d/err" || r=1
+  cat "$d/err"
+  local want="gpu-quota: cuMemAlloc of 1.00 MiB refused: $g0 (GPU 0) is not part of this container's slice (GPU 1: 64.00 MiB)"
+  [ "$(grep -c '^gpu-quota:' "$d/err")" = 1 ] || { echo "want exactly one (rate-limited) gpu-quota line"; r=1; }
+  grep -qxF "$want" "$d/err" || { echo "first refusal differs from: $want"; r=1; }
+  "$B/usage_dump" "$d/usage" 1 | grep -q '^used=0 ' || { echo "GPU 1 charge left"; r=1; }
+  return $r
+}
+for m in dlsym gpa direct; do t "foreign_gpu_gets_nothing_$m" foreign $m; done
+
 echo "== fork / processes"
 t fork_shared_budget q env GPU_QUOTA_USAGE_FILE="$T/fork.usage" "$B/gqtest_dl" fork
 t fork_private_budget q "$B/gqtest_dl" fork

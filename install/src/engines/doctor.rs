@@ -194,6 +194,8 @@ pub fn checks(h: &Host) -> Vec<Check> {
             )),
         }
     }
+    // the NVIDIA Container Toolkit beside gpu-quota (issue 19)
+    out.extend(super::toolkit_doctor::checks(h));
     out
 }
 
@@ -229,10 +231,10 @@ mod tests {
     #[test]
     fn nothing_installed() {
         let c = run(&MemFs::new(), &[], None, false);
-        assert_eq!(c.len(), 4);
+        assert_eq!(c.len(), 5, "four engines and the NVIDIA Container Toolkit");
         assert!(
             c.iter()
-                .all(|c| c.verdict == Verdict::Info && c.text == "not installed"),
+                .all(|c| c.verdict == Verdict::Info && c.text.starts_with("not installed")),
             "{c:?}"
         );
     }

@@ -39,6 +39,7 @@ pub mod fsutil;
 pub mod gqconfig;
 mod podman;
 pub mod reload;
+mod toolkit_doctor;
 
 use fsutil::{backup_path, FsView, RootFs};
 
