@@ -21,7 +21,6 @@
 //! [`MARGIN_BYTES`] (96 MiB) covers that. More module memory than that
 //! (large kernel libraries) is a known gap listed in docs/interceptor.md.
 use crate::fsutil;
-use crate::units::{self, SizeError};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -32,9 +31,7 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 /// Added to a measured context for lazily loaded modules (see the module docs).
 pub const MARGIN_BYTES: u64 = 96 * MIB;
-/// `auto` without a cache entry and without a usable driver (CI, hosts with
-/// a simulated inventory): the H200 figure, 520 MiB of context + the margin.
-pub const BUILTIN_DEFAULT_BYTES: u64 = 616 * MIB;
+pub use crate::config::BUILTIN_DEFAULT_BYTES;
 /// A measured context above this is not believed (the child saw other
 /// memory, e.g. a driver that reports the whole device for every process).
 pub const MAX_PLAUSIBLE_BYTES: u64 = 8 << 30;
@@ -47,24 +44,7 @@ const CACHE_VERSION: u32 = 1;
 /// being upgraded gets measured again; a broken one costs one try an hour).
 pub const FAILED_RETRY_SECS: u64 = 3600;
 
-/// The config key `context_overhead`: `"auto"` or an absolute size ("0" = none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting {
-    Auto,
-    Bytes(u64),
-}
-
-pub fn parse_setting(s: &str) -> Result<Setting, SizeError> {
-    if s.trim().eq_ignore_ascii_case("auto") {
-        return Ok(Setting::Auto);
-    }
-    match units::parse_size(s) {
-        Ok(units::Size::Bytes(b)) => Ok(Setting::Bytes(b)),
-        Ok(units::Size::Ppm(_)) => Err(SizeError::UnknownUnit("%".into())),
-        Err(SizeError::Zero) => Ok(Setting::Bytes(0)),
-        Err(e) => Err(e),
-    }
-}
+pub use crate::config::{parse_setting, Setting};
 
 /// What the cache is keyed by.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -639,16 +619,6 @@ mod tests {
         uuid: "GPU-1",
         gpu_name: "NVIDIA H200",
     };
-
-    #[test]
-    fn setting_parses() {
-        assert_eq!(parse_setting("auto").unwrap(), Setting::Auto);
-        assert_eq!(parse_setting(" AUTO ").unwrap(), Setting::Auto);
-        assert_eq!(parse_setting("0").unwrap(), Setting::Bytes(0));
-        assert_eq!(parse_setting("512m").unwrap(), Setting::Bytes(512 * MIB));
-        assert!(parse_setting("10%").is_err());
-        assert!(parse_setting("lots").is_err());
-    }
 
     #[test]
     fn charge_adds_the_margin_rounded_to_2_mib() {
