@@ -24,7 +24,7 @@
 //!
 //! Not run on a real r615 driver: the H200 used for this project has
 //! driver 580 (no such symbol). Tested with the fake NVML (tests/fake).
-use crate::ctxcost::{run_helper, CtxCostError};
+use crate::helper::{run_helper, HelperError};
 use serde::{Deserialize, Serialize};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::os::unix::fs::MetadataExt;
@@ -64,7 +64,7 @@ pub enum DrvLimitError {
     #[error("cannot stat {path}: {err}")]
     Stat { path: PathBuf, err: std::io::Error },
     #[error(transparent)]
-    Helper(#[from] CtxCostError),
+    Helper(#[from] HelperError),
     #[error("driver-limits helper printed no valid record: {0}")]
     Output(String),
 }

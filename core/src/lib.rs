@@ -5,6 +5,7 @@ pub mod config;
 pub mod ctxcost;
 pub mod drvlimit;
 pub mod fsutil;
+pub mod helper;
 pub mod inventory;
 pub mod ldcache;
 pub mod ledger;

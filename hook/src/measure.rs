@@ -8,7 +8,7 @@
 //! * `gpu-quota-hook driver-limits set|clear …`: the r615 driver limit
 //!   (core/src/drvlimit.rs).
 //!
-//! The parent runs them through `ctxcost::run_helper`: empty environment,
+//! The parent runs them through `helper::run_helper`: empty environment,
 //! own process group, timeout, group killed on timeout. NVML and CUDA are
 //! never loaded into the hook process itself (it must stay single-threaded
 //! to enter the container's mount namespace).
