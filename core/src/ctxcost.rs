@@ -369,9 +369,9 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
         message: m,
     };
     let files = crate::driver::discover(&cfg.driver).map_err(|e| fail(e.to_string()))?;
-    let libcuda = crate::drvlimit::libcuda_of(&files).ok_or_else(|| fail("no libcuda".into()))?;
+    let libcuda = crate::driver::libcuda_of(&files).ok_or_else(|| fail("no libcuda".into()))?;
     let libnvml =
-        crate::drvlimit::libnvml_of(&files).ok_or_else(|| fail("no libnvidia-ml".into()))?;
+        crate::driver::libnvml_of(&files).ok_or_else(|| fail("no libnvidia-ml".into()))?;
     let hook = crate::paths::hook(cfg)
         .filter(|p| p.is_file())
         .ok_or_else(|| fail("gpu-quota-hook not found".into()))?;

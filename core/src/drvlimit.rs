@@ -165,29 +165,8 @@ pub fn detect_at(libnvml: Option<&Path>, cgroup_root: &Path) -> Detection {
 pub fn detect(cfg: &crate::Config) -> Detection {
     let lib = crate::driver::discover(&cfg.driver)
         .ok()
-        .and_then(|f| libnvml_of(&f));
+        .and_then(|f| crate::driver::libnvml_of(&f));
     detect_at(lib.as_deref(), Path::new(CGROUP_ROOT))
-}
-
-/// The host path of libnvidia-ml among the driver files.
-pub fn libnvml_of(files: &crate::driver::DriverFiles) -> Option<PathBuf> {
-    files
-        .libs
-        .iter()
-        .find(|l| {
-            l.name.starts_with("libnvidia-ml.so")
-                || l.aliases.iter().any(|a| a == "libnvidia-ml.so.1")
-        })
-        .map(|l| l.host_path.clone())
-}
-
-/// The host path of libcuda among the driver files.
-pub fn libcuda_of(files: &crate::driver::DriverFiles) -> Option<PathBuf> {
-    files
-        .libs
-        .iter()
-        .find(|l| l.name.starts_with("libcuda.so") || l.aliases.iter().any(|a| a == "libcuda.so.1"))
-        .map(|l| l.host_path.clone())
 }
 
 /// Cheap pre-check for the hook (no loading): the symbol's name appears in
@@ -612,7 +591,7 @@ pub fn clear_for_container(
         path: cfg.driver.ldcache.clone(),
         message: e.to_string(),
     })?;
-    let nvml = libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
+    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
         path: "libnvidia-ml.so.1".into(),
         message: "not found among the driver files".into(),
     })?;

@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{
     config::Config,
     ctxcost::{self, Cache, ChildMeasurer, Measurement, Setting, Source, Target},
-    driver::DriverFiles,
+    driver::{self, DriverFiles},
     drvlimit::{self, GpuLimit, HelperReply, NvmlLimits, Record},
     Reservation,
 };
@@ -56,8 +56,8 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
             gpu_name: n,
         })
         .collect();
-    let libcuda = drvlimit::libcuda_of(files);
-    let measurer = match (&libcuda, drvlimit::libnvml_of(files), self_exe()) {
+    let libcuda = driver::libcuda_of(files);
+    let measurer = match (&libcuda, driver::libnvml_of(files), self_exe()) {
         (Some(c), Some(n), Ok(hook)) => Some(ChildMeasurer {
             hook,
             libcuda: c.clone(),
@@ -87,7 +87,7 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
 /// one (r615+) and record it in `dir` for the clear. Never fatal: the
 /// interceptor enforces either way.
 pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservation, pid: u32) {
-    let Some(nvml) = drvlimit::libnvml_of(files) else {
+    let Some(nvml) = driver::libnvml_of(files) else {
         return;
     };
     if !drvlimit::maybe_supported(&nvml) {
