@@ -348,19 +348,6 @@ pub fn remeasure(
     Ok(out)
 }
 
-/// The inventory as far as it is known without loading NVML (the hook must
-/// not load it: it enters the container's mount namespace afterwards, which
-/// needs a single-threaded process): the static list, else the NVML
-/// inventory cache that the runtime wrote at admission.
-pub fn inventory_without_nvml(cfg: &crate::Config) -> Option<crate::Inventory> {
-    if !cfg.inventory.gpu.is_empty()
-        || cfg.inventory.source == crate::config::InventorySource::Static
-    {
-        return crate::Inventory::from_static(cfg).ok();
-    }
-    crate::inventory::cached(cfg)
-}
-
 /// For `gpu-quota doctor`: measure every GPU model of this host again (the
 /// same helper child the hook uses) and overwrite the cache entries.
 pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
@@ -623,29 +610,5 @@ mod tests {
         let r = resolve(Setting::Auto, &cache, Some("1.2"), &t, Some(&ByUuid));
         assert_eq!(r.bytes, charge_for(700 * MIB));
         assert_eq!(cache.entries().len(), 2);
-    }
-
-    #[test]
-    fn inventory_from_the_runtimes_cache_without_nvml() {
-        let d = tempfile::tempdir().unwrap();
-        let cfg = crate::Config {
-            ledger_dir: d.path().into(),
-            ..crate::Config::default()
-        };
-        assert!(inventory_without_nvml(&cfg).is_none());
-        let inv = crate::Inventory {
-            gpus: vec![crate::Gpu {
-                index: 0,
-                uuid: "GPU-1".into(),
-                name: "NVIDIA H200".into(),
-                total_bytes: 1 << 40,
-                minor: 0,
-                simulated: false,
-            }],
-            driver_version: "580.159.04".into(),
-        };
-        let cached = serde_json::json!({"key": "k", "inventory": inv});
-        std::fs::write(d.path().join("inventory.json"), cached.to_string()).unwrap();
-        assert_eq!(inventory_without_nvml(&cfg), Some(inv));
     }
 }

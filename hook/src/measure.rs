@@ -36,7 +36,7 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
     if let Setting::Bytes(b) = setting {
         return Ok(b);
     }
-    let inv = ctxcost::inventory_without_nvml(cfg);
+    let inv = gpuquota_core::inventory::inventory_without_nvml(cfg);
     let names: Vec<(String, String)> = r
         .slices
         .iter()
