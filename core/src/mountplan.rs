@@ -4,12 +4,11 @@
 //! container path inside the rootfs without leaving it.
 use crate::driver::DriverFiles;
 use crate::ldcache;
+use crate::state::{DRIVER_SUBDIR, INTERCEPTOR_NAME};
 use std::path::{Path, PathBuf};
 
 /// Where the per-container state directory appears in the container.
 pub const CONTAINER_DIR: &str = "/run/gpu-quota";
-pub const DRIVER_SUBDIR: &str = "driver";
-pub const INTERCEPTOR_NAME: &str = "libgpuquota.so";
 pub const PRELOAD: &str = "/etc/ld.so.preload";
 /// Longest /etc/ld.so.preload of an image we are willing to merge.
 pub const MAX_PRELOAD: usize = 64 * 1024;
