@@ -19,6 +19,42 @@ pub enum Kind {
     Dir,
 }
 
+/// A mount of config.json's `mounts` (to name the one a path crosses, and for
+/// `declared_conflict`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub destination: String,
+    pub kind: String,
+    pub source: String,
+}
+
+impl Declared {
+    /// The `mounts` of a bundle's config.json (entries without a
+    /// destination are skipped).
+    pub fn from_config(config: &serde_json::Value) -> Vec<Declared> {
+        let s = |m: &serde_json::Value, k: &str| {
+            m.get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        config
+            .get("mounts")
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|m| !s(m, "destination").is_empty())
+                    .map(|m| Declared {
+                        destination: s(m, "destination"),
+                        kind: s(m, "type"),
+                        source: s(m, "source"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Bind-mount host `src` onto container path `dst` (created if missing).
@@ -133,10 +169,7 @@ fn clean(p: &str) -> Vec<&str> {
 /// `written_paths(bins)` or a directory above one. Mounts that symlinks in
 /// the image steer there are not seen here; the hook refuses those (every
 /// lookup it makes is `RESOLVE_NO_XDEV`).
-pub fn declared_conflict(
-    declared: &[crate::rootfs::Declared],
-    bins: &[String],
-) -> Option<MountConflict> {
+pub fn declared_conflict(declared: &[Declared], bins: &[String]) -> Option<MountConflict> {
     let written = written_paths(bins);
     for d in declared {
         let dest = clean(&d.destination);
@@ -514,7 +547,6 @@ mod tests {
 
     #[test]
     fn declared_mounts_over_written_paths_are_found() {
-        use crate::rootfs::Declared;
         let m = |dest: &str, kind: &str, source: &str| Declared {
             destination: dest.into(),
             kind: kind.into(),

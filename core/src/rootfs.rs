@@ -21,6 +21,8 @@
 //! the mount named (from config.json's `mounts` where it is declared there).
 //! The only mounts a lookup may enter are the ones gpu-quota attached itself
 //! (`/run/gpu-quota`): paths under them resolve from the handle on that mount.
+/// Re-exported for the callers that name it here; owned by `mountplan`.
+pub use crate::mountplan::Declared;
 use crate::mountplan::{EffectError, Effects, Kind};
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
@@ -37,41 +39,6 @@ pub struct Rootfs {
     own: Vec<(String, OwnedFd)>,
     /// The mounts config.json declares, to name the one a path crosses.
     declared: Vec<Declared>,
-}
-
-/// A mount of config.json's `mounts` (for messages only).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Declared {
-    pub destination: String,
-    pub kind: String,
-    pub source: String,
-}
-
-impl Declared {
-    /// The `mounts` of a bundle's config.json (entries without a
-    /// destination are skipped).
-    pub fn from_config(config: &serde_json::Value) -> Vec<Declared> {
-        let s = |m: &serde_json::Value, k: &str| {
-            m.get(k)
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        config
-            .get("mounts")
-            .and_then(serde_json::Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter(|m| !s(m, "destination").is_empty())
-                    .map(|m| Declared {
-                        destination: s(m, "destination"),
-                        kind: s(m, "type"),
-                        source: s(m, "source"),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
 }
 
 /// The mount id of the object `fd` names.
