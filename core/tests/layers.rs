@@ -14,7 +14,7 @@ use std::path::Path;
 /// Lowest first. A module may import modules of lower floors only.
 const FLOORS: &[&[&str]] = &[
     // 0: formats and files, no knowledge of gpu-quota's policy
-    &["units", "fsutil", "ldcache", "usage", "out", "helper"],
+    &["units", "fsutil", "ldcache", "usage", "out", "helper", "dl"],
     // 1: the request grammar, event counters
     &["request", "counters"],
     // 2: the host configuration (settings parsing included)
