@@ -188,13 +188,13 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Read a trusted host file that must be regular: not followed through a
-/// final symlink, never opened for reading if it is a FIFO or device, at
-/// most `max` bytes.
-pub fn read_regular_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let f = OpenOptions::new()
-        .read(true)
+/// Open a host file that must be regular, with `opts` (read, append,
+/// create … as the caller needs) plus `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+/// O_CLOEXEC`: a final symlink is not followed, a FIFO does not block the
+/// open, and anything but a regular file is refused (`InvalidData`) before
+/// a byte is read or written. The one implementation of that open in core.
+pub fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
+    let f = opts
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)?;
     if !f.metadata()?.is_file() {
@@ -203,8 +203,31 @@ pub fn read_regular_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
             format!("{} is not a regular file", path.display()),
         ));
     }
+    Ok(f)
+}
+
+/// At most the first `max` bytes of `r` (the rest is never read).
+pub fn read_prefix(r: impl std::io::Read, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
     let mut b = Vec::new();
-    f.take(max + 1).read_to_end(&mut b)?;
+    r.take(max).read_to_end(&mut b)?;
+    Ok(b)
+}
+
+/// The first `max` bytes of a regular file (opened as [`open_regular`]);
+/// a longer file is read as its prefix.
+pub fn read_regular_prefix(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    read_prefix(open_regular(path, OpenOptions::new().read(true))?, max)
+}
+
+/// Read a trusted host file that must be regular: not followed through a
+/// final symlink, never opened for reading if it is a FIFO or device, at
+/// most `max` bytes (a longer file is an error, `InvalidData`).
+pub fn read_regular_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let b = read_prefix(
+        open_regular(path, OpenOptions::new().read(true))?,
+        max.saturating_add(1),
+    )?;
     if b.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -174,7 +174,7 @@ impl Ledger {
 
     fn load_unlocked(&self, save_corrupt: bool) -> Result<LedgerData, LedgerError> {
         let path = self.path();
-        let bytes = match read_capped(&path, MAX_LEDGER_BYTES) {
+        let bytes = match fsutil::read_regular_capped(&path, MAX_LEDGER_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LedgerData::default()),
             Err(e) => return Err(self.io(&path)(e)),
@@ -469,30 +469,6 @@ impl Ledger {
 /// Upper bound on a ledger file we parse (a host has at most a few
 /// thousand reservations; anything larger is not ours).
 pub const MAX_LEDGER_BYTES: u64 = 64 << 20;
-
-fn read_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    let mut b = Vec::new();
-    f.take(max + 1).read_to_end(&mut b)?;
-    if b.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {max} bytes"),
-        ));
-    }
-    Ok(b)
-}
 
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write;

@@ -13,10 +13,10 @@ use std::path::Path;
 
 /// Lowest first. A module may import modules of lower floors only.
 const FLOORS: &[&[&str]] = &[
-    // 0: formats and files, no knowledge of gpu-quota's policy
-    &["units", "fsutil", "ldcache", "usage", "out", "helper", "dl"],
-    // 1: the request grammar, event counters
-    &["request", "counters"],
+    // 0: formats, files, processes, libraries; no knowledge of gpu-quota's policy
+    &["units", "fsutil", "ldcache", "out", "helper", "dl"],
+    // 1: the request grammar, event counters, the usage file's reader
+    &["request", "counters", "usage"],
     // 2: the host configuration (settings parsing included)
     &["config"],
     // 3: what the host has: paths of our binaries, driver files, GPUs
