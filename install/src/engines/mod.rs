@@ -630,7 +630,13 @@ fn apply(plan: &Plan, fs: &RootFs) -> Result<(), EngineError> {
         let h = fs.host_path(&target);
         match &c.after {
             Some(bytes) => {
-                fsutil::atomic_write(&h, bytes, 0o644).map_err(|e| EngineError::io(&target, e))?;
+                gpuquota_core::fsutil::write_atomic_as(
+                    &h,
+                    bytes,
+                    gpuquota_core::fsutil::FileMode::KeepOr(0o644),
+                    &mut |_| {},
+                )
+                .map_err(|e| EngineError::io(&target, e))?;
                 let verb = match (c.kind, c.before.is_some()) {
                     (ChangeKind::Backup, _) => "backed up to",
                     (_, true) => "updated",
