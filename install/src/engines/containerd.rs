@@ -101,51 +101,7 @@ fn imports_of(doc: &DocumentMut, path: &Path) -> Result<Vec<String>, EngineError
     }
 }
 
-fn has_meta(s: &str) -> bool {
-    s.contains(['*', '?', '['])
-}
-
-/// Shell-style match of one path component (`*`, `?`, `[a-z]`, `[^x]`, `\` escapes), as Go's
-/// filepath.Match which containerd uses for `imports`.
-fn glob_match(p: &[char], s: &[char]) -> bool {
-    match p.first() {
-        None => s.is_empty(),
-        Some('*') => (0..=s.len()).any(|i| glob_match(&p[1..], &s[i..])),
-        Some('?') => !s.is_empty() && glob_match(&p[1..], &s[1..]),
-        Some('\\') if p.len() > 1 => s.first() == Some(&p[1]) && glob_match(&p[2..], &s[1..]),
-        Some('[') => {
-            let Some(c) = s.first() else { return false };
-            let mut i = 1;
-            let negate = matches!(p.get(1), Some('^') | Some('!'));
-            if negate {
-                i += 1;
-            }
-            let mut hit = false;
-            let mut first = true;
-            while i < p.len() && (p[i] != ']' || first) {
-                first = false;
-                if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
-                    hit |= p[i] <= *c && *c <= p[i + 2];
-                    i += 3;
-                } else {
-                    hit |= p[i] == *c;
-                    i += 1;
-                }
-            }
-            if i >= p.len() {
-                return false; // unterminated class: no match, like Go's ErrBadPattern
-            }
-            hit != negate && glob_match(&p[i + 1..], &s[1..])
-        }
-        Some(c) => s.first() == Some(c) && glob_match(&p[1..], &s[1..]),
-    }
-}
-
-fn component_match(pat: &str, name: &str) -> bool {
-    let p: Vec<char> = pat.chars().collect();
-    let s: Vec<char> = name.chars().collect();
-    glob_match(&p, &s)
-}
+use super::glob::{has_meta, path_match as component_match};
 
 fn import_abs(imp: &str) -> PathBuf {
     let p = Path::new(imp);

@@ -36,6 +36,7 @@ pub mod dockerver;
 pub mod doctor;
 mod dropin;
 pub mod fsutil;
+mod glob;
 pub mod gqconfig;
 mod podman;
 pub mod reload;
