@@ -83,16 +83,14 @@ pub fn write_atomic_as(
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    let r = (|| {
-        match &old {
-            Some(m) => {
-                // Owner first: chown may clear set-id bits, the chmod after it restores the mode.
-                let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
-                f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))
-            }
-            None => f.set_permissions(std::fs::Permissions::from_mode(new_mode)),
+    let r = match &old {
+        Some(m) => {
+            // Owner first: chown may clear set-id bits, the chmod after it restores the mode.
+            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+            f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))
         }
-    })();
+        None => f.set_permissions(std::fs::Permissions::from_mode(new_mode)),
+    };
     if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
