@@ -339,8 +339,11 @@ impl StaticGpu {
 }
 
 /// `context_overhead = "auto"` without a cache entry and without a usable
-/// driver (CI, hosts with a simulated inventory): the H200 figure, 520 MiB
-/// of context + the 96 MiB margin (`ctxcost::MARGIN_BYTES`).
+/// driver (CI, hosts with a simulated inventory): the H200 figure, the
+/// measuring child's NVML usage there (520 MiB: 518 MiB of context + its
+/// 2 MiB block) + the 96 MiB margin (`ctxcost::MARGIN_BYTES`). A measured
+/// H200 is charged `ctxcost::charge_for(518 MiB)` = 614 MiB
+/// (docs/gpu-evidence.md).
 pub const BUILTIN_DEFAULT_BYTES: u64 = 616 << 20;
 
 /// The config key `context_overhead`: `"auto"` or an absolute size ("0" = none).
