@@ -56,6 +56,11 @@ make -s build-debug 2>&1 | tail -20 || { echo "build failed"; echo "0 passed, 1 
 make -s build 2>&1 | tail -20 || { echo "release build failed"; echo "0 passed, 1 failed"; exit 1; }
 step "build"
 
+echo "== unused dependencies (cargo machete when installed, and a grep check)"
+bash scripts/unused-deps.sh 2>&1 | tee "$LOG/deps.log"
+count unused-deps "$LOG/deps.log" "${PIPESTATUS[0]}"
+step "unused dependencies"
+
 echo "== cargo test (unit + e2e with real runc)"
 GPU_QUOTA_E2E=1 cargo test --workspace 2>&1 | tee "$LOG/cargo.log" | grep -E '^test |test result|panicked|FAILED|error' 
 count cargo "$LOG/cargo.log" "${PIPESTATUS[0]}"

@@ -265,8 +265,8 @@ impl Config {
     }
 
     /// Per-process context charge: "auto" or bytes ("0" allowed).
-    pub fn context_overhead_setting(&self) -> Result<crate::ctxcost::Setting, units::SizeError> {
-        crate::ctxcost::parse_setting(&self.context_overhead)
+    pub fn context_overhead_setting(&self) -> Result<Setting, units::SizeError> {
+        parse_setting(&self.context_overhead)
     }
 
     /// The charge in bytes as far as the config alone knows it: the size
@@ -274,8 +274,8 @@ impl Config {
     /// in the context-cost cache, see `ctxcost`).
     pub fn context_overhead_bytes(&self) -> Result<u64, units::SizeError> {
         Ok(match self.context_overhead_setting()? {
-            crate::ctxcost::Setting::Bytes(b) => b,
-            crate::ctxcost::Setting::Auto => crate::ctxcost::BUILTIN_DEFAULT_BYTES,
+            Setting::Bytes(b) => b,
+            Setting::Auto => BUILTIN_DEFAULT_BYTES,
         })
     }
 
@@ -338,6 +338,33 @@ impl StaticGpu {
     }
 }
 
+/// `context_overhead = "auto"` without a cache entry and without a usable
+/// driver (CI, hosts with a simulated inventory): the H200 figure, the
+/// measuring child's NVML usage there (520 MiB: 518 MiB of context + its
+/// 2 MiB block) + the 96 MiB margin (`ctxcost::MARGIN_BYTES`). A measured
+/// H200 is charged `ctxcost::charge_for(518 MiB)` = 614 MiB
+/// (docs/gpu-evidence.md).
+pub const BUILTIN_DEFAULT_BYTES: u64 = 616 << 20;
+
+/// The config key `context_overhead`: `"auto"` or an absolute size ("0" = none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Auto,
+    Bytes(u64),
+}
+
+pub fn parse_setting(s: &str) -> Result<Setting, units::SizeError> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(Setting::Auto);
+    }
+    match units::parse_size(s) {
+        Ok(units::Size::Bytes(b)) => Ok(Setting::Bytes(b)),
+        Ok(units::Size::Ppm(_)) => Err(units::SizeError::UnknownUnit("%".into())),
+        Err(units::SizeError::Zero) => Ok(Setting::Bytes(0)),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,11 +413,11 @@ memory = "16g"
         assert_eq!(c.reserve_bytes().unwrap(), 1 << 30);
         assert_eq!(
             c.context_overhead_setting().unwrap(),
-            crate::ctxcost::Setting::Bytes(512 << 20)
+            Setting::Bytes(512 << 20)
         );
         assert_eq!(
             Config::default().context_overhead_setting().unwrap(),
-            crate::ctxcost::Setting::Auto
+            Setting::Auto
         );
         assert_eq!(c.inventory.gpu[0].memory_bytes().unwrap(), 16 << 30);
         assert_eq!(c.driver.dev_root, PathBuf::from("/tmp/dev"));
@@ -452,5 +479,15 @@ memory = "16g"
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown_key"), "{e}");
+    }
+
+    #[test]
+    fn setting_parses() {
+        assert_eq!(parse_setting("auto").unwrap(), Setting::Auto);
+        assert_eq!(parse_setting(" AUTO ").unwrap(), Setting::Auto);
+        assert_eq!(parse_setting("0").unwrap(), Setting::Bytes(0));
+        assert_eq!(parse_setting("512m").unwrap(), Setting::Bytes(512 << 20));
+        assert!(parse_setting("10%").is_err());
+        assert!(parse_setting("lots").is_err());
     }
 }

@@ -121,27 +121,18 @@ pub fn bump(ledger_dir: &Path, bump: Bump<'_>) -> Result<Counters, CountersError
 /// `create`: read-write, made 0644 when missing).
 fn open_nofollow(p: &Path, create: bool) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(create)
-        .create(create)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(p)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    Ok(f)
+    fsutil::open_regular(
+        p,
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(create)
+            .create(create)
+            .mode(0o644),
+    )
 }
 
 fn read_all(f: &mut std::fs::File) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut b = Vec::new();
-    f.take(MAX_BYTES).read_to_end(&mut b)?;
-    Ok(b)
+    fsutil::read_prefix(f, MAX_BYTES)
 }
 
 fn flock(f: std::fs::File, how: libc::c_int) -> std::io::Result<std::fs::File> {

@@ -21,20 +21,15 @@
 //! [`MARGIN_BYTES`] (96 MiB) covers that. More module memory than that
 //! (large kernel libraries) is a known gap listed in docs/interceptor.md.
 use crate::fsutil;
-use crate::units::{self, SizeError};
+use crate::helper::{run_helper, HelperError};
 use serde::{Deserialize, Serialize};
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 /// Added to a measured context for lazily loaded modules (see the module docs).
 pub const MARGIN_BYTES: u64 = 96 * MIB;
-/// `auto` without a cache entry and without a usable driver (CI, hosts with
-/// a simulated inventory): the H200 figure, 520 MiB of context + the margin.
-pub const BUILTIN_DEFAULT_BYTES: u64 = 616 * MIB;
+pub use crate::config::BUILTIN_DEFAULT_BYTES;
 /// A measured context above this is not believed (the child saw other
 /// memory, e.g. a driver that reports the whole device for every process).
 pub const MAX_PLAUSIBLE_BYTES: u64 = 8 << 30;
@@ -47,24 +42,7 @@ const CACHE_VERSION: u32 = 1;
 /// being upgraded gets measured again; a broken one costs one try an hour).
 pub const FAILED_RETRY_SECS: u64 = 3600;
 
-/// The config key `context_overhead`: `"auto"` or an absolute size ("0" = none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting {
-    Auto,
-    Bytes(u64),
-}
-
-pub fn parse_setting(s: &str) -> Result<Setting, SizeError> {
-    if s.trim().eq_ignore_ascii_case("auto") {
-        return Ok(Setting::Auto);
-    }
-    match units::parse_size(s) {
-        Ok(units::Size::Bytes(b)) => Ok(Setting::Bytes(b)),
-        Ok(units::Size::Ppm(_)) => Err(SizeError::UnknownUnit("%".into())),
-        Err(SizeError::Zero) => Ok(Setting::Bytes(0)),
-        Err(e) => Err(e),
-    }
-}
+pub use crate::config::{parse_setting, Setting};
 
 /// What the cache is keyed by.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,16 +84,8 @@ struct CacheFile {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CtxCostError {
-    #[error("cannot start {path}: {err}")]
-    Spawn { path: PathBuf, err: std::io::Error },
-    #[error("{what} did not finish within {secs} s (killed with its process group)")]
-    Timeout { what: String, secs: u64 },
-    #[error("{what} failed ({status}): {stderr}")]
-    Failed {
-        what: String,
-        status: String,
-        stderr: String,
-    },
+    #[error(transparent)]
+    Helper(#[from] HelperError),
     #[error("{what} printed no valid result: {message}")]
     Output { what: String, message: String },
     #[error("implausible measurement: {0}")]
@@ -378,19 +348,6 @@ pub fn remeasure(
     Ok(out)
 }
 
-/// The inventory as far as it is known without loading NVML (the hook must
-/// not load it: it enters the container's mount namespace afterwards, which
-/// needs a single-threaded process): the static list, else the NVML
-/// inventory cache that the runtime wrote at admission.
-pub fn inventory_without_nvml(cfg: &crate::Config) -> Option<crate::Inventory> {
-    if !cfg.inventory.gpu.is_empty()
-        || cfg.inventory.source == crate::config::InventorySource::Static
-    {
-        return crate::Inventory::from_static(cfg).ok();
-    }
-    crate::inventory::cached(cfg)
-}
-
 /// For `gpu-quota doctor`: measure every GPU model of this host again (the
 /// same helper child the hook uses) and overwrite the cache entries.
 pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
@@ -399,9 +356,9 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
         message: m,
     };
     let files = crate::driver::discover(&cfg.driver).map_err(|e| fail(e.to_string()))?;
-    let libcuda = crate::drvlimit::libcuda_of(&files).ok_or_else(|| fail("no libcuda".into()))?;
+    let libcuda = crate::driver::libcuda_of(&files).ok_or_else(|| fail("no libcuda".into()))?;
     let libnvml =
-        crate::drvlimit::libnvml_of(&files).ok_or_else(|| fail("no libnvidia-ml".into()))?;
+        crate::driver::libnvml_of(&files).ok_or_else(|| fail("no libnvidia-ml".into()))?;
     let hook = crate::paths::hook(cfg)
         .filter(|p| p.is_file())
         .ok_or_else(|| fail("gpu-quota-hook not found".into()))?;
@@ -426,144 +383,6 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
         &targets,
         &m,
     )
-}
-
-/// Output of a helper child.
-#[derive(Debug)]
-pub struct HelperOutput {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-}
-
-impl HelperOutput {
-    /// The helper's answer: its last stdout line that is a JSON object.
-    pub fn json_line(&self) -> (String, String) {
-        let text = String::from_utf8_lossy(&self.stdout).into_owned();
-        let line = text
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .unwrap_or("")
-            .to_string();
-        (line, text)
-    }
-}
-
-/// Run `program args` as a helper: empty environment (but `env`), stdin
-/// from /dev/null, its own process group, cwd `/`; killed with its whole
-/// group when it runs past `timeout`. Ok only for exit status 0.
-pub fn run_helper(
-    program: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-    timeout: Duration,
-    what: &str,
-) -> Result<HelperOutput, CtxCostError> {
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(env.iter().copied())
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    // SAFETY: prctl is async-signal-safe; the child dies with its parent (a
-    // hook killed by its own deadline or by runc leaves nothing running).
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().map_err(|err| CtxCostError::Spawn {
-        path: program.into(),
-        err,
-    })?;
-    let pgid = child.id() as i32;
-    // Single-threaded on purpose: the hook enters a mount namespace after
-    // this, which the kernel refuses to a process with other threads. The
-    // pipes are read without blocking while the child runs.
-    let mut out = Pipe::new(child.stdout.take());
-    let mut err = Pipe::new(child.stderr.take());
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        out.drain();
-        err.drain();
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            _ => break None,
-        }
-    };
-    // The group goes either way: nothing the child started may outlive it.
-    // SAFETY: killpg on the group this function created.
-    unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    let status = match status {
-        Some(s) => s,
-        None => {
-            let _ = child.wait();
-            return Err(CtxCostError::Timeout {
-                what: what.into(),
-                secs: timeout.as_secs(),
-            });
-        }
-    };
-    out.drain();
-    err.drain();
-    let (stdout, stderr) = (out.buf, err.buf);
-    if !status.success() {
-        return Err(CtxCostError::Failed {
-            what: what.into(),
-            status: status.to_string(),
-            stderr: String::from_utf8_lossy(&stderr)
-                .trim()
-                .chars()
-                .take(400)
-                .collect(),
-        });
-    }
-    Ok(HelperOutput { stdout, stderr })
-}
-
-/// A child's output pipe, read without blocking (at most 1 MiB kept).
-struct Pipe<R> {
-    r: Option<R>,
-    buf: Vec<u8>,
-}
-
-impl<R: Read + std::os::fd::AsRawFd> Pipe<R> {
-    fn new(r: Option<R>) -> Pipe<R> {
-        if let Some(p) = &r {
-            // SAFETY: fcntl on an fd this process owns.
-            unsafe {
-                let fl = libc::fcntl(p.as_raw_fd(), libc::F_GETFL);
-                libc::fcntl(p.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
-            }
-        }
-        Pipe { r, buf: Vec::new() }
-    }
-    fn drain(&mut self) {
-        let Some(r) = self.r.as_mut() else { return };
-        let mut chunk = [0u8; 8192];
-        loop {
-            match r.read(&mut chunk) {
-                Ok(0) => {
-                    self.r = None; // EOF
-                    return;
-                }
-                Ok(n) => {
-                    if self.buf.len() < 1 << 20 {
-                        self.buf.extend_from_slice(&chunk[..n]);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return, // WouldBlock: nothing more for now
-            }
-        }
-    }
 }
 
 /// The real measurer: `<hook> measure-context --cuda LIB --nvml LIB --uuid U`.
@@ -639,16 +458,6 @@ mod tests {
         uuid: "GPU-1",
         gpu_name: "NVIDIA H200",
     };
-
-    #[test]
-    fn setting_parses() {
-        assert_eq!(parse_setting("auto").unwrap(), Setting::Auto);
-        assert_eq!(parse_setting(" AUTO ").unwrap(), Setting::Auto);
-        assert_eq!(parse_setting("0").unwrap(), Setting::Bytes(0));
-        assert_eq!(parse_setting("512m").unwrap(), Setting::Bytes(512 * MIB));
-        assert!(parse_setting("10%").is_err());
-        assert!(parse_setting("lots").is_err());
-    }
 
     #[test]
     fn charge_adds_the_margin_rounded_to_2_mib() {
@@ -801,90 +610,5 @@ mod tests {
         let r = resolve(Setting::Auto, &cache, Some("1.2"), &t, Some(&ByUuid));
         assert_eq!(r.bytes, charge_for(700 * MIB));
         assert_eq!(cache.entries().len(), 2);
-    }
-
-    #[test]
-    fn inventory_from_the_runtimes_cache_without_nvml() {
-        let d = tempfile::tempdir().unwrap();
-        let cfg = crate::Config {
-            ledger_dir: d.path().into(),
-            ..crate::Config::default()
-        };
-        assert!(inventory_without_nvml(&cfg).is_none());
-        let inv = crate::Inventory {
-            gpus: vec![crate::Gpu {
-                index: 0,
-                uuid: "GPU-1".into(),
-                name: "NVIDIA H200".into(),
-                total_bytes: 1 << 40,
-                minor: 0,
-                simulated: false,
-            }],
-            driver_version: "580.159.04".into(),
-        };
-        let cached = serde_json::json!({"key": "k", "inventory": inv});
-        std::fs::write(d.path().join("inventory.json"), cached.to_string()).unwrap();
-        assert_eq!(inventory_without_nvml(&cfg), Some(inv));
-    }
-
-    #[test]
-    fn helper_is_killed_with_its_group_on_timeout() {
-        let d = tempfile::tempdir().unwrap();
-        let marker = d.path().join("grandchild-alive");
-        // the helper starts a grandchild that would write the marker after 1.5 s
-        let script = format!("(sleep 1.5; touch {}) & sleep 30", marker.display());
-        let t = Instant::now();
-        let e = run_helper(
-            Path::new("/bin/sh"),
-            &["-c", &script],
-            &[],
-            Duration::from_millis(300),
-            "sleeper",
-        )
-        .unwrap_err();
-        assert!(matches!(e, CtxCostError::Timeout { .. }), "{e}");
-        assert!(t.elapsed() < Duration::from_secs(5));
-        std::thread::sleep(Duration::from_millis(1800));
-        assert!(!marker.exists(), "the grandchild was killed with the group");
-    }
-
-    #[test]
-    fn helper_returns_when_the_child_exits_even_if_an_escaped_process_holds_its_pipe() {
-        // setsid leaves the process group (so killpg cannot reach it) and
-        // keeps stdout open: reading must not wait for it (no reader threads)
-        let t = Instant::now();
-        let o = run_helper(
-            Path::new("/bin/sh"),
-            &["-c", "setsid sleep 4 & echo hi"],
-            &[],
-            Duration::from_secs(10),
-            "escaper",
-        )
-        .unwrap();
-        assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n");
-        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    }
-
-    #[test]
-    fn helper_environment_is_cleared() {
-        std::env::set_var("GQ_CTXCOST_TEST_SECRET", "x");
-        let o = run_helper(
-            Path::new("/usr/bin/env"),
-            &[],
-            &[("ONLY", "this")],
-            Duration::from_secs(5),
-            "env",
-        )
-        .unwrap();
-        assert_eq!(String::from_utf8_lossy(&o.stdout), "ONLY=this\n");
-        let e = run_helper(
-            Path::new("/bin/false"),
-            &[],
-            &[],
-            Duration::from_secs(5),
-            "false",
-        )
-        .unwrap_err();
-        assert!(matches!(e, CtxCostError::Failed { .. }));
     }
 }

@@ -196,6 +196,27 @@ fn is_executable_elf(p: &Path) -> bool {
         && magic == *b"\x7fELF"
 }
 
+/// The host path of libnvidia-ml among the driver files.
+pub fn libnvml_of(files: &DriverFiles) -> Option<PathBuf> {
+    files
+        .libs
+        .iter()
+        .find(|l| {
+            l.name.starts_with("libnvidia-ml.so")
+                || l.aliases.iter().any(|a| a == "libnvidia-ml.so.1")
+        })
+        .map(|l| l.host_path.clone())
+}
+
+/// The host path of libcuda among the driver files.
+pub fn libcuda_of(files: &DriverFiles) -> Option<PathBuf> {
+    files
+        .libs
+        .iter()
+        .find(|l| l.name.starts_with("libcuda.so") || l.aliases.iter().any(|a| a == "libcuda.so.1"))
+        .map(|l| l.host_path.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

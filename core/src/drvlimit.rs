@@ -24,9 +24,8 @@
 //!
 //! Not run on a real r615 driver: the H200 used for this project has
 //! driver 580 (no such symbol). Tested with the fake NVML (tests/fake).
-use crate::ctxcost::{run_helper, CtxCostError};
+use crate::helper::{run_helper, HelperError};
 use serde::{Deserialize, Serialize};
-use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,7 +63,7 @@ pub enum DrvLimitError {
     #[error("cannot stat {path}: {err}")]
     Stat { path: PathBuf, err: std::io::Error },
     #[error(transparent)]
-    Helper(#[from] CtxCostError),
+    Helper(#[from] HelperError),
     #[error("driver-limits helper printed no valid record: {0}")]
     Output(String),
 }
@@ -138,8 +137,15 @@ pub fn detect_at(libnvml: Option<&Path>, cgroup_root: &Path) -> Detection {
     let cgroup_v2 = is_cgroup_v2(cgroup_root);
     let (symbol, note) = match libnvml {
         None => (false, "no libnvidia-ml on this host".to_string()),
-        Some(p) => match Lib::open(p) {
-            Err(e) => (false, e.to_string()),
+        Some(p) => match crate::dl::Lib::open(p) {
+            Err(message) => (
+                false,
+                DrvLimitError::Load {
+                    path: p.into(),
+                    message,
+                }
+                .to_string(),
+            ),
             Ok(l) => {
                 let s = l.sym(SYMBOL).is_some();
                 (
@@ -165,29 +171,8 @@ pub fn detect_at(libnvml: Option<&Path>, cgroup_root: &Path) -> Detection {
 pub fn detect(cfg: &crate::Config) -> Detection {
     let lib = crate::driver::discover(&cfg.driver)
         .ok()
-        .and_then(|f| libnvml_of(&f));
+        .and_then(|f| crate::driver::libnvml_of(&f));
     detect_at(lib.as_deref(), Path::new(CGROUP_ROOT))
-}
-
-/// The host path of libnvidia-ml among the driver files.
-pub fn libnvml_of(files: &crate::driver::DriverFiles) -> Option<PathBuf> {
-    files
-        .libs
-        .iter()
-        .find(|l| {
-            l.name.starts_with("libnvidia-ml.so")
-                || l.aliases.iter().any(|a| a == "libnvidia-ml.so.1")
-        })
-        .map(|l| l.host_path.clone())
-}
-
-/// The host path of libcuda among the driver files.
-pub fn libcuda_of(files: &crate::driver::DriverFiles) -> Option<PathBuf> {
-    files
-        .libs
-        .iter()
-        .find(|l| l.name.starts_with("libcuda.so") || l.aliases.iter().any(|a| a == "libcuda.so.1"))
-        .map(|l| l.host_path.clone())
 }
 
 /// Cheap pre-check for the hook (no loading): the symbol's name appears in
@@ -433,158 +418,6 @@ pub fn clear(drv: &mut dyn LimitDriver, rec: &Record) -> Result<Cleared, DrvLimi
     }
 }
 
-// ------------------------------------------------------------------ NVML
-
-struct Lib(*mut c_void);
-
-impl Lib {
-    fn open(path: &Path) -> Result<Lib, DrvLimitError> {
-        let c =
-            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| DrvLimitError::Load {
-                path: path.into(),
-                message: "NUL in path".into(),
-            })?;
-        // SAFETY: dlopen with a valid C string.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            // SAFETY: dlerror returns a C string or NULL.
-            let m = unsafe { libc::dlerror() };
-            let message = if m.is_null() {
-                "dlopen failed".into()
-            } else {
-                // SAFETY: non-null C string from dlerror.
-                unsafe { std::ffi::CStr::from_ptr(m) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            return Err(DrvLimitError::Load {
-                path: path.into(),
-                message,
-            });
-        }
-        Ok(Lib(h))
-    }
-    fn sym(&self, name: &str) -> Option<*mut c_void> {
-        let c = CString::new(name).ok()?;
-        // SAFETY: valid handle and name.
-        let p = unsafe { libc::dlsym(self.0, c.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    }
-}
-
-#[repr(C)]
-struct SetMemoryLimitsV1 {
-    name_space: *const c_char,
-    soft_limit: u64,
-    hard_limit: u64,
-}
-
-type InitFn = unsafe extern "C" fn() -> c_int;
-type ByUuidFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int;
-type SetFn = unsafe extern "C" fn(*mut c_void, *mut SetMemoryLimitsV1) -> c_int;
-type MigFn = unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut c_uint) -> c_int;
-
-/// The host's NVML, for the helper child only.
-pub struct NvmlLimits {
-    _lib: Lib,
-    by_uuid: ByUuidFn,
-    set: SetFn,
-    mig: Option<MigFn>,
-    shutdown: Option<InitFn>,
-}
-
-impl NvmlLimits {
-    pub fn open(path: &Path) -> Result<NvmlLimits, DrvLimitError> {
-        let lib = Lib::open(path)?;
-        let set = lib.sym(SYMBOL).ok_or(DrvLimitError::NoSymbol(SYMBOL))?;
-        let init = lib
-            .sym("nvmlInit_v2")
-            .ok_or(DrvLimitError::NoSymbol("nvmlInit_v2"))?;
-        let by_uuid = lib
-            .sym("nvmlDeviceGetHandleByUUID")
-            .ok_or(DrvLimitError::NoSymbol("nvmlDeviceGetHandleByUUID"))?;
-        // SAFETY: the symbols have the types of nvml.h.
-        unsafe {
-            let init: InitFn = std::mem::transmute(init);
-            let code = init();
-            if code != 0 {
-                return Err(DrvLimitError::Nvml {
-                    call: "nvmlInit_v2",
-                    code,
-                });
-            }
-            Ok(NvmlLimits {
-                by_uuid: std::mem::transmute::<*mut c_void, ByUuidFn>(by_uuid),
-                set: std::mem::transmute::<*mut c_void, SetFn>(set),
-                mig: lib
-                    .sym("nvmlDeviceGetMigMode")
-                    .map(|p| std::mem::transmute::<*mut c_void, MigFn>(p)),
-                shutdown: lib
-                    .sym("nvmlShutdown")
-                    .map(|p| std::mem::transmute::<*mut c_void, InitFn>(p)),
-                _lib: lib,
-            })
-        }
-    }
-}
-
-impl Drop for NvmlLimits {
-    fn drop(&mut self) {
-        if let Some(f) = self.shutdown {
-            // SAFETY: nvmlShutdown after a successful nvmlInit_v2.
-            unsafe { f() };
-        }
-    }
-}
-
-impl LimitDriver for NvmlLimits {
-    fn set(
-        &mut self,
-        uuid: &str,
-        cgroup: &Path,
-        soft: u64,
-        hard: u64,
-    ) -> Result<(), DrvLimitError> {
-        let u = CString::new(uuid).map_err(|_| DrvLimitError::Nvml {
-            call: "nvmlDeviceGetHandleByUUID",
-            code: 2,
-        })?;
-        let ns = CString::new(cgroup.as_os_str().as_encoded_bytes()).map_err(|_| {
-            DrvLimitError::Nvml {
-                call: SYMBOL,
-                code: 2,
-            }
-        })?;
-        let mut dev: *mut c_void = std::ptr::null_mut();
-        // SAFETY: valid pointers for the duration of the calls.
-        unsafe {
-            let code = (self.by_uuid)(u.as_ptr(), &mut dev);
-            if code != 0 {
-                return Err(DrvLimitError::Nvml {
-                    call: "nvmlDeviceGetHandleByUUID",
-                    code,
-                });
-            }
-            if let Some(mig) = self.mig {
-                let (mut cur, mut pend) = (0 as c_uint, 0 as c_uint);
-                if mig(dev, &mut cur, &mut pend) == 0 && cur == 1 {
-                    return Err(DrvLimitError::Mig(uuid.into()));
-                }
-            }
-            let mut l = SetMemoryLimitsV1 {
-                name_space: ns.as_ptr(),
-                soft_limit: soft,
-                hard_limit: hard,
-            };
-            let code = (self.set)(dev, &mut l);
-            if code != 0 {
-                return Err(DrvLimitError::Nvml { call: SYMBOL, code });
-            }
-        }
-        Ok(())
-    }
-}
-
 // ------------------------------------------------------- parent side (hook, runtime)
 
 /// Run the helper to set the limits; Ok(None) when the driver turns out
@@ -711,7 +544,7 @@ pub fn clear_for_container(
         path: cfg.driver.ldcache.clone(),
         message: e.to_string(),
     })?;
-    let nvml = libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
+    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
         path: "libnvidia-ml.so.1".into(),
         message: "not found among the driver files".into(),
     })?;
@@ -854,13 +687,6 @@ mod tests {
             log.calls.last().unwrap(),
             &("GPU-a".to_string(), cg.clone(), 0, HARD_MAX)
         );
-    }
-
-    #[test]
-    fn struct_layout_is_the_headers() {
-        assert_eq!(std::mem::size_of::<SetMemoryLimitsV1>(), 24);
-        assert_eq!(std::mem::offset_of!(SetMemoryLimitsV1, soft_limit), 8);
-        assert_eq!(std::mem::offset_of!(SetMemoryLimitsV1, hard_limit), 16);
     }
 
     #[test]

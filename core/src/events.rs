@@ -243,19 +243,13 @@ fn file_dispatch(p: &Path) -> Option<tracing::Dispatch> {
 /// symlink, only a regular file.
 pub fn open_log(p: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o640)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(p)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{} is not a regular file", p.display()),
-        ));
-    }
-    Ok(f)
+    crate::fsutil::open_regular(
+        p,
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640),
+    )
 }
 
 #[cfg(test)]

@@ -25,11 +25,23 @@ pub const WRITE_STEPS: [WriteStep; 6] = [
     WriteStep::DirSynced,
 ];
 
+/// The mode (and owner) of the file an atomic write leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileMode {
+    /// Exactly this mode, whatever the replaced file had (gpu-quota's own
+    /// state: a private mode is never widened by an old file).
+    Set(u32),
+    /// The replaced file's mode and owner (an operator's config file that
+    /// gpu-quota edits); this mode for a new file.
+    KeepOr(u32),
+}
+
 /// Replace `path` with `bytes`: temp file in the same directory, fsync,
 /// rename over, fsync the directory. Readers see the old or the new file,
-/// never a mix, even across a crash.
+/// never a mix, even across a crash. The one atomic writer of the host
+/// crates (core, and install for engine configs).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    write_atomic_observed(path, bytes, mode, &mut |_| {})
+    write_atomic_as(path, bytes, FileMode::Set(mode), &mut |_| {})
 }
 
 pub fn write_atomic_observed(
@@ -38,7 +50,16 @@ pub fn write_atomic_observed(
     mode: u32,
     observe: &mut dyn FnMut(WriteStep),
 ) -> std::io::Result<()> {
-    write_atomic_steps(path, bytes, mode, true, observe)
+    write_atomic_as(path, bytes, FileMode::Set(mode), observe)
+}
+
+pub fn write_atomic_as(
+    path: &Path,
+    bytes: &[u8],
+    mode: FileMode,
+    observe: &mut dyn FnMut(WriteStep),
+) -> std::io::Result<()> {
+    write_atomic_impl(path, bytes, mode, true, observe)
 }
 
 /// As [`write_atomic_observed`]; `sync_dir: false` leaves out the fsync of
@@ -53,20 +74,52 @@ pub fn write_atomic_steps(
     sync_dir: bool,
     observe: &mut dyn FnMut(WriteStep),
 ) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    write_atomic_impl(path, bytes, FileMode::Set(mode), sync_dir, observe)
+}
+
+fn write_atomic_impl(
+    path: &Path,
+    bytes: &[u8],
+    mode: FileMode,
+    sync_dir: bool,
+    observe: &mut dyn FnMut(WriteStep),
+) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp: PathBuf = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let old = match mode {
+        FileMode::KeepOr(_) => std::fs::metadata(path).ok(),
+        FileMode::Set(_) => None,
+    };
+    let new_mode = match mode {
+        FileMode::Set(m) | FileMode::KeepOr(m) => m,
+    };
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(mode)
+        .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    let r = match &old {
+        Some(m) => {
+            // Owner first: chown may clear set-id bits, the chmod after it restores the mode.
+            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+            f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))
+        }
+        None => f.set_permissions(std::fs::Permissions::from_mode(new_mode)),
+    };
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     observe(WriteStep::TempCreated);
     let half = bytes.len() / 2;
     let r = (|| {
@@ -235,13 +288,13 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Read a trusted host file that must be regular: not followed through a
-/// final symlink, never opened for reading if it is a FIFO or device, at
-/// most `max` bytes.
-pub fn read_regular_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let f = OpenOptions::new()
-        .read(true)
+/// Open a host file that must be regular, with `opts` (read, append,
+/// create … as the caller needs) plus `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+/// O_CLOEXEC`: a final symlink is not followed, a FIFO does not block the
+/// open, and anything but a regular file is refused (`InvalidData`) before
+/// a byte is read or written. The one implementation of that open in core.
+pub fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
+    let f = opts
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)?;
     if !f.metadata()?.is_file() {
@@ -250,8 +303,31 @@ pub fn read_regular_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
             format!("{} is not a regular file", path.display()),
         ));
     }
+    Ok(f)
+}
+
+/// At most the first `max` bytes of `r` (the rest is never read).
+pub fn read_prefix(r: impl std::io::Read, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
     let mut b = Vec::new();
-    f.take(max + 1).read_to_end(&mut b)?;
+    r.take(max).read_to_end(&mut b)?;
+    Ok(b)
+}
+
+/// The first `max` bytes of a regular file (opened as [`open_regular`]);
+/// a longer file is read as its prefix.
+pub fn read_regular_prefix(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    read_prefix(open_regular(path, OpenOptions::new().read(true))?, max)
+}
+
+/// Read a trusted host file that must be regular: not followed through a
+/// final symlink, never opened for reading if it is a FIFO or device, at
+/// most `max` bytes (a longer file is an error, `InvalidData`).
+pub fn read_regular_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let b = read_prefix(
+        open_regular(path, OpenOptions::new().read(true))?,
+        max.saturating_add(1),
+    )?;
     if b.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -418,6 +494,32 @@ mod tests {
         assert!(replace_atomic(&p, b"three", 0o644).is_err());
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
+    }
+
+    #[test]
+    fn atomic_write_keeping_the_mode_of_an_operators_file() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, "old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::os::unix::fs::chown(&p, Some(4242), Some(4343)).unwrap();
+        write_atomic_as(&p, b"new", FileMode::KeepOr(0o644), &mut |_| {}).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o640, 4242, 4343));
+        let q = d.path().join("g");
+        write_atomic_as(&q, b"x", FileMode::KeepOr(0o644), &mut |_| {}).unwrap();
+        assert_eq!(std::fs::metadata(&q).unwrap().mode() & 0o7777, 0o644);
+        // control: Set never keeps an old file's wider mode
+        std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o666)).unwrap();
+        write_atomic(&q, b"y", 0o600).unwrap();
+        assert_eq!(std::fs::metadata(&q).unwrap().mode() & 0o7777, 0o600);
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            2,
+            "no temp file left"
+        );
     }
 
     #[test]

@@ -173,9 +173,20 @@ fn read_cache(path: &Path) -> Option<Cached> {
 }
 
 /// The cached NVML inventory, whatever its key (for the hook, which must not
-/// load NVML; see `ctxcost::inventory_without_nvml`).
+/// load NVML; see `inventory_without_nvml`).
 pub fn cached(cfg: &Config) -> Option<Inventory> {
     read_cache(&cache_path(cfg)).map(|c| c.inventory)
+}
+
+/// The inventory as far as it is known without loading NVML (the hook must
+/// not load it: it enters the container's mount namespace afterwards, which
+/// needs a single-threaded process): the static list, else the NVML
+/// inventory cache that the runtime wrote at admission.
+pub fn inventory_without_nvml(cfg: &Config) -> Option<Inventory> {
+    if !cfg.inventory.gpu.is_empty() || cfg.inventory.source == InventorySource::Static {
+        return Inventory::from_static(cfg).ok();
+    }
+    cached(cfg)
 }
 
 fn cache_key(dev_root: &Path) -> Option<String> {
@@ -251,7 +262,7 @@ minor = 3
 
     /// Issue 16: security.md said the inventory cache is read O_NOFOLLOW and
     /// capped; both readers (the runtime's, and the hook's through
-    /// `ctxcost::inventory_without_nvml`) used a plain `fs::read`.
+    /// `inventory_without_nvml`) used a plain `fs::read`.
     #[test]
     fn the_inventory_cache_is_read_without_links_and_capped() {
         let d = tempfile::tempdir().unwrap();
@@ -284,7 +295,7 @@ minor = 3
         let cache = ledger.join("inventory.json");
         let read = || {
             (
-                crate::ctxcost::inventory_without_nvml(&cfg),
+                inventory_without_nvml(&cfg),
                 read_cache(&cache).map(|c| c.inventory),
             )
         };
@@ -307,5 +318,29 @@ minor = 3
         big.extend(std::iter::repeat_n(b' ', (CACHE_MAX as usize) + 1));
         std::fs::write(&cache, &big).unwrap();
         assert_eq!(read(), (None, None), "an oversized cache was parsed");
+    }
+
+    #[test]
+    fn inventory_from_the_runtimes_cache_without_nvml() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            ledger_dir: d.path().into(),
+            ..Config::default()
+        };
+        assert!(inventory_without_nvml(&cfg).is_none());
+        let inv = Inventory {
+            gpus: vec![Gpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                name: "NVIDIA H200".into(),
+                total_bytes: 1 << 40,
+                minor: 0,
+                simulated: false,
+            }],
+            driver_version: "580.159.04".into(),
+        };
+        let cached = serde_json::json!({"key": "k", "inventory": inv});
+        std::fs::write(d.path().join("inventory.json"), cached.to_string()).unwrap();
+        assert_eq!(inventory_without_nvml(&cfg), Some(inv));
     }
 }

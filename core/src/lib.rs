@@ -3,8 +3,10 @@
 //! exec) are behind small traits so planning is unit-tested without root.
 pub mod config;
 pub mod ctxcost;
+pub mod dl;
 pub mod drvlimit;
 pub mod fsutil;
+pub mod helper;
 pub mod inventory;
 pub mod ldcache;
 pub mod ledger;

@@ -440,7 +440,7 @@ pub fn clear_driver_limit(
             path: cfg.driver.ldcache.clone(),
             message: e.to_string(),
         })?;
-    let nvml = drvlimit::libnvml_of(&files).ok_or_else(|| drvlimit::DrvLimitError::Load {
+    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| drvlimit::DrvLimitError::Load {
         path: "libnvidia-ml.so.1".into(),
         message: "not found among the driver files".into(),
     })?;

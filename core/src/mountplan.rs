@@ -4,12 +4,11 @@
 //! container path inside the rootfs without leaving it.
 use crate::driver::DriverFiles;
 use crate::ldcache;
+use crate::state::{DRIVER_SUBDIR, INTERCEPTOR_NAME};
 use std::path::{Path, PathBuf};
 
 /// Where the per-container state directory appears in the container.
 pub const CONTAINER_DIR: &str = "/run/gpu-quota";
-pub const DRIVER_SUBDIR: &str = "driver";
-pub const INTERCEPTOR_NAME: &str = "libgpuquota.so";
 pub const PRELOAD: &str = "/etc/ld.so.preload";
 /// Longest /etc/ld.so.preload of an image we are willing to merge.
 pub const MAX_PRELOAD: usize = 64 * 1024;
@@ -18,6 +17,58 @@ pub const MAX_PRELOAD: usize = 64 * 1024;
 pub enum Kind {
     File,
     Dir,
+}
+
+/// A mount of config.json's `mounts` (to name the one a path crosses, and for
+/// `declared_conflict`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub destination: String,
+    pub kind: String,
+    pub source: String,
+    /// A fresh tmpfs of the container's own (`type` tmpfs without a `bind`
+    /// or `rbind` option: runc mounts a new, empty instance that dies with
+    /// the container's mount namespace). containerd's default spec mounts
+    /// one at `/run`. Writing there leaves nothing behind, so gpu-quota
+    /// writes there like on the rootfs; every other mount is refused.
+    pub private: bool,
+}
+
+impl Declared {
+    /// The `mounts` of a bundle's config.json (entries without a
+    /// destination are skipped).
+    pub fn from_config(config: &serde_json::Value) -> Vec<Declared> {
+        let s = |m: &serde_json::Value, k: &str| {
+            m.get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        config
+            .get("mounts")
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|m| !s(m, "destination").is_empty())
+                    .map(|m| {
+                        let bind = m
+                            .get("options")
+                            .and_then(serde_json::Value::as_array)
+                            .is_some_and(|o| {
+                                o.iter()
+                                    .any(|x| matches!(x.as_str(), Some("bind" | "rbind")))
+                            });
+                        Declared {
+                            destination: s(m, "destination"),
+                            kind: s(m, "type"),
+                            source: s(m, "source"),
+                            private: s(m, "type") == "tmpfs" && !bind,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,10 +185,7 @@ fn clean(p: &str) -> Vec<&str> {
 /// `written_paths(bins)` or a directory above one. Mounts that symlinks in
 /// the image steer there are not seen here; the hook refuses those (every
 /// lookup it makes is `RESOLVE_NO_XDEV`).
-pub fn declared_conflict(
-    declared: &[crate::rootfs::Declared],
-    bins: &[String],
-) -> Option<MountConflict> {
+pub fn declared_conflict(declared: &[Declared], bins: &[String]) -> Option<MountConflict> {
     let written = written_paths(bins);
     for d in declared.iter().filter(|d| !d.private) {
         let dest = clean(&d.destination);
@@ -515,7 +563,6 @@ mod tests {
 
     #[test]
     fn declared_mounts_over_written_paths_are_found() {
-        use crate::rootfs::Declared;
         let m = |dest: &str, kind: &str, source: &str| Declared {
             destination: dest.into(),
             kind: kind.into(),

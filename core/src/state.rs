@@ -16,12 +16,15 @@
 use crate::config::Config;
 use crate::driver::DriverFiles;
 use crate::ledger::Reservation;
-use crate::mountplan::{DRIVER_SUBDIR, INTERCEPTOR_NAME};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 pub const LIMITS_VERSION: u32 = 1;
+/// The state directory's subdirectory of driver-library mount points.
+pub const DRIVER_SUBDIR: &str = "driver";
+/// The state directory's mount point for the interceptor.
+pub const INTERCEPTOR_NAME: &str = "libgpuquota.so";
 /// Size of the per-container tmpfs that holds the usage file (the file
 /// itself is 260 KiB, see interceptor/include/gpuquota_usage.h).
 pub const USAGE_FS_BYTES: u64 = 512 << 10;

@@ -83,19 +83,7 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
 /// never more than `TOTAL_SIZE` bytes (a FIFO or a huge sparse file there
 /// cannot stall or exhaust the reader).
 pub fn read(path: &Path) -> Option<Usage> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut b = Vec::with_capacity(TOTAL_SIZE);
-    f.take(TOTAL_SIZE as u64).read_to_end(&mut b).ok()?;
-    parse(&b)
+    parse(&crate::fsutil::read_regular_prefix(path, TOTAL_SIZE as u64).ok()?)
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@
 //! on r615+ drivers), killed with their group and when the hook dies. The
 //! hook stops itself after `HOOK_TIMEOUT_SECS`, before runc's 60 s timeout.
 mod measure;
+mod nvml_limits;
 
 use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{

@@ -8,16 +8,18 @@
 //! * `gpu-quota-hook driver-limits set|clear …`: the r615 driver limit
 //!   (core/src/drvlimit.rs).
 //!
-//! The parent runs them through `ctxcost::run_helper`: empty environment,
+//! The parent runs them through `helper::run_helper`: empty environment,
 //! own process group, timeout, group killed on timeout. NVML and CUDA are
 //! never loaded into the hook process itself (it must stay single-threaded
 //! to enter the container's mount namespace).
+use crate::nvml_limits::NvmlLimits;
 use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{
     config::Config,
     ctxcost::{self, Cache, ChildMeasurer, Measurement, Setting, Source, Target},
-    driver::DriverFiles,
-    drvlimit::{self, GpuLimit, HelperReply, NvmlLimits, Record},
+    dl::Lib,
+    driver::{self, DriverFiles},
+    drvlimit::{self, GpuLimit, HelperReply, Record},
     Reservation,
 };
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -36,7 +38,7 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
     if let Setting::Bytes(b) = setting {
         return Ok(b);
     }
-    let inv = ctxcost::inventory_without_nvml(cfg);
+    let inv = gpuquota_core::inventory::inventory_without_nvml(cfg);
     let names: Vec<(String, String)> = r
         .slices
         .iter()
@@ -56,8 +58,8 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
             gpu_name: n,
         })
         .collect();
-    let libcuda = drvlimit::libcuda_of(files);
-    let measurer = match (&libcuda, drvlimit::libnvml_of(files), self_exe()) {
+    let libcuda = driver::libcuda_of(files);
+    let measurer = match (&libcuda, driver::libnvml_of(files), self_exe()) {
         (Some(c), Some(n), Ok(hook)) => Some(ChildMeasurer {
             hook,
             libcuda: c.clone(),
@@ -87,7 +89,7 @@ pub fn context_charge(cfg: &Config, files: &DriverFiles, r: &Reservation) -> Res
 /// one (r615+) and record it in `dir` for the clear. Never fatal: the
 /// interceptor enforces either way.
 pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservation, pid: u32) {
-    let Some(nvml) = drvlimit::libnvml_of(files) else {
+    let Some(nvml) = driver::libnvml_of(files) else {
         return;
     };
     if !drvlimit::maybe_supported_cached(&cfg.state_dir, &nvml) {
@@ -180,39 +182,18 @@ pub fn driver_limits_main(args: &[String]) -> Result<()> {
 
 // ------------------------------------------------------------ measure-context
 
-struct Lib(*mut c_void, String);
+/// A symbol of `lib` as its C type.
+///
+/// SAFETY: the caller names the symbol's real C type as `F`.
+unsafe fn f<F: Copy>(lib: &Lib, n: &str) -> Result<F> {
+    let p = lib
+        .sym(n)
+        .ok_or_else(|| anyhow!("{n} not in {}", lib.path().display()))?;
+    Ok(std::mem::transmute_copy::<*mut c_void, F>(&p))
+}
 
-impl Lib {
-    fn open(p: &str) -> Result<Lib> {
-        let c = CString::new(p)?;
-        // SAFETY: valid C string.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            // SAFETY: dlerror is a C string or NULL.
-            let e = unsafe { libc::dlerror() };
-            let m = if e.is_null() {
-                String::new()
-            } else {
-                // SAFETY: non-null C string.
-                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-            };
-            bail!("cannot load {p}: {m}");
-        }
-        Ok(Lib(h, p.into()))
-    }
-    fn sym(&self, n: &str) -> Option<*mut c_void> {
-        let c = CString::new(n).ok()?;
-        // SAFETY: valid handle and name.
-        let p = unsafe { libc::dlsym(self.0, c.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    }
-    /// SAFETY: the caller names the symbol's real C type as `F`.
-    unsafe fn f<F: Copy>(&self, n: &str) -> Result<F> {
-        let p = self
-            .sym(n)
-            .ok_or_else(|| anyhow!("{n} not in {}", self.1))?;
-        Ok(std::mem::transmute_copy::<*mut c_void, F>(&p))
-    }
+fn open(p: &str) -> Result<Lib> {
+    Lib::open(Path::new(p)).map_err(|m| anyhow!("cannot load {p}: {m}"))
 }
 
 #[repr(C)]
@@ -268,20 +249,19 @@ type NDrv = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
 type NProcs = unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut ProcessInfo) -> c_int;
 
 fn measure(cuda_path: &str, nvml_path: &str, uuid: &str) -> Result<Measurement> {
-    let cuda = Lib::open(cuda_path)?;
-    let nvml = Lib::open(nvml_path)?;
+    let cuda = open(cuda_path)?;
+    let nvml = open(nvml_path)?;
     // SAFETY: every symbol is called with the types of cuda.h / nvml.h.
     unsafe {
-        check("cuInit", cuda.f::<I1>("cuInit")?(0))?;
+        check("cuInit", f::<I1>(&cuda, "cuInit")?(0))?;
         let mut n: c_int = 0;
         check(
             "cuDeviceGetCount",
-            cuda.f::<IPtr>("cuDeviceGetCount")?(&mut n),
+            f::<IPtr>(&cuda, "cuDeviceGetCount")?(&mut n),
         )?;
-        let get_uuid: DevUuid = cuda
-            .f::<DevUuid>("cuDeviceGetUuid_v2")
-            .or_else(|_| cuda.f::<DevUuid>("cuDeviceGetUuid"))?;
-        let dev_get = cuda.f::<DevGet>("cuDeviceGet")?;
+        let get_uuid: DevUuid = f::<DevUuid>(&cuda, "cuDeviceGetUuid_v2")
+            .or_else(|_| f::<DevUuid>(&cuda, "cuDeviceGetUuid"))?;
+        let dev_get = f::<DevGet>(&cuda, "cuDeviceGet")?;
         let mut dev = None;
         for i in 0..n {
             let mut d: c_int = 0;
@@ -296,35 +276,37 @@ fn measure(cuda_path: &str, nvml_path: &str, uuid: &str) -> Result<Measurement> 
         let mut ctx: *mut c_void = std::ptr::null_mut();
         check(
             "cuDevicePrimaryCtxRetain",
-            cuda.f::<CtxRetain>("cuDevicePrimaryCtxRetain")?(&mut ctx, dev),
+            f::<CtxRetain>(&cuda, "cuDevicePrimaryCtxRetain")?(&mut ctx, dev),
         )?;
-        check("cuCtxSetCurrent", cuda.f::<CtxSet>("cuCtxSetCurrent")?(ctx))?;
+        check(
+            "cuCtxSetCurrent",
+            f::<CtxSet>(&cuda, "cuCtxSetCurrent")?(ctx),
+        )?;
         let mut p: u64 = 0;
         check(
             "cuMemAlloc_v2",
-            cuda.f::<MemAlloc>("cuMemAlloc_v2")?(&mut p, ALLOC as usize),
+            f::<MemAlloc>(&cuda, "cuMemAlloc_v2")?(&mut p, ALLOC as usize),
         )?;
 
-        check("nvmlInit_v2", nvml.f::<NInit>("nvmlInit_v2")?())?;
+        check("nvmlInit_v2", f::<NInit>(&nvml, "nvmlInit_v2")?())?;
         let cu = CString::new(uuid)?;
         let mut h: *mut c_void = std::ptr::null_mut();
         check(
             "nvmlDeviceGetHandleByUUID",
-            nvml.f::<NByUuid>("nvmlDeviceGetHandleByUUID")?(cu.as_ptr(), &mut h),
+            f::<NByUuid>(&nvml, "nvmlDeviceGetHandleByUUID")?(cu.as_ptr(), &mut h),
         )?;
         let mut name = [0 as c_char; 96];
         check(
             "nvmlDeviceGetName",
-            nvml.f::<NName>("nvmlDeviceGetName")?(h, name.as_mut_ptr(), 96),
+            f::<NName>(&nvml, "nvmlDeviceGetName")?(h, name.as_mut_ptr(), 96),
         )?;
         let mut ver = [0 as c_char; 80];
         check(
             "nvmlSystemGetDriverVersion",
-            nvml.f::<NDrv>("nvmlSystemGetDriverVersion")?(ver.as_mut_ptr(), 80),
+            f::<NDrv>(&nvml, "nvmlSystemGetDriverVersion")?(ver.as_mut_ptr(), 80),
         )?;
-        let procs: NProcs = nvml
-            .f::<NProcs>("nvmlDeviceGetComputeRunningProcesses_v3")
-            .or_else(|_| nvml.f::<NProcs>("nvmlDeviceGetComputeRunningProcesses_v2"))?;
+        let procs: NProcs = f::<NProcs>(&nvml, "nvmlDeviceGetComputeRunningProcesses_v3")
+            .or_else(|_| f::<NProcs>(&nvml, "nvmlDeviceGetComputeRunningProcesses_v2"))?;
         let me = std::process::id();
         let mut used = None;
         // NVML may list a new process a little late: poll up to ~2 s.

@@ -3,6 +3,7 @@
 //! limit set/clear with the fake NVML recording its calls.
 use gpuquota_core::ctxcost::{self, Cache, ChildMeasurer, Measurer, Setting, Source, Target};
 use gpuquota_core::drvlimit::{self, Cleared, GpuLimit};
+use gpuquota_core::helper::HelperError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -199,7 +200,13 @@ fn a_hanging_driver_is_killed_at_the_timeout() {
     };
     let t = std::time::Instant::now();
     let e = m.measure(FAKE_UUID).unwrap_err();
-    assert!(matches!(e, ctxcost::CtxCostError::Timeout { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ctxcost::CtxCostError::Helper(HelperError::Timeout { .. })
+        ),
+        "{e}"
+    );
     assert!(t.elapsed() < Duration::from_secs(5));
     // no measure-context child of ours is left
     std::thread::sleep(Duration::from_millis(200));

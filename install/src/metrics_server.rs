@@ -548,11 +548,7 @@ mod tests {
         for _ in 0..10 {
             let t = Instant::now();
             assert_eq!(get(addr, "/healthz"), Some((200, b"ok\n".to_vec())));
-            assert!(
-                t.elapsed() < Duration::from_secs(1),
-                "{:?}",
-                t.elapsed()
-            );
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         }
         assert_eq!(scrape.join().unwrap(), Some((200, b"m 1\n".to_vec())));
     }

@@ -35,12 +35,8 @@ fn check(name: &str, verdict: Verdict, text: impl Into<String>) -> Check {
 /// The request keys that must reach the runtime through CRI pod annotations.
 const REQUEST_KEYS: [&str; 4] = ["vram", "gpu", "gpus", "gpu-quota.io/vram"];
 
-fn glob_match(pattern: &str, key: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => key.starts_with(prefix),
-        None => pattern == key,
-    }
-}
+/// containerd's own rule for annotation patterns (Go's `path.Match`).
+use super::glob::path_match as glob_match;
 
 /// What the host has: `program(name)` says whether a program is on PATH.
 pub struct Host<'a> {
@@ -270,6 +266,31 @@ mod tests {
         assert_eq!(d.verdict, Verdict::Fail, "{c:?}");
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
         assert!(glob_match("gpu-quota.io/*", "gpu-quota.io/vram") && !glob_match("vram", "vram2"));
+    }
+
+    /// Issue 18: doctor matched pod_annotations patterns by prefix only
+    /// ("gpu*" passed "gpu-quota.io/vram"), containerd matches them with Go's
+    /// path.Match (`*` stops at '/', classes work): doctor said Ok for a key
+    /// containerd drops, and Fail for a key it passes.
+    #[test]
+    fn containerd_pod_annotations_are_matched_as_containerd_does() {
+        let conf = |pats: &str| {
+            format!("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
+                     runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [{pats}]\n\
+                     [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n")
+        };
+        let verdict = |pats: &str| {
+            let fs = MemFs::new().with("/etc/containerd/config.toml", &conf(pats));
+            let c = run(&fs, &["containerd"], None, false);
+            find(&c, "engine containerd").clone()
+        };
+        // control: the patterns containerd passes every key with
+        let d = verdict(r#""[v]ram", "gpu?", "gpu", "gpu-quota.io/*""#);
+        assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
+        // `*` does not cross '/': containerd drops gpu-quota.io/vram
+        let d = verdict(r#""vram", "gpu*""#);
+        assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
+        assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
     }
 
     #[test]

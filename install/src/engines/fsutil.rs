@@ -3,13 +3,13 @@
 //! * [`FsView`]: the read-only view planners get, so planning is pure (unit tests use
 //!   [`MemFs`]); paths are always paths *on the target system* (`/etc/docker/daemon.json`).
 //! * [`RootFs`]: the real view, relative to `--root` (default `/`).
-//! * [`atomic_write`], [`remove_file`]: temp file in the same directory, fsync, rename; the
-//!   mode and owner of the file being replaced are kept.
+//! * [`remove_file`]: remove, fsync the directory. Writes go through core's one atomic
+//!   writer (`gpuquota_core::fsutil::write_atomic_as` with `FileMode::KeepOr`: the mode and
+//!   owner of the file being replaced are kept).
 //! * [`unified_diff`]: the `--dry-run` output.
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use super::EngineError;
@@ -199,49 +199,6 @@ impl FsView for MemFs {
         v.dedup();
         v
     }
-}
-
-/// Replace (or create) `host` with `data` atomically: a temporary file in the same directory,
-/// fsync, rename over the old one, fsync the directory. The old file's mode and owner are kept;
-/// a new file gets `new_mode`.
-pub fn atomic_write(host: &Path, data: &[u8], new_mode: u32) -> io::Result<()> {
-    let dir = host
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = host
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.gpu-quota-tmp.{}", std::process::id()));
-    let old = fs::metadata(host).ok();
-    let res = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        match &old {
-            Some(m) => {
-                // Owner first: chown may clear set-id bits, the chmod after it restores the mode.
-                let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
-                f.set_permissions(fs::Permissions::from_mode(m.mode() & 0o7777))?;
-            }
-            None => f.set_permissions(fs::Permissions::from_mode(new_mode))?,
-        }
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, host)
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res?;
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 /// Remove a file and fsync its directory; a file already gone is fine.
@@ -460,25 +417,6 @@ mod tests {
         assert_eq!(
             backup_path(Path::new("/etc/x.json")),
             PathBuf::from("/etc/x.json.gpu-quota.bak")
-        );
-    }
-
-    #[test]
-    fn atomic_write_keeps_mode() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f");
-        fs::write(&p, "old").unwrap();
-        fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
-        atomic_write(&p, b"new", 0o644).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"new");
-        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o640);
-        let q = d.path().join("g");
-        atomic_write(&q, b"x", 0o644).unwrap();
-        assert_eq!(fs::metadata(&q).unwrap().mode() & 0o7777, 0o644);
-        assert_eq!(
-            fs::read_dir(d.path()).unwrap().count(),
-            2,
-            "no temp file left"
         );
     }
 }

@@ -1,0 +1,480 @@
+use super::*;
+use crate::inventory::Gpu;
+use crate::request::{GpuRef, GpuSelector, Origin};
+use crate::units::Size;
+const G: u64 = 1 << 30;
+
+fn setup() -> (tempfile::TempDir, Config, Inventory) {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        ledger_dir: d.path().into(),
+        ..Config::default()
+    };
+    let inv = Inventory {
+        gpus: (0..2)
+            .map(|i| Gpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                name: "t".into(),
+                total_bytes: 16 * G,
+                minor: i,
+                simulated: true,
+            })
+            .collect(),
+        driver_version: "simulated".into(),
+    };
+    (d, cfg, inv)
+}
+fn req(b: u64, gpu: Option<u32>) -> Request {
+    Request {
+        vram: Size::Bytes(b),
+        gpus: gpu
+            .map(|g| GpuSelector::List(vec![GpuRef::Index(g)]))
+            .unwrap_or(GpuSelector::Count(1)),
+        origin: Origin::Annotation("vram".into()),
+    }
+}
+
+#[test]
+fn confirm_syncs_the_file_before_the_rename_but_not_the_directory_and_admit_syncs_both() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let mut admit_steps = vec![];
+    l.transact_observed(
+        |d| {
+            let r = Reservation {
+                container_id: "c".into(),
+                runtime_root: None,
+                bundle: "/b".into(),
+                slices: vec![],
+                request: "vram=1g".into(),
+                created_unix: 0,
+                started_unix: None,
+                pid: None,
+                pid_start: None,
+                state: ResState::Reserved,
+                pid_ns: None,
+                mnt_ns: None,
+                boot_id: None,
+            };
+            d.reservations.push(r);
+            Ok(((), true))
+        },
+        &mut |s| admit_steps.push(s),
+    )
+    .unwrap();
+    assert_eq!(admit_steps, fsutil::WRITE_STEPS.to_vec());
+    let mut steps = vec![];
+    let r = l
+        .confirm_observed("c", None, "/b", std::process::id(), &mut |s| steps.push(s))
+        .unwrap();
+    assert_eq!(
+        steps,
+        fsutil::WRITE_STEPS[..5].to_vec(),
+        "fsync'd before the rename, no directory fsync"
+    );
+    assert_eq!(*steps.last().unwrap(), WriteStep::Renamed);
+    assert_eq!(r.state, ResState::Running);
+    assert_eq!(l.read().unwrap().reservations, vec![r]);
+    let _ = inv;
+}
+
+#[test]
+fn admit_refuse_release() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    l.admit(
+        &cfg,
+        &inv,
+        &req(8 * G, Some(0)),
+        "a",
+        None,
+        "/b/a",
+        &mut vec![],
+    )
+    .unwrap();
+    l.admit(
+        &cfg,
+        &inv,
+        &req(8 * G, Some(0)),
+        "b",
+        None,
+        "/b/b",
+        &mut vec![],
+    )
+    .unwrap();
+    let before = std::fs::read(l.path()).unwrap();
+    let e = l
+        .admit(
+            &cfg,
+            &inv,
+            &req(8 * G, Some(0)),
+            "c",
+            None,
+            "/b/c",
+            &mut vec![],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("8.00 GiB") && e.contains("GPU 0") && e.contains("only 0 B"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(l.path()).unwrap(),
+        before,
+        "a refusal leaves the ledger untouched"
+    );
+    let r = l
+        .admit(
+            &cfg,
+            &inv,
+            &req(8 * G, None),
+            "c",
+            None,
+            "/b/c",
+            &mut vec![],
+        )
+        .unwrap();
+    assert_eq!(r.slices[0].index, 1);
+    assert!(matches!(
+        l.admit(&cfg, &inv, &req(G, None), "c", None, "/b/c", &mut vec![]),
+        Err(LedgerError::Duplicate { .. })
+    ));
+    assert_eq!(
+        l.release(Key::Root {
+            id: "a",
+            root: None
+        })
+        .unwrap()
+        .len(),
+        1
+    );
+    assert_eq!(
+        l.release(Key::Root {
+            id: "a",
+            root: None
+        })
+        .unwrap()
+        .len(),
+        0,
+        "idempotent"
+    );
+    assert_eq!(l.read().unwrap().reservations.len(), 2);
+}
+
+#[test]
+fn confirm_and_stale_pid_reclaimed() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    l.admit(
+        &cfg,
+        &inv,
+        &req(16 * G, Some(0)),
+        "a",
+        None,
+        "/b/a",
+        &mut vec![],
+    )
+    .unwrap();
+    // a child that exits: its reservation becomes stale
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let r = l.confirm("a", None, "/b/a", pid).unwrap();
+    assert_eq!(r.state, ResState::Running);
+    child.wait().unwrap();
+    // GPU 0 is full by a dead container: admission reclaims it
+    l.admit(
+        &cfg,
+        &inv,
+        &req(16 * G, Some(0)),
+        "b",
+        None,
+        "/b/b",
+        &mut vec![],
+    )
+    .unwrap();
+    let d = l.read().unwrap();
+    assert_eq!(d.reservations.len(), 1);
+    assert_eq!(d.reservations[0].container_id, "b");
+    assert!(matches!(
+        l.confirm("zzz", None, "/b/zzz", 1),
+        Err(LedgerError::NoReservation { .. })
+    ));
+}
+
+/// Issue 16 §4: the same id and bundle under two runc roots are two
+/// containers; every lookup (duplicate check, confirm, release) keys on
+/// the root as well.
+#[test]
+fn same_id_and_bundle_under_two_roots_are_two_reservations() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let (r1, r2) = (Some("/run/one"), Some("/run/two"));
+    for root in [r1, r2] {
+        l.admit(
+            &cfg,
+            &inv,
+            &req(G, None),
+            "dup",
+            root,
+            "/b/dup",
+            &mut vec![],
+        )
+        .unwrap();
+    }
+    assert!(
+        matches!(
+            l.admit(&cfg, &inv, &req(G, None), "dup", r2, "/b/dup", &mut vec![]),
+            Err(LedgerError::Duplicate { .. })
+        ),
+        "same id, same root: a duplicate"
+    );
+    // each hook confirms its own root's reservation with its own pid
+    let mut c1 = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let mut c2 = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let a = l.confirm("dup", r2, "/b/dup", c2.id()).unwrap();
+    let b = l.confirm("dup", r1, "/b/dup", c1.id()).unwrap();
+    assert_eq!((a.runtime_root.as_deref(), a.pid), (r2, Some(c2.id())));
+    assert_eq!((b.runtime_root.as_deref(), b.pid), (r1, Some(c1.id())));
+    let d = l.read().unwrap();
+    for (root, pid) in [(r1, c1.id()), (r2, c2.id())] {
+        let mine: Vec<_> = d
+            .reservations
+            .iter()
+            .filter(|r| r.runtime_root.as_deref() == root)
+            .collect();
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].pid, Some(pid), "{root:?}");
+    }
+    // neither another root, nor runc's default, nor another bundle matches
+    for (root, bundle) in [
+        (Some("/run/three"), "/b/dup"),
+        (None, "/b/dup"),
+        (r1, "/b/other"),
+    ] {
+        assert!(
+            matches!(
+                l.confirm("dup", root, bundle, c1.id()),
+                Err(LedgerError::NoReservation { .. })
+            ),
+            "{root:?} {bundle}"
+        );
+    }
+    // releasing one root's container leaves the other's
+    let gone = l
+        .release(Key::Root {
+            id: "dup",
+            root: r1,
+        })
+        .unwrap();
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].runtime_root.as_deref(), r1);
+    let left = l.read().unwrap().reservations;
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        (left[0].runtime_root.as_deref(), left[0].pid),
+        (r2, Some(c2.id()))
+    );
+    let gone = l
+        .release(Key::Hook {
+            id: "dup",
+            root: r2,
+            bundle: "/b/dup",
+        })
+        .unwrap();
+    assert_eq!(gone.len(), 1);
+    assert!(l.read().unwrap().reservations.is_empty());
+    for c in [&mut c1, &mut c2] {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+}
+
+#[test]
+fn corrupt_is_kept_and_reported() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    std::fs::write(l.path(), b"{\"version\":1,\"reserv").unwrap();
+    let e = l
+        .admit(&cfg, &inv, &req(G, None), "a", None, "/b", &mut vec![])
+        .unwrap_err();
+    assert!(matches!(e, LedgerError::Corrupt { .. }), "{e}");
+    assert_eq!(
+        std::fs::read(l.path()).unwrap(),
+        b"{\"version\":1,\"reserv",
+        "left in place"
+    );
+    assert!(e.to_string().contains("corrupt"));
+    let aside = l.reset_corrupt().unwrap().unwrap();
+    assert!(aside.exists());
+    l.admit(&cfg, &inv, &req(G, None), "a", None, "/b", &mut vec![])
+        .unwrap();
+    std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
+    assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
+}
+
+fn dead_reservation(l: &Ledger, cfg: &Config, inv: &Inventory, id: &str, gpu: u32) {
+    l.admit(
+        cfg,
+        inv,
+        &req(16 * G, Some(gpu)),
+        id,
+        None,
+        &format!("/b/{id}"),
+        &mut vec![],
+    )
+    .unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    l.confirm(id, None, &format!("/b/{id}"), child.id())
+        .unwrap();
+    child.wait().unwrap();
+}
+
+/// Issue 8, class 4: reservations reclaimed during an admission were
+/// dropped, so their state directories were never removed.
+#[test]
+fn admission_reports_what_it_reclaimed() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    dead_reservation(&l, &cfg, &inv, "dead", 0);
+    let mut reclaimed = vec![];
+    l.admit(
+        &cfg,
+        &inv,
+        &req(16 * G, Some(0)),
+        "b",
+        None,
+        "/b/b",
+        &mut reclaimed,
+    )
+    .unwrap();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(reclaimed[0].container_id, "dead");
+    // also when the admission is refused after reclaiming
+    dead_reservation(&l, &cfg, &inv, "dead2", 1);
+    let mut reclaimed = vec![];
+    assert!(l
+        .admit(
+            &cfg,
+            &inv,
+            &req(17 * G, None),
+            "c",
+            None,
+            "/b/c",
+            &mut reclaimed
+        )
+        .is_err());
+    assert_eq!(reclaimed.len(), 1, "the refusal still reports the reclaim");
+}
+
+/// Issue 8, class 4: liveness was judged by pid alone, so `gc` or an
+/// admission from another pid namespace saw every live container as dead.
+#[test]
+fn liveness_is_never_judged_across_namespaces_but_a_new_boot_ends_all() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    l.admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
+        .unwrap();
+    let mut r = l.confirm("a", None, "/b/a", std::process::id()).unwrap();
+    assert!(r.pid_ns.is_some() && r.mnt_ns.is_some() && r.boot_id.is_some());
+    let now = fsutil::now_unix();
+    assert!(!l.is_stale(&r, now), "our own live process");
+    // recorded in another pid namespace, with a pid that is dead here
+    r.pid = Some(u32::MAX - 7);
+    r.pid_ns = Some(1);
+    assert!(
+        !l.is_stale(&r, now),
+        "dead-looking pid of another namespace"
+    );
+    r.pid_ns = fsutil::namespace_id("pid");
+    assert!(l.is_stale(&r, now), "same namespace, dead pid");
+    // another mount namespace: the runc state dir check is meaningless
+    let mut q = r.clone();
+    q.pid = None;
+    q.pid_start = None;
+    q.created_unix = 0;
+    q.mnt_ns = Some(1);
+    assert!(!l.is_stale(&q, now));
+    // a reservation from an earlier boot is gone, whatever its namespace
+    r.pid_ns = Some(1);
+    r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+    assert!(l.is_stale(&r, now));
+}
+
+#[test]
+fn read_only_use_creates_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        ledger_dir: d.path().join("absent/ledger"),
+        ..Config::default()
+    };
+    let l = Ledger::new(&cfg);
+    assert_eq!(l.read().unwrap().reservations.len(), 0);
+    assert!(!l.exists());
+    assert!(
+        !d.path().join("absent").exists(),
+        "read() created the directory"
+    );
+}
+
+#[test]
+fn crashed_temps_are_removed_and_corrupt_copies_are_made_once_without_following_links() {
+    let (d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let tmp = d.path().join(".ledger.json.tmp.999999");
+    std::fs::write(&tmp, b"half").unwrap();
+    l.admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
+        .unwrap();
+    assert!(!tmp.exists(), "a crashed write's temp file stays");
+    std::fs::write(l.path(), b"{not json").unwrap();
+    // a planted link at the copy's name is never written through
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    for _ in 0..3 {
+        assert!(matches!(
+            l.admit(&cfg, &inv, &req(G, None), "b", None, "/b/b", &mut vec![]),
+            Err(LedgerError::Corrupt { .. })
+        ));
+    }
+    let copies: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("corrupt"))
+        .collect();
+    assert_eq!(copies.len(), 1, "one copy per content, not per call");
+    let name = copies[0].path();
+    std::fs::remove_file(&name).unwrap();
+    std::os::unix::fs::symlink(&victim, &name).unwrap();
+    let _ = l.admit(&cfg, &inv, &req(G, None), "b", None, "/b/b", &mut vec![]);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    // read-only use never writes a copy
+    std::fs::remove_file(&name).unwrap();
+    assert!(l.read().is_err());
+    assert!(!name.exists());
+}
+
+#[test]
+fn a_symlinked_ledger_dir_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let real = d.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
+    let cfg = Config {
+        ledger_dir: d.path().join("link"),
+        ..Config::default()
+    };
+    let (_d2, _, inv) = setup();
+    let e = Ledger::new(&cfg)
+        .admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("symlink"), "{e}");
+    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
+}
