@@ -12,7 +12,9 @@ mod report;
 use anyhow::{anyhow, Context, Result};
 use gpuquota_core::{
     config::Config,
-    devices, events, fsutil,
+    devices, events,
+    formats::keys,
+    fsutil,
     ledger::Key,
     mountplan, paths,
     request::{self, EnvRequests},
@@ -327,7 +329,9 @@ fn finish_kept_run(
 
 fn contains_request_key(b: &[u8]) -> bool {
     let s = String::from_utf8_lossy(b);
-    s.contains("\"vram\"") || s.contains("gpu-quota.io/") || s.contains("GPU_QUOTA_VRAM")
+    s.contains(&format!("\"{}\"", keys::ANN_VRAM))
+        || s.contains(keys::ANNOTATION_PREFIX)
+        || s.contains(keys::ENV_VRAM)
 }
 
 fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
