@@ -38,17 +38,15 @@ pub enum UsageBacking {
     Plain,
 }
 
-/// The `limits` file for a reservation (gpuquota_formats::limits::write):
-/// the smallest slice of the reservation is the per-GPU limit. None when a
-/// value would not read back as itself (a line break in an id or UUID).
+/// The `limits` file for a reservation (gpuquota_formats::limits::write).
+/// None when a value would not read back as itself (a line break in an id
+/// or a UUID).
 pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
-    let vram = r.slices.iter().map(|s| s.bytes).min().unwrap_or(0);
     let mut s = String::new();
     limits::write(
         &mut s,
         &r.container_id,
-        vram,
-        r.slices.iter().map(|s| s.uuid.as_str()),
+        r.slices.iter().map(|s| (s.uuid.as_str(), s.bytes)),
         context_overhead,
     )
     .ok()?;
@@ -347,7 +345,9 @@ mod tests {
         fill(&dir, &r, &files, 512 << 20).unwrap();
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
         assert!(
-            limits.contains("vram_bytes=4294967296\n") && limits.contains("gpus=GPU-a\n"),
+            limits.contains("vram_bytes=4294967296\n")
+                && limits.contains("gpus=GPU-a\n")
+                && limits.contains("gpu.GPU-a.vram_bytes=4294967296\n"),
             "{limits}"
         );
         assert!(
