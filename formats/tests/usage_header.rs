@@ -47,7 +47,11 @@ macro_rules! fields {
     }};
 }
 
-fn rust_structs() -> Vec<(&'static str, usize, Vec<(&'static str, usize, usize)>)> {
+/// (field, offset, size)
+type Fields = Vec<(&'static str, usize, usize)>;
+
+/// (C struct name, size, fields) of both structs.
+fn rust_structs() -> Vec<(&'static str, usize, Fields)> {
     let h = fields!(Header; magic, version, header_size, slot_count, dev_count, slot_size,
         slot_used_offset, slots_offset, high_water, flags, limit, uuid, uuid_state,
         context_overhead_bytes, refusals, container_id, reserved);
