@@ -9,7 +9,9 @@
 //!   one writer (the hook) and its one reader (the interceptor);
 //! * [`usage`] — the binary layout of the `usage` file
 //!   (interceptor/include/gpuquota_usage.h is checked against it by
-//!   `tests/usage_header.rs`).
+//!   `tests/usage_header.rs`);
+//! * [`ctxcost`] — the context charge's figures and the host's cache file
+//!   that the interceptor reads when it runs standalone.
 //!
 //! `#![no_std]`, no dependencies, no allocation, no floating point: the
 //! interceptor links it into a `no_std` cdylib that needs only libc.
@@ -19,6 +21,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod ctxcost;
 pub mod keys;
 pub mod limits;
 pub mod size;
