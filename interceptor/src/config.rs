@@ -2,7 +2,9 @@
 //! hook's `limits` file and GPU UUIDs are gpuquota_formats' (one definition
 //! shared with the host), and so are the context-cost figures.
 
-pub use gpuquota_formats::limits::{parse as parse_limits, parse_u64, parse_uuid, Limits, MAX_GPUS};
+pub use gpuquota_formats::limits::{
+    parse as parse_limits, parse_u64, parse_uuid, Limits, MAX_GPUS,
+};
 pub use gpuquota_formats::size::Size;
 
 /// Parse a size from the environment (gpuquota_formats::size: the host's
@@ -34,7 +36,8 @@ mod tests {
         assert_eq!(parse_size(b"0"), Some(Size::Bytes(0)));
         assert_eq!(parse_size(b"0%"), None);
         assert_eq!(parse_size(b"8x"), None);
-        let limits = parse_limits(b"vram_bytes=4294967296\ngpus=GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9\n");
+        let limits =
+            parse_limits(b"vram_bytes=4294967296\ngpus=GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9\n");
         assert_eq!((limits.vram_bytes, limits.ngpus), (Some(4 * G), 1));
     }
 }

@@ -3,9 +3,6 @@
 //! handling.
 
 use crate::config::{self, Limits, Size, MAX_GPUS};
-use gpuquota_formats::keys;
-use gpuquota_formats::limits::FILE_NAME as LIMITS_FILE;
-use gpuquota_formats::usage::FILE_NAME as USAGE_FILE;
 use crate::ptrtable::Table;
 use crate::region::{self, HeaderInit, Region};
 use crate::sys::{self, PathBuf};
@@ -13,6 +10,9 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{
     AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
 };
+use gpuquota_formats::keys;
+use gpuquota_formats::limits::FILE_NAME as LIMITS_FILE;
+use gpuquota_formats::usage::FILE_NAME as USAGE_FILE;
 
 pub const DEFAULT_STATE_DIR: &[u8] = b"/run/gpu-quota";
 
