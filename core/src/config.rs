@@ -344,7 +344,7 @@ impl StaticGpu {
 /// 2 MiB block) + the 96 MiB margin (`ctxcost::MARGIN_BYTES`). A measured
 /// H200 is charged `ctxcost::charge_for(518 MiB)` = 614 MiB
 /// (docs/gpu-evidence.md).
-pub const BUILTIN_DEFAULT_BYTES: u64 = 616 << 20;
+pub use gpuquota_formats::ctxcost::BUILTIN_DEFAULT_BYTES;
 
 /// The config key `context_overhead`: `"auto"` or an absolute size ("0" = none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,13 +27,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
-/// Added to a measured context for lazily loaded modules (see the module docs).
-pub const MARGIN_BYTES: u64 = 96 * MIB;
-pub use crate::config::BUILTIN_DEFAULT_BYTES;
-/// A measured context above this is not believed (the child saw other
-/// memory, e.g. a driver that reports the whole device for every process).
-pub const MAX_PLAUSIBLE_BYTES: u64 = 8 << 30;
-pub const CACHE_FILE: &str = "context-cost.json";
+/// The figures the interceptor shares (gpuquota_formats::ctxcost):
+/// `MARGIN_BYTES` added to a measured context for lazily loaded modules (see
+/// the module docs); `BUILTIN_DEFAULT_BYTES` for `auto` without a cache
+/// entry and without a usable driver (CI, hosts with a simulated inventory):
+/// the H200 figure, 520 MiB of context + the margin; `MAX_PLAUSIBLE_BYTES`,
+/// above which a measured context is not believed (the child saw other
+/// memory, e.g. a driver that reports the whole device for every process);
+/// the cache's file name.
+pub use gpuquota_formats::ctxcost::{
+    BUILTIN_DEFAULT_BYTES, CACHE_FILE, MARGIN_BYTES, MAX_PLAUSIBLE_BYTES,
+};
 /// The child's limit: well inside the hook's own 45 s deadline and runc's
 /// 60 s hook timeout.
 pub const MEASURE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -535,6 +539,35 @@ mod tests {
         cache.put(e).unwrap();
         resolve(Setting::Auto, &cache, Some("580.1"), &[H200], Some(&ok));
         assert_eq!(ok.calls.get(), 1);
+    }
+
+    /// The cache the hook writes is the one libgpuquota.so reads when it
+    /// runs standalone (gpuquota_formats::ctxcost::max_charge_from_cache).
+    #[test]
+    fn the_interceptor_reads_the_cache_the_host_writes() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::new(d.path());
+        for (gpu, charge) in [("NVIDIA H200", 645_922_816u64), ("NVIDIA A100", 700 * MIB)] {
+            cache
+                .put(Entry {
+                    key: Key {
+                        driver_version: "580.1".into(),
+                        gpu_name: gpu.into(),
+                    },
+                    charge_bytes: charge,
+                    measured: None,
+                    error: None,
+                    at_unix: 1,
+                })
+                .unwrap();
+        }
+        let text = std::fs::read(d.path().join(CACHE_FILE)).unwrap();
+        assert_eq!(
+            gpuquota_formats::ctxcost::max_charge_from_cache(&text),
+            Some(700 * MIB),
+            "{}",
+            String::from_utf8_lossy(&text)
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub mod placement;
 pub mod request;
 pub mod units;
 
+/// The formats shared with libgpuquota.so (size grammar, request keys,
+/// the limits file, the usage layout), defined once in gpu-quota-formats.
+pub use gpuquota_formats as formats;
+
 pub use config::Config;
 pub use inventory::{Gpu, Inventory};
 pub use ledger::{Ledger, LedgerError, Reservation};

@@ -147,8 +147,11 @@ impl Bundle {
 }
 
 fn contains_request_key(b: &[u8]) -> bool {
+    use gpuquota_formats::keys;
     let s = String::from_utf8_lossy(b);
-    s.contains("\"vram\"") || s.contains("gpu-quota.io/") || s.contains("GPU_QUOTA_VRAM")
+    s.contains(&format!("\"{}\"", keys::ANN_VRAM))
+        || s.contains(keys::ANNOTATION_PREFIX)
+        || s.contains(keys::ENV_VRAM)
 }
 
 // ------------------------------------------------------------------ admit

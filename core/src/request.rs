@@ -12,6 +12,7 @@
 //! Parsing is pure: it never looks at the host. Checks that need the
 //! inventory (unknown index, slice larger than the GPU) happen in placement.
 use crate::units::{self, Size, SizeError};
+use gpuquota_formats::keys;
 use serde_json::{Map, Value};
 
 /// A request field and where its value may come from.
@@ -25,16 +26,16 @@ pub enum Field {
 impl Field {
     pub fn annotations(self) -> [&'static str; 2] {
         match self {
-            Field::Vram => ["vram", "gpu-quota.io/vram"],
-            Field::Gpu => ["gpu", "gpu-quota.io/gpu"],
-            Field::Gpus => ["gpus", "gpu-quota.io/gpus"],
+            Field::Vram => [keys::ANN_VRAM, keys::ANN_NS_VRAM],
+            Field::Gpu => [keys::ANN_GPU, keys::ANN_NS_GPU],
+            Field::Gpus => [keys::ANN_GPUS, keys::ANN_NS_GPUS],
         }
     }
     pub fn env(self) -> &'static str {
         match self {
-            Field::Vram => "GPU_QUOTA_VRAM",
-            Field::Gpu => "GPU_QUOTA_GPU",
-            Field::Gpus => "GPU_QUOTA_GPUS",
+            Field::Vram => keys::ENV_VRAM,
+            Field::Gpu => keys::ENV_GPU,
+            Field::Gpus => keys::ENV_GPUS,
         }
     }
     fn accepted(self) -> &'static str {
@@ -47,14 +48,7 @@ impl Field {
 }
 
 /// Every annotation key the product reads (for engine allowlists).
-pub const ANNOTATION_KEYS: [&str; 6] = [
-    "vram",
-    "gpu",
-    "gpus",
-    "gpu-quota.io/vram",
-    "gpu-quota.io/gpu",
-    "gpu-quota.io/gpus",
-];
+pub use keys::ANNOTATION_KEYS;
 
 /// Where a value was found, as the user wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]

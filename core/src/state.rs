@@ -2,7 +2,8 @@
 //! (`<state_dir>/containers/<id>-<hash of id, runc root and bundle>`),
 //! bind-mounted read-only at `/run/gpu-quota` in the container:
 //!
-//! * `limits` — written by the hook: `key=value` lines (see docs/interceptor.md)
+//! * `limits` — written by the hook: `key=value` lines, the format of
+//!   gpuquota_formats::limits (its one writer and its one reader)
 //! * `usage` — a mount point; the real usage file is `rw/usage` (mode
 //!   0666), on a tmpfs of `USAGE_FS_BYTES` mounted at `rw/` just for this
 //!   container, and bind-mounted read-write over `usage` in the container.
@@ -16,11 +17,11 @@
 use crate::config::Config;
 use crate::driver::DriverFiles;
 use crate::ledger::Reservation;
+use gpuquota_formats::{limits, usage};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-pub const LIMITS_VERSION: u32 = 1;
 /// The state directory's subdirectory of driver-library mount points.
 pub const DRIVER_SUBDIR: &str = "driver";
 /// The state directory's mount point for the interceptor.
@@ -40,29 +41,19 @@ pub enum UsageBacking {
     Plain,
 }
 
-/// The `limits` file for a reservation.
-pub fn limits_text(r: &Reservation, context_overhead: u64) -> String {
-    let vram = r.slices.iter().map(|s| s.bytes).min().unwrap_or(0);
+/// The `limits` file for a reservation (gpuquota_formats::limits::write).
+/// None when a value would not read back as itself (a line break in an id
+/// or a UUID).
+pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
     let mut s = String::new();
-    s.push_str("# gpu-quota limits, written by gpu-quota-hook; read-only in the container\n");
-    s.push_str(&format!("version={LIMITS_VERSION}\n"));
-    s.push_str(&format!("container_id={}\n", r.container_id));
-    s.push_str(&format!("vram_bytes={vram}\n"));
-    s.push_str(&format!(
-        "gpus={}\n",
-        r.slices
-            .iter()
-            .map(|s| s.uuid.as_str())
-            .collect::<Vec<_>>()
-            .join(",")
-    ));
-    for sl in &r.slices {
-        s.push_str(&format!("gpu.{}.vram_bytes={}\n", sl.uuid, sl.bytes));
-    }
-    if context_overhead > 0 {
-        s.push_str(&format!("context_overhead_bytes={context_overhead}\n"));
-    }
-    s
+    limits::write(
+        &mut s,
+        &r.container_id,
+        r.slices.iter().map(|s| (s.uuid.as_str(), s.bytes)),
+        context_overhead,
+    )
+    .ok()?;
+    Some(s)
 }
 
 /// The host state directory of a reservation:
@@ -187,7 +178,7 @@ pub fn containers_root(state_dir: &Path) -> std::io::Result<PathBuf> {
 
 /// The usage file on the host.
 pub fn usage_path(dir: &Path) -> PathBuf {
-    dir.join(USAGE_FS_DIR).join("usage")
+    dir.join(USAGE_FS_DIR).join(usage::FILE_NAME)
 }
 
 /// Create the state directory of `r` afresh, with its usage file on its
@@ -240,12 +231,14 @@ pub fn fill(
             "not a directory",
         ));
     }
-    write(
-        &dir.join("limits"),
-        limits_text(r, context_overhead).as_bytes(),
-        0o644,
-    )?;
-    write(&dir.join("usage"), b"", 0o644)?; // mount point
+    let text = limits_text(r, context_overhead).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the container id or a GPU UUID cannot be written to the limits file (line break, '#', ',' or surrounding white space)",
+        )
+    })?;
+    write(&dir.join(limits::FILE_NAME), text.as_bytes(), 0o644)?;
+    write(&dir.join(usage::FILE_NAME), b"", 0o644)?; // mount point
     write(&dir.join(INTERCEPTOR_NAME), b"", 0o644)?;
     write(&dir.join("ld.so.preload"), b"", 0o644)?;
     let d = dir.join(DRIVER_SUBDIR);
@@ -355,12 +348,28 @@ mod tests {
         fill(&dir, &r, &files, 512 << 20).unwrap();
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
         assert!(
-            limits.contains("vram_bytes=4294967296\n") && limits.contains("gpus=GPU-a\n"),
+            limits.contains("vram_bytes=4294967296\n")
+                && limits.contains("gpus=GPU-a\n")
+                && limits.contains("gpu.GPU-a.vram_bytes=4294967296\n"),
             "{limits}"
         );
         assert!(
             limits.contains("context_overhead_bytes=536870912\n"),
             "{limits}"
+        );
+        // what the interceptor reads back (the crate's one reader)
+        let l = limits::parse(limits.as_bytes());
+        assert_eq!(
+            (l.vram_bytes, l.context_overhead_bytes),
+            (Some(4 << 30), Some(512 << 20))
+        );
+        assert_eq!(l.container_id(), r.container_id.as_bytes());
+        // an id that would not read back as itself is never written
+        let mut bad = r.clone();
+        bad.container_id = "c\nvram_bytes=1099511627776".into();
+        assert_eq!(
+            fill(&dir, &bad, &files, 0).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidData
         );
         assert_eq!(
             std::fs::metadata(usage_path(&dir))

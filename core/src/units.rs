@@ -1,35 +1,18 @@
-//! Size parsing and formatting.
+//! Size parsing (the grammar is gpuquota_formats::size, shared with the
+//! interceptor; see docs/config.md) and formatting.
 //!
 //! Accepted forms (case-insensitive units, optional spaces before the unit):
 //! * binary, Docker-style: `8g`, `8G`, `8Gi`, `8GiB`, `512m`, `8192MiB`, `1.5g`
 //! * decimal: `8GB` = 8×10^9, `500MB`
 //! * bytes: `1073741824`, `1073741824b`
 //! * percentages `25%`, `12.5%` of the chosen GPU's memory (requests only).
+//!
+//! [`parse_size`] refuses a zero size ([`SizeError::Zero`]): a request or an
+//! inventory figure of zero bytes means nothing. Settings where `"0"` means
+//! "none" map that error to 0.
+use gpuquota_formats::size as grammar;
 
-/// What the `vram` value accepts, for error messages.
-pub const SIZE_FORMS: &str =
-    "a size like 8g, 8GiB, 512m, 8192MiB, 1.5g (binary), 8GB (decimal), or a percentage like 25%";
-
-/// Longest value we look at; anything longer is refused as absurd.
-pub const MAX_VALUE_LEN: usize = 64;
-
-/// A parsed size: absolute bytes, or parts-per-million of a GPU's memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Size {
-    Bytes(u64),
-    /// Parts per million of the GPU's total memory (1..=1_000_000).
-    Ppm(u32),
-}
-
-impl Size {
-    /// Resolve against a GPU of `total` bytes.
-    pub fn resolve(self, total: u64) -> u64 {
-        match self {
-            Size::Bytes(b) => b,
-            Size::Ppm(p) => ((total as u128 * p as u128) / 1_000_000) as u64,
-        }
-    }
-}
+pub use grammar::{Size, MAX_VALUE_LEN, SIZE_FORMS};
 
 /// Why a size string was refused (the caller adds key and value).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,111 +37,36 @@ pub enum SizeError {
     PercentRange,
 }
 
-fn unit_multiplier(unit: &str) -> Option<u64> {
-    const K: u64 = 1024;
-    Some(match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "ki" | "kib" => K,
-        "m" | "mi" | "mib" => K * K,
-        "g" | "gi" | "gib" => K * K * K,
-        "t" | "ti" | "tib" => K * K * K * K,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => return None,
-    })
-}
-
-/// Split `"12.5"` into integer and fraction digit strings; refuses anything
-/// but ASCII digits with at most one dot and at least one digit.
-fn split_number(num: &str) -> Result<(&str, &str), SizeError> {
-    let (int, frac) = match num.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (num, ""),
-    };
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
-        return Err(SizeError::NotANumber);
-    }
-    Ok((int, frac))
-}
-
-/// `int.frac × mult`, floored, exactly (no floating point).
-fn scale(int: &str, frac: &str, mult: u128) -> Result<u128, SizeError> {
-    let mut v: u128 = 0;
-    for b in int.bytes() {
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add((b - b'0') as u128))
-            .ok_or(SizeError::Overflow)?;
-        if v > u64::MAX as u128 {
-            return Err(SizeError::Overflow);
+impl SizeError {
+    fn of(e: grammar::SizeError, raw: &[u8]) -> Self {
+        use grammar::SizeError as G;
+        match e {
+            G::Empty => SizeError::Empty,
+            G::TooLong => SizeError::TooLong,
+            G::NotUtf8 => SizeError::NotUtf8,
+            G::Negative => SizeError::Negative,
+            G::NotANumber => SizeError::NotANumber,
+            G::UnknownUnit { start, end } => SizeError::UnknownUnit(
+                String::from_utf8_lossy(raw.get(start..end).unwrap_or_default()).into_owned(),
+            ),
+            G::Overflow => SizeError::Overflow,
+            G::PercentRange => SizeError::PercentRange,
         }
     }
-    let mut whole = v.checked_mul(mult).ok_or(SizeError::Overflow)?;
-    // Fraction: at most 18 digits are significant for u64 byte counts.
-    let frac = &frac[..frac.len().min(18)];
-    if !frac.is_empty() {
-        let f: u128 = frac.parse().map_err(|_| SizeError::NotANumber)?;
-        let denom = 10u128.pow(frac.len() as u32);
-        whole = whole
-            .checked_add(f * mult / denom)
-            .ok_or(SizeError::Overflow)?;
-    }
-    Ok(whole)
 }
 
-/// Parse raw bytes (annotation or env value) as a size.
+/// Parse raw bytes (annotation or env value) as a non-zero size.
 pub fn parse_size_bytes(raw: &[u8]) -> Result<Size, SizeError> {
-    if raw.len() > MAX_VALUE_LEN {
-        return Err(SizeError::TooLong);
+    match grammar::parse_size(raw) {
+        Ok(Size::Bytes(0)) => Err(SizeError::Zero),
+        Ok(s) => Ok(s),
+        Err(e) => Err(SizeError::of(e, raw)),
     }
-    let s = std::str::from_utf8(raw).map_err(|_| SizeError::NotUtf8)?;
-    parse_size(s)
 }
 
-/// Parse a size string; see the module docs for the forms.
+/// Parse a non-zero size; see the module docs for the forms.
 pub fn parse_size(s: &str) -> Result<Size, SizeError> {
-    if s.len() > MAX_VALUE_LEN {
-        return Err(SizeError::TooLong);
-    }
-    let s = s.trim();
-    if s.is_empty() {
-        return Err(SizeError::Empty);
-    }
-    if s.starts_with('-') {
-        return Err(SizeError::Negative);
-    }
-    if let Some(p) = s.strip_suffix('%') {
-        let (int, frac) = split_number(p.trim_end())?;
-        let ppm = scale(int, frac, 10_000)?;
-        if ppm == 0 || ppm > 1_000_000 {
-            return Err(SizeError::PercentRange);
-        }
-        return Ok(Size::Ppm(ppm as u32));
-    }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let unit = unit.trim_start();
-    let mult = unit_multiplier(unit).ok_or_else(|| {
-        if num.is_empty() {
-            SizeError::NotANumber
-        } else {
-            SizeError::UnknownUnit(unit.to_string())
-        }
-    })?;
-    let (int, frac) = split_number(num)?;
-    let v = scale(int, frac, mult as u128)?;
-    if v > u64::MAX as u128 {
-        return Err(SizeError::Overflow);
-    }
-    if v == 0 {
-        return Err(SizeError::Zero);
-    }
-    Ok(Size::Bytes(v as u64))
+    parse_size_bytes(s.as_bytes())
 }
 
 /// Human-readable binary size: `8.00 GiB`, `512.00 MiB`.

@@ -1,6 +1,6 @@
-//! Host-side reader of a container's `usage` file (format owned by
-//! libgpuquota.so, documented in docs/interceptor.md and
-//! interceptor/include/gpuquota_usage.h). For monitoring only: a snapshot
+//! Host-side reader of a container's `usage` file (written by
+//! libgpuquota.so; the layout is gpuquota_formats::usage, documented in
+//! docs/interceptor.md and interceptor/include/gpuquota_usage.h). For monitoring only: a snapshot
 //! read without the container's atomics may be a few bytes stale.
 //!
 //! The file is written by the container and so is hostile: it is read with
@@ -10,14 +10,10 @@
 //! every loop is bounded by those constants.
 use std::path::Path;
 
-pub const MAGIC: u64 = 0x4154_4F55_5155_5047; // "GPUQUOTA"
-pub const VERSION: u32 = 1;
-pub const HEADER_SIZE: usize = 4096;
-pub const SLOT_COUNT: usize = 1024;
-pub const DEV_COUNT: usize = 16;
-pub const SLOT_SIZE: usize = 256;
-pub const SLOT_USED_OFFSET: usize = 64;
-pub const TOTAL_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
+use gpuquota_formats::usage::{self as layout, FIXED, H_HIGH_WATER, H_LIMIT, H_REFUSALS, S_OWNER};
+pub use gpuquota_formats::usage::{
+    DEV_COUNT, HEADER_SIZE, MAGIC, SLOT_COUNT, SLOT_SIZE, SLOT_USED_OFFSET, TOTAL_SIZE, VERSION,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Usage {
@@ -41,39 +37,34 @@ fn u64_at(b: &[u8], o: usize) -> Option<u64> {
 /// Parse a usage file's bytes; None when it is empty (no CUDA process ran
 /// yet), shorter than the format, or not exactly the version-1 layout.
 pub fn parse(b: &[u8]) -> Option<Usage> {
-    if b.len() < TOTAL_SIZE || u64_at(b, 0)? != MAGIC || u32_at(b, 8)? != VERSION {
+    if b.len() < TOTAL_SIZE {
         return None;
     }
-    let layout = [
-        (12, HEADER_SIZE),
-        (16, SLOT_COUNT),
-        (20, DEV_COUNT),
-        (24, SLOT_SIZE),
-        (28, SLOT_USED_OFFSET),
-    ];
-    if layout.iter().any(|&(o, v)| u32_at(b, o) != Some(v as u32))
-        || u64_at(b, 32)? != HEADER_SIZE as u64
-    {
+    // every layout field is the format's constant, never taken from the file
+    let fixed = |&(o, width, v): &(usize, usize, u64)| match width {
+        4 => u32_at(b, o).map(u64::from) == Some(v),
+        _ => u64_at(b, o) == Some(v),
+    };
+    if !FIXED.iter().all(fixed) {
         return None;
     }
-    let high = (u32_at(b, 40)? as usize).min(SLOT_COUNT);
+    let high = (u32_at(b, H_HIGH_WATER)? as usize).min(SLOT_COUNT);
     let mut u = Usage {
         used: vec![0; DEV_COUNT],
         limit: (0..DEV_COUNT)
-            .map(|d| u64_at(b, 48 + 8 * d).unwrap_or(0))
+            .map(|d| u64_at(b, H_LIMIT + 8 * d).unwrap_or(0))
             .collect(),
         processes: 0,
-        refusals: u64_at(b, 504).unwrap_or(0),
+        refusals: u64_at(b, H_REFUSALS).unwrap_or(0),
     };
     for i in 0..high {
-        let s = HEADER_SIZE + i * SLOT_SIZE;
-        let owner = u64_at(b, s)?;
-        if owner == 0 || owner == u64::MAX {
+        let owner = u64_at(b, layout::slot_offset(i) + S_OWNER)?;
+        if owner == layout::OWNER_FREE || owner == layout::OWNER_RECLAIMING {
             continue;
         }
         u.processes += 1;
         for d in 0..DEV_COUNT {
-            u.used[d] = u.used[d].saturating_add(u64_at(b, s + SLOT_USED_OFFSET + 8 * d)?);
+            u.used[d] = u.used[d].saturating_add(u64_at(b, layout::used_offset(i, d))?);
         }
     }
     Some(u)

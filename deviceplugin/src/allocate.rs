@@ -6,8 +6,7 @@
 use crate::units::{parse_device_id, Snapshot};
 use std::collections::HashMap;
 
-pub const VRAM_KEY: &str = "gpu-quota.io/vram";
-pub const GPU_KEY: &str = "gpu-quota.io/gpu";
+pub use gpuquota_core::formats::keys::{ANN_NS_GPU as GPU_KEY, ANN_NS_VRAM as VRAM_KEY};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocateError {

@@ -23,7 +23,9 @@
  * allocation, on a refusal, on cuMemGetInfo/nvmlDeviceGetMemoryInfo), so a
  * host tool that cannot check pids in the container's namespace may see
  * stale usage of crashed processes until then.
- * See docs/interceptor.md.
+ * See docs/interceptor.md. The layout is defined once, in the Rust crate
+ * gpu-quota-formats (formats/src/usage.rs); formats/tests/usage_header.rs
+ * compiles this header and fails when any define, offset or size differs.
  */
 #ifndef GPUQUOTA_USAGE_H
 #define GPUQUOTA_USAGE_H
@@ -35,6 +37,7 @@
 #define GQ_USAGE_SLOT_COUNT 1024u
 #define GQ_USAGE_DEV_COUNT 16u
 #define GQ_USAGE_SLOT_SIZE 256u
+#define GQ_USAGE_SLOT_USED_OFFSET 64u /* offset of used[] in a slot */
 #define GQ_USAGE_TOTAL_SIZE (GQ_USAGE_HEADER_SIZE + GQ_USAGE_SLOT_COUNT * GQ_USAGE_SLOT_SIZE) /* 266240 */
 
 #define GQ_USAGE_FLAG_CONTAINER 1u /* limits came from a state directory (hook) */
@@ -42,6 +45,10 @@
 
 #define GQ_OWNER_FREE 0ull
 #define GQ_OWNER_RECLAIMING 0xffffffffffffffffull
+
+#define GQ_UUID_EMPTY 0u   /* uuid_state[d] */
+#define GQ_UUID_WRITING 1u
+#define GQ_UUID_VALID 2u
 
 struct gq_usage_header {
   uint64_t magic;                  /*   0 GQ_USAGE_MAGIC, written last */
@@ -56,7 +63,7 @@ struct gq_usage_header {
   uint32_t flags;                  /*  44 GQ_USAGE_FLAG_* */
   uint64_t limit[16];              /*  48 per-device slice in bytes (0 = not known yet) */
   uint8_t uuid[16][16];            /* 176 device identity of index d (raw cuDeviceGetUuid bytes) */
-  uint32_t uuid_state[16];         /* 432 atomic: 0 empty, 1 being written, 2 valid */
+  uint32_t uuid_state[16];         /* 432 atomic: GQ_UUID_* */
   uint64_t context_overhead_bytes; /* 496 charged once per process and device */
   uint64_t refusals;               /* 504 atomic: allocations refused so far */
   char container_id[64];           /* 512 NUL-padded */

@@ -146,7 +146,7 @@ pub fn refused(api: &[u8], n: u64, ordinal: c_int) {
     };
     let slice = match c.limit {
         config::Size::Bytes(v) => Some(v),
-        config::Size::MicroPercent(_) => None,
+        config::Size::Ppm(_) => None,
     };
     for (i, u) in list.iter().enumerate() {
         if i > 0 {

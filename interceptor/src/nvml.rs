@@ -57,7 +57,7 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
     }
     let limit = match idx {
         Some(i) => state::limit_for(c, i, &|| Some(real_total)),
-        None => c.limit.bytes_of(real_total),
+        None => c.limit.resolve(real_total),
     };
     let used = match (idx, state::region()) {
         (Some(i), Some(r)) => account::container_used(&r, i),

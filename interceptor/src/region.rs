@@ -1,6 +1,6 @@
 //! The container-wide accounting region (the `usage` file, or a private
-//! anonymous mapping). Layout is documented in docs/interceptor.md and
-//! interceptor/include/gpuquota_usage.h; all integers little-endian (the
+//! anonymous mapping). Layout: gpuquota_formats::usage, documented in
+//! docs/interceptor.md and interceptor/include/gpuquota_usage.h; all integers little-endian (the
 //! native order of every supported target), 8-byte fields accessed atomically.
 //!
 //! Admission is lock-free: a process adds n to its own slot's `used[dev]`
@@ -10,47 +10,16 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
-pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUQUOTA");
-pub const VERSION: u32 = 1;
-pub const HEADER_SIZE: usize = 4096;
-pub const SLOT_COUNT: usize = 1024;
-pub const DEV_COUNT: usize = 16;
-pub const SLOT_SIZE: usize = 256;
-pub const SLOT_USED_OFFSET: usize = 64;
-pub const TOTAL_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
-
-// header offsets
-pub const H_MAGIC: usize = 0;
-pub const H_VERSION: usize = 8;
-pub const H_HEADER_SIZE: usize = 12;
-pub const H_SLOT_COUNT: usize = 16;
-pub const H_DEV_COUNT: usize = 20;
-pub const H_SLOT_SIZE: usize = 24;
-pub const H_SLOT_USED_OFFSET: usize = 28;
-pub const H_SLOTS_OFFSET: usize = 32;
-pub const H_HIGH_WATER: usize = 40;
-pub const H_FLAGS: usize = 44;
-pub const H_LIMIT: usize = 48; // u64[16]
-pub const H_UUID: usize = 176; // u8[16][16]
-pub const H_UUID_STATE: usize = 432; // u32[16]
-pub const H_CTX_OVERHEAD: usize = 496;
-pub const H_REFUSALS: usize = 504;
-pub const H_CONTAINER_ID: usize = 512; // u8[64]
-
-// slot offsets
-pub const S_OWNER: usize = 0;
-pub const S_START_TIME: usize = 8;
-pub const S_PID: usize = 16;
-
-pub const FLAG_CONTAINER: u32 = 1;
-pub const FLAG_PERCENT: u32 = 2;
-
-pub const OWNER_FREE: u64 = 0;
-pub const OWNER_RECLAIMING: u64 = u64::MAX;
-
-pub fn owner_word(pid: i32, start_time: u64) -> u64 {
-    ((start_time & 0xffff_ffff) << 32) | (pid as u32 as u64)
-}
+// The layout is gpuquota_formats::usage (shared with the host's reader and
+// checked against include/gpuquota_usage.h).
+pub use gpuquota_formats::usage::{
+    owner_word, DEV_COUNT, FLAG_CONTAINER, FLAG_PERCENT, HEADER_SIZE, H_CONTAINER_ID,
+    H_CTX_OVERHEAD, H_DEV_COUNT, H_FLAGS, H_HEADER_SIZE, H_HIGH_WATER, H_LIMIT, H_MAGIC,
+    H_REFUSALS, H_SLOTS_OFFSET, H_SLOT_COUNT, H_SLOT_SIZE, H_SLOT_USED_OFFSET, H_UUID,
+    H_UUID_STATE, H_VERSION, MAGIC, OWNER_FREE, OWNER_RECLAIMING, SLOT_COUNT, SLOT_SIZE,
+    SLOT_USED_OFFSET, S_OWNER, S_PID, S_START_TIME, TOTAL_SIZE, UUID_EMPTY, UUID_VALID,
+    UUID_WRITING, VERSION,
+};
 
 #[derive(Clone, Copy)]
 pub struct Region {
@@ -132,7 +101,7 @@ impl Region {
         }
         for (i, u) in init.uuids.iter().take(DEV_COUNT).enumerate() {
             core::ptr::copy_nonoverlapping(u.as_ptr(), base.add(H_UUID + 16 * i), 16);
-            r.u32_at(H_UUID_STATE + 4 * i).store(2, Relaxed);
+            r.u32_at(H_UUID_STATE + 4 * i).store(UUID_VALID, Relaxed);
         }
         r.u64_at(H_CTX_OVERHEAD).store(init.ctx_overhead, Relaxed);
         let n = core::cmp::min(init.container_id.len(), 63);
@@ -469,7 +438,7 @@ impl Region {
             let mut spins = 0u32;
             loop {
                 match st.load(Acquire) {
-                    2 => {
+                    UUID_VALID => {
                         let mut cur = [0u8; 16];
                         unsafe {
                             core::ptr::copy_nonoverlapping(
@@ -483,11 +452,14 @@ impl Region {
                         }
                         break;
                     }
-                    0 => {
+                    UUID_EMPTY => {
                         if !insert {
                             return None;
                         }
-                        if st.compare_exchange(0, 1, SeqCst, Relaxed).is_ok() {
+                        if st
+                            .compare_exchange(UUID_EMPTY, UUID_WRITING, SeqCst, Relaxed)
+                            .is_ok()
+                        {
                             unsafe {
                                 core::ptr::copy_nonoverlapping(
                                     uuid.as_ptr(),
@@ -495,7 +467,7 @@ impl Region {
                                     16,
                                 )
                             };
-                            st.store(2, Release);
+                            st.store(UUID_VALID, Release);
                             return Some(i);
                         }
                     }

@@ -10,6 +10,9 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{
     AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
 };
+use gpuquota_formats::keys;
+use gpuquota_formats::limits::FILE_NAME as LIMITS_FILE;
+use gpuquota_formats::usage::FILE_NAME as USAGE_FILE;
 
 pub const DEFAULT_STATE_DIR: &[u8] = b"/run/gpu-quota";
 
@@ -124,9 +127,9 @@ unsafe fn load_config(c: &mut Config) {
                 b.push(b" slice ");
                 b.push_size(v);
             }
-            Size::MicroPercent(m) => {
+            Size::Ppm(p) => {
                 b.push(b" slice ");
-                b.push_u64(m / 1_000_000);
+                b.push_u64(p as u64 / 10_000);
                 b.push(b"% of each device");
             }
         }
@@ -166,7 +169,7 @@ unsafe fn load_config_inner(c: &mut Config) {
     // 1. the hook's state directory (wins; env can only lower the limit)
     let mut dir: Option<PathBuf> = None;
     let mut src = Source::None;
-    if let Some(p) = PathBuf::join(DEFAULT_STATE_DIR, b"limits") {
+    if let Some(p) = PathBuf::join(DEFAULT_STATE_DIR, LIMITS_FILE.as_bytes()) {
         if sys::file_exists(p.as_ptr()) {
             dir = PathBuf::from_bytes(DEFAULT_STATE_DIR);
             src = Source::Container;
@@ -174,7 +177,7 @@ unsafe fn load_config_inner(c: &mut Config) {
     }
     if dir.is_none() {
         if let Some(d) = sys::getenv(c"GPU_QUOTA_STATE_DIR") {
-            if let Some(p) = PathBuf::join(d, b"limits") {
+            if let Some(p) = PathBuf::join(d, LIMITS_FILE.as_bytes()) {
                 if sys::file_exists(p.as_ptr()) {
                     dir = PathBuf::from_bytes(d);
                     src = Source::StateDirEnv;
@@ -182,10 +185,10 @@ unsafe fn load_config_inner(c: &mut Config) {
             }
         }
     }
-    let env_vram = sys::getenv(c"GPU_QUOTA_VRAM").and_then(config::parse_size);
+    let env_vram = sys::getenv(keys::ENV_VRAM_C).and_then(config::parse_size);
     let env_overhead = sys::getenv(c"GPU_QUOTA_CONTEXT_OVERHEAD").and_then(config::parse_size);
     if let Some(d) = dir {
-        let lp = PathBuf::join(d.bytes(), b"limits").unwrap();
+        let lp = PathBuf::join(d.bytes(), LIMITS_FILE.as_bytes()).unwrap();
         let mut buf = [0u8; 8192];
         let n = sys::read_file(lp.as_ptr(), &mut buf).unwrap_or(0);
         let l = config::parse_limits(&buf[..n]);
@@ -210,7 +213,7 @@ unsafe fn load_config_inner(c: &mut Config) {
             }
         }
         c.ctx_overhead = l.context_overhead_bytes.unwrap_or(0);
-        if let Some(u) = PathBuf::join(d.bytes(), b"usage") {
+        if let Some(u) = PathBuf::join(d.bytes(), USAGE_FILE.as_bytes()) {
             c.usage_path = u;
         }
         c.create_usage = false;
@@ -236,7 +239,7 @@ unsafe fn load_config_inner(c: &mut Config) {
         }
         return;
     }
-    if sys::getenv(c"GPU_QUOTA_VRAM").is_some() {
+    if sys::getenv(keys::ENV_VRAM_C).is_some() {
         sys::write_stderr(b"gpu-quota: cannot parse GPU_QUOTA_VRAM; not enforcing\n");
     }
     c.enforce = false;
@@ -318,21 +321,21 @@ fn region_slow() -> Option<Region> {
     }
     let limit0 = match c.limit {
         Size::Bytes(b) => b,
-        Size::MicroPercent(_) => 0,
+        Size::Ppm(_) => 0,
     };
     let mut flags = 0;
     if c.source == Source::Container || c.source == Source::StateDirEnv {
         flags |= region::FLAG_CONTAINER;
     }
-    if let Size::MicroPercent(_) = c.limit {
+    if let Size::Ppm(_) = c.limit {
         flags |= region::FLAG_PERCENT;
     }
     let init = HeaderInit {
         flags,
         limit: limit0,
         ctx_overhead: c.ctx_overhead,
-        container_id: &c.limits.container_id[..c.limits.container_id_len],
-        uuids: &c.limits.gpus[..c.limits.ngpus],
+        container_id: c.limits.container_id(),
+        uuids: c.limits.gpus(),
     };
     let container = c.source == Source::Container || c.source == Source::StateDirEnv;
     let mut r = None;
@@ -457,14 +460,14 @@ pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -
     }
     match c.limit {
         Size::Bytes(b) => b,
-        Size::MicroPercent(_) => {
+        Size::Ppm(_) => {
             let v = LIMIT_CACHE[dev].load(Relaxed);
             if v != 0 {
                 return v;
             }
             match real_total() {
                 Some(t) => {
-                    let b = c.limit.bytes_of(t);
+                    let b = c.limit.resolve(t);
                     LIMIT_CACHE[dev].store(b, Relaxed);
                     if let Some(r) = region() {
                         r.set_limit(dev, b);

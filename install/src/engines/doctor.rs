@@ -8,6 +8,7 @@
 use super::dockerver::{DockerVersion, ANNOTATIONS_SINCE};
 use super::fsutil::FsView;
 use super::{containerd, EngineKind};
+use gpuquota_core::formats::keys;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -33,7 +34,12 @@ fn check(name: &str, verdict: Verdict, text: impl Into<String>) -> Check {
 }
 
 /// The request keys that must reach the runtime through CRI pod annotations.
-const REQUEST_KEYS: [&str; 4] = ["vram", "gpu", "gpus", "gpu-quota.io/vram"];
+const REQUEST_KEYS: [&str; 4] = [
+    keys::ANN_VRAM,
+    keys::ANN_GPU,
+    keys::ANN_GPUS,
+    keys::ANN_NS_VRAM,
+];
 
 /// containerd's own rule for annotation patterns (Go's `path.Match`).
 use super::glob::path_match as glob_match;

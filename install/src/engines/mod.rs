@@ -54,10 +54,10 @@ use fsutil::{backup_path, FsView, RootFs};
 pub const RUNTIME_NAME: &str = "gpu-quota";
 /// Request keys that must reach config.json `annotations` (containerd `pod_annotations` are
 /// glob patterns).
-pub const ANNOTATION_PATTERNS: [&str; 4] = ["vram", "gpu", "gpus", "gpu-quota.io/*"];
+pub use gpuquota_core::formats::keys::ANNOTATION_PATTERNS;
 /// Cluster mode (`--kubernetes`): the container annotations gpu-quota-device-plugin's Allocate
 /// returns, and nothing else.
-pub const CLUSTER_ANNOTATIONS: [&str; 2] = ["gpu-quota.io/vram", "gpu-quota.io/gpu"];
+pub use gpuquota_core::formats::keys::CLUSTER_ANNOTATIONS;
 /// Where install records the directories it created (on the target system).
 pub const STATE_DIR: &str = "/var/lib/gpu-quota/install";
 

@@ -1,0 +1,84 @@
+//! The request keys: where a container asks for GPU memory. Read by the
+//! runtime (core's request parser), written by the device plugin's
+//! Allocate, allowed through by the engine configuration `gpu-quota
+//! install` writes and checked by `gpu-quota doctor`. `GPU_QUOTA_VRAM` is
+//! also the interceptor's standalone budget.
+use core::ffi::CStr;
+
+/// The prefix of the namespaced annotations.
+pub const ANNOTATION_PREFIX: &str = "gpu-quota.io/";
+
+/// Short annotation keys (`docker run --annotation vram=8g`).
+pub const ANN_VRAM: &str = "vram";
+pub const ANN_GPU: &str = "gpu";
+pub const ANN_GPUS: &str = "gpus";
+
+/// Namespaced annotation keys (Kubernetes, the device plugin).
+pub const ANN_NS_VRAM: &str = "gpu-quota.io/vram";
+pub const ANN_NS_GPU: &str = "gpu-quota.io/gpu";
+pub const ANN_NS_GPUS: &str = "gpu-quota.io/gpus";
+
+/// Every annotation key that makes a request (engine allowlists).
+pub const ANNOTATION_KEYS: [&str; 6] = [
+    ANN_VRAM,
+    ANN_GPU,
+    ANN_GPUS,
+    ANN_NS_VRAM,
+    ANN_NS_GPU,
+    ANN_NS_GPUS,
+];
+
+/// The same, as patterns for engines that take globs (containerd's
+/// `pod_annotations`).
+pub const ANNOTATION_PATTERNS: [&str; 4] = [ANN_VRAM, ANN_GPU, ANN_GPUS, "gpu-quota.io/*"];
+
+/// The container annotations the device plugin's Allocate returns.
+pub const CLUSTER_ANNOTATIONS: [&str; 2] = [ANN_NS_VRAM, ANN_NS_GPU];
+
+/// Environment keys, as C strings for the interceptor's getenv.
+pub const ENV_VRAM_C: &CStr = c"GPU_QUOTA_VRAM";
+pub const ENV_GPU_C: &CStr = c"GPU_QUOTA_GPU";
+pub const ENV_GPUS_C: &CStr = c"GPU_QUOTA_GPUS";
+
+const fn str_of(c: &'static CStr) -> &'static str {
+    match core::str::from_utf8(c.to_bytes()) {
+        Ok(s) => s,
+        Err(_) => panic!("environment keys are ASCII"),
+    }
+}
+
+/// Environment keys (only where the host allows `env_requests`).
+pub const ENV_VRAM: &str = str_of(ENV_VRAM_C);
+pub const ENV_GPU: &str = str_of(ENV_GPU_C);
+pub const ENV_GPUS: &str = str_of(ENV_GPUS_C);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings() {
+        assert_eq!(ENV_VRAM, "GPU_QUOTA_VRAM");
+        assert_eq!(ENV_GPU, "GPU_QUOTA_GPU");
+        assert_eq!(ENV_GPUS, "GPU_QUOTA_GPUS");
+        for k in [ANN_NS_VRAM, ANN_NS_GPU, ANN_NS_GPUS] {
+            assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");
+            assert!(
+                ANNOTATION_KEYS.contains(&&k[ANNOTATION_PREFIX.len()..]),
+                "{k}"
+            );
+        }
+        // every key is matched by a pattern
+        for k in ANNOTATION_KEYS {
+            assert!(
+                ANNOTATION_PATTERNS
+                    .iter()
+                    .any(|p| match p.strip_suffix('*') {
+                        Some(prefix) => k.starts_with(prefix),
+                        None => *p == k,
+                    }),
+                "{k}"
+            );
+        }
+    }
+}

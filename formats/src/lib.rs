@@ -1,0 +1,28 @@
+//! The formats that the host (gpu-quota-runtime, gpu-quota-hook, the
+//! `gpu-quota` CLI, the device plugin) and the container (libgpuquota.so)
+//! share, each defined once:
+//!
+//! * [`size`] — the size grammar (`8g`, `8GiB`, `8GB`, `1.5g`, `25%`), for
+//!   requests, the host configuration and the interceptor's environment;
+//! * [`keys`] — the request keys (annotations and environment variables);
+//! * [`limits`] — the `limits` file in a container's state directory: its
+//!   one writer (the hook) and its one reader (the interceptor);
+//! * [`usage`] — the binary layout of the `usage` file
+//!   (interceptor/include/gpuquota_usage.h is checked against it by
+//!   `tests/usage_header.rs`);
+//! * [`ctxcost`] — the context charge's figures and the host's cache file
+//!   that the interceptor reads when it runs standalone.
+//!
+//! `#![no_std]`, no dependencies, no allocation, no floating point: the
+//! interceptor links it into a `no_std` cdylib that needs only libc.
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod ctxcost;
+pub mod keys;
+pub mod limits;
+pub mod size;
+pub mod usage;
