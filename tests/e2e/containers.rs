@@ -53,6 +53,11 @@ fn ldd_libs(bin: &Path) -> Vec<PathBuf> {
 /// interceptor is the real libgpuquota.so, and a bundle with a minimal
 /// glibc image: a CUDA probe program, the loader and exactly the libraries
 /// needed (no libgcc_s). Returns the libraries copied into the image.
+/// The UUID the fake driver (tests/fake) reports for its GPU `i`.
+fn fake_uuid(i: u32) -> String {
+    format!("GPU-face3344-5566-7788-99aa-bbccddeeff{i:02x}")
+}
+
 fn cuda_host(name: &str, extra_config: &str) -> (Host, Bundle, Vec<PathBuf>) {
     let so = repo().join("interceptor/target/release/libgpuquota.so");
     let fake = repo().join("tests/fake/build");
@@ -66,6 +71,16 @@ fn cuda_host(name: &str, extra_config: &str) -> (Host, Bundle, Vec<PathBuf>) {
         extra_config: extra_config.into(),
         ..HostOpts::default()
     });
+    // the inventory's GPUs are the fake driver's GPUs 0 and 1, by UUID, as
+    // NVML and the driver agree on a real host (the interceptor gives a GPU
+    // whose UUID is not in the slice nothing: issue 19)
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    std::fs::write(
+        h.config(),
+        cfg.replace(&uuid(0), &fake_uuid(0))
+            .replace(&uuid(1), &fake_uuid(1)),
+    )
+    .unwrap();
     let b = h.bundle(name);
     let rootfs = b.rootfs();
     let probe = rootfs.join("bin/cuda_probe");
@@ -212,13 +227,6 @@ fn interceptor_fails_closed_on_a_broken_usage_file() {
 fn context_cost_is_measured_and_charged_by_default() {
     require_e2e!();
     let (h, b, _) = cuda_host("ctxauto", "");
-    // the inventory GPU is the fake driver's GPU 0
-    let cfg = std::fs::read_to_string(h.config()).unwrap();
-    std::fs::write(
-        h.config(),
-        cfg.replace(&uuid(0), "GPU-face3344-5566-7788-99aa-bbccddeeff00"),
-    )
-    .unwrap();
     let script =
         "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; touch /out/done";
     let charge = (300 + 96) << 20;
