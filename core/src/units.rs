@@ -90,30 +90,18 @@ mod tests {
     use super::*;
     const G: u64 = 1 << 30;
 
+    /// The grammar's own table lives with the grammar (formats/src/size.rs);
+    /// here only that the host wrapper passes its answers through.
     #[test]
-    fn accepted_forms() {
-        let cases: &[(&str, Size)] = &[
-            ("8g", Size::Bytes(8 * G)),
-            ("8G", Size::Bytes(8 * G)),
-            ("8Gi", Size::Bytes(8 * G)),
-            ("8GiB", Size::Bytes(8 * G)),
-            ("8 GiB", Size::Bytes(8 * G)),
-            ("512m", Size::Bytes(512 << 20)),
-            ("8192MiB", Size::Bytes(8 * G)),
-            ("8GB", Size::Bytes(8_000_000_000)),
-            ("8gb", Size::Bytes(8_000_000_000)),
-            ("1.5g", Size::Bytes(3 * G / 2)),
-            (".5g", Size::Bytes(G / 2)),
-            ("1048576", Size::Bytes(1 << 20)),
-            ("1048576b", Size::Bytes(1 << 20)),
-            ("1t", Size::Bytes(1 << 40)),
-            ("25%", Size::Ppm(250_000)),
-            ("12.5%", Size::Ppm(125_000)),
-            ("100%", Size::Ppm(1_000_000)),
-        ];
-        for (s, want) in cases {
-            assert_eq!(parse_size(s).as_ref(), Ok(want), "{s}");
+    fn accepted_forms_are_the_grammars() {
+        for s in ["8g", "8 GiB", "0.1GB", "1048576b", "12.5%"] {
+            assert_eq!(
+                parse_size(s).ok(),
+                grammar::parse_size(s.as_bytes()).ok(),
+                "{s}"
+            );
         }
+        assert_eq!(parse_size("1.5g"), Ok(Size::Bytes(3 * G / 2)));
     }
 
     #[test]

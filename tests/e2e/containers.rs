@@ -275,6 +275,9 @@ fn context_cost_is_measured_and_charged_by_default() {
 fn context_cost_falls_back_to_the_builtin_default() {
     require_e2e!();
     let (h, b, _) = cuda_host("ctxdef", "");
+    // the inventory names a GPU the fake driver does not have
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    std::fs::write(h.config(), cfg.replace(&fake_uuid(0), &uuid(0))).unwrap();
     b.set(
         &[("vram", "4g")],
         "cat /run/gpu-quota/limits > /out/limits; touch /out/done",

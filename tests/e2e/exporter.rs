@@ -13,9 +13,9 @@
 //! test against an exporter that buffers without bound, keeping that run's
 //! memory bounded).
 use gpu_quota_e2e::*;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread;
@@ -32,44 +32,6 @@ const HEALTHZ_MAX: usize = 2000;
 const HEALTHZ_TIMEOUT: Duration = Duration::from_millis(500);
 /// Every loop of the test ends by this deadline, whatever the server does.
 const PHASE_LIMIT: Duration = Duration::from_secs(90);
-
-/// The exporter, killed when dropped.
-struct Exporter {
-    child: Child,
-    addr: String,
-}
-
-impl Exporter {
-    fn start(h: &Host) -> Exporter {
-        let mut child = Command::new(bin("gpu-quota"))
-            .env("GPU_QUOTA_CONFIG", h.config())
-            .args(["metrics", "--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|s| s.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
-        Exporter { child, addr }
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// What one abuse run saw (all of it is printed when an assertion fails).
 #[derive(Debug, Default)]

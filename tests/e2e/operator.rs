@@ -7,10 +7,10 @@ use gpu_quota_e2e::*;
 use openmetrics_parser::{prometheus::parse_prometheus, PrometheusType, PrometheusValue};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A host whose event lines go to its `gq.log` (the harness sets
@@ -70,42 +70,6 @@ fn wait_stopped(h: &Host, id: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("{id} did not stop");
-}
-
-/// The exporter, killed when dropped.
-struct Exporter {
-    child: Child,
-    addr: String,
-}
-
-impl Exporter {
-    fn start(h: &Host) -> Exporter {
-        let mut child = gq_cmd(h, &["metrics", "--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|s| s.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
-        Exporter { child, addr }
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// GET `path`: (status, content type, body).
@@ -482,7 +446,11 @@ fn release_and_gc_on_real_containers_one_sigkilled() {
     // the engine's delete of the force-released container still removes its
     // state directory and unmounts its usage tmpfs (its reservation is gone)
     let left: Vec<String> = std::fs::read_dir(h.path().join("state/containers"))
-        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     assert!(left.is_empty(), "state left after delete: {left:?}");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

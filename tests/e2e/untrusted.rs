@@ -980,7 +980,11 @@ fn mounts_inside_the_rootfs_are_never_written() {
     // there (docs/security.md, "Mounts inside the rootfs"). A tmpfs given
     // as a bind (a host tmpfs directory) is the host's: refused, naming it.
     let t = h.bundle("tmpfs-run");
-    t.set(&[("vram", "1g")], "cat /run/gpu-quota/limits > /out/limits", &[]);
+    t.set(
+        &[("vram", "1g")],
+        "cat /run/gpu-quota/limits > /out/limits",
+        &[],
+    );
     let mut cfg = t.config();
     cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!(
         {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=755", "size=65536k"]}));

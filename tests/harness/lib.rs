@@ -388,3 +388,43 @@ pub fn assert_ok(o: &Output, what: &str) {
         stderr(o)
     );
 }
+
+/// `gpu-quota metrics --listen 127.0.0.1:0` for host `h`, killed when
+/// dropped; `addr` is the address it printed.
+pub struct Exporter {
+    pub child: std::process::Child,
+    pub addr: String,
+}
+
+impl Exporter {
+    pub fn start(h: &Host) -> Exporter {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(bin("gpu-quota"))
+            .env("GPU_QUOTA_CONFIG", h.config())
+            .args(["metrics", "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|s| s.split('/').next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+        Exporter { child, addr }
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

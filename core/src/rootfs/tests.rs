@@ -112,8 +112,7 @@ impl TestMount {
         let c = |s: &str| CString::new(s).unwrap();
         let (s, t, f) = (c(src), c(at.to_str().unwrap()), c(fstype));
         // SAFETY: valid C strings.
-        let r =
-            unsafe { libc::mount(s.as_ptr(), t.as_ptr(), f.as_ptr(), flags, std::ptr::null()) };
+        let r = unsafe { libc::mount(s.as_ptr(), t.as_ptr(), f.as_ptr(), flags, std::ptr::null()) };
         assert_eq!(
             r,
             0,
