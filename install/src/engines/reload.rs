@@ -156,7 +156,18 @@ mod tests {
         // moment (ETXTBSY): retry
         let mut c = None;
         for _ in 0..100 {
-            match Command::new(&exe).arg("60").spawn() {
+            let mut cmd = Command::new(&exe);
+            cmd.arg("60");
+            // SIGHUP as a daemon would have it: not ignored even when the
+            // test runs under nohup (an ignored signal stays ignored across exec)
+            // SAFETY: signal() is async-signal-safe; nothing else runs here.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                    libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                    Ok(())
+                });
+            }
+            match cmd.spawn() {
                 Ok(ch) => {
                     c = Some(ch);
                     break;
