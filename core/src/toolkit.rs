@@ -73,7 +73,7 @@ pub struct HostGpu {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolkitError {
-    #[error("the engine asked for GPUs with {engine} but the gpu-quota request says {ours}; these contradict each other. Name the GPUs once: drop `--gpus`/the device reservation and use the annotations (gpu=…, gpus=…), or make both agree")]
+    #[error("the engine asked for GPUs with {engine} but the gpu-quota request says {ours}; these contradict each other. Name the GPUs once: drop `--gpus`, the device reservation or `nvidia.com/gpu` and use gpu-quota's keys (gpu=…, gpus=…), or make both agree")]
     Contradiction { engine: String, ours: String },
     #[error("{VISIBLE_DEVICES}={value:?} set with the NVIDIA Container Toolkit hook is not understood: {reason}; use all, a count (--gpus 2), or GPU indices/UUIDs (--gpus '\"device=0,1\"')")]
     Invalid { value: String, reason: String },
@@ -241,7 +241,7 @@ pub fn detect(config: &Value, host: &[HostGpu]) -> Result<Option<EngineRequest>,
             EngineGpus::List(list)
         };
         parts.push(format!(
-            "CDI device nodes {}",
+            "GPU device nodes (CDI or a device plugin) {}",
             nodes
                 .iter()
                 .map(|(p, _)| p.as_str())

@@ -897,6 +897,36 @@ cri_allowlist() {
   expect_ledger 0 || return 1
   Q stop-pod "$R/pod-3.json" && Q remove-pod "$R/pod-3.json" && rm -f "$R/pod-3.json"
 }
+# Beside NVIDIA's device plugin (issue 19): kubelet passes its Allocate response as
+# ContainerConfig.devices (the GPU's node) and envs (NVIDIA_VISIBLE_DEVICES); the gpu-quota
+# request comes from the pod annotation. The GPU NVIDIA's plugin allocated becomes the
+# slice's GPU and the container sees only that GPU's node; a contradiction is refused.
+cri_nvidia_plugin() {
+  Q run-pod --name gq-pod4 --handler gpu-quota --annotation gpu-quota.io/vram=2g --out "$R/pod-4.json" >/dev/null || return 1
+  local c out; c=$(Q create --pod "$R/pod-4.json" --name main --image "$CIMG" \
+    --device "$GQ/dev/nvidia1:/dev/nvidia1" --env NVIDIA_VISIBLE_DEVICES=GPU-00000001-0000-4000-8000-000000000001 \
+    -- sleep 600) || { echo "$c"; return 1; }
+  Q start "$c" || return 1
+  expect_ledger 1 "after StartContainer" || return 1
+  [ "$(ledger_gpu)" = 1 ] || { echo "the slice is on GPU $(ledger_gpu), NVIDIA's plugin allocated GPU 1"; ledger; return 1; }
+  out=$(Q exec "$c" -- ls /dev) || { echo "$out"; return 1; }
+  has "$out" nvidia1 && hasnt "$out" nvidia0 || return 1
+  out=$(Q exec "$c" -- cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
+  has "$out" "GPU-00000001-0000-4000-8000-000000000001" && hasnt "$out" "GPU-00000000-0000-4000-8000-000000000000" || return 1
+  Q stop-pod "$R/pod-4.json" && wait_ledger 0 5 && Q remove-pod "$R/pod-4.json" && rm -f "$R/pod-4.json"
+}
+cri_nvidia_contradiction() {
+  Q run-pod --name gq-pod5 --handler gpu-quota --annotation gpu-quota.io/vram=2g \
+    --annotation gpu-quota.io/gpu=GPU-00000000-0000-4000-8000-000000000000 --out "$R/pod-5.json" >/dev/null || return 1
+  local c out rc; c=$(Q create --pod "$R/pod-5.json" --name main --image "$CIMG" \
+    --device "$GQ/dev/nvidia1:/dev/nvidia1" -- sleep 600) || { echo "$c"; return 1; }
+  out=$(Q start "$c" 2>&1); rc=$?
+  [ $rc -ne 0 ] || { echo "StartContainer succeeded"; return 1; }
+  has "$out" "gpu-quota" && has "$out" "nvidia1" || return 1
+  note "$out"
+  expect_ledger 0 "after the refusal" || return 1
+  Q stop-pod "$R/pod-5.json" && Q remove-pod "$R/pod-5.json" && rm -f "$R/pod-5.json"
+}
 cri_cases() {
   check "$CRI: Version over the CRI socket answers" cri_version
   check "$CRI: RunPodSandbox (handler gpu-quota, pod annotation gpu-quota.io/vram=2g): the sandbox (pause) is not charged" cri_sandbox_free
@@ -904,6 +934,8 @@ cri_cases() {
   check "$CRI: a pod request that does not fit is refused with the gpu-quota message (at StartContainer: CreateContainer does not run the runtime)" cri_refusal
   check "$CRI: StopPodSandbox releases the slice; RemovePodSandbox removes the pods" cri_release
   check "$CRI: a pod annotation outside the pod_annotations allowlist (and container annotations) never reach the runtime" cri_allowlist
+  check "$CRI: beside NVIDIA's device plugin (devices + NVIDIA_VISIBLE_DEVICES of its Allocate for GPU 1) the slice is on GPU 1 and only its node is in the container" cri_nvidia_plugin
+  check "$CRI: NVIDIA's plugin's GPU 1 with gpu-quota.io/gpu naming GPU 0 is refused at StartContainer, naming both, nothing reserved" cri_nvidia_contradiction
 }
 
 # ================================================================ Kubernetes cluster mode

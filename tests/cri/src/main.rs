@@ -67,6 +67,14 @@ enum Cmd {
         image: String,
         #[arg(long = "annotation", value_parser = kv)]
         annotations: Vec<(String, String)>,
+        /// HOST_PATH:CONTAINER_PATH, a device as a device plugin's Allocate
+        /// returns it (kubelet passes it in ContainerConfig.devices).
+        #[arg(long = "device")]
+        devices: Vec<String>,
+        /// KEY=VALUE, an environment variable as a device plugin's Allocate
+        /// returns it (e.g. NVIDIA_VISIBLE_DEVICES).
+        #[arg(long = "env", value_parser = kv)]
+        envs: Vec<(String, String)>,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -203,10 +211,29 @@ async fn run(cli: Cli) -> Result<i32> {
             name,
             image,
             annotations,
+            devices,
+            envs,
             command,
         } => {
             let p = read_pod(&pod)?;
+            let devices = devices
+                .iter()
+                .map(|d| {
+                    let (h, c) = d.split_once(':').unwrap_or((d, d));
+                    cri::Device {
+                        host_path: h.into(),
+                        container_path: c.into(),
+                        permissions: "rw".into(),
+                    }
+                })
+                .collect();
+            let envs = envs
+                .into_iter()
+                .map(|(key, value)| cri::KeyValue { key, value })
+                .collect();
             let config = cri::ContainerConfig {
+                devices,
+                envs,
                 metadata: Some(cri::ContainerMetadata { name, attempt: 0 }),
                 image: Some(cri::ImageSpec {
                     image,
