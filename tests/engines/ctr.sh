@@ -1,0 +1,55 @@
+# shellcheck shell=bash
+# containerd through ctr (1.6 and 1.7): slices, refusals, release; `ctr_cases`.
+#
+# Sourced by tests/engines/run.sh (its helpers: check, has, Q, C, D, P, ledger, …;
+# its per-round names: R, CSOCK, DSOCK, versions), which calls the cases in each round.
+
+# ================================================================ containerd / ctr
+ctd_config_dump() {
+  local out; out=$(timeout 30 containerd --config "$R/etc/containerd/config.toml" config dump 2>&1) || { echo "$out"; return 1; }
+  grep -A24 'containerd.runtimes.gpu-quota\]' <<<"$out" >"$R/dump.txt"
+  has "$(cat "$R/dump.txt")" 'runtime_type = "io.containerd.runc.v2"' &&
+    has "$(cat "$R/dump.txt")" "BinaryName = \"$RT\"" &&
+    has "$(cat "$R/dump.txt")" 'pod_annotations = ["vram", "gpu", "gpus", "gpu-quota.io/*"]' || return 1
+  # and the running daemon was started from that very file
+  has "$(tr '\0' ' ' </proc/"$CTD_PID"/cmdline)" "--config $R/etc/containerd/config.toml"
+}
+ctr_run() { C run --snapshotter native --fifo-dir "$R/fifo" --runc-binary "$RT" "$@"; }
+ctr_slice() {
+  ctr_run -d --annotation vram=2g "$CIMG" gq-c1 sleep 600 >/dev/null || return 1
+  expect_ledger 1 "after ctr run -d" || return 1
+  local l; l=$(C tasks exec --exec-id probe gq-c1 cat /run/gpu-quota/limits) || return 1
+  has "$l" "vram_bytes=$((2 * GIB))" || return 1
+  has "$(ledger)" "$R/ctd/state/io.containerd.runtime.v2.task/$NS/gq-c1"
+}
+ctr_refusal() {
+  local g out rc; g=$(ledger_gpu)
+  out=$(ctr_run --rm --annotation vram=15g --annotation gpu="$g" "$CIMG" gq-c2 true 2>&1); rc=$?
+  [ $rc -ne 0 ] || { echo "ctr run succeeded: $out"; return 1; }
+  has "$out" "gpu-quota: cannot start container" && has "$out" "requested 15.00 GiB" || return 1
+  note "$out"
+  expect_ledger 1 "after the refusal" || return 1
+  ! C tasks ls -q | grep -qx gq-c2 || { echo "refused task left behind"; return 1; }
+  C containers rm gq-c2 >/dev/null 2>&1; true
+}
+ctr_release() {
+  C tasks kill -s KILL gq-c1 >/dev/null || return 1
+  local i; for i in $(seq 1 50); do C tasks ls | grep -q 'gq-c1.*STOPPED' && break; sleep 0.1; done
+  expect_ledger 1 "after kill (the container still exists until delete)" || return 1
+  C tasks delete gq-c1 >/dev/null || return 1
+  wait_ledger 0 5 || return 1
+  C containers rm gq-c1 >/dev/null || return 1
+  ! C containers ls -q | grep -qx gq-c1
+}
+ctr_run_rm() {
+  local out; out=$(ctr_run --rm --annotation gpu-quota.io/vram=2g "$CIMG" gq-c3 cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
+  has "$out" "vram_bytes=$((2 * GIB))" || return 1
+  wait_ledger 0 5
+}
+ctr_cases() {
+  check "$CTD: config dump of the installed config shows runtime gpu-quota with BinaryName and pod_annotations" ctd_config_dump
+  check "$CTD: ctr run --runc-binary gpu-quota-runtime --annotation vram=2g gets a 2 GiB slice" ctr_slice
+  check "$CTD: ctr run of a request that does not fit fails with the gpu-quota message" ctr_refusal
+  check "$CTD: ctr task kill keeps, task delete releases, container rm removes" ctr_release
+  check "$CTD: ctr run --rm --annotation gpu-quota.io/vram=2g sees 2 GiB and releases" ctr_run_rm
+}
