@@ -3,6 +3,8 @@
 //! root) and busybox bundles, driving the real `gpu-quota-runtime` and real
 //! runc. The same bundles run under plain runc to prove the harness itself.
 use serde_json::{json, Value};
+
+pub mod untrusted;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
