@@ -25,8 +25,8 @@ fi
 make -s -C "$ROOT/tests/fake" || { echo "0 passed, 1 failed"; exit 1; }
 S="$ROOT/tests/interceptor"
 CF="-O2 -g -Wall -Wno-unused-result"
-$CC $CF -o "$B/gqtest_dl" "$S/gqtest.c" -ldl -lpthread &&
-$CC $CF -DDIRECT -o "$B/gqtest_direct" "$S/gqtest.c" "$B/libcuda.so.1" -ldl -lpthread &&
+$CC $CF -o "$B/gqtest_dl" "$S/gqtest.c" "$S"/gqtest_*.c -ldl -lpthread &&
+$CC $CF -DDIRECT -o "$B/gqtest_direct" "$S/gqtest.c" "$S"/gqtest_*.c "$B/libcuda.so.1" -ldl -lpthread &&
 $CC $CF -shared -fPIC -o "$B/mallochook.so" "$S/mallochook.c" -ldl &&
 $CC $CF -shared -fPIC -o "$B/broken_dlsym.so" "$S/broken_dlsym.c" -ldl &&
 $CC $CF -o "$B/rtld_next_test" "$S/rtld_next_test.c" -ldl &&
