@@ -46,6 +46,13 @@ count() {
 
 step "dependencies"
 
+echo "== docs name what exists (scripts/doc-paths.py: paths, tests, links, make targets, env variables, architecture.md's lists)"
+if python3 scripts/doc-paths.py; then
+  passed=$((passed + 1))
+else
+  broken+=("doc-paths"); failed=$((failed + 1))
+fi
+
 # What the host looks like before anything of ours runs (after the dependencies,
 # whose packages are meant to stay): compared with the same snapshot at the end.
 bash scripts/host-snapshot.sh >"$LOG/host.before"
