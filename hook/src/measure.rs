@@ -6,7 +6,7 @@
 //!   [`Measurement`]: NVML's per-process used memory of this process (host
 //!   pid namespace) minus the allocation.
 //! * `gpu-quota-hook driver-limits set|clear …`: the r615 driver limit
-//!   (core/src/drvlimit.rs).
+//!   (core/src/drvlimit/).
 //!
 //! The parent runs them through `helper::run_helper`: empty environment,
 //! own process group, timeout, group killed on timeout. NVML and CUDA are

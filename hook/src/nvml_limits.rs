@@ -1,7 +1,7 @@
 //! The driver-limits helper child's NVML (`gpu-quota-hook driver-limits
 //! set|clear`): `nvmlDeviceSetMemoryLimits_v1` on a cgroup, behind core's
 //! `drvlimit::LimitDriver` (the policy, the record and the parent side stay
-//! in core/src/drvlimit.rs). Loaded only in the child, never in the hook
+//! in core/src/drvlimit/). Loaded only in the child, never in the hook
 //! itself (which must stay single-threaded to enter a mount namespace).
 use gpuquota_core::dl::Lib;
 use gpuquota_core::drvlimit::{DrvLimitError, LimitDriver, SYMBOL};

@@ -4,7 +4,7 @@
 //! same name (what a sidecar sharing a volume can do). Exits 1 as soon as a
 //! bind that reported success left the host file writable through the
 //! container's path, 0 after N clean rounds. Run it in a private mount
-//! namespace (`unshare -m --propagation private`); tests/e2e/untrusted.rs does.
+//! namespace (`unshare -m --propagation private`); tests/e2e/untrusted_mounts.rs does.
 //! MODE `gpu-quota`: `MountEffects::bind`; MODE `old-remount`: the previous
 //! release's bind-then-remount-by-path, the negative control.
 use gpuquota_core::mountplan::{Effects, Kind};
