@@ -1,0 +1,466 @@
+#!/usr/bin/env bash
+# Issue 20 evidence: gpu-quota's DRA driver on a real control plane, by hand.
+#
+#   K8S_BIN=DIR ETCD=FILE CTD_PREFIX=DIR [GQ_BIN=DIR] [OUT=FILE] tests/k8s/dra-real.sh
+#
+#   K8S_BIN     kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
+#               and kubectl, all built from one Kubernetes tree (>= 1.34: the
+#               resource.k8s.io/v1 API with consumable capacity)
+#   ETCD        an etcd server binary (>= 3.5)
+#   CTD_PREFIX  containerd 1.7 unpacked by tests/engines/trixie.sh PREFIX
+#   GQ_BIN      gpu-quota release binaries (default target/release): gpu-quota,
+#               gpu-quota-runtime, gpu-quota-hook, gpu-quota-dra, libgpuquota.so
+#
+# Says SKIP and exits 0 when one of them is missing: this is not part of CI
+# (CI has no control plane; docs/kubernetes.md says how the binaries were
+# built). Needs root, runc, busybox (static) and openssl.
+#
+# One node ("gq-node-a") with the engines suite's fake GPU host: two simulated
+# 16 GiB GPUs, no real driver. etcd, kube-apiserver (Node,RBAC),
+# kube-controller-manager, kube-scheduler and the kubelet run on loopback;
+# containerd 1.7 with CDI on and gpu-quota installed in cluster mode
+# (`gpu-quota install containerd --kubernetes`); gpu-quota-dra runs as the
+# service account of deploy/kubernetes/dra/ (a client certificate with its
+# user name, so the manifests' RBAC is what it gets). Cases:
+#   1. the driver publishes one ResourceSlice for the node, a device per GPU
+#      with capacity.memory; a container outside Kubernetes shrinks it
+#   2. two pods with 8 GiB claims share one 16 GiB GPU, each container sees
+#      exactly 8 GiB on the allocated GPU (ledger and /run/gpu-quota/limits)
+#   3. a third 8 GiB pod stays Pending: the scheduler, not the node, says no
+#   4. deleting one of the two lets the third run
+#   5. a pod that sets gpu-quota annotations, env requests and a forged claim
+#      variable gets nothing
+#   6. fragmentation: two GPUs with 6 GiB offered each do not take an 8 GiB
+#      claim (Pending), a 6 GiB claim runs
+#   7. SIGTERM: the driver deletes its slice and exits 0
+# Everything runs in a private mount namespace over tmpfs directories; the
+# host keeps nothing (checked at the end).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+GQ_BIN=${GQ_BIN:-$ROOT/target/release}
+OUT=${OUT:-}
+NODE=gq-node-a
+GIB=$((1024 * 1024 * 1024))
+
+skip() { echo "SKIP: $*"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "needs root"
+[ -n "${K8S_BIN:-}" ] || skip "K8S_BIN not set (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl)"
+[ -n "${ETCD:-}" ] && [ -x "${ETCD:-}" ] || skip "ETCD not set or not executable"
+[ -n "${CTD_PREFIX:-}" ] && [ -x "${CTD_PREFIX:-}/usr/bin/containerd" ] || skip "CTD_PREFIX has no usr/bin/containerd (tests/engines/trixie.sh PREFIX)"
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  [ -x "$K8S_BIN/$b" ] || skip "$K8S_BIN/$b missing"
+done
+for b in gpu-quota gpu-quota-runtime gpu-quota-hook gpu-quota-dra libgpuquota.so; do
+  [ -e "$GQ_BIN/$b" ] || skip "$GQ_BIN/$b missing (make build; cargo build --release -p gpu-quota-dra)"
+done
+for b in runc openssl mknod unshare python3; do command -v $b >/dev/null || skip "$b missing"; done
+BB=$(command -v busybox) || skip "busybox missing"
+
+# ---------------------------------------------------------------- private mount namespace
+if [ -z "${GQ_DRA_INNER:-}" ]; then
+  before=$(mktemp); after=$(mktemp)
+  snap() { find /etc /var/lib /var/log /var/run /run /opt -maxdepth 2 2>/dev/null | grep -iE 'kube|containerd|cdi|gpu-quota|etcd|cni' | sort; ls /sys/fs/cgroup/*/ 2>/dev/null | sort -u; }
+  snap >"$before"
+  GQ_DRA_INNER=1 unshare -m --propagation private "$0" "$@"; rc=$?
+  snap >"$after"
+  if ! diff -u "$before" "$after"; then echo "FAIL: the host kept something (above)"; rc=1; else echo "host: nothing left behind"; fi
+  rm -f "$before" "$after"
+  exit $rc
+fi
+
+T=$(mktemp -d /tmp/gq-dra.XXXXXX)
+LOG=$T/log; mkdir -p "$LOG"
+PIDS=()
+PASS=0; FAIL=0; RESULTS=()
+# the kubelet's and containerd's fixed paths, private to this namespace
+for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /var/lib/containerd /etc/kubernetes; do
+  [ -d "$d" ] || { mkdir -p "$d" && echo "$d" >>"$T/made"; }
+  mount -t tmpfs -o mode=0755 tmpfs "$d"
+done
+
+export PATH=$CTD_PREFIX/usr/bin:$K8S_BIN:$PATH
+KC() { timeout 30 kubectl --kubeconfig "$T/pki/admin.kubeconfig" "$@"; }
+note() { echo "    $*"; [ -n "$OUT" ] && echo "    $*" >>"$OUT"; }
+check() {  # NAME FN...
+  local name=$1 out rc; shift
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ]; then PASS=$((PASS + 1)); RESULTS+=("PASS $name"); echo "PASS $name"
+  else FAIL=$((FAIL + 1)); RESULTS+=("FAIL $name"); echo "FAIL $name"; fi
+  [ -n "$out" ] && sed 's/^/    /' <<<"$out"
+  [ -n "$OUT" ] && { echo "$([ $rc -eq 0 ] && echo PASS || echo FAIL) $name"; [ -n "$out" ] && sed 's/^/    /' <<<"$out"; } >>"$OUT"
+  return $rc
+}
+has() { grep -qF -- "$2" <<<"$1" || { echo "expected '$2' in:"; echo "$1"; return 1; }; }
+waitfor() {  # SECS CMD...: CMD succeeds within SECS
+  local n=$(($1 * 5)) i; shift
+  for i in $(seq 1 "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  "$@"
+}
+
+cleanup() {
+  set +e
+  KC delete pods --all --grace-period=0 --force >/dev/null 2>&1
+  [ -n "${DRA_PID:-}" ] && kill "$DRA_PID" 2>/dev/null
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  sleep 2
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  # containers the kubelet left (their shims), then their cgroups
+  pkill -9 -f "containerd-shim-runc-v2 -namespace" 2>/dev/null
+  sleep 0.5
+  local c
+  for c in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/gq-dra /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/*/default; do
+    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+  grep -o " $T[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
+  for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /var/lib/containerd /etc/kubernetes; do umount -l "$d" 2>/dev/null; done
+  [ -f "$T/made" ] && tac "$T/made" | while read -r d; do rmdir "$d" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- PKI
+pki() {
+  local p=$T/pki; mkdir -p "$p" && cd "$p" || return 1
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=gq-dra-ca" 2>/dev/null || return 1
+  cert() {  # NAME CN [O] [SAN]
+    local san=${4:-}
+    openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$2${3:+/O=$3}" 2>/dev/null &&
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 2 \
+        ${san:+-extfile <(printf "subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n" "$san")} 2>/dev/null
+  }
+  cert apiserver kube-apiserver "" "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes.default.svc" || return 1
+  cert admin admin system:masters || return 1
+  cert kubelet "system:node:$NODE" system:nodes || return 1
+  cert dra "system:serviceaccount:$DRA_NS:$DRA_SA" || return 1
+  openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null || return 1
+  local n
+  for n in admin kubelet dra; do
+    cat >"$n.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: gq, cluster: {server: "https://127.0.0.1:$APIPORT", certificate-authority: "$p/ca.crt"}}]
+users: [{name: $n, user: {client-certificate: "$p/$n.crt", client-key: "$p/$n.key"}}]
+contexts: [{name: gq, context: {cluster: gq, user: $n}}]
+current-context: gq
+EOF
+  done
+}
+
+# the driver's identity, as deploy/kubernetes/dra/ names it
+DRA_YAML=$ROOT/deploy/kubernetes/dra
+DRA_SA=$(awk '/^kind: ServiceAccount/{f=1} f&&/^  name:/{print $2; exit}' "$DRA_YAML"/*.yaml)
+DRA_NS=$(awk '/^kind: ServiceAccount/{f=1} f&&/^  namespace:/{print $2; exit}' "$DRA_YAML"/*.yaml)
+[ -n "$DRA_SA" ] && [ -n "$DRA_NS" ] || { echo "FAIL: no ServiceAccount (name, namespace) in $DRA_YAML"; exit 1; }
+APIPORT=16443; ETCDPORT=23790
+
+start() {  # NAME CMD...: in the background, logged, remembered
+  local n=$1; shift
+  "$@" >"$LOG/$n.log" 2>&1 &
+  PIDS+=($!)
+}
+
+control_plane() {
+  pki || return 1
+  start etcd "$ETCD" --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$ETCDPORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCDPORT" --listen-peer-urls http://127.0.0.1:23800 \
+    --initial-advertise-peer-urls http://127.0.0.1:23800 --initial-cluster default=http://127.0.0.1:23800
+  local p=$T/pki
+  start apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$ETCDPORT" --bind-address 127.0.0.1 \
+    --advertise-address 127.0.0.1 --secure-port "$APIPORT" --tls-cert-file "$p/apiserver.crt" \
+    --tls-private-key-file "$p/apiserver.key" --client-ca-file "$p/ca.crt" \
+    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.0.0.0/24 \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --feature-gates DRAConsumableCapacity=true
+  waitfor 90 KC get --raw /readyz || { tail -30 "$LOG/apiserver.log"; return 1; }
+  start controller-manager kube-controller-manager --kubeconfig "$p/admin.kubeconfig" \
+    --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
+    --controllers '*,-nodelifecycle' --leader-elect=false --feature-gates DRAConsumableCapacity=true
+  start scheduler kube-scheduler --kubeconfig "$p/admin.kubeconfig" --leader-elect=false \
+    --feature-gates DRAConsumableCapacity=true
+  note "$(KC version 2>/dev/null | tr '\n' ' ')"
+  note "etcd $("$ETCD" --version | head -1)"
+}
+
+# ---------------------------------------------------------------- node: fake GPU host, containerd, kubelet
+GQ=$T/gq
+CSOCK=/run/containerd/containerd.sock
+RT=$GQ_BIN/gpu-quota-runtime
+export GPU_QUOTA_CONFIG=$T/etc/gpu-quota/config.toml
+IMG=docker.io/library/gq-dra-busybox:latest
+PAUSE=docker.io/library/gq-dra-pause:latest
+ledger() { python3 -m json.tool "$GQ/ledger/ledger.json" 2>/dev/null || echo '{"reservations": []}'; }
+
+node() {
+  mkdir -p "$GQ"/{dev,lib,bin,ledger,state} "$T/etc/gpu-quota" "$T/etc/containerd" || return 1
+  mknod -m 666 "$GQ/dev/nvidia0" c 195 0 && mknod -m 666 "$GQ/dev/nvidia1" c 195 1 &&
+    mknod -m 666 "$GQ/dev/nvidiactl" c 195 255 && mknod -m 666 "$GQ/dev/nvidia-uvm" c 237 0 &&
+    mknod -m 666 "$GQ/dev/nvidia-uvm-tools" c 237 1 || return 1
+  echo "fake libcuda" >"$GQ/lib/libcuda.so.580.1"; ln -s libcuda.so.580.1 "$GQ/lib/libcuda.so.1"
+  echo "fake nvml" >"$GQ/lib/libnvidia-ml.so.580.1"; ln -s libnvidia-ml.so.580.1 "$GQ/lib/libnvidia-ml.so.1"
+  cat >"$GPU_QUOTA_CONFIG" <<EOF
+# gpu-quota configuration of the DRA evidence's fake host
+ledger_dir = "$GQ/ledger"
+state_dir = "$GQ/state"
+interceptor = "$GQ_BIN/libgpuquota.so"
+hook = "$GQ_BIN/gpu-quota-hook"
+cdi_dir = "/var/run/cdi"
+create_grace_secs = 5
+
+[driver]
+dev_root = "$GQ/dev"
+lib_dirs = ["$GQ/lib"]
+bin_dirs = ["$GQ/bin"]
+
+[inventory]
+source = "static"
+
+[[inventory.gpu]]
+index = 0
+uuid = "GPU-00000000-0000-4000-8000-000000000000"
+memory = "16g"
+name = "Simulated 16 GiB GPU"
+
+[[inventory.gpu]]
+index = 1
+uuid = "GPU-00000001-0000-4000-8000-000000000001"
+memory = "16g"
+name = "Simulated 16 GiB GPU"
+EOF
+  cat >"$T/etc/containerd/config.toml" <<EOF
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "$CSOCK"
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "$PAUSE"
+    restrict_oom_score_adj = true
+    enable_cdi = true
+    cdi_spec_dirs = ["/var/run/cdi"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "native"
+EOF
+  "$GQ_BIN/gpu-quota" install containerd --kubernetes --root "$T" --runtime-path "$RT" >"$LOG/install.log" 2>&1 ||
+    { cat "$LOG/install.log"; return 1; }
+  has "$(cat "$LOG/install.log")" "cluster mode" || return 1
+  start containerd containerd --config "$T/etc/containerd/config.toml"
+  waitfor 30 ctr --address "$CSOCK" version || { tail -20 "$LOG/containerd.log"; return 1; }
+  # images: a busybox rootfs, run as the test image and the sandbox
+  local r=$T/rootfs a
+  mkdir -p "$r"/{bin,etc,proc,sys,dev,tmp,run,root} && cp "$BB" "$r/bin/busybox" || return 1
+  for a in $("$r/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"; done
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$r/etc/passwd"; echo 'root:x:0:' >"$r/etc/group"
+  source "$ROOT/tests/engines/oci-image.sh"
+  oci_image "$r" "$T/bb.tar" "$IMG" null '["PATH=/bin"]' && oci_image "$r" "$T/pause.tar" "$PAUSE" '["/bin/sleep","2147483647"]' '["PATH=/bin"]' || return 1
+  local ns
+  for ns in k8s.io default; do
+    ctr --address "$CSOCK" -n $ns images import --snapshotter native "$T/bb.tar" >/dev/null &&
+      ctr --address "$CSOCK" -n $ns images import --snapshotter native "$T/pause.tar" >/dev/null || return 1
+  done
+  cat >"$T/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: "$T/pki/ca.crt"}
+authorization: {mode: AlwaysAllow}
+address: 127.0.0.1
+readOnlyPort: 0
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+containerRuntimeEndpoint: unix://$CSOCK
+failSwapOn: false
+failCgroupV1: false
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+featureGates: {DRAConsumableCapacity: true}
+EOF
+  start kubelet kubelet --config "$T/kubelet.yaml" --kubeconfig "$T/pki/kubelet.kubeconfig" \
+    --hostname-override "$NODE" --node-ip 127.0.0.1 --root-dir /var/lib/kubelet
+  waitfor 90 KC get node "$NODE" || { tail -30 "$LOG/kubelet.log"; return 1; }
+  note "$(KC get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}')"
+  KC apply -f "$ROOT/deploy/kubernetes/runtimeclass.yaml" >/dev/null || return 1
+}
+
+# ---------------------------------------------------------------- the driver
+slice_json() { KC get resourceslices -o json; }
+cap_of() {  # GPU-INDEX: the published capacity.memory of gpu-N
+  slice_json | python3 -c '
+import json,sys
+d=json.load(sys.stdin)
+for s in d["items"]:
+    for dev in s["spec"].get("devices",[]):
+        if dev["name"]=="gpu-"+sys.argv[1]: print(dev["capacity"]["memory"]["value"])' "$1"
+}
+driver() {
+  KC apply -f "$DRA_YAML/" >"$LOG/apply.log" 2>&1 || { cat "$LOG/apply.log"; return 1; }
+  KC -n "$DRA_NS" delete daemonset --all >/dev/null 2>&1   # the host process below plays its pod
+  "$GQ_BIN/gpu-quota-dra" --config "$GPU_QUOTA_CONFIG" --node-name "$NODE" --kubeconfig "$T/pki/dra.kubeconfig" \
+    --plugin-dir /var/lib/kubelet/plugins/vram.gpu-quota.io --registry-dir /var/lib/kubelet/plugins_registry \
+    --poll-ms 500 >"$LOG/dra.log" 2>&1 &
+  DRA_PID=$!
+  waitfor 30 test -n "$(cap_of 0)" || { tail -20 "$LOG/dra.log"; return 1; }
+  # the kubelet registered it
+  waitfor 30 grep -q "vram.gpu-quota.io" "$LOG/kubelet.log" || return 1
+  KC get resourceslices -o yaml | sed -n '/^  spec:/,$p' | head -40
+}
+
+# a container outside Kubernetes (ctr, namespace default: not a cluster runc root)
+outside() {  # NAME GPU SIZE
+  ctr --address "$CSOCK" -n default run -d --snapshotter native --runc-binary "$RT" \
+    --annotation "vram=$3" --annotation "gpu=$2" "$IMG" "$1" sleep 3600 >/dev/null
+}
+outside_rm() {
+  ctr --address "$CSOCK" -n default tasks kill -s KILL "$1" >/dev/null 2>&1; sleep 0.5
+  ctr --address "$CSOCK" -n default tasks delete "$1" >/dev/null 2>&1
+  ctr --address "$CSOCK" -n default containers rm "$1" >/dev/null
+}
+
+claim_pod() {  # NAME SIZE: a pod with a claim from a template of SIZE
+  cat <<EOF | KC apply -f - >/dev/null
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: vram-$2}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: vram
+        exactly:
+          deviceClassName: vram.gpu-quota.io
+          capacity: {requests: {memory: $2}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  runtimeClassName: gpu-quota
+  restartPolicy: Never
+  hostNetwork: true
+  automountServiceAccountToken: false
+  tolerations: [{operator: Exists}]
+  resourceClaims: [{name: vram, resourceClaimTemplateName: vram-$2}]
+  containers:
+  - name: c
+    image: $IMG
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "cat /run/gpu-quota/limits; sleep 3600"]
+    resources: {claims: [{name: vram}]}
+EOF
+}
+phase() { KC get pod "$1" -o jsonpath='{.status.phase}'; }
+running() { [ "$(phase "$1")" = Running ]; }
+pod_claim_alloc() {  # POD: "device consumed" of its claim
+  local c; c=$(KC get pod "$1" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')
+  KC get resourceclaim "$c" -o jsonpath='{.status.allocation.devices.results[0].device} {.status.allocation.devices.results[0].consumedCapacity.memory}'
+}
+
+case_slice() {
+  local c0 c1
+  c0=$(cap_of 0); c1=$(cap_of 1)
+  note "published: gpu-0 memory $c0, gpu-1 memory $c1"
+  [ -n "$c0" ] && [ -n "$c1" ] || return 1
+  outside gq-out1 1 12g || return 1
+  waitfor 10 test "$(cap_of 1)" != "$c1" || { echo "gpu-1 still offers $(cap_of 1) with 12g held outside Kubernetes"; return 1; }
+  note "with 12 GiB held by a ctr container on GPU 1: gpu-1 memory $(cap_of 1), gpu-0 $(cap_of 0)"
+}
+case_share() {
+  claim_pod p1 8Gi && claim_pod p2 8Gi || return 1
+  waitfor 90 running p1 || { KC describe pod p1 | tail -20; return 1; }
+  waitfor 60 running p2 || { KC describe pod p2 | tail -20; return 1; }
+  local a1 a2; a1=$(pod_claim_alloc p1); a2=$(pod_claim_alloc p2)
+  note "p1 claim: $a1; p2 claim: $a2"
+  has "$a1" "gpu-0 8Gi" && has "$a2" "gpu-0 8Gi" || return 1
+  local l; l=$(KC logs p1) || return 1
+  note "p1 /run/gpu-quota/limits: $(tr '\n' ' ' <<<"$l")"
+  has "$l" "GPU-00000000-0000-4000-8000-000000000000" && has "$l" "vram_bytes=$((8 * GIB))" || return 1
+  ledger | grep -c '"claim' | sed 's/^/ledger claim fields: /'
+}
+case_pending() {
+  claim_pod p3 8Gi || return 1
+  sleep 8
+  [ "$(phase p3)" = Pending ] || { echo "p3 is $(phase p3)"; return 1; }
+  local n m; n=$(KC get pod p3 -o jsonpath='{.spec.nodeName}')
+  m=$(KC get pod p3 -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+  note "p3: Pending, nodeName '${n}', scheduler: $m"
+  [ -z "$n" ] || { echo "p3 was bound to $n: the node, not the scheduler, would refuse"; return 1; }
+  has "$m" "cannot allocate all claims"
+}
+case_release() {
+  KC delete pod p1 --grace-period=1 >/dev/null || return 1
+  waitfor 120 running p3 || { KC describe pod p3 | tail -20; return 1; }
+  note "after p1's deletion p3 runs: $(pod_claim_alloc p3)"
+}
+case_forge() {
+  local uid; uid=$(KC get resourceclaim -o jsonpath='{.items[0].metadata.uid}' | tr - _)
+  cat <<EOF | KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata:
+  name: forge
+  annotations: {gpu-quota.io/vram: "4g", gpu-quota.io/gpu: "0", vram: "4g"}
+spec:
+  runtimeClassName: gpu-quota
+  restartPolicy: Never
+  hostNetwork: true
+  automountServiceAccountToken: false
+  tolerations: [{operator: Exists}]
+  containers:
+  - name: c
+    image: $IMG
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "cat /run/gpu-quota/limits 2>&1; ls /dev | grep nvidia; sleep 3600"]
+    env:
+    - {name: GPU_QUOTA_VRAM, value: "4g"}
+    - {name: GPU_QUOTA_CLAIM_$uid, value: "0000000000000000000000000000000000000000000000000000000000000000"}
+EOF
+  sleep 10
+  local ph l; ph=$(phase forge); l=$(KC logs forge 2>&1)
+  note "forge: phase $ph; its output: $(tr '\n' ' ' <<<"$l" | cut -c1-200); $(KC get pod forge -o jsonpath='{.status.containerStatuses[0].state.waiting.message}' | cut -c1-300)"
+  ! grep -q "vram_bytes" <<<"$l" || { echo "the forging pod has a slice"; return 1; }
+  ! grep -q nvidia <<<"$l" || { echo "the forging pod has GPU nodes"; return 1; }
+  [ "$(ledger | grep -c '"container_id"')" -le 5 ] || true
+  KC delete pod forge --grace-period=0 --force >/dev/null 2>&1; true
+}
+case_fragment() {
+  KC delete pod p2 p3 --grace-period=1 >/dev/null; outside_rm gq-out1
+  waitfor 60 test -z "$(KC get pods -o name)" || return 1
+  outside gq-out2 0 10g && outside gq-out3 1 10g || return 1
+  waitfor 10 test "$(cap_of 0)" != 16Gi || return 1
+  note "10 GiB held outside on each GPU: gpu-0 $(cap_of 0), gpu-1 $(cap_of 1)"
+  claim_pod p5 8Gi || return 1
+  sleep 8
+  [ "$(phase p5)" = Pending ] && [ -z "$(KC get pod p5 -o jsonpath='{.spec.nodeName}')" ] || { echo "p5: $(phase p5) on '$(KC get pod p5 -o jsonpath='{.spec.nodeName}')'"; return 1; }
+  note "p5 (8Gi): Pending: $(KC get pod p5 -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')"
+  claim_pod p6 6Gi || return 1
+  waitfor 90 running p6 || { KC describe pod p6 | tail -20; return 1; }
+  note "p6 (6Gi) runs: $(pod_claim_alloc p6)"
+}
+case_sigterm() {
+  KC delete pods --all --grace-period=1 >/dev/null; outside_rm gq-out2; outside_rm gq-out3
+  waitfor 60 test -z "$(KC get pods -o name)" || return 1
+  kill -TERM "$DRA_PID"; local rc=0; wait "$DRA_PID" || rc=$?; DRA_PID=""
+  [ $rc -eq 0 ] || { echo "gpu-quota-dra exited $rc"; tail -5 "$LOG/dra.log"; return 1; }
+  [ -z "$(KC get resourceslices -o name)" ] || { echo "slice left: $(KC get resourceslices -o name)"; return 1; }
+  waitfor 10 test -z "$(ls /var/run/cdi)" || { echo "CDI files left: $(ls /var/run/cdi)"; return 1; }
+  [ "$(ledger | grep -c '"container_id"')" = 0 ] || { ledger; return 1; }
+}
+
+check "control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler on loopback" control_plane || exit 1
+check "node: fake GPU host, containerd 1.7 (CDI on) with gpu-quota in cluster mode, kubelet registered" node || exit 1
+check "driver: gpu-quota-dra registered with the kubelet and published its ResourceSlice" driver || exit 1
+check "1. capacity.memory per GPU; a container outside Kubernetes shrinks what is offered" case_slice
+check "2. two pods with 8Gi claims share one 16 GiB GPU, each container gets exactly 8 GiB there" case_share
+check "3. a third 8Gi pod is left Pending by the scheduler (never bound to the node)" case_pending
+check "4. deleting one of the two lets the third run" case_release
+check "5. a pod setting gpu-quota annotations, env requests and a forged claim variable gets nothing" case_forge
+check "6. fragmentation: two GPUs offering 6 GiB each leave an 8Gi claim Pending; a 6Gi claim runs" case_fragment
+check "7. SIGTERM: the driver deletes its slice, claims unprepared, exit 0" case_sigterm
+echo "== $PASS passed, $FAIL failed"
+[ -n "$OUT" ] && echo "== $PASS passed, $FAIL failed" >>"$OUT"
+[ "$FAIL" -eq 0 ]
