@@ -55,11 +55,10 @@ pub struct DraService {
     pub pool: String,
 }
 
-/// A message for `kubectl describe pod`: one `gpu-quota:` prefix.
+/// A message for `kubectl describe pod`: one `gpu-quota:` prefix, also
+/// when a wrapped error (the node's) carries its own.
 pub fn user_error(msg: impl std::fmt::Display) -> String {
-    let m = msg.to_string();
-    let m = m.trim_start_matches("gpu-quota: ");
-    format!("gpu-quota: {m}")
+    format!("gpu-quota: {}", msg.to_string().replace("gpu-quota: ", ""))
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Status> {
@@ -176,5 +175,6 @@ mod tests {
     fn one_prefix() {
         assert_eq!(user_error("x"), "gpu-quota: x");
         assert_eq!(user_error("gpu-quota: x"), "gpu-quota: x");
+        assert_eq!(user_error("claim a/b: gpu-quota: x"), "gpu-quota: claim a/b: x");
     }
 }
