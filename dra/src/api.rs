@@ -13,8 +13,8 @@ pub mod registration {
 }
 
 /// The DRA driver name (ResourceSlice.spec.driver, DeviceClass selector,
-/// the kubelet's plugin name).
-pub const DRIVER: &str = "vram.gpu-quota.io";
+/// the kubelet's plugin name): the node side's, one definition.
+pub use gpuquota_core::formats::keys::DRA_DRIVER as DRIVER;
 /// `PluginInfo.type` of a DRA kubelet plugin.
 pub const PLUGIN_TYPE: &str = "DRAPlugin";
 /// The gRPC services we serve, as `<package>.<service>` (the kubelet picks
