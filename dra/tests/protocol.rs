@@ -155,6 +155,27 @@ impl Host {
         v
     }
 
+    /// A reservation of a container that Kubernetes did not start (Docker),
+    /// added to the ledger as the runtime writes it.
+    fn outside_container(&self, gpu: &str, bytes: u64) {
+        let path = self.root.join("ledger/ledger.json");
+        let mut l: serde_json::Value = match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).unwrap(),
+            Err(_) => serde_json::json!({"version": 1, "reservations": []}),
+        };
+        let now = gpuquota_core::fsutil::now_unix();
+        l["reservations"].as_array_mut().unwrap().push(serde_json::json!({
+            "container_id": "docker-outside", "runtime_root": "/run/docker/runtime-runc/moby",
+            "bundle": "/run/bundles/docker-outside",
+            "slices": [{"uuid": gpu, "index": 0, "bytes": bytes}],
+            "request": "", "created_unix": now, "started_unix": null, "pid": null,
+            "pid_start": null, "state": "reserved", "pid_ns": null, "mnt_ns": null, "boot_id": null
+        }));
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&l).unwrap()).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+
     async fn wait(&self, f: impl Fn() -> bool) {
         let t = Instant::now();
         while !f() {
@@ -324,7 +345,93 @@ async fn the_slice_follows_the_ledger_and_is_deleted_at_stop() {
     assert_eq!(prepare(&h, vec![claim("ml", "train-0-vram-x7k2p", TRAIN)]).await[TRAIN].error, "");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(h.slices.0.lock().unwrap()[&name].spec.pool.generation, gen);
+    // a container started outside Kubernetes takes 4 GiB of GPU 0: the
+    // published capacity shrinks, in a new generation
+    h.outside_container(GPU0, 4 * G);
+    h.wait(|| h.slices.0.lock().unwrap()[&name].spec.pool.generation > gen).await;
+    let s = h.slices.0.lock().unwrap()[&name].clone();
+    assert_eq!(s.spec.pool.generation, gen + 1);
+    let gpu0 = &s.spec.devices.as_ref().unwrap()[0];
+    assert_eq!(gpu0.capacity.as_ref().unwrap()["memory"].value.0, "11Gi");
     let _ = &h.claims;
     let h = h.stop().await;
     assert!(h.slices.0.lock().unwrap().is_empty(), "slice deleted at stop");
+}
+
+/// The real binary: serves and registers even while the API server is
+/// unreachable (the slice is retried), and SIGTERM removes both sockets and
+/// exits 0. Without a node name it refuses to start.
+#[tokio::test]
+async fn the_binary_serves_and_exits_0_on_sigterm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // an API server that is not there (port 9, discard, is closed here)
+    std::fs::write(
+        root.join("kubeconfig"),
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n\
+         clusters: [{name: c, cluster: {server: \"https://127.0.0.1:9\", insecure-skip-tls-verify: true}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("config.toml"), "[[inventory.gpu]]\nindex = 0\nuuid = \"GPU-0\"\nmemory = \"16g\"\n").unwrap();
+    let run = |node: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-quota-dra"));
+        c.arg("--config")
+            .arg(root.join("config.toml"))
+            .arg("--kubeconfig")
+            .arg(root.join("kubeconfig"))
+            .arg("--plugin-dir")
+            .arg(root.join("plugins"))
+            .arg("--registry-dir")
+            .arg(root.join("registry"))
+            .args(["--poll-ms", "100"])
+            .env_remove("NODE_NAME")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(n) = node {
+            c.args(["--node-name", n]);
+        }
+        c
+    };
+    let o = run(None).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("gpu-quota: no node name") && err.contains("NODE_NAME"), "{err}");
+
+    let mut child = run(Some(NODE)).spawn().unwrap();
+    let (reg, dra) = (
+        root.join("registry/vram.gpu-quota.io-reg.sock"),
+        root.join("plugins/dra.sock"),
+    );
+    let t = Instant::now();
+    while !(reg.exists() && dra.exists()) {
+        assert!(t.elapsed() < Duration::from_secs(20), "sockets never appeared");
+        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let info = RegistrationClient::new(channel(&reg).await)
+        .get_info(registration::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.endpoint, dra.display().to_string());
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("SIGTERM: stopping"), "{log}");
+    assert!(!reg.exists() && !dra.exists(), "sockets removed\n{log}");
 }
