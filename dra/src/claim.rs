@@ -64,7 +64,9 @@ pub enum Refusal {
         name: String,
         device: String,
     },
-    #[error("claim {ns}/{name}: consumedCapacity memory {err}; the scheduler grants whole bytes only")]
+    #[error(
+        "claim {ns}/{name}: consumedCapacity memory {err}; the scheduler grants whole bytes only"
+    )]
     BadQuantity {
         ns: String,
         name: String,
@@ -82,7 +84,12 @@ pub enum Refusal {
 }
 
 /// The reservation for `req`, from its API object and this node's offers.
-pub fn map(req: &ClaimRef, claim: &ResourceClaim, pool: &str, offers: &[Offer]) -> Result<Mapped, Refusal> {
+pub fn map(
+    req: &ClaimRef,
+    claim: &ResourceClaim,
+    pool: &str,
+    offers: &[Offer],
+) -> Result<Mapped, Refusal> {
     let (ns, name) = (req.namespace.clone(), req.name.clone());
     if claim.metadata.uid.as_deref() != Some(req.uid.as_str()) {
         return Err(Refusal::UidMismatch {
@@ -133,7 +140,11 @@ pub fn map(req: &ClaimRef, claim: &ResourceClaim, pool: &str, offers: &[Offer]) 
                 ns,
                 name,
                 count: many.len(),
-                requests: many.iter().map(|r| r.request.as_str()).collect::<Vec<_>>().join(", "),
+                requests: many
+                    .iter()
+                    .map(|r| r.request.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
         }
     };
@@ -248,33 +259,71 @@ mod tests {
             }
         );
         assert_eq!(m.request_names, ["vram"]);
-        assert_eq!((m.pool_name.as_str(), m.device_name.as_str()), ("node-a", "gpu-1"));
-        assert_eq!(m.share_id.as_deref(), Some("9c0a6f4e-1111-2222-3333-444455556666"));
+        assert_eq!(
+            (m.pool_name.as_str(), m.device_name.as_str()),
+            ("node-a", "gpu-1")
+        );
+        assert_eq!(
+            m.share_id.as_deref(),
+            Some("9c0a6f4e-1111-2222-3333-444455556666")
+        );
         // decimal quantities are bytes too
-        assert_eq!(ok(vec![result(DRIVER, "node-a", "gpu-0", Some("8G"))]).unwrap().alloc.bytes, 8_000_000_000);
+        assert_eq!(
+            ok(vec![result(DRIVER, "node-a", "gpu-0", Some("8G"))])
+                .unwrap()
+                .alloc
+                .bytes,
+            8_000_000_000
+        );
     }
 
     #[test]
     fn uid_mismatch() {
-        let e = map(&req(), &claim("another-uid", vec![result(DRIVER, "node-a", "gpu-0", Some("1Gi"))]), "node-a", &offers());
-        assert!(matches!(e, Err(Refusal::UidMismatch { ref have, .. }) if have.as_deref() == Some("another-uid")), "{e:?}");
+        let e = map(
+            &req(),
+            &claim(
+                "another-uid",
+                vec![result(DRIVER, "node-a", "gpu-0", Some("1Gi"))],
+            ),
+            "node-a",
+            &offers(),
+        );
+        assert!(
+            matches!(e, Err(Refusal::UidMismatch { ref have, .. }) if have.as_deref() == Some("another-uid")),
+            "{e:?}"
+        );
         let mut no_uid = claim(UID, vec![result(DRIVER, "node-a", "gpu-0", Some("1Gi"))]);
         no_uid.metadata.uid = None;
-        assert!(matches!(map(&req(), &no_uid, "node-a", &offers()), Err(Refusal::UidMismatch { .. })));
+        assert!(matches!(
+            map(&req(), &no_uid, "node-a", &offers()),
+            Err(Refusal::UidMismatch { .. })
+        ));
     }
 
     #[test]
     fn not_allocated() {
         let mut c = claim(UID, vec![]);
         c.status = None;
-        assert!(matches!(map(&req(), &c, "node-a", &offers()), Err(Refusal::NotAllocated { .. })));
+        assert!(matches!(
+            map(&req(), &c, "node-a", &offers()),
+            Err(Refusal::NotAllocated { .. })
+        ));
     }
 
     #[test]
     fn no_result_for_this_driver_or_node() {
-        let e = ok(vec![result("gpu.example.com", "node-a", "gpu-0", Some("8Gi"))]).unwrap_err();
+        let e = ok(vec![result(
+            "gpu.example.com",
+            "node-a",
+            "gpu-0",
+            Some("8Gi"),
+        )])
+        .unwrap_err();
         assert!(matches!(e, Refusal::NoResult { .. }), "{e:?}");
-        assert!(e.to_string().contains("gpu.example.com/node-a/gpu-0"), "{e}");
+        assert!(
+            e.to_string().contains("gpu.example.com/node-a/gpu-0"),
+            "{e}"
+        );
         let e = ok(vec![result(DRIVER, "node-b", "gpu-0", Some("8Gi"))]).unwrap_err();
         assert!(matches!(e, Refusal::NoResult { .. }), "{e:?}");
         assert!(e.to_string().contains("node-b"), "{e}");
@@ -288,7 +337,10 @@ mod tests {
             result(DRIVER, "node-a", "gpu-1", Some("8Gi")),
         ])
         .unwrap_err();
-        assert!(matches!(e, Refusal::SeveralResults { count: 2, .. }), "{e:?}");
+        assert!(
+            matches!(e, Refusal::SeveralResults { count: 2, .. }),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("one claim per slice"), "{e}");
     }
 

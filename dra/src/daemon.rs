@@ -83,7 +83,10 @@ async fn publish_loop(
     let owner = match store.node_uid(&opts.node_name).await {
         Ok(Some(uid)) => Some(slice::node_owner(&opts.node_name, &uid)),
         Ok(None) => {
-            tracing::warn!("node {} not found on the API server: the slice has no owner", opts.node_name);
+            tracing::warn!(
+                "node {} not found on the API server: the slice has no owner",
+                opts.node_name
+            );
             None
         }
         Err(e) => {
@@ -126,7 +129,9 @@ async fn publish_loop(
             }
             Err(e) => {
                 if e != last_err {
-                    tracing::warn!("cannot read this node's GPUs ({e}); the slice is left as it was");
+                    tracing::warn!(
+                        "cannot read this node's GPUs ({e}); the slice is left as it was"
+                    );
                     last_err = e;
                 }
             }
@@ -154,7 +159,8 @@ pub async fn run(
     let dra_sock = opts.plugin_dir.join(DRA_SOCKET);
     let reg_sock = opts.registry_dir.join(registration_socket());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let publisher = slices.map(|s| tokio::spawn(publish_loop(opts.clone(), node.clone(), s, stop_rx.clone())));
+    let publisher =
+        slices.map(|s| tokio::spawn(publish_loop(opts.clone(), node.clone(), s, stop_rx.clone())));
 
     let dra_listener = bind(&dra_sock)?;
     let mut server_stop = stop_rx.clone();
@@ -214,7 +220,10 @@ pub async fn run(
     }
     remove_socket(&dra_sock);
     if let Some(p) = publisher {
-        if tokio::time::timeout(Duration::from_secs(10), p).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(10), p)
+            .await
+            .is_err()
+        {
             tracing::warn!("the slice was not deleted within 10 s");
         }
     }

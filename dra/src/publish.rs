@@ -38,7 +38,11 @@ pub struct Publisher {
 impl Publisher {
     /// `existing`: the slice found on the API server at start (its pool
     /// generation is carried on, so the scheduler never sees one go back).
-    pub fn new(node: &str, owner: Option<OwnerReference>, existing: Option<&ResourceSlice>) -> Publisher {
+    pub fn new(
+        node: &str,
+        owner: Option<OwnerReference>,
+        existing: Option<&ResourceSlice>,
+    ) -> Publisher {
         Publisher {
             node: node.into(),
             owner,
@@ -87,13 +91,18 @@ fn err(what: String) -> impl FnOnce(kube::Error) -> StoreError {
 impl SliceStore for KubeSlices {
     async fn node_uid(&self, node: &str) -> Result<Option<String>, StoreError> {
         let api: kube::Api<NodeObject> = kube::Api::all(self.0.clone());
-        let n = api.get_opt(node).await.map_err(err(format!("get node {node}")))?;
+        let n = api
+            .get_opt(node)
+            .await
+            .map_err(err(format!("get node {node}")))?;
         Ok(n.and_then(|n| n.metadata.uid))
     }
 
     async fn get(&self, name: &str) -> Result<Option<ResourceSlice>, StoreError> {
         let api: kube::Api<ResourceSlice> = kube::Api::all(self.0.clone());
-        api.get_opt(name).await.map_err(err(format!("get resourceslice {name}")))
+        api.get_opt(name)
+            .await
+            .map_err(err(format!("get resourceslice {name}")))
     }
 
     async fn apply(&self, s: &ResourceSlice) -> Result<(), StoreError> {
@@ -139,13 +148,23 @@ mod tests {
         let s = p.next(&offers(15 * GI)).expect("first write");
         assert_eq!(s.spec.pool.generation, 1);
         assert_eq!(s.metadata.owner_references, Some(vec![owner]));
-        assert!(p.next(&offers(15 * GI)).is_none(), "same content: nothing to write");
+        assert!(
+            p.next(&offers(15 * GI)).is_none(),
+            "same content: nothing to write"
+        );
         // below the step: the published capacity is the same, nothing to write
         assert!(p.next(&offers(15 * GI + (100 << 20))).is_none());
         let s = p.next(&offers(9 * GI)).expect("changed");
         assert_eq!(s.spec.pool.generation, 2);
         p.failed();
-        assert_eq!(p.next(&offers(9 * GI)).expect("retried").spec.pool.generation, 3);
+        assert_eq!(
+            p.next(&offers(9 * GI))
+                .expect("retried")
+                .spec
+                .pool
+                .generation,
+            3
+        );
     }
 
     #[test]

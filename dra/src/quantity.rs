@@ -46,7 +46,8 @@ fn suffix(s: &str) -> Option<(u32, i32)> {
             // decimal exponent: e/E and a signed integer ("E" alone is exa)
             let rest = s.strip_prefix(['e', 'E'])?;
             let digits = rest.strip_prefix(['+', '-']).unwrap_or(rest);
-            if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
                 return None;
             }
             (0, rest.parse().ok()?)
@@ -171,7 +172,11 @@ mod tests {
             "", "Gi", "-", ".", "1..2", "1.2.3", "8GB", "8gi", "8 Gi", " 8Gi", "8Gi ", "1e", "1e+",
             "1ee3", "1e99999", "0x10", "1_000", "Mi8", "8Ki8", "∞", "1K",
         ] {
-            assert!(matches!(bytes(q), Err(QuantityError::Syntax(_))), "{q}: {:?}", bytes(q));
+            assert!(
+                matches!(bytes(q), Err(QuantityError::Syntax(_))),
+                "{q}: {:?}",
+                bytes(q)
+            );
         }
         for q in ["-1", "-8Gi", "-1e3"] {
             assert_eq!(bytes(q), Err(QuantityError::Negative(q.into())), "{q}");
@@ -179,7 +184,12 @@ mod tests {
         for q in ["100m", "1.5", "0.1Ki", "1e-1", "1n", "0.3", "1500e-3"] {
             assert_eq!(bytes(q), Err(QuantityError::Fraction(q.into())), "{q}");
         }
-        for q in ["16Ei", "18446744073709551616", "1e20", "99999999999999999999999999999999999999999"] {
+        for q in [
+            "16Ei",
+            "18446744073709551616",
+            "1e20",
+            "99999999999999999999999999999999999999999",
+        ] {
             assert_eq!(bytes(q), Err(QuantityError::TooLarge(q.into())), "{q}");
         }
         // bounded work: a long string is refused without being read
@@ -189,7 +199,18 @@ mod tests {
 
     #[test]
     fn format_round_trips() {
-        for b in [0, 1, 1000, KI, 3 * KI + 512, 256 * MI, 8 * GI, 139 * GI, 3 * TI, u64::MAX] {
+        for b in [
+            0,
+            1,
+            1000,
+            KI,
+            3 * KI + 512,
+            256 * MI,
+            8 * GI,
+            139 * GI,
+            3 * TI,
+            u64::MAX,
+        ] {
             assert_eq!(bytes(&format(b)), Ok(b), "{b}");
         }
         assert_eq!(format(256 * MI), "256Mi");

@@ -38,9 +38,15 @@ impl Registration for RegistrationService {
     ) -> Result<Response<registration::RegistrationStatusResponse>, Status> {
         let s = req.into_inner();
         if s.plugin_registered {
-            tracing::info!("registered with the kubelet as {DRIVER} ({})", self.endpoint);
+            tracing::info!(
+                "registered with the kubelet as {DRIVER} ({})",
+                self.endpoint
+            );
         } else {
-            tracing::warn!("the kubelet refused the registration of {DRIVER}: {}", s.error);
+            tracing::warn!(
+                "the kubelet refused the registration of {DRIVER}: {}",
+                s.error
+            );
         }
         Ok(Response::new(registration::RegistrationStatusResponse {}))
     }
@@ -73,9 +79,16 @@ impl DraService {
         c: &ClaimRef,
         offers: &Result<Vec<crate::node::Offer>, String>,
     ) -> Result<dra::Device, String> {
-        let obj = self.claims.get(&c.namespace, &c.name).await.map_err(user_error)?;
+        let obj = self
+            .claims
+            .get(&c.namespace, &c.name)
+            .await
+            .map_err(user_error)?;
         let offers = offers.as_ref().map_err(|e| {
-            user_error(format!("claim {}/{}: cannot read this node's GPUs: {e}", c.namespace, c.name))
+            user_error(format!(
+                "claim {}/{}: cannot read this node's GPUs: {e}",
+                c.namespace, c.name
+            ))
         })?;
         let m = claim::map(c, &obj, &self.pool, offers).map_err(user_error)?;
         let node = self.node.clone();
@@ -86,7 +99,10 @@ impl DraService {
             .map_err(|e| {
                 user_error(format!(
                     "claim {}/{} ({} on {}): {e}",
-                    c.namespace, c.name, crate::quantity::format(m.alloc.bytes), m.device_name
+                    c.namespace,
+                    c.name,
+                    crate::quantity::format(m.alloc.bytes),
+                    m.device_name
                 ))
             })?;
         tracing::info!(
@@ -155,7 +171,10 @@ impl DraPlugin for DraService {
                     tracing::info!("unprepared claim {}/{} ({})", c.namespace, c.name, c.uid);
                     String::new()
                 }
-                Ok(Err(e)) => user_error(format!("claim {}/{}: cannot release it: {e}", c.namespace, c.name)),
+                Ok(Err(e)) => user_error(format!(
+                    "claim {}/{}: cannot release it: {e}",
+                    c.namespace, c.name
+                )),
                 Err(s) => s.message().to_string(),
             };
             if !error.is_empty() {
@@ -163,7 +182,9 @@ impl DraPlugin for DraService {
             }
             claims.insert(c.uid, dra::NodeUnprepareResourceResponse { error });
         }
-        Ok(Response::new(dra::NodeUnprepareResourcesResponse { claims }))
+        Ok(Response::new(dra::NodeUnprepareResourcesResponse {
+            claims,
+        }))
     }
 }
 
@@ -175,6 +196,9 @@ mod tests {
     fn one_prefix() {
         assert_eq!(user_error("x"), "gpu-quota: x");
         assert_eq!(user_error("gpu-quota: x"), "gpu-quota: x");
-        assert_eq!(user_error("claim a/b: gpu-quota: x"), "gpu-quota: claim a/b: x");
+        assert_eq!(
+            user_error("claim a/b: gpu-quota: x"),
+            "gpu-quota: claim a/b: x"
+        );
     }
 }

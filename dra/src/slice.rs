@@ -149,12 +149,22 @@ mod tests {
     }
 
     fn memory(s: &ResourceSlice, i: usize) -> &DeviceCapacity {
-        &s.spec.devices.as_ref().unwrap()[i].capacity.as_ref().unwrap()[MEMORY]
+        &s.spec.devices.as_ref().unwrap()[i]
+            .capacity
+            .as_ref()
+            .unwrap()[MEMORY]
     }
 
     #[test]
     fn one_device_per_gpu_shared_with_memory_rounded_down() {
-        let s = slice_for("node-a", &[offer(0, 140 * GI), offer(1, 6 * GI + 300 * MI), offer(3, 200 * MI)]);
+        let s = slice_for(
+            "node-a",
+            &[
+                offer(0, 140 * GI),
+                offer(1, 6 * GI + 300 * MI),
+                offer(3, 200 * MI),
+            ],
+        );
         assert_eq!(s.metadata.name.as_deref(), Some("node-a-vram.gpu-quota.io"));
         assert_eq!(s.spec.driver, "vram.gpu-quota.io");
         assert_eq!(s.spec.node_name.as_deref(), Some("node-a"));
@@ -163,7 +173,9 @@ mod tests {
         let devs = s.spec.devices.as_ref().unwrap();
         let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["gpu-0", "gpu-1", "gpu-3"]);
-        assert!(devs.iter().all(|d| d.allow_multiple_allocations == Some(true)));
+        assert!(devs
+            .iter()
+            .all(|d| d.allow_multiple_allocations == Some(true)));
         // rounded DOWN to 256 MiB: the scheduler never grants what the ledger refuses
         assert_eq!(memory(&s, 0).value.0, "140Gi");
         assert_eq!(memory(&s, 1).value.0, "6400Mi"); // 6 GiB + 256 MiB
@@ -192,7 +204,10 @@ mod tests {
         let d = &v["spec"]["devices"][0];
         assert_eq!(d["allowMultipleAllocations"], true);
         assert_eq!(d["capacity"]["memory"]["value"], "16Gi");
-        assert_eq!(d["capacity"]["memory"]["requestPolicy"]["validRange"]["step"], "256Mi");
+        assert_eq!(
+            d["capacity"]["memory"]["requestPolicy"]["validRange"]["step"],
+            "256Mi"
+        );
         assert_eq!(v["spec"]["pool"]["resourceSliceCount"], 1);
         assert_eq!(v["apiVersion"], "resource.k8s.io/v1");
         assert_eq!(v["kind"], "ResourceSlice");

@@ -9,7 +9,11 @@ pub enum SourceError {
     #[error("claim {ns}/{name} does not exist on the API server")]
     NotFound { ns: String, name: String },
     #[error("cannot read claim {ns}/{name} from the API server: {err}")]
-    Api { ns: String, name: String, err: String },
+    Api {
+        ns: String,
+        name: String,
+        err: String,
+    },
 }
 
 #[tonic::async_trait]

@@ -29,7 +29,9 @@ const BIG: &str = "7a9d2e61-0b4c-4f3a-8e5d-9c1b2a3f4e50";
 const INFER: &str = "c41d8f2e-6a7b-4c9d-8e0f-1a2b3c4d5e6f";
 
 fn fixture(name: &str) -> ResourceClaim {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let text = std::fs::read_to_string(&p).unwrap();
     if name.ends_with(".json") {
         serde_json::from_str(&text).unwrap()
@@ -93,7 +95,11 @@ impl Host {
         )
         .unwrap();
         let claims = Arc::new(MemoryClaims::default());
-        for f in ["claim-train-8gi.yaml", "claim-big-12gi.yaml", "claim-gpu1-default.json"] {
+        for f in [
+            "claim-train-8gi.yaml",
+            "claim-big-12gi.yaml",
+            "claim-gpu1-default.json",
+        ] {
             claims.insert(fixture(f));
         }
         let slices = Arc::new(Slices::default());
@@ -124,7 +130,8 @@ impl Host {
             stop: Some(tx),
             daemon: Some(daemon),
         };
-        h.wait(|| h.reg_sock().exists() && h.dra_sock().exists()).await;
+        h.wait(|| h.reg_sock().exists() && h.dra_sock().exists())
+            .await;
         h
     }
 
@@ -141,7 +148,8 @@ impl Host {
     }
 
     fn cdi(&self, uid: &str) -> PathBuf {
-        self.root.join(format!("cdi/vram.gpu-quota.io-claim-{uid}.json"))
+        self.root
+            .join(format!("cdi/vram.gpu-quota.io-claim-{uid}.json"))
     }
 
     /// (uid, gpu, bytes) of the claims the ledger holds.
@@ -200,7 +208,9 @@ async fn channel(path: &Path) -> Channel {
     Endpoint::from_static("http://[::]:0")
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let p = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?)) }
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?))
+            }
         }))
         .await
         .unwrap()
@@ -214,7 +224,10 @@ fn claim(ns: &str, name: &str, uid: &str) -> dra::Claim {
     }
 }
 
-async fn prepare(h: &Host, claims: Vec<dra::Claim>) -> BTreeMap<String, dra::NodePrepareResourceResponse> {
+async fn prepare(
+    h: &Host,
+    claims: Vec<dra::Claim>,
+) -> BTreeMap<String, dra::NodePrepareResourceResponse> {
     let mut c = DraPluginClient::new(channel(&h.dra_sock()).await);
     let r = c
         .node_prepare_resources(dra::NodePrepareResourcesRequest { claims })
@@ -238,7 +251,11 @@ async fn unprepare(h: &Host, claims: Vec<dra::Claim>) -> BTreeMap<String, String
 async fn registration_names_the_driver_its_socket_and_v1() {
     let h = Host::start().await;
     let mut c = RegistrationClient::new(channel(&h.reg_sock()).await);
-    let info = c.get_info(registration::InfoRequest {}).await.unwrap().into_inner();
+    let info = c
+        .get_info(registration::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(info.r#type, "DRAPlugin");
     assert_eq!(info.name, "vram.gpu-quota.io");
     assert_eq!(info.endpoint, h.dra_sock().display().to_string());
@@ -252,7 +269,10 @@ async fn registration_names_the_driver_its_socket_and_v1() {
     // the endpoint it names answers the DRA service
     assert!(prepare(&h, vec![]).await.is_empty());
     let h = h.stop().await;
-    assert!(!h.reg_sock().exists() && !h.dra_sock().exists(), "sockets removed at stop");
+    assert!(
+        !h.reg_sock().exists() && !h.dra_sock().exists(),
+        "sockets removed at stop"
+    );
 }
 
 #[tokio::test]
@@ -260,7 +280,10 @@ async fn prepare_reserves_what_fits_refuses_the_rest_and_unprepare_releases() {
     let h = Host::start().await;
     let r = prepare(
         &h,
-        vec![claim("ml", "train-0-vram-x7k2p", TRAIN), claim("ml", "big-vram", BIG)],
+        vec![
+            claim("ml", "train-0-vram-x7k2p", TRAIN),
+            claim("ml", "big-vram", BIG),
+        ],
     )
     .await;
     assert_eq!(r.len(), 2);
@@ -278,8 +301,14 @@ async fn prepare_reserves_what_fits_refuses_the_rest_and_unprepare_releases() {
     );
     let e = &r[BIG].error;
     assert!(r[BIG].devices.is_empty());
-    assert!(e.starts_with("gpu-quota: ") && e.matches("gpu-quota:").count() == 1, "{e}");
-    assert!(e.contains("ml/big-vram") && e.contains("12") && e.contains("7"), "asked and free: {e}");
+    assert!(
+        e.starts_with("gpu-quota: ") && e.matches("gpu-quota:").count() == 1,
+        "{e}"
+    );
+    assert!(
+        e.contains("ml/big-vram") && e.contains("12") && e.contains("7"),
+        "asked and free: {e}"
+    );
     // exactly the fitting claim is held, on its GPU, and its CDI spec exists
     assert_eq!(h.ledger(), [(TRAIN.to_string(), GPU0.to_string(), 8 * G)]);
     assert!(h.cdi(TRAIN).exists());
@@ -296,7 +325,14 @@ async fn prepare_reserves_what_fits_refuses_the_rest_and_unprepare_releases() {
     assert_eq!(r[INFER].devices[0].device_name, "gpu-1");
     assert_eq!(h.ledger().len(), 2);
 
-    let u = unprepare(&h, vec![claim("ml", "train-0-vram-x7k2p", TRAIN), claim("ml", "big-vram", BIG)]).await;
+    let u = unprepare(
+        &h,
+        vec![
+            claim("ml", "train-0-vram-x7k2p", TRAIN),
+            claim("ml", "big-vram", BIG),
+        ],
+    )
+    .await;
     assert_eq!(u[TRAIN], "");
     assert_eq!(u[BIG], "", "unpreparing what was never prepared is fine");
     assert_eq!(h.ledger(), [(INFER.to_string(), GPU1.to_string(), G)]);
@@ -313,13 +349,22 @@ async fn a_claim_whose_uid_is_not_the_api_objects_is_refused() {
     let stale = "11111111-2222-4333-8444-555555555555";
     let r = prepare(&h, vec![claim("ml", "train-0-vram-x7k2p", stale)]).await;
     let e = &r[stale].error;
-    assert!(e.starts_with("gpu-quota: ") && e.contains(stale) && e.contains(TRAIN), "{e}");
+    assert!(
+        e.starts_with("gpu-quota: ") && e.contains(stale) && e.contains(TRAIN),
+        "{e}"
+    );
     assert!(r[stale].devices.is_empty());
     // a claim the API server does not have
     let r = prepare(&h, vec![claim("ml", "nope", stale)]).await;
     assert!(r[stale].error.contains("ml/nope"), "{}", r[stale].error);
     assert!(h.ledger().is_empty(), "nothing reserved");
-    assert!(std::fs::read_dir(h.root.join("cdi")).unwrap().next().is_none(), "no CDI spec");
+    assert!(
+        std::fs::read_dir(h.root.join("cdi"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "no CDI spec"
+    );
     h.stop().await;
 }
 
@@ -327,7 +372,8 @@ async fn a_claim_whose_uid_is_not_the_api_objects_is_refused() {
 async fn the_slice_follows_the_ledger_and_is_deleted_at_stop() {
     let h = Host::start().await;
     let name = slice::slice_name(NODE);
-    h.wait(|| h.slices.0.lock().unwrap().contains_key(&name)).await;
+    h.wait(|| h.slices.0.lock().unwrap().contains_key(&name))
+        .await;
     let s = h.slices.0.lock().unwrap()[&name].clone();
     let mem: Vec<String> = s
         .spec
@@ -339,23 +385,33 @@ async fn the_slice_follows_the_ledger_and_is_deleted_at_stop() {
         .collect();
     // usable: 16 - 1 and 10.5 - 1 GiB (rounded down to 256 MiB)
     assert_eq!(mem, ["15Gi", "9728Mi"]);
-    assert_eq!(s.metadata.owner_references.as_ref().unwrap()[0].kind, "Node");
+    assert_eq!(
+        s.metadata.owner_references.as_ref().unwrap()[0].kind,
+        "Node"
+    );
     let gen = s.spec.pool.generation;
     // claims are the scheduler's to count: preparing one changes nothing
-    assert_eq!(prepare(&h, vec![claim("ml", "train-0-vram-x7k2p", TRAIN)]).await[TRAIN].error, "");
+    assert_eq!(
+        prepare(&h, vec![claim("ml", "train-0-vram-x7k2p", TRAIN)]).await[TRAIN].error,
+        ""
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(h.slices.0.lock().unwrap()[&name].spec.pool.generation, gen);
     // a container started outside Kubernetes takes 4 GiB of GPU 0: the
     // published capacity shrinks, in a new generation
     h.outside_container(GPU0, 4 * G);
-    h.wait(|| h.slices.0.lock().unwrap()[&name].spec.pool.generation > gen).await;
+    h.wait(|| h.slices.0.lock().unwrap()[&name].spec.pool.generation > gen)
+        .await;
     let s = h.slices.0.lock().unwrap()[&name].clone();
     assert_eq!(s.spec.pool.generation, gen + 1);
     let gpu0 = &s.spec.devices.as_ref().unwrap()[0];
     assert_eq!(gpu0.capacity.as_ref().unwrap()["memory"].value.0, "11Gi");
     let _ = &h.claims;
     let h = h.stop().await;
-    assert!(h.slices.0.lock().unwrap().is_empty(), "slice deleted at stop");
+    assert!(
+        h.slices.0.lock().unwrap().is_empty(),
+        "slice deleted at stop"
+    );
 }
 
 /// The real binary: serves and registers even while the API server is
@@ -374,7 +430,11 @@ async fn the_binary_serves_and_exits_0_on_sigterm() {
          contexts: [{name: x, context: {cluster: c, user: u}}]\n",
     )
     .unwrap();
-    std::fs::write(root.join("config.toml"), "[[inventory.gpu]]\nindex = 0\nuuid = \"GPU-0\"\nmemory = \"16g\"\n").unwrap();
+    std::fs::write(
+        root.join("config.toml"),
+        "[[inventory.gpu]]\nindex = 0\nuuid = \"GPU-0\"\nmemory = \"16g\"\n",
+    )
+    .unwrap();
     let run = |node: Option<&str>| {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-quota-dra"));
         c.arg("--config")
@@ -397,7 +457,10 @@ async fn the_binary_serves_and_exits_0_on_sigterm() {
     let o = run(None).output().unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("gpu-quota: no node name") && err.contains("NODE_NAME"), "{err}");
+    assert!(
+        err.contains("gpu-quota: no node name") && err.contains("NODE_NAME"),
+        "{err}"
+    );
 
     let mut child = run(Some(NODE)).spawn().unwrap();
     let (reg, dra) = (
@@ -406,7 +469,10 @@ async fn the_binary_serves_and_exits_0_on_sigterm() {
     );
     let t = Instant::now();
     while !(reg.exists() && dra.exists()) {
-        assert!(t.elapsed() < Duration::from_secs(20), "sockets never appeared");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "sockets never appeared"
+        );
         assert!(child.try_wait().unwrap().is_none(), "exited early");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -426,7 +492,10 @@ async fn the_binary_serves_and_exits_0_on_sigterm() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "no exit after SIGTERM");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no exit after SIGTERM"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let mut log = String::new();
