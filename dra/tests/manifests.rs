@@ -297,3 +297,15 @@ fn deviceclass_and_example_claim_match_the_published_slice() {
         .unwrap();
     assert_eq!(used[0].name, claims[0].name);
 }
+
+#[test]
+fn round_trip_check_catches_unknown_fields() {
+    // the negative control of `typed`: a field at the wrong level is reported
+    let doc: Value = serde_norway::from_str(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: x}\nspec: {selectors: [{expression: x}]}\n",
+    )
+    .unwrap();
+    let r = std::panic::catch_unwind(|| typed::<DeviceClass>(&doc, "t.yaml"));
+    let msg = *r.unwrap_err().downcast::<String>().unwrap();
+    assert!(msg.contains(".spec.selectors[0].expression"), "{msg}");
+}
