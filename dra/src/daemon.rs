@@ -95,10 +95,24 @@ async fn publish_loop(
         }
     };
     let name = slice::slice_name(&opts.node_name);
-    let existing = store.get(&name).await.unwrap_or_else(|e| {
-        tracing::warn!("{e}");
-        None
-    });
+    // the slice left by an earlier run, so its pool generation is carried
+    // on (the scheduler must never see a generation go back): read it
+    // before writing anything, however long the API server takes
+    let mut logged = false;
+    let existing = loop {
+        match store.get(&name).await {
+            Ok(s) => break s,
+            Err(e) if !logged => {
+                tracing::warn!("{e}; retrying");
+                logged = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(opts.poll) => {}
+        }
+    };
     let mut p = Publisher::new(&opts.node_name, owner, existing.as_ref());
     let mut last_err = String::new();
     loop {
