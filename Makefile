@@ -11,7 +11,7 @@ REL := target/release
 DBG := target/debug
 SO := interceptor/target/release/libgpuquota.so
 
-.PHONY: all build build-debug interceptor device-plugin test fuzz demo install uninstall bench gpu-carry clean
+.PHONY: all build build-debug interceptor device-plugin dra test fuzz demo install uninstall bench gpu-carry clean
 
 all: build
 
@@ -25,6 +25,10 @@ build: interceptor
 # The Kubernetes device plugin (its image: deploy/kubernetes/Dockerfile; docs/kubernetes.md).
 device-plugin:
 	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-device-plugin
+
+# The Kubernetes DRA driver vram.gpu-quota.io (docs/kubernetes.md, "The DRA driver").
+dra:
+	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-dra
 
 build-debug: interceptor
 	$(CARGO) build $(CARGO_Q) --workspace --bins

@@ -181,6 +181,9 @@ pub struct Config {
     pub log_file: PathBuf,
     pub driver: DriverConfig,
     pub inventory: InventoryConfig,
+    /// Where `core::claims` writes the CDI spec of each prepared DRA claim
+    /// (the container engine's CDI spec directory; made 0755 if missing).
+    pub cdi_dir: PathBuf,
 }
 
 impl Default for Config {
@@ -202,6 +205,7 @@ impl Default for Config {
             log_file: "/var/log/gpu-quota.log".into(),
             driver: DriverConfig::default(),
             inventory: InventoryConfig::default(),
+            cdi_dir: "/var/run/cdi".into(),
         }
     }
 }

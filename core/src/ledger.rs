@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// The ledger file's mode: root's only (claim tokens are in it).
+pub const LEDGER_MODE: u32 = 0o600;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResState {
@@ -49,6 +52,54 @@ pub struct Reservation {
     pub mnt_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// Set on a DRA claim's own entry (`core::claims::prepare`): this
+    /// reservation is the claim's, not a container's. It holds the claim's
+    /// bytes until `unprepare`; it is never stale and no container key
+    /// matches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimEntry>,
+    /// Set on a container bound to a prepared claim (its uid): the
+    /// container's slice is the claim's, whose entry already counts the
+    /// bytes, so sums and fit checks skip this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_claim: Option<String>,
+}
+
+/// A prepared DRA claim, as its ledger entry records it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimEntry {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// 256 random bits, hex: what a container must present
+    /// (`GPU_QUOTA_CLAIM_<uid>`, from the claim's CDI spec) to be bound.
+    /// Kept only here (the ledger is 0600) and in the CDI spec; never
+    /// printed (`Debug` leaves it out, `gpu-quota ls --json` drops it).
+    pub token: String,
+}
+
+impl std::fmt::Debug for ClaimEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimEntry")
+            .field("uid", &self.uid)
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("token", &"(secret)")
+            .finish()
+    }
+}
+
+impl Reservation {
+    /// Whether this is a DRA claim's entry rather than a container's.
+    pub fn is_claim(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    /// Whether its bytes count in sums over the ledger: a container bound
+    /// to a claim does not (the claim's entry holds them, counted once).
+    pub fn counts(&self) -> bool {
+        self.bound_claim.is_none()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +121,7 @@ impl LedgerData {
     /// Bytes held and number of holders per GPU uuid.
     pub fn usage(&self) -> Usage {
         let mut u = Usage::new();
-        for r in &self.reservations {
+        for r in self.reservations.iter().filter(|r| r.counts()) {
             for s in &r.slices {
                 let e = u.entry(s.uuid.clone()).or_insert((0, 0));
                 e.0 += s.bytes;
@@ -133,6 +184,9 @@ pub enum Key<'a> {
 
 impl Key<'_> {
     pub fn matches(&self, r: &Reservation) -> bool {
+        if r.is_claim() {
+            return false; // a claim's entry is no container's
+        }
         match self {
             Key::Root { id, root } => r.container_id == *id && r.runtime_root.as_deref() == *root,
             Key::Hook { id, root, bundle } => {
@@ -280,7 +334,8 @@ impl Ledger {
             let mut bytes = serde_json::to_vec(&data).expect("ledger serializes");
             bytes.push(b'\n');
             let path = self.path();
-            fsutil::write_atomic_steps(&path, &bytes, 0o644, sync_dir, observe)
+            // 0600: a prepared claim's entry holds its token (core::claims)
+            fsutil::write_atomic_steps(&path, &bytes, LEDGER_MODE, sync_dir, observe)
                 .map_err(self.io(&path))?;
         }
         Ok(out)
@@ -292,6 +347,9 @@ impl Ledger {
     /// containerd, Docker-in-Docker, kind) is never stale from here — only
     /// a different boot makes it so.
     pub fn is_stale(&self, r: &Reservation, now: u64) -> bool {
+        if r.is_claim() {
+            return false; // held until `claims::unprepare`, whatever the boot
+        }
         if let (Some(b), Some(cur)) = (&r.boot_id, fsutil::boot_id()) {
             if *b != cur {
                 return true;
@@ -414,6 +472,8 @@ impl Ledger {
                 pid_ns: fsutil::namespace_id("pid"),
                 mnt_ns: fsutil::namespace_id("mnt"),
                 boot_id: fsutil::boot_id(),
+                claim: None,
+                bound_claim: None,
             };
             d.reservations.push(r.clone());
             Ok((Ok(r), true))

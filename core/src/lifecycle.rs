@@ -28,6 +28,7 @@
 //! The effects of a release are behind [`Effects`], so the order is tested
 //! without root.
 use crate::{
+    claims::{self, ClaimError, Presented},
     config::Config,
     devices, drvlimit, events, fsutil,
     ledger::{self, Key, LedgerError},
@@ -66,6 +67,10 @@ pub enum LifecycleError {
     MountConflict(#[from] crate::mountplan::MountConflict),
     #[error("container id {0:?} has characters gpu-quota does not accept")]
     BadId(String),
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
+    #[error(transparent)]
+    Engine(#[from] crate::toolkit::ToolkitError),
 }
 
 // ------------------------------------------------------------------ Bundle
@@ -172,18 +177,8 @@ pub fn admit(
     root: &str,
     src: events::Source<'_>,
 ) -> Result<Reservation, LifecycleError> {
-    if !state::valid_container_id(id) {
-        return Err(LifecycleError::BadId(id.into()));
-    }
-    // symlink-steered ones: the hook (EXDEV)
-    if let Some(c) = crate::mountplan::declared_conflict(
-        &crate::rootfs::Declared::from_config(&bundle.config),
-        &cfg.driver.binaries,
-    ) {
-        let request = ledger::describe_request(req);
-        events::refused(cfg, src, id, &request, "mount_conflict", &c.to_string());
-        return Err(c.into());
-    }
+    let request = || ledger::describe_request(req);
+    precheck(cfg, bundle, id, &request, src)?;
     let ledger = Ledger::new(cfg);
     let mut reclaimed = vec![];
     let admitted = ledger.admit(
@@ -195,27 +190,170 @@ pub fn admit(
         &bundle.dir.to_string_lossy(),
         &mut reclaimed,
     );
-    release(
-        &mut HostEffects::new(cfg),
-        &reclaimed,
-        Ending::Reclaimed,
-        events::Source {
-            cause: "admission",
-            ..src
-        },
-    );
+    release_reclaimed(cfg, &reclaimed, src);
     match &admitted {
         Ok(r) => events::admitted(cfg, src, r),
         Err(e) => events::refused(
             cfg,
             src,
             id,
-            &ledger::describe_request(req),
+            &request(),
             events::reason_of(e),
             &e.to_string(),
         ),
     }
     Ok(admitted?)
+}
+
+/// What every admission checks first: an id that can name a directory; no
+/// volume, host directory or tmpfs the bundle declares over a path the
+/// hook writes (recorded as a refusal).
+fn precheck(
+    cfg: &Config,
+    bundle: &Bundle,
+    id: &str,
+    request: &dyn Fn() -> String,
+    src: events::Source<'_>,
+) -> Result<(), LifecycleError> {
+    if !state::valid_container_id(id) {
+        return Err(LifecycleError::BadId(id.into()));
+    }
+    // symlink-steered ones: the hook (EXDEV)
+    if let Some(c) = crate::mountplan::declared_conflict(
+        &crate::rootfs::Declared::from_config(&bundle.config),
+        &cfg.driver.binaries,
+    ) {
+        events::refused(cfg, src, id, &request(), "mount_conflict", &c.to_string());
+        return Err(c.into());
+    }
+    Ok(())
+}
+
+fn release_reclaimed(cfg: &Config, reclaimed: &[Reservation], src: events::Source<'_>) {
+    release(
+        &mut HostEffects::new(cfg),
+        reclaimed,
+        Ending::Reclaimed,
+        events::Source {
+            cause: "admission",
+            ..src
+        },
+    );
+}
+
+/// The DRA claim a container's config.json presents (the variable its
+/// claim's CDI device set), if any; two different ones are refused.
+pub fn presented_claim(bundle: &Bundle) -> Result<Option<Presented>, ClaimError> {
+    claims::presented(&bundle.config)
+}
+
+/// Admit container `id` bound to the prepared DRA claim it presents
+/// (`claims::bind`: the token compared in constant time, one live
+/// container per claim): it gets exactly the claim's slice on the claim's
+/// GPU, whatever its annotations or environment ask, in every mode; the
+/// claim variable is taken out of the bundle's config (written by
+/// [`setup`]'s flush: runc and the container never see it). Refusals are
+/// recorded under `src`, reclaimed dead holders released.
+pub fn admit_claim(
+    cfg: &Config,
+    bundle: &mut Bundle,
+    p: &Presented,
+    id: &str,
+    root: &str,
+    src: events::Source<'_>,
+) -> Result<Reservation, LifecycleError> {
+    let request = || format!("claim {}", p.var);
+    precheck(cfg, bundle, id, &request, src)?;
+    let mut reclaimed = vec![];
+    let bound = claims::bind(
+        cfg,
+        p,
+        id,
+        root,
+        &bundle.dir.to_string_lossy(),
+        &mut reclaimed,
+    );
+    release_reclaimed(cfg, &reclaimed, src);
+    match &bound {
+        Ok(r) => events::admitted(cfg, src, r),
+        Err(e) => events::refused(
+            cfg,
+            src,
+            id,
+            &request(),
+            claims::reason_of(e),
+            &e.to_string(),
+        ),
+    }
+    let r = bound?;
+    claims::strip(&mut bundle.config);
+    Ok(r)
+}
+
+/// For a container bound to a claim (`r`, from [`admit_claim`]): the
+/// engine's own GPU request (a device plugin's `NVIDIA_VISIBLE_DEVICES` or
+/// CDI devices beside the claim) must name the claim's GPU; a
+/// contradiction ends the reservation and is refused; else the engine's
+/// other GPUs are narrowed away as for any slice.
+pub fn engine_request_for_claim(
+    cfg: &Config,
+    inv: &Inventory,
+    bundle: &mut Bundle,
+    r: &Reservation,
+    src: events::Source<'_>,
+) -> Result<(), LifecycleError> {
+    use crate::request::{GpuRef, GpuSelector, Origin};
+    use crate::toolkit;
+    let host = toolkit::host_gpus(inv);
+    let engine = match toolkit::detect(&bundle.config, &host) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(refuse_bound(cfg, r, src, e)),
+    };
+    let ours = Request {
+        vram: crate::units::Size::Bytes(r.slices.first().map_or(0, |s| s.bytes)),
+        gpus: GpuSelector::List(
+            r.slices
+                .iter()
+                .map(|s| GpuRef::Uuid(s.uuid.clone()))
+                .collect(),
+        ),
+        origin: Origin::Annotation(r.request.clone()),
+    };
+    if let Err(e) = toolkit::reconcile(&ours, true, &engine, &host) {
+        return Err(refuse_bound(cfg, r, src, e));
+    }
+    toolkit::narrow_to_slices(&mut bundle.config, inv, &r.slices);
+    Ok(())
+}
+
+fn refuse_bound(
+    cfg: &Config,
+    r: &Reservation,
+    src: events::Source<'_>,
+    e: crate::toolkit::ToolkitError,
+) -> LifecycleError {
+    let root = r.runtime_root.as_deref();
+    end(
+        cfg,
+        Key::Root {
+            id: &r.container_id,
+            root,
+        },
+        events::Source {
+            cause: "create-failed",
+            ..src
+        },
+    );
+    events::refused(
+        cfg,
+        src,
+        &r.container_id,
+        &r.request,
+        "engine_request",
+        &e.to_string(),
+    );
+    e.into()
 }
 
 // ------------------------------------------------------------------ setup
@@ -500,6 +638,8 @@ mod tests {
             pid_ns: None,
             mnt_ns: None,
             boot_id: None,
+            claim: None,
+            bound_claim: None,
         }
     }
     fn src(cause: &'static str) -> events::Source<'static> {

@@ -76,13 +76,18 @@ pub struct Placer<'a> {
     pub sliceable: &'a [String],
 }
 
+/// Whether `g` may be sliced under the config's `gpus` list (indices or
+/// UUIDs; empty = all).
+pub fn is_sliceable(sliceable: &[String], g: &Gpu) -> bool {
+    sliceable.is_empty()
+        || sliceable
+            .iter()
+            .any(|s| s.trim() == g.index.to_string() || s.trim().eq_ignore_ascii_case(&g.uuid))
+}
+
 impl Placer<'_> {
     fn is_sliceable(&self, g: &Gpu) -> bool {
-        self.sliceable.is_empty()
-            || self
-                .sliceable
-                .iter()
-                .any(|s| s.trim() == g.index.to_string() || s.trim().eq_ignore_ascii_case(&g.uuid))
+        is_sliceable(self.sliceable, g)
     }
 
     fn capacity(&self, g: &Gpu) -> u64 {

@@ -325,6 +325,8 @@ mod tests {
             pid_ns: None,
             mnt_ns: None,
             boot_id: None,
+            claim: None,
+            bound_claim: None,
             state: ResState::Reserved,
         };
         let files = DriverFiles {
@@ -444,6 +446,8 @@ mod tests {
             pid_ns: None,
             mnt_ns: None,
             boot_id: None,
+            claim: None,
+            bound_claim: None,
             state: ResState::Reserved,
         }
     }

@@ -28,8 +28,9 @@ const FLOORS: &[&[&str]] = &[
     &["ledger", "devices", "toolkit"],
     // 6: per-container state, event records, the spec patch
     &["state", "events", "spec"],
-    // 7: the mount plan, the context charge, the driver limits
-    &["mountplan", "ctxcost", "drvlimit"],
+    // 7: the mount plan, the context charge, the driver limits; DRA claims
+    //    (their ledger entries, tokens and CDI specs)
+    &["mountplan", "ctxcost", "drvlimit", "claims"],
     // 8: effects of the mount plan on an untrusted rootfs
     &["rootfs"],
     // 9: a container's life: admit, setup, the one release

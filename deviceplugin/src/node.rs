@@ -117,6 +117,8 @@ mod tests {
             pid_ns: None,
             mnt_ns: None,
             boot_id: None,
+            claim: None,
+            bound_claim: None,
         }
     }
 

@@ -4,12 +4,12 @@
 //! does not have — a typo, a wrong level — would be dropped by the
 //! round trip and is reported). Then what gpu-quota relies on: the
 //! RuntimeClass handler, the resource the examples ask for, the DaemonSet's
-//! host paths and arguments (which the real binary must accept).
+//! host paths and arguments (which the real binary must accept). The DRA
+//! driver's manifests (deploy/kubernetes/dra/) are dra/tests/manifests.rs'.
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -56,9 +56,6 @@ struct Docs {
     daemonsets: Vec<DaemonSet>,
     runtimeclasses: Vec<RuntimeClass>,
     pods: Vec<(String, PodSpec)>,
-    deviceclasses: Vec<DeviceClass>,
-    slices: Vec<ResourceSlice>,
-    claim_templates: Vec<ResourceClaimTemplate>,
 }
 
 fn load(dir: PathBuf) -> Docs {
@@ -91,11 +88,6 @@ fn load(dir: PathBuf) -> Docs {
                     let j: Job = typed(&doc, &name);
                     let spec = j.spec.unwrap().template.spec.unwrap();
                     d.pods.push((name.clone(), spec));
-                }
-                ("resource.k8s.io/v1", "DeviceClass") => d.deviceclasses.push(typed(&doc, &name)),
-                ("resource.k8s.io/v1", "ResourceSlice") => d.slices.push(typed(&doc, &name)),
-                ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
-                    d.claim_templates.push(typed(&doc, &name))
                 }
                 other => panic!("{name}: unexpected kind {other:?}"),
             }
@@ -244,81 +236,4 @@ fn round_trip_check_catches_unknown_fields() {
     )
     .unwrap();
     assert!(std::panic::catch_unwind(|| typed::<RuntimeClass>(&doc, "t.yaml")).is_err());
-}
-
-#[test]
-fn dra_sketch_is_valid_kubernetes_1_36() {
-    let d = load(dir().join("dra"));
-    let driver = "vram.gpu-quota.io";
-    assert_eq!(d.deviceclasses.len(), 1);
-    let dc = &d.deviceclasses[0];
-    let sel = dc.spec.selectors.as_ref().unwrap()[0].cel.as_ref().unwrap();
-    assert!(sel.expression.contains(driver), "{}", sel.expression);
-    assert_eq!(d.slices.len(), 1);
-    let s = &d.slices[0].spec;
-    assert_eq!(s.driver, driver);
-    let devs = s.devices.as_ref().unwrap();
-    assert!(!devs.is_empty());
-    for dev in devs {
-        assert_eq!(
-            dev.allow_multiple_allocations,
-            Some(true),
-            "{}: shared by many claims",
-            dev.name
-        );
-        let mem = &dev.capacity.as_ref().unwrap()["memory"];
-        let range = mem
-            .request_policy
-            .as_ref()
-            .unwrap()
-            .valid_range
-            .as_ref()
-            .unwrap();
-        assert_eq!(
-            range.step.as_ref().map(|q| q.0.as_str()),
-            Some("1Gi"),
-            "{}",
-            dev.name
-        );
-        assert!(dev.attributes.as_ref().unwrap()["uuid"]
-            .string
-            .as_deref()
-            .unwrap()
-            .starts_with("GPU-"));
-    }
-    assert_eq!(d.claim_templates.len(), 1);
-    let t = &d.claim_templates[0];
-    let req = &t
-        .spec
-        .spec
-        .devices
-        .as_ref()
-        .unwrap()
-        .requests
-        .as_ref()
-        .unwrap()[0];
-    let ex = req.exactly.as_ref().unwrap();
-    assert_eq!(
-        Some(ex.device_class_name.as_str()),
-        dc.metadata.name.as_deref()
-    );
-    assert_eq!(
-        ex.capacity.as_ref().unwrap().requests.as_ref().unwrap()["memory"].0,
-        "8Gi"
-    );
-    let (file, pod) = &d.pods[0];
-    let claims = pod.resource_claims.as_ref().unwrap();
-    assert_eq!(
-        claims[0].resource_claim_template_name.as_deref(),
-        t.metadata.name.as_deref(),
-        "{file}"
-    );
-    let used = pod.containers[0]
-        .resources
-        .as_ref()
-        .unwrap()
-        .claims
-        .as_ref()
-        .unwrap();
-    assert_eq!(used[0].name, claims[0].name, "{file}");
 }

@@ -112,6 +112,8 @@ fn res(id: &str, root: &str, gpu: &str, bytes: u64) -> Reservation {
         pid_ns: None,
         mnt_ns: None,
         boot_id: None,
+        claim: None,
+        bound_claim: None,
     }
 }
 

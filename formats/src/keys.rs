@@ -35,6 +35,17 @@ pub const ANNOTATION_PATTERNS: [&str; 4] = [ANN_VRAM, ANN_GPU, ANN_GPUS, "gpu-qu
 /// The container annotations the device plugin's Allocate returns.
 pub const CLUSTER_ANNOTATIONS: [&str; 2] = [ANN_NS_VRAM, ANN_NS_GPU];
 
+/// The DRA driver's name (issue 20): its ResourceSlices and DeviceClass,
+/// and the vendor of its CDI kind (`vram.gpu-quota.io/claim`).
+pub const DRA_DRIVER: &str = "vram.gpu-quota.io";
+
+/// The CDI kind of a prepared claim's device (`<DRA_DRIVER>/claim`).
+pub const DRA_CDI_KIND: &str = "vram.gpu-quota.io/claim";
+
+/// A prepared claim's CDI device sets `GPU_QUOTA_CLAIM_<uid, - as _>=<token>`
+/// in its container; the runtime binds the container to the claim by it.
+pub const ENV_CLAIM_PREFIX: &str = "GPU_QUOTA_CLAIM_";
+
 /// Environment keys, as C strings for the interceptor's getenv.
 pub const ENV_VRAM_C: &CStr = c"GPU_QUOTA_VRAM";
 pub const ENV_GPU_C: &CStr = c"GPU_QUOTA_GPU";
@@ -61,6 +72,7 @@ mod tests {
         assert_eq!(ENV_VRAM, "GPU_QUOTA_VRAM");
         assert_eq!(ENV_GPU, "GPU_QUOTA_GPU");
         assert_eq!(ENV_GPUS, "GPU_QUOTA_GPUS");
+        assert_eq!(DRA_CDI_KIND, [DRA_DRIVER, "claim"].join("/"));
         for k in [ANN_NS_VRAM, ANN_NS_GPU, ANN_NS_GPUS] {
             assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");
             assert!(

@@ -105,6 +105,11 @@ pub fn ls(a: &LsArgs) -> Result<()> {
             .iter()
             .map(|r| {
                 let mut v = serde_json::to_value(r).unwrap_or_default();
+                // a claim's token is never printed
+                if let Some(c) = v.get_mut("claim").and_then(|c| c.as_object_mut()) {
+                    c.remove("token");
+                }
+                v["kind"] = serde_json::json!(if r.is_claim() { "claim" } else { "container" });
                 v["stale"] = serde_json::json!(ledger.is_stale(r, now));
                 if let Some(u) = container_used(&cfg, r) {
                     v["used_bytes"] = serde_json::json!(u.used.iter().sum::<u64>());
@@ -128,7 +133,7 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         "PID",
         "AGE"
     );
-    for r in &data.reservations {
+    for r in data.reservations.iter().filter(|r| !r.is_claim()) {
         let id: String = r.container_id.chars().take(20).collect();
         let state = if ledger.is_stale(r, now) {
             "stale".to_string()
@@ -152,6 +157,9 @@ pub fn ls(a: &LsArgs) -> Result<()> {
             age,
             r.request
         );
+    }
+    for line in claim_lines(&data) {
+        gpuquota_core::outln!("{line}");
     }
     match inv {
         Some(inv) => {
@@ -180,6 +188,41 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         None => eprintln!("(no GPU inventory: run `gpu-quota doctor`)"),
     }
     Ok(())
+}
+
+/// One line per prepared DRA claim (issue 20): its bytes on its GPU and
+/// the container bound to it, if any (that container's own row says
+/// `claim NS/NAME` and holds nothing of its own).
+fn claim_lines(data: &LedgerData) -> Vec<String> {
+    data.reservations
+        .iter()
+        .filter_map(|r| {
+            let c = r.claim.as_ref()?;
+            let bound: Vec<&str> = data
+                .reservations
+                .iter()
+                .filter(|b| b.bound_claim.as_deref() == Some(c.uid.as_str()))
+                .map(|b| b.container_id.as_str())
+                .collect();
+            let slices: Vec<String> = r
+                .slices
+                .iter()
+                .map(|s| format!("{} on {} (GPU {})", human(s.bytes), s.uuid, s.index))
+                .collect();
+            Some(format!(
+                "claim {}/{} (uid {}) {}: {}",
+                c.namespace,
+                c.name,
+                c.uid,
+                slices.join(", "),
+                if bound.is_empty() {
+                    "no container bound".to_string()
+                } else {
+                    format!("bound to container {}", bound.join(", "))
+                }
+            ))
+        })
+        .collect()
 }
 
 pub fn gc(a: &GcArgs) -> Result<()> {

@@ -33,9 +33,21 @@ pub struct ReleaseArgs {
 pub fn release(a: &ReleaseArgs) -> Result<()> {
     let (cfg, ledger) = load()?;
     let now = fsutil::now_unix();
-    let found: Vec<Reservation> = ledger
-        .read()?
-        .reservations
+    let held = ledger.read()?.reservations;
+    if let Some(c) = held
+        .iter()
+        .filter_map(|r| r.claim.as_ref().map(|c| (r, c)))
+        .find(|(r, c)| r.container_id == a.id || c.uid == a.id)
+    {
+        bail!(
+            "{} is the DRA claim {}/{} (uid {}), not a container; a claim is released when the kubelet unprepares it (delete the pod that uses it); a container bound to it is released with its own id",
+            a.id,
+            c.1.namespace,
+            c.1.name,
+            c.1.uid
+        );
+    }
+    let found: Vec<Reservation> = held
         .into_iter()
         .filter(|r| {
             r.container_id == a.id

@@ -103,6 +103,27 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     // A container the CRI runs (its runc root is a Kubernetes root) never
     // takes a request from its environment: the scheduler alone grants.
     let cfg = Config::load_default();
+    // A prepared DRA claim's variable (its CDI device sets it) binds the
+    // container to that claim, in every mode: requests are not read then.
+    match lifecycle::presented_claim(&bundle) {
+        Ok(Some(p)) => return create_claimed(argv, a, cfg, bundle, &p),
+        Ok(None) => {}
+        Err(e) => {
+            if let Ok(cfg) = &cfg {
+                let id = a.id.as_deref().unwrap_or("");
+                let reason = gpuquota_core::claims::reason_of(&e);
+                events::refused(
+                    cfg,
+                    source(a, "create"),
+                    id,
+                    "claim",
+                    reason,
+                    &e.to_string(),
+                );
+            }
+            return Err(e.into());
+        }
+    }
     let policy = cfg
         .as_ref()
         .map(|c| c.env_policy_for(a.root.as_deref()))
@@ -158,6 +179,31 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         // goes, other GPUs' nodes, rules and mounts go
         toolkit::narrow_to_slices(&mut bundle.config, &inv, &r.slices);
     }
+    lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;
+    run_admitted(&cfg, &runc, argv, a, &id, &root)
+}
+
+/// `create` of a container bound to a prepared DRA claim: a config that
+/// does not load refuses it (never run unsliced).
+fn create_claimed(
+    argv: &[OsString],
+    a: &args::RuncArgs,
+    cfg: Result<Config, gpuquota_core::config::ConfigError>,
+    mut bundle: Bundle,
+    p: &gpuquota_core::claims::Presented,
+) -> Result<i32> {
+    let id = a.id.clone().ok_or_else(|| {
+        anyhow!(
+            "runc {} without a container id",
+            a.command.as_deref().unwrap_or("")
+        )
+    })?;
+    let cfg = cfg?;
+    let runc = runc_path(&cfg.runc)?;
+    let inv = Inventory::load(&cfg)?;
+    let root = effective_root(a);
+    let r = lifecycle::admit_claim(&cfg, &mut bundle, p, &id, &root, source(a, "create"))?;
+    lifecycle::engine_request_for_claim(&cfg, &inv, &mut bundle, &r, source(a, "create"))?;
     lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;
     run_admitted(&cfg, &runc, argv, a, &id, &root)
 }

@@ -38,6 +38,8 @@ fn main() {
         pid_ns: None,
         mnt_ns: None,
         boot_id: None,
+        claim: None,
+        bound_claim: None,
     };
     let src = Source {
         program: "event-cost",

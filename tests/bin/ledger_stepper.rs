@@ -33,6 +33,8 @@ fn main() {
         pid_ns: None,
         mnt_ns: None,
         boot_id: None,
+        claim: None,
+        bound_claim: None,
         state: ResState::Reserved,
     };
     ledger

@@ -169,7 +169,7 @@ impl Host {
             p
         });
         let mut cfg = format!(
-            "ledger_dir = \"{d}/ledger\"\nstate_dir = \"{d}/state\"\ninterceptor = \"{i}\"\nhook = \"{h}\"\ncreate_grace_secs = 5\nlog_file = \"{d}/gq.log\"\n{extra}\n[driver]\ndev_root = \"{d}/dev\"\nlib_dirs = [\"{l}\"]\nbin_dirs = [\"{d}/bin\"]\n",
+            "ledger_dir = \"{d}/ledger\"\nstate_dir = \"{d}/state\"\ncdi_dir = \"{d}/cdi\"\ninterceptor = \"{i}\"\nhook = \"{h}\"\ncreate_grace_secs = 5\nlog_file = \"{d}/gq.log\"\n{extra}\n[driver]\ndev_root = \"{d}/dev\"\nlib_dirs = [\"{l}\"]\nbin_dirs = [\"{d}/bin\"]\n",
             d = d.display(),
             i = interceptor.display(),
             h = bin("gpu-quota-hook").display(),
@@ -238,6 +238,46 @@ impl Host {
 
     pub fn bundle(&self, name: &str) -> Bundle {
         Bundle::new(&self.path().join("bundles").join(name))
+    }
+
+    /// `gq-claim ARGS` on this host: prepares/unprepares a DRA claim
+    /// through `core::claims`, as the DRA driver does for the kubelet.
+    pub fn claim(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(bin("gq-claim"));
+        c.env("GPU_QUOTA_CONFIG", self.config())
+            .args(args)
+            .stdin(Stdio::null());
+        capture(c)
+    }
+    /// Prepare claim `uid` (namespace `default`) of `bytes` on GPU `gpu`.
+    pub fn prepare_claim(&self, uid: &str, name: &str, gpu: u32, bytes: u64) -> Output {
+        self.claim(&[
+            "prepare",
+            uid,
+            "default",
+            name,
+            &uuid(gpu),
+            &bytes.to_string(),
+        ])
+    }
+    /// The CDI spec directory of this host (`cdi_dir`).
+    pub fn cdi_dir(&self) -> PathBuf {
+        self.path().join("cdi")
+    }
+    /// The CDI spec of claim `uid`.
+    pub fn cdi_spec_path(&self, uid: &str) -> PathBuf {
+        self.cdi_dir()
+            .join(format!("vram.gpu-quota.io-claim-{uid}.json"))
+    }
+    /// The environment entry claim `uid`'s CDI device injects (what a CDI
+    /// engine adds to the container's process.env).
+    pub fn cdi_env(&self, uid: &str) -> String {
+        let v: Value =
+            serde_json::from_slice(&std::fs::read(self.cdi_spec_path(uid)).unwrap()).unwrap();
+        v["devices"][0]["containerEdits"]["env"][0]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     /// Force-remove every container the test left behind.

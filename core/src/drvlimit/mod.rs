@@ -509,6 +509,8 @@ mod tests {
             pid_ns: None,
             mnt_ns: None,
             boot_id: None,
+            claim: None,
+            bound_claim: None,
         };
         std::fs::create_dir_all(&cfg.ledger_dir).unwrap();
         let data = LedgerData {

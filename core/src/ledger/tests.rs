@@ -56,6 +56,8 @@ fn confirm_syncs_the_file_before_the_rename_but_not_the_directory_and_admit_sync
                 pid_ns: None,
                 mnt_ns: None,
                 boot_id: None,
+                claim: None,
+                bound_claim: None,
             };
             d.reservations.push(r);
             Ok(((), true))

@@ -1,0 +1,634 @@
+//! DRA claims (issue 20): the node side of the `vram.gpu-quota.io` driver.
+//!
+//! * [`offers`]: what each GPU can give claims — the ledger's usable bytes
+//!   minus every reservation that is *not* a claim's (docker/podman/ctr
+//!   containers, device-plugin containers). Claims are not subtracted: the
+//!   scheduler accounts for them itself (`consumedCapacity`).
+//! * [`prepare`]: the kubelet prepared a claim. Under the ledger's lock its
+//!   bytes are reserved on its GPU as a *claim entry* (not a container's),
+//!   refused when the other reservations leave too little; a random
+//!   256-bit token is stored in the entry (the ledger is 0600) and written,
+//!   in the same critical section, into the claim's CDI spec (0600, atomic):
+//!   one device `vram.gpu-quota.io/claim=<uid>` whose only edit is the
+//!   variable `GPU_QUOTA_CLAIM_<uid, - as _>=<token>`. Idempotent for the
+//!   same uid, GPU and bytes (same token, the spec rewritten).
+//! * [`bind`] (called by `lifecycle` at the runtime's `create`): a
+//!   container presenting that variable gets exactly the claim's slice if
+//!   and only if the token matches (constant time) and no other *live*
+//!   container is bound to the claim. Its own ledger entry records the
+//!   claim's uid and never counts (the claim's entry holds the bytes).
+//! * [`unprepare`]: refused while a live container is bound; else the CDI
+//!   spec goes and the claim's entry is taken out of the ledger and its
+//!   release recorded (a claim has no state directory or driver limit: the
+//!   container bound to it releases those through `lifecycle`).
+//!
+//! The token never leaves the ledger and the CDI spec: no event, error or
+//! `Debug` output carries it.
+use crate::{
+    config::Config,
+    events, fsutil,
+    inventory::{Inventory, InventoryError},
+    ledger::{ClaimEntry, Key, Ledger, LedgerError, ResState, Reservation},
+    placement::{self, Slice},
+    units::human,
+};
+use gpuquota_formats::keys;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// What claims may take together on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    pub uuid: String,
+    pub index: u32,
+    pub product: String,
+    pub total_bytes: u64,
+    /// Usable bytes (total minus the configured reserve) minus every
+    /// reservation not held by a claim.
+    pub offer_bytes: u64,
+}
+
+/// A claim the scheduler allocated on this node: `bytes` on `gpu_uuid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimAlloc {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub gpu_uuid: String,
+    pub bytes: u64,
+}
+
+/// What the kubelet hands the container runtime for a prepared claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// Fully qualified CDI device names, e.g. `vram.gpu-quota.io/claim=<uid>`.
+    pub cdi_device_ids: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("claim asks for {} on GPU {gpu}, but only {} of it are free for claims (the rest is held by other claims or by containers outside DRA); the scheduler should not have allocated it: wait for a slice to be released, or check `gpu-quota ls`", human(*asked), human(*free))]
+    DoesNotFit { asked: u64, free: u64, gpu: String },
+    #[error("claim names GPU {gpu}, which is not a GPU gpu-quota may slice on this host; sliceable GPUs: {known}")]
+    UnknownGpu { gpu: String, known: String },
+    #[error("claim {uid} is already prepared as {held}, not {asked}; unprepare it first")]
+    Conflict {
+        uid: String,
+        held: String,
+        asked: String,
+    },
+    #[error("claim {uid} is in use by running container {container}; delete the container (the pod) before unpreparing the claim")]
+    InUse { uid: String, container: String },
+    #[error("invalid claim {what} {value:?}: {accepted}")]
+    Invalid {
+        what: &'static str,
+        value: String,
+        accepted: &'static str,
+    },
+    #[error("the container's environment carries {var}, but no claim with that uid is prepared on this host; a claim's variable comes only from its CDI device (resourceClaims in the pod spec), never from a pod's env")]
+    UnknownClaim { var: String },
+    #[error("the container's {var} does not match the token of the prepared claim {claim}; a claim's variable comes only from its CDI device (resourceClaims in the pod spec), never from a pod's env")]
+    WrongToken { var: String, claim: String },
+    #[error("the container's environment carries two different claims ({first}, {second}); a container is bound to at most one claim: request one claim per container")]
+    TwoClaims { first: String, second: String },
+    #[error("claim {claim} is already bound to running container {container}; a claim is one slice for one running container at a time: give each container its own claim, or wait until {container} exits")]
+    Bound { claim: String, container: String },
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Inventory(#[from] InventoryError),
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+/// The stable reason label of a refused binding (a metric label).
+pub fn reason_of(e: &ClaimError) -> &'static str {
+    match e {
+        ClaimError::Ledger(l) => events::reason_of(l),
+        ClaimError::UnknownClaim { .. } => "claim_unknown",
+        ClaimError::WrongToken { .. } => "claim_token",
+        ClaimError::TwoClaims { .. } => "claim_two",
+        ClaimError::Bound { .. } | ClaimError::InUse { .. } => "claim_bound",
+        ClaimError::Invalid { .. } => "invalid_request",
+        _ => "claim",
+    }
+}
+
+/// Longest uid, namespace or name accepted (Kubernetes: a UUID; names are
+/// DNS subdomains of at most 253 characters).
+const MAX_NAME: usize = 253;
+const MAX_UID: usize = 128;
+/// The token: 256 bits, hex.
+const TOKEN_BYTES: usize = 32;
+
+const UID_FORM: &str = "1 to 128 ASCII letters, digits or '-' (a Kubernetes UID)";
+const NAME_FORM: &str = "1 to 253 lowercase letters, digits, '-' or '.'";
+
+fn valid_uid(uid: &str) -> bool {
+    !uid.is_empty()
+        && uid.len() <= MAX_UID
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= MAX_NAME
+        && n.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+fn check(a: &ClaimAlloc) -> Result<(), ClaimError> {
+    let bad = |what, value: &str, accepted| ClaimError::Invalid {
+        what,
+        value: value.chars().take(64).collect(),
+        accepted,
+    };
+    if !valid_uid(&a.uid) {
+        return Err(bad("uid", &a.uid, UID_FORM));
+    }
+    if !valid_name(&a.namespace) {
+        return Err(bad("namespace", &a.namespace, NAME_FORM));
+    }
+    if !valid_name(&a.name) {
+        return Err(bad("name", &a.name, NAME_FORM));
+    }
+    if a.bytes == 0 {
+        return Err(bad("size", "0", "more than 0 bytes"));
+    }
+    Ok(())
+}
+
+/// The variable that binds a container to claim `uid`.
+pub fn env_var(uid: &str) -> String {
+    format!("{}{}", keys::ENV_CLAIM_PREFIX, uid.replace('-', "_"))
+}
+
+/// The claim's CDI device, fully qualified.
+pub fn cdi_device_id(uid: &str) -> String {
+    format!("{}={uid}", keys::DRA_CDI_KIND)
+}
+
+/// The claim's CDI spec file.
+pub fn cdi_path(cfg: &Config, uid: &str) -> PathBuf {
+    cfg.cdi_dir
+        .join(format!("{}-claim-{uid}.json", keys::DRA_DRIVER))
+}
+
+/// The CDI spec of a prepared claim: one device, one variable.
+pub fn cdi_spec(uid: &str, token: &str) -> Vec<u8> {
+    let v = serde_json::json!({
+        "cdiVersion": "0.6.0",
+        "kind": keys::DRA_CDI_KIND,
+        "devices": [{
+            "name": uid,
+            "containerEdits": {"env": [format!("{}={token}", env_var(uid))]}
+        }]
+    });
+    let mut out = serde_json::to_vec_pretty(&v).expect("a Value serializes");
+    out.push(b'\n');
+    out
+}
+
+/// 256 random bits from the kernel (getrandom, else /dev/urandom), hex.
+fn new_token() -> std::io::Result<String> {
+    let mut buf = [0u8; TOKEN_BYTES];
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled rest of buf.
+        let n =
+            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOSYS) => {
+                    use std::io::Read;
+                    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf[filled..])?;
+                    break;
+                }
+                _ => return Err(e),
+            }
+        }
+        filled += n as usize;
+    }
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Equal without an early exit (the time taken does not say how much of a
+/// guess was right).
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn claim_of<'a>(r: &'a Reservation, uid: &str) -> Option<&'a ClaimEntry> {
+    r.claim.as_ref().filter(|c| c.uid == uid)
+}
+
+fn label(c: &ClaimEntry) -> String {
+    format!("{}/{} (uid {})", c.namespace, c.name, c.uid)
+}
+
+fn describe_alloc(gpu: &str, bytes: u64) -> String {
+    format!("{} on {gpu}", human(bytes))
+}
+
+fn source(cause: &'static str) -> events::Source<'static> {
+    events::Source {
+        program: "gpu-quota-dra",
+        engine: "dra",
+        cause,
+    }
+}
+
+/// What claims may take on each sliceable GPU of the inventory.
+pub fn offers(cfg: &Config) -> Result<Vec<Offer>, ClaimError> {
+    let inv = Inventory::load(cfg)?;
+    let data = Ledger::new(cfg).read()?;
+    Ok(offers_of(cfg, &inv, &data.reservations))
+}
+
+fn offers_of(cfg: &Config, inv: &Inventory, held: &[Reservation]) -> Vec<Offer> {
+    let reserve = cfg.reserve_bytes().unwrap_or(0);
+    inv.gpus
+        .iter()
+        .filter(|g| placement::is_sliceable(&cfg.gpus, g))
+        .map(|g| {
+            let others: u64 = held
+                .iter()
+                .filter(|r| !r.is_claim() && r.counts())
+                .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
+                .map(|s| s.bytes)
+                .sum();
+            Offer {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                product: g.name.clone(),
+                total_bytes: g.total_bytes,
+                offer_bytes: g.total_bytes.saturating_sub(reserve).saturating_sub(others),
+            }
+        })
+        .collect()
+}
+
+/// Write the claim's CDI spec: the directory made 0755 when missing (and
+/// checked as every host directory of gpu-quota), the file replaced
+/// atomically, 0600.
+fn write_cdi(cfg: &Config, uid: &str, token: &str) -> Result<(), ClaimError> {
+    fsutil::secure_dir(&cfg.cdi_dir, 0o755).map_err(|e| ClaimError::Io(cfg.cdi_dir.clone(), e))?;
+    let p = cdi_path(cfg, uid);
+    fsutil::write_atomic(&p, &cdi_spec(uid, token), 0o600).map_err(|e| ClaimError::Io(p, e))
+}
+
+fn remove_cdi(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
+    let p = cdi_path(cfg, uid);
+    match std::fs::remove_file(&p) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ClaimError::Io(p, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Reserve the claim's bytes on its GPU, make its token and its CDI spec.
+/// Idempotent for the same uid, GPU and bytes.
+pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
+    check(a)?;
+    let inv = Inventory::load(cfg)?;
+    let Some(g) = inv.gpus.iter().find(|g| {
+        g.uuid.eq_ignore_ascii_case(&a.gpu_uuid) && placement::is_sliceable(&cfg.gpus, g)
+    }) else {
+        let known: Vec<String> = inv
+            .gpus
+            .iter()
+            .filter(|g| placement::is_sliceable(&cfg.gpus, g))
+            .map(|g| format!("{} ({})", g.index, g.uuid))
+            .collect();
+        return Err(ClaimError::UnknownGpu {
+            gpu: a.gpu_uuid.chars().take(80).collect(),
+            known: if known.is_empty() {
+                "none".into()
+            } else {
+                known.join(", ")
+            },
+        });
+    };
+    let capacity = g
+        .total_bytes
+        .saturating_sub(cfg.reserve_bytes().unwrap_or(0));
+    let prepared = Prepared {
+        cdi_device_ids: vec![cdi_device_id(&a.uid)],
+    };
+    let ledger = Ledger::new(cfg);
+    let added = ledger.transact(|d| {
+        if let Some(r) = d
+            .reservations
+            .iter()
+            .find(|r| claim_of(r, &a.uid).is_some())
+        {
+            let c = r.claim.as_ref().expect("found by its claim");
+            let same = r.slices.len() == 1
+                && r.slices[0].uuid == g.uuid
+                && r.slices[0].bytes == a.bytes
+                && c.namespace == a.namespace
+                && c.name == a.name;
+            if !same {
+                let held = r
+                    .slices
+                    .first()
+                    .map(|s| describe_alloc(&s.uuid, s.bytes))
+                    .unwrap_or_default();
+                return Ok((
+                    Err(ClaimError::Conflict {
+                        uid: a.uid.clone(),
+                        held: format!("{}/{} {held}", c.namespace, c.name),
+                        asked: format!(
+                            "{}/{} {}",
+                            a.namespace,
+                            a.name,
+                            describe_alloc(&g.uuid, a.bytes)
+                        ),
+                    }),
+                    false,
+                ));
+            }
+            // again (a kubelet retry, a reboot emptied the CDI directory)
+            return Ok((write_cdi(cfg, &a.uid, &c.token).map(|()| None), false));
+        }
+        let used = d.usage().get(&g.uuid).map_or(0, |u| u.0);
+        let free = capacity.saturating_sub(used);
+        if a.bytes > free {
+            return Ok((
+                Err(ClaimError::DoesNotFit {
+                    asked: a.bytes,
+                    free,
+                    gpu: g.uuid.clone(),
+                }),
+                false,
+            ));
+        }
+        let token = match new_token() {
+            Ok(t) => t,
+            Err(e) => return Ok((Err(ClaimError::Io("getrandom".into(), e)), false)),
+        };
+        // in the critical section: a failed write leaves the ledger unchanged
+        if let Err(e) = write_cdi(cfg, &a.uid, &token) {
+            return Ok((Err(e), false));
+        }
+        let r = Reservation {
+            container_id: format!("claim:{}", a.uid),
+            runtime_root: None,
+            bundle: String::new(),
+            slices: vec![Slice {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                bytes: a.bytes,
+            }],
+            request: format!("claim {}/{}", a.namespace, a.name),
+            created_unix: fsutil::now_unix(),
+            started_unix: None,
+            pid: None,
+            pid_start: None,
+            state: ResState::Reserved,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+            claim: Some(ClaimEntry {
+                uid: a.uid.clone(),
+                namespace: a.namespace.clone(),
+                name: a.name.clone(),
+                token,
+            }),
+            bound_claim: None,
+        };
+        d.reservations.push(r.clone());
+        Ok((Ok(Some(r)), true))
+    })??;
+    if let Some(r) = added {
+        events::admitted(cfg, source("prepare"), &r);
+    }
+    Ok(prepared)
+}
+
+/// Remove the claim's CDI spec and its reservation. Idempotent: an unknown
+/// uid is Ok. Refused while a live container is bound to the claim.
+pub fn unprepare(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
+    if !valid_uid(uid) {
+        return Ok(()); // never prepared: nothing of it exists
+    }
+    let ledger = Ledger::new(cfg);
+    if !ledger.exists() {
+        return remove_cdi(cfg, uid);
+    }
+    let gone = ledger.transact(|d| {
+        let Some(i) = d
+            .reservations
+            .iter()
+            .position(|r| claim_of(r, uid).is_some())
+        else {
+            return Ok((remove_cdi(cfg, uid).map(|()| None), false));
+        };
+        let now = fsutil::now_unix();
+        if let Some(c) = d
+            .reservations
+            .iter()
+            .find(|r| r.bound_claim.as_deref() == Some(uid) && !ledger.is_stale(r, now))
+        {
+            return Ok((
+                Err(ClaimError::InUse {
+                    uid: uid.into(),
+                    container: c.container_id.clone(),
+                }),
+                false,
+            ));
+        }
+        if let Err(e) = remove_cdi(cfg, uid) {
+            return Ok((Err(e), false));
+        }
+        Ok((Ok(Some(d.reservations.remove(i))), true))
+    })??;
+    if let Some(r) = gone {
+        events::released(cfg, source("unprepare"), &[r]);
+    }
+    Ok(())
+}
+
+/// The claims the ledger holds (for the driver's resync after a restart).
+pub fn prepared(cfg: &Config) -> Result<Vec<ClaimAlloc>, ClaimError> {
+    let data = Ledger::new(cfg).read()?;
+    Ok(data
+        .reservations
+        .iter()
+        .filter_map(|r| {
+            let c = r.claim.as_ref()?;
+            let s = r.slices.first()?;
+            Some(ClaimAlloc {
+                uid: c.uid.clone(),
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                gpu_uuid: s.uuid.clone(),
+                bytes: s.bytes,
+            })
+        })
+        .collect())
+}
+
+// ------------------------------------------------------------------ binding
+
+/// The claim variable a container's config.json presents.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Presented {
+    /// The variable's name (`GPU_QUOTA_CLAIM_<uid, - as _>`).
+    pub var: String,
+    token: String,
+}
+
+impl std::fmt::Debug for Presented {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Presented")
+            .field("var", &self.var)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The claim variable in the OCI `process.env` of `config`, if any. Two
+/// different ones (names or values) are refused. Linear in the
+/// environment; names and values are capped.
+pub fn presented(config: &Value) -> Result<Option<Presented>, ClaimError> {
+    let Some(env) = config.pointer("/process/env").and_then(Value::as_array) else {
+        return Ok(None);
+    };
+    let mut found: Option<Presented> = None;
+    for v in env.iter().filter_map(Value::as_str) {
+        if !v.starts_with(keys::ENV_CLAIM_PREFIX) {
+            continue;
+        }
+        let (var, token) = v.split_once('=').unwrap_or((v, ""));
+        let var: String = var
+            .chars()
+            .take(keys::ENV_CLAIM_PREFIX.len() + MAX_UID)
+            .collect();
+        let p = Presented {
+            var,
+            token: token.chars().take(4 * TOKEN_BYTES).collect(),
+        };
+        match &found {
+            None => found = Some(p),
+            Some(f) if *f == p => {}
+            Some(f) => {
+                return Err(ClaimError::TwoClaims {
+                    first: f.var.clone(),
+                    second: p.var,
+                })
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Take every claim variable out of `config`'s `process.env` (runc and
+/// the container's process never see the token).
+pub fn strip(config: &mut Value) {
+    if let Some(env) = config
+        .pointer_mut("/process/env")
+        .and_then(Value::as_array_mut)
+    {
+        env.retain(|v| {
+            !v.as_str()
+                .is_some_and(|s| s.starts_with(keys::ENV_CLAIM_PREFIX))
+        });
+    }
+}
+
+/// Bind container `id` (runc root `root`, `bundle`) to the claim it
+/// presents: under the ledger's lock, the token is compared in constant
+/// time with the claim entry's; a live container already bound to the
+/// claim refuses it, a dead one is reclaimed (appended to `reclaimed`, for
+/// the caller's release). The container's entry gets the claim's slice
+/// and the claim's uid.
+pub fn bind(
+    cfg: &Config,
+    p: &Presented,
+    id: &str,
+    root: &str,
+    bundle: &str,
+    reclaimed: &mut Vec<Reservation>,
+) -> Result<Reservation, ClaimError> {
+    let ledger = Ledger::new(cfg);
+    let key = Key::Root {
+        id,
+        root: Some(root),
+    };
+    ledger.transact(|d| {
+        let now = fsutil::now_unix();
+        if let Some(r) = d.reservations.iter().find(|r| key.matches(r)) {
+            if !ledger.is_stale(r, now) {
+                return Err(LedgerError::Duplicate {
+                    id: id.into(),
+                    slices: crate::ledger::describe_slices(&r.slices),
+                });
+            }
+        }
+        let Some(entry) = d
+            .reservations
+            .iter()
+            .find(|r| r.claim.as_ref().is_some_and(|c| env_var(&c.uid) == p.var))
+            .cloned()
+        else {
+            return Ok((Err(ClaimError::UnknownClaim { var: p.var.clone() }), false));
+        };
+        let c = entry.claim.as_ref().expect("found by its claim");
+        if !ct_eq(c.token.as_bytes(), p.token.as_bytes()) {
+            return Ok((
+                Err(ClaimError::WrongToken {
+                    var: p.var.clone(),
+                    claim: label(c),
+                }),
+                false,
+            ));
+        }
+        let holders = |r: &Reservation| r.bound_claim.as_deref() == Some(&c.uid) && !key.matches(r);
+        if let Some(live) = d
+            .reservations
+            .iter()
+            .find(|r| holders(r) && !ledger.is_stale(r, now))
+        {
+            return Ok((
+                Err(ClaimError::Bound {
+                    claim: label(c),
+                    container: live.container_id.clone(),
+                }),
+                false,
+            ));
+        }
+        // dead holders of the claim and a dead entry of this container's key
+        let (gone, keep): (Vec<_>, Vec<_>) = d
+            .reservations
+            .drain(..)
+            .partition(|r| holders(r) || key.matches(r));
+        d.reservations = keep;
+        reclaimed.extend(gone);
+        let r = Reservation {
+            container_id: id.into(),
+            runtime_root: Some(root.into()),
+            bundle: bundle.into(),
+            slices: entry.slices.clone(),
+            request: format!("claim {}/{}", c.namespace, c.name),
+            created_unix: now,
+            started_unix: None,
+            pid: None,
+            pid_start: None,
+            state: ResState::Reserved,
+            pid_ns: fsutil::namespace_id("pid"),
+            mnt_ns: fsutil::namespace_id("mnt"),
+            boot_id: fsutil::boot_id(),
+            claim: None,
+            bound_claim: Some(c.uid.clone()),
+        };
+        d.reservations.push(r.clone());
+        Ok((Ok(r), true))
+    })?
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,430 @@
+use super::*;
+use crate::config::{LogTarget, StaticGpu};
+use crate::request::{GpuRef, GpuSelector, Origin, Request};
+use crate::units::Size;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+const G: u64 = 1 << 30;
+const GPU0: &str = "GPU-00000000-0000-0000-0000-000000000000";
+const GPU1: &str = "GPU-11111111-1111-1111-1111-111111111111";
+
+fn setup() -> (tempfile::TempDir, Config) {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        ledger_dir: d.path().join("ledger"),
+        state_dir: d.path().join("state"),
+        cdi_dir: d.path().join("cdi"),
+        log: LogTarget::File,
+        log_file: d.path().join("events.log"),
+        inventory: crate::config::InventoryConfig {
+            gpu: [GPU0, GPU1]
+                .iter()
+                .enumerate()
+                .map(|(i, u)| StaticGpu {
+                    index: i as u32,
+                    uuid: u.to_string(),
+                    name: "Simulated H100".into(),
+                    memory: "16g".into(),
+                    minor: None,
+                })
+                .collect(),
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    (d, cfg)
+}
+
+fn alloc(uid: &str, gpu: &str, bytes: u64) -> ClaimAlloc {
+    ClaimAlloc {
+        uid: uid.into(),
+        namespace: "default".into(),
+        name: format!("c-{uid}"),
+        gpu_uuid: gpu.into(),
+        bytes,
+    }
+}
+
+/// A docker-style container holding `bytes` on GPU `gpu` (not a claim).
+fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
+    let inv = Inventory::load(cfg).unwrap();
+    let req = Request {
+        vram: Size::Bytes(bytes),
+        gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
+        origin: Origin::Annotation("vram".into()),
+    };
+    Ledger::new(cfg)
+        .admit(cfg, &inv, &req, id, Some("/run/runc"), "/b", &mut vec![])
+        .unwrap()
+}
+
+fn entries(cfg: &Config) -> Vec<Reservation> {
+    Ledger::new(cfg).read().unwrap().reservations
+}
+
+fn token_of(cfg: &Config, uid: &str) -> String {
+    entries(cfg)
+        .iter()
+        .find_map(|r| {
+            r.claim
+                .as_ref()
+                .filter(|c| c.uid == uid)
+                .map(|c| c.token.clone())
+        })
+        .unwrap()
+}
+
+fn presenting(uid: &str, token: &str) -> Presented {
+    presented(&serde_json::json!({"process": {"env": [
+        "PATH=/bin",
+        format!("{}={token}", env_var(uid)),
+    ]}}))
+    .unwrap()
+    .unwrap()
+}
+
+#[test]
+fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
+    let (_d, cfg) = setup();
+    container(&cfg, "docker1", 0, 10 * G);
+    let e = prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap_err();
+    match &e {
+        ClaimError::DoesNotFit { asked, free, gpu } => {
+            assert_eq!((*asked, *free, gpu.as_str()), (8 * G, 6 * G, GPU0))
+        }
+        other => panic!("{other:?}"),
+    }
+    let m = e.to_string();
+    assert!(
+        m.contains("8.00 GiB") && m.contains("6.00 GiB") && m.contains(GPU0),
+        "{m}"
+    );
+    assert_eq!(entries(&cfg).len(), 1, "nothing reserved");
+    assert!(!cdi_path(&cfg, "u-1").exists(), "no CDI spec");
+    // what is left fits; then claims count against claims on the node
+    prepare(&cfg, &alloc("u-2", GPU0, 6 * G)).unwrap();
+    let e = prepare(&cfg, &alloc("u-3", GPU0, G)).unwrap_err();
+    assert!(matches!(e, ClaimError::DoesNotFit { free: 0, .. }), "{e:?}");
+    // the other GPU is untouched
+    prepare(&cfg, &alloc("u-3", GPU1, 16 * G)).unwrap();
+    // a reserve is never handed out
+    let (_d2, mut cfg2) = setup();
+    cfg2.reserve = "2g".into();
+    let e = prepare(&cfg2, &alloc("u-4", GPU1, 15 * G)).unwrap_err();
+    assert!(
+        matches!(e, ClaimError::DoesNotFit { free, .. } if free == 14 * G),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn prepare_is_idempotent_and_a_different_allocation_of_the_uid_conflicts() {
+    let (_d, cfg) = setup();
+    let a = alloc("3f6c-uid", GPU0, 8 * G);
+    let p = prepare(&cfg, &a).unwrap();
+    assert_eq!(p.cdi_device_ids, ["vram.gpu-quota.io/claim=3f6c-uid"]);
+    let t = token_of(&cfg, "3f6c-uid");
+    // again, and again after the CDI directory was emptied (a reboot)
+    assert_eq!(prepare(&cfg, &a).unwrap(), p);
+    std::fs::remove_file(cdi_path(&cfg, "3f6c-uid")).unwrap();
+    assert_eq!(prepare(&cfg, &a).unwrap(), p);
+    assert_eq!(entries(&cfg).len(), 1, "one entry");
+    assert_eq!(token_of(&cfg, "3f6c-uid"), t, "the same token");
+    let spec = std::fs::read_to_string(cdi_path(&cfg, "3f6c-uid")).unwrap();
+    assert!(spec.contains(&t), "the spec rewritten with it");
+    // the same uid, other bytes or another GPU
+    for other in [
+        alloc("3f6c-uid", GPU0, 4 * G),
+        alloc("3f6c-uid", GPU1, 8 * G),
+    ] {
+        let e = prepare(&cfg, &other).unwrap_err();
+        assert!(matches!(e, ClaimError::Conflict { .. }), "{e:?}");
+    }
+    assert_eq!(entries(&cfg).len(), 1);
+    assert_eq!(prepared(&cfg).unwrap(), [a]);
+}
+
+#[test]
+fn bad_names_and_unknown_gpus_are_refused_before_anything_is_written() {
+    let (_d, mut cfg) = setup();
+    for a in [
+        alloc("../x", GPU0, G),
+        alloc("", GPU0, G),
+        ClaimAlloc {
+            namespace: "Default\n".into(),
+            ..alloc("u", GPU0, G)
+        },
+        alloc("u", GPU0, 0),
+    ] {
+        let e = prepare(&cfg, &a).unwrap_err();
+        assert!(matches!(e, ClaimError::Invalid { .. }), "{e:?}");
+    }
+    let e = prepare(&cfg, &alloc("u", "GPU-99", G)).unwrap_err();
+    assert!(matches!(e, ClaimError::UnknownGpu { .. }), "{e:?}");
+    assert!(e.to_string().contains(GPU0), "{e}");
+    // a GPU the config excludes from slicing is not offered either
+    cfg.gpus = vec!["1".into()];
+    let e = prepare(&cfg, &alloc("u", GPU0, G)).unwrap_err();
+    assert!(matches!(e, ClaimError::UnknownGpu { .. }), "{e:?}");
+    assert_eq!(offers(&cfg).unwrap().len(), 1);
+    assert!(!Ledger::new(&cfg).exists() && !cfg.cdi_dir.exists());
+}
+
+#[test]
+fn offers_leave_claims_out_but_subtract_every_other_reservation() {
+    let (_d, mut cfg) = setup();
+    cfg.reserve = "1g".into();
+    container(&cfg, "docker1", 0, 4 * G);
+    prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap();
+    prepare(&cfg, &alloc("u-2", GPU1, 2 * G)).unwrap();
+    // a container bound to claim u-2 holds nothing of its own
+    let t = token_of(&cfg, "u-2");
+    bind(
+        &cfg,
+        &presenting("u-2", &t),
+        "pod-c",
+        "/run/k8s",
+        "/b",
+        &mut vec![],
+    )
+    .unwrap();
+    let o = offers(&cfg).unwrap();
+    assert_eq!(
+        o,
+        [
+            Offer {
+                uuid: GPU0.into(),
+                index: 0,
+                product: "Simulated H100".into(),
+                total_bytes: 16 * G,
+                offer_bytes: 11 * G, // 16 - 1 reserve - 4 docker
+            },
+            Offer {
+                uuid: GPU1.into(),
+                index: 1,
+                product: "Simulated H100".into(),
+                total_bytes: 16 * G,
+                offer_bytes: 15 * G,
+            }
+        ]
+    );
+}
+
+#[test]
+fn a_claims_bytes_count_once_whatever_is_bound_to_it() {
+    let (_d, cfg) = setup();
+    prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap();
+    let t = token_of(&cfg, "u-1");
+    let r = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "pod-c",
+        "/run/k8s",
+        "/b",
+        &mut vec![],
+    )
+    .unwrap();
+    assert_eq!(
+        r.slices,
+        [Slice {
+            uuid: GPU0.into(),
+            index: 0,
+            bytes: 8 * G
+        }]
+    );
+    let u = Ledger::new(&cfg).read().unwrap().usage();
+    assert_eq!(u.get(GPU0), Some(&(8 * G, 1)));
+    // 8 GiB more still fit on the 16 GiB GPU (counted twice they would not)
+    container(&cfg, "docker1", 0, 8 * G);
+}
+
+#[test]
+fn the_cdi_spec_is_the_one_variable_in_a_0600_file_in_a_0755_directory() {
+    let (_d, cfg) = setup();
+    prepare(&cfg, &alloc("3f6c-a1", GPU1, 8 * G)).unwrap();
+    let t = token_of(&cfg, "3f6c-a1");
+    let p = cfg.cdi_dir.join("vram.gpu-quota.io-claim-3f6c-a1.json");
+    assert_eq!(p, cdi_path(&cfg, "3f6c-a1"));
+    let v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({
+            "cdiVersion": "0.6.0",
+            "kind": "vram.gpu-quota.io/claim",
+            "devices": [{"name": "3f6c-a1", "containerEdits": {"env": [format!("GPU_QUOTA_CLAIM_3f6c_a1={t}")]}}]
+        })
+    );
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&p), 0o600);
+    assert_eq!(mode(&cfg.cdi_dir), 0o755);
+    assert_eq!(
+        mode(&Ledger::new(&cfg).path()),
+        0o600,
+        "the ledger holds the token"
+    );
+    // no temp file left
+    let names: Vec<_> = std::fs::read_dir(&cfg.cdi_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+#[test]
+fn tokens_are_random_256_bits_and_never_logged_or_printed() {
+    let (_d, cfg) = setup();
+    prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap();
+    prepare(&cfg, &alloc("u-2", GPU0, G)).unwrap();
+    let (a, b) = (token_of(&cfg, "u-1"), token_of(&cfg, "u-2"));
+    for t in [&a, &b] {
+        assert_eq!(t.len(), 64, "{t}");
+        assert!(t.bytes().all(|c| c.is_ascii_hexdigit()));
+    }
+    assert_ne!(a, b);
+    assert_ne!(a, "0".repeat(64));
+    // a binding refused for a wrong token; an unprepare refused while bound
+    let e = bind(&cfg, &presenting("u-1", &b), "x", "/r", "/b", &mut vec![]).unwrap_err();
+    bind(&cfg, &presenting("u-1", &a), "y", "/r", "/b", &mut vec![]).unwrap();
+    let inuse = unprepare(&cfg, "u-1").unwrap_err();
+    unprepare(&cfg, "u-2").unwrap();
+    let log = std::fs::read_to_string(&cfg.log_file).unwrap();
+    assert!(
+        log.contains("claim:u-1") && log.contains("claim:u-2"),
+        "events logged: {log}"
+    );
+    let data = Ledger::new(&cfg).read().unwrap();
+    let printed = format!(
+        "{log}{e}{e:?}{inuse}{inuse:?}{data:?}{:?}",
+        presenting("u-1", &a)
+    );
+    for t in [&a, &b] {
+        assert!(!printed.contains(t.as_str()), "token {t} in {printed}");
+    }
+}
+
+#[test]
+fn binding_takes_the_right_token_only_and_one_live_container_at_a_time() {
+    let (d, cfg) = setup();
+    prepare(&cfg, &alloc("u-1", GPU1, 8 * G)).unwrap();
+    let t = token_of(&cfg, "u-1");
+    let root = d.path().join("runc").to_string_lossy().into_owned();
+    let before = entries(&cfg);
+    // negative control first: the right token binds (so the refusals below
+    // are the token's doing)
+    let mut wrong = t.clone().into_bytes();
+    wrong[63] = if wrong[63] == b'0' { b'1' } else { b'0' };
+    let wrong = String::from_utf8(wrong).unwrap();
+    for (p, want) in [
+        (presenting("u-1", &wrong), "WrongToken"),
+        (presenting("u-1", ""), "WrongToken"),
+        (presenting("u-1", &t[..32]), "WrongToken"),
+        (presenting("u-2", &t), "UnknownClaim"),
+    ] {
+        let e = bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap_err();
+        assert!(format!("{e:?}").starts_with(want), "{want}: {e:?}");
+        assert_eq!(entries(&cfg), before, "{want}: nothing reserved");
+    }
+    let r = bind(&cfg, &presenting("u-1", &t), "c1", &root, "/b", &mut vec![]).unwrap();
+    assert_eq!(r.bound_claim.as_deref(), Some("u-1"));
+    assert_eq!(r.slices[0].bytes, 8 * G);
+    assert_eq!(r.slices[0].uuid, GPU1);
+    // a second container while c1 lives
+    let e = bind(&cfg, &presenting("u-1", &t), "c2", &root, "/b", &mut vec![]).unwrap_err();
+    assert!(
+        matches!(&e, ClaimError::Bound { container, .. } if container == "c1"),
+        "{e:?}"
+    );
+    // c1 gone (created long ago, runc has no state for it): c2 takes the claim
+    Ledger::new(&cfg)
+        .transact(|d| {
+            d.reservations
+                .iter_mut()
+                .filter(|r| r.container_id == "c1")
+                .for_each(|r| r.created_unix = 1);
+            Ok(((), true))
+        })
+        .unwrap();
+    let mut reclaimed = vec![];
+    bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c2",
+        &root,
+        "/b",
+        &mut reclaimed,
+    )
+    .unwrap();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(reclaimed[0].container_id, "c1");
+    let ids: Vec<String> = entries(&cfg).into_iter().map(|r| r.container_id).collect();
+    assert_eq!(ids, ["claim:u-1", "c2"]);
+}
+
+#[test]
+fn unprepare_refuses_while_bound_then_releases_and_is_idempotent() {
+    let (d, cfg) = setup();
+    unprepare(&cfg, "never").unwrap();
+    prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap();
+    let t = token_of(&cfg, "u-1");
+    let root = d.path().join("runc").to_string_lossy().into_owned();
+    bind(&cfg, &presenting("u-1", &t), "c1", &root, "/b", &mut vec![]).unwrap();
+    let e = unprepare(&cfg, "u-1").unwrap_err();
+    assert!(
+        matches!(&e, ClaimError::InUse { container, .. } if container == "c1"),
+        "{e:?}"
+    );
+    assert!(cdi_path(&cfg, "u-1").exists(), "kept while in use");
+    assert_eq!(entries(&cfg).len(), 2);
+    // the container ends (any release path takes its entry out)
+    Ledger::new(&cfg)
+        .release(Key::Root {
+            id: "c1",
+            root: Some(&root),
+        })
+        .unwrap();
+    assert_eq!(entries(&cfg).len(), 1, "the claim stays until unprepare");
+    unprepare(&cfg, "u-1").unwrap();
+    assert!(entries(&cfg).is_empty());
+    assert!(!cdi_path(&cfg, "u-1").exists());
+    unprepare(&cfg, "u-1").unwrap();
+    // no container key matches a claim's entry, and gc never reclaims it
+    prepare(&cfg, &alloc("u-2", GPU0, G)).unwrap();
+    let l = Ledger::new(&cfg);
+    l.transact(|d| {
+        d.reservations[0].created_unix = 1; // older than any grace
+        Ok(((), true))
+    })
+    .unwrap();
+    assert!(l
+        .release(Key::Root {
+            id: "claim:u-2",
+            root: None
+        })
+        .unwrap()
+        .is_empty());
+    assert!(l.gc().unwrap().is_empty());
+    assert_eq!(entries(&cfg).len(), 1);
+}
+
+#[test]
+fn presented_finds_one_claim_and_strip_takes_every_claim_variable_out() {
+    let cfg = |env: &[&str]| serde_json::json!({"process": {"env": env}});
+    assert_eq!(presented(&cfg(&["PATH=/bin"])).unwrap(), None);
+    let p = presented(&cfg(&["GPU_QUOTA_CLAIM_a_b=t1", "GPU_QUOTA_CLAIM_a_b=t1"]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.var, "GPU_QUOTA_CLAIM_a_b");
+    for two in [
+        ["GPU_QUOTA_CLAIM_a=t1", "GPU_QUOTA_CLAIM_b=t1"],
+        ["GPU_QUOTA_CLAIM_a=t1", "GPU_QUOTA_CLAIM_a=t2"],
+    ] {
+        let e = presented(&cfg(&two)).unwrap_err();
+        assert!(matches!(e, ClaimError::TwoClaims { .. }), "{e:?}");
+    }
+    let mut c = cfg(&["A=1", "GPU_QUOTA_CLAIM_a=t1", "B=2", "GPU_QUOTA_CLAIM_b"]);
+    strip(&mut c);
+    assert_eq!(c, cfg(&["A=1", "B=2"]));
+    assert_eq!(env_var("3f6c-a1-9"), "GPU_QUOTA_CLAIM_3f6c_a1_9");
+}

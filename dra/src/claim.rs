@@ -1,0 +1,370 @@
+//! A ResourceClaim, as the API server has it, to the slice the node must
+//! reserve: which GPU, how many bytes. Pure: every refusal is decided here
+//! from the claim object and this node's offers.
+//!
+//! A claim is one slice on one GPU for one container: exactly one of its
+//! allocation results may be this driver's (a claim with two requests of
+//! `vram.gpu-quota.io`, or one request of count 2, is refused; ask for two
+//! claims instead). The bytes are the scheduler's grant,
+//! `consumedCapacity["memory"]` (KEP-5075 consumable capacity, the
+//! `DRAConsumableCapacity` feature gate, beta and on by default in 1.36),
+//! never the claim's own request.
+use crate::api::DRIVER;
+use crate::node::{ClaimAlloc, Offer};
+use crate::quantity::{self, QuantityError};
+use crate::slice::{self, MEMORY};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+/// The claim the kubelet names (namespace, name, uid).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What to reserve, and what to answer the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapped {
+    pub alloc: ClaimAlloc,
+    pub request_names: Vec<String>,
+    pub pool_name: String,
+    pub device_name: String,
+    pub share_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("claim {ns}/{name}: the kubelet asked for uid {asked} but the API server has uid {have:?} (the claim was deleted and recreated); the kubelet will retry with the current claim")]
+    UidMismatch {
+        ns: String,
+        name: String,
+        asked: String,
+        have: Option<String>,
+    },
+    #[error("claim {ns}/{name} is not allocated yet (no status.allocation); the scheduler allocates it before the pod is bound")]
+    NotAllocated { ns: String, name: String },
+    #[error("claim {ns}/{name} has no device of driver {DRIVER} on this node (pool {pool}); its allocation is {have}: the pod was sent to the wrong node or the claim is another driver's")]
+    NoResult {
+        ns: String,
+        name: String,
+        pool: String,
+        have: String,
+    },
+    #[error("claim {ns}/{name} has {count} devices of driver {DRIVER} (requests {requests}); a claim is one memory slice on one GPU: use one request with count 1, and one claim per slice")]
+    SeveralResults {
+        ns: String,
+        name: String,
+        count: usize,
+        requests: String,
+    },
+    #[error("claim {ns}/{name}: device {device} has no consumedCapacity[\"memory\"]: the cluster allocated a whole device, so the grant is unknown; enable the DRAConsumableCapacity feature gate (beta, on by default in Kubernetes 1.36) on the API server, scheduler and kubelet")]
+    NoConsumedCapacity {
+        ns: String,
+        name: String,
+        device: String,
+    },
+    #[error(
+        "claim {ns}/{name}: consumedCapacity memory {err}; the scheduler grants whole bytes only"
+    )]
+    BadQuantity {
+        ns: String,
+        name: String,
+        err: QuantityError,
+    },
+    #[error("claim {ns}/{name}: consumedCapacity memory is 0; ask for at least 256Mi")]
+    Zero { ns: String, name: String },
+    #[error("claim {ns}/{name}: device {device} is not a GPU of this node (it publishes {have}); the GPU is gone or the slice was stale: delete the pod to reschedule it")]
+    UnknownDevice {
+        ns: String,
+        name: String,
+        device: String,
+        have: String,
+    },
+}
+
+/// The reservation for `req`, from its API object and this node's offers.
+pub fn map(
+    req: &ClaimRef,
+    claim: &ResourceClaim,
+    pool: &str,
+    offers: &[Offer],
+) -> Result<Mapped, Refusal> {
+    let (ns, name) = (req.namespace.clone(), req.name.clone());
+    if claim.metadata.uid.as_deref() != Some(req.uid.as_str()) {
+        return Err(Refusal::UidMismatch {
+            ns,
+            name,
+            asked: req.uid.clone(),
+            have: claim.metadata.uid.clone(),
+        });
+    }
+    let Some(alloc) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
+        return Err(Refusal::NotAllocated { ns, name });
+    };
+    let results = alloc
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_deref())
+        .unwrap_or_default();
+    let ours: Vec<_> = results.iter().filter(|r| r.driver == DRIVER).collect();
+    let r = match ours.as_slice() {
+        [] => {
+            let have = if results.is_empty() {
+                "empty".to_string()
+            } else {
+                results
+                    .iter()
+                    .map(|r| format!("{}/{}/{}", r.driver, r.pool, r.device))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(Refusal::NoResult {
+                ns,
+                name,
+                pool: pool.into(),
+                have,
+            });
+        }
+        [one] if one.pool != pool => {
+            return Err(Refusal::NoResult {
+                ns,
+                name,
+                pool: pool.into(),
+                have: format!("{}/{}/{}", one.driver, one.pool, one.device),
+            })
+        }
+        [one] => *one,
+        many => {
+            return Err(Refusal::SeveralResults {
+                ns,
+                name,
+                count: many.len(),
+                requests: many
+                    .iter()
+                    .map(|r| r.request.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
+    };
+    let Some(mem) = r.consumed_capacity.as_ref().and_then(|c| c.get(MEMORY)) else {
+        return Err(Refusal::NoConsumedCapacity {
+            ns,
+            name,
+            device: r.device.clone(),
+        });
+    };
+    let bytes = quantity::bytes(&mem.0).map_err(|err| Refusal::BadQuantity {
+        ns: ns.clone(),
+        name: name.clone(),
+        err,
+    })?;
+    if bytes == 0 {
+        return Err(Refusal::Zero { ns, name });
+    }
+    let Some(gpu) = slice::gpu_of(&r.device, offers) else {
+        return Err(Refusal::UnknownDevice {
+            ns,
+            name,
+            device: r.device.clone(),
+            have: offers
+                .iter()
+                .map(|o| slice::device_name(o.index))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    Ok(Mapped {
+        alloc: ClaimAlloc {
+            uid: req.uid.clone(),
+            namespace: ns,
+            name,
+            gpu_uuid: gpu.uuid.clone(),
+            bytes,
+        },
+        request_names: vec![r.request.clone()],
+        pool_name: r.pool.clone(),
+        device_name: r.device.clone(),
+        share_id: r.share_id.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const GI: u64 = 1 << 30;
+    const UID: &str = "3f2a9c1e-7d4b-4e8a-9b1c-0123456789ab";
+
+    fn offers() -> Vec<Offer> {
+        [(0, "GPU-aaaa"), (1, "GPU-bbbb")]
+            .map(|(index, uuid)| Offer {
+                uuid: uuid.into(),
+                index,
+                product: "NVIDIA H200".into(),
+                total_bytes: 16 * GI,
+                offer_bytes: 15 * GI,
+            })
+            .to_vec()
+    }
+
+    fn req() -> ClaimRef {
+        ClaimRef {
+            namespace: "team".into(),
+            name: "train-vram".into(),
+            uid: UID.into(),
+        }
+    }
+
+    fn result(driver: &str, pool: &str, device: &str, mem: Option<&str>) -> serde_json::Value {
+        let mut r = json!({"request": "vram", "driver": driver, "pool": pool, "device": device,
+                           "shareID": "9c0a6f4e-1111-2222-3333-444455556666"});
+        if let Some(m) = mem {
+            r["consumedCapacity"] = json!({ "memory": m });
+        }
+        r
+    }
+
+    fn claim(uid: &str, results: Vec<serde_json::Value>) -> ResourceClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "train-vram", "namespace": "team", "uid": uid},
+            "spec": {"devices": {"requests": [{"name": "vram", "exactly": {"deviceClassName": "vram.gpu-quota.io"}}]}},
+            "status": {"allocation": {"devices": {"results": results}}}
+        }))
+        .unwrap()
+    }
+
+    fn ok(results: Vec<serde_json::Value>) -> Result<Mapped, Refusal> {
+        map(&req(), &claim(UID, results), "node-a", &offers())
+    }
+
+    #[test]
+    fn the_grant_on_the_allocated_gpu() {
+        let m = ok(vec![
+            result("gpu.example.com", "node-a", "gpu-0", Some("1")),
+            result(DRIVER, "node-a", "gpu-1", Some("8Gi")),
+        ])
+        .unwrap();
+        assert_eq!(
+            m.alloc,
+            ClaimAlloc {
+                uid: UID.into(),
+                namespace: "team".into(),
+                name: "train-vram".into(),
+                gpu_uuid: "GPU-bbbb".into(),
+                bytes: 8 * GI
+            }
+        );
+        assert_eq!(m.request_names, ["vram"]);
+        assert_eq!(
+            (m.pool_name.as_str(), m.device_name.as_str()),
+            ("node-a", "gpu-1")
+        );
+        assert_eq!(
+            m.share_id.as_deref(),
+            Some("9c0a6f4e-1111-2222-3333-444455556666")
+        );
+        // decimal quantities are bytes too
+        assert_eq!(
+            ok(vec![result(DRIVER, "node-a", "gpu-0", Some("8G"))])
+                .unwrap()
+                .alloc
+                .bytes,
+            8_000_000_000
+        );
+    }
+
+    #[test]
+    fn uid_mismatch() {
+        let e = map(
+            &req(),
+            &claim(
+                "another-uid",
+                vec![result(DRIVER, "node-a", "gpu-0", Some("1Gi"))],
+            ),
+            "node-a",
+            &offers(),
+        );
+        assert!(
+            matches!(e, Err(Refusal::UidMismatch { ref have, .. }) if have.as_deref() == Some("another-uid")),
+            "{e:?}"
+        );
+        let mut no_uid = claim(UID, vec![result(DRIVER, "node-a", "gpu-0", Some("1Gi"))]);
+        no_uid.metadata.uid = None;
+        assert!(matches!(
+            map(&req(), &no_uid, "node-a", &offers()),
+            Err(Refusal::UidMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn not_allocated() {
+        let mut c = claim(UID, vec![]);
+        c.status = None;
+        assert!(matches!(
+            map(&req(), &c, "node-a", &offers()),
+            Err(Refusal::NotAllocated { .. })
+        ));
+    }
+
+    #[test]
+    fn no_result_for_this_driver_or_node() {
+        let e = ok(vec![result(
+            "gpu.example.com",
+            "node-a",
+            "gpu-0",
+            Some("8Gi"),
+        )])
+        .unwrap_err();
+        assert!(matches!(e, Refusal::NoResult { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("gpu.example.com/node-a/gpu-0"),
+            "{e}"
+        );
+        let e = ok(vec![result(DRIVER, "node-b", "gpu-0", Some("8Gi"))]).unwrap_err();
+        assert!(matches!(e, Refusal::NoResult { .. }), "{e:?}");
+        assert!(e.to_string().contains("node-b"), "{e}");
+        assert!(matches!(ok(vec![]), Err(Refusal::NoResult { .. })));
+    }
+
+    #[test]
+    fn one_slice_per_claim() {
+        let e = ok(vec![
+            result(DRIVER, "node-a", "gpu-0", Some("8Gi")),
+            result(DRIVER, "node-a", "gpu-1", Some("8Gi")),
+        ])
+        .unwrap_err();
+        assert!(
+            matches!(e, Refusal::SeveralResults { count: 2, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("one claim per slice"), "{e}");
+    }
+
+    #[test]
+    fn no_consumed_capacity_names_the_feature() {
+        let e = ok(vec![result(DRIVER, "node-a", "gpu-0", None)]).unwrap_err();
+        assert!(matches!(e, Refusal::NoConsumedCapacity { .. }), "{e:?}");
+        assert!(e.to_string().contains("DRAConsumableCapacity"), "{e}");
+    }
+
+    #[test]
+    fn bad_or_zero_quantity() {
+        for q in ["1.5", "100m", "8GB", "-8Gi"] {
+            let e = ok(vec![result(DRIVER, "node-a", "gpu-0", Some(q))]).unwrap_err();
+            assert!(matches!(e, Refusal::BadQuantity { .. }), "{q}: {e:?}");
+        }
+        let e = ok(vec![result(DRIVER, "node-a", "gpu-0", Some("0"))]).unwrap_err();
+        assert!(matches!(e, Refusal::Zero { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn unknown_device() {
+        let e = ok(vec![result(DRIVER, "node-a", "gpu-7", Some("8Gi"))]).unwrap_err();
+        assert!(matches!(e, Refusal::UnknownDevice { .. }), "{e:?}");
+        assert!(e.to_string().contains("gpu-0, gpu-1"), "{e}");
+    }
+}

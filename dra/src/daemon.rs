@@ -1,0 +1,246 @@
+//! The driver's life: serve the DRA socket, then the registration socket
+//! (the kubelet's plugin watcher finds it and registers us), keep this
+//! node's ResourceSlice in step with the ledger, and on request stop:
+//! sockets removed, slice deleted.
+use crate::api::dra::dra_plugin_server::DraPluginServer;
+use crate::api::registration::registration_server::RegistrationServer;
+use crate::api::{registration_socket, DRA_SOCKET};
+use crate::node::Node;
+use crate::publish::{Publisher, SliceStore};
+use crate::service::{DraService, RegistrationService};
+use crate::slice;
+use crate::source::ClaimSource;
+use std::future::Future;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// This driver's directory (the DRA socket is in it).
+    pub plugin_dir: PathBuf,
+    /// The kubelet's plugin registry (the registration socket is in it).
+    pub registry_dir: PathBuf,
+    /// This node's name (also its pool's).
+    pub node_name: String,
+    /// How often the offers are re-read.
+    pub poll: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot serve on {path}: {err}")]
+    Listen { path: PathBuf, err: std::io::Error },
+}
+
+/// Bind a unix socket at `path`, replacing a stale socket (never another
+/// kind of file), mode 0600: whoever connects can prepare claims.
+fn bind(path: &Path) -> Result<tokio::net::UnixListener, DaemonError> {
+    let fail = |err| DaemonError::Listen {
+        path: path.into(),
+        err,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path).map_err(fail)?,
+        Ok(_) => {
+            return Err(fail(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a socket; remove it",
+            )))
+        }
+        Err(_) => {}
+    }
+    let l = tokio::net::UnixListener::bind(path).map_err(fail)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
+    Ok(l)
+}
+
+fn remove_socket(path: &Path) {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+async fn offers(node: &Arc<dyn Node>) -> Result<Vec<crate::node::Offer>, String> {
+    let n = node.clone();
+    tokio::task::spawn_blocking(move || n.offers().map_err(|e| e.to_string()))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+/// Publish the slice at every change until `stop`.
+async fn publish_loop(
+    opts: Options,
+    node: Arc<dyn Node>,
+    store: Arc<dyn SliceStore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let owner = match store.node_uid(&opts.node_name).await {
+        Ok(Some(uid)) => Some(slice::node_owner(&opts.node_name, &uid)),
+        Ok(None) => {
+            tracing::warn!(
+                "node {} not found on the API server: the slice has no owner",
+                opts.node_name
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{e}: the slice has no owner");
+            None
+        }
+    };
+    let name = slice::slice_name(&opts.node_name);
+    // the slice left by an earlier run, so its pool generation is carried
+    // on (the scheduler must never see a generation go back): read it
+    // before writing anything, however long the API server takes
+    let mut logged = false;
+    let existing = loop {
+        match store.get(&name).await {
+            Ok(s) => break s,
+            Err(e) if !logged => {
+                tracing::warn!("{e}; retrying");
+                logged = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(opts.poll) => {}
+        }
+    };
+    let mut p = Publisher::new(&opts.node_name, owner, existing.as_ref());
+    let mut last_err = String::new();
+    loop {
+        match offers(&node).await {
+            Ok(o) => {
+                last_err.clear();
+                if let Some(s) = p.next(&o) {
+                    match store.apply(&s).await {
+                        Ok(()) => tracing::info!(
+                            "published ResourceSlice {name} generation {}: {}",
+                            s.spec.pool.generation,
+                            o.iter()
+                                .map(|g| format!(
+                                    "{} {} of {} bytes",
+                                    slice::device_name(g.index),
+                                    g.offer_bytes / slice::STEP_BYTES * slice::STEP_BYTES,
+                                    g.total_bytes
+                                ))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        Err(e) => {
+                            tracing::warn!("{e}; retrying");
+                            p.failed();
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                if e != last_err {
+                    tracing::warn!(
+                        "cannot read this node's GPUs ({e}); the slice is left as it was"
+                    );
+                    last_err = e;
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            _ = tokio::time::sleep(opts.poll) => {}
+        }
+    }
+    match store.delete(&name).await {
+        Ok(()) => tracing::info!("deleted ResourceSlice {name}"),
+        Err(e) => tracing::warn!("{e}"),
+    }
+}
+
+/// Run until `shutdown` resolves. `slices`: where the ResourceSlice is
+/// published (None: not published, for tests of the kubelet side alone).
+pub async fn run(
+    opts: Options,
+    node: Arc<dyn Node>,
+    claims: Arc<dyn ClaimSource>,
+    slices: Option<Arc<dyn SliceStore>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let dra_sock = opts.plugin_dir.join(DRA_SOCKET);
+    let reg_sock = opts.registry_dir.join(registration_socket());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let publisher =
+        slices.map(|s| tokio::spawn(publish_loop(opts.clone(), node.clone(), s, stop_rx.clone())));
+
+    let dra_listener = bind(&dra_sock)?;
+    let mut server_stop = stop_rx.clone();
+    let dra_server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DraPluginServer::new(DraService {
+                node,
+                claims,
+                pool: opts.node_name.clone(),
+            }))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(dra_listener),
+                async move {
+                    let _ = server_stop.wait_for(|s| *s).await;
+                },
+            ),
+    );
+    // the registration socket last: the kubelet may call us as soon as it exists
+    let reg_listener = match bind(&reg_sock) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = stop_tx.send(true);
+            remove_socket(&dra_sock);
+            return Err(e);
+        }
+    };
+    let mut server_stop = stop_rx.clone();
+    let reg_server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(RegistrationService {
+                endpoint: dra_sock.display().to_string(),
+            }))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(reg_listener),
+                async move {
+                    let _ = server_stop.wait_for(|s| *s).await;
+                },
+            ),
+    );
+    tracing::info!(
+        "serving {} on {} (registration {})",
+        crate::api::DRIVER,
+        dra_sock.display(),
+        reg_sock.display()
+    );
+    shutdown.await;
+    // unregister first: the kubelet notices the registration socket is gone
+    remove_socket(&reg_sock);
+    let _ = stop_tx.send(true);
+    for (what, server) in [("registration", reg_server), ("DRA", dra_server)] {
+        match tokio::time::timeout(Duration::from_secs(5), server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!("{what} server: {e}"),
+            Ok(Err(e)) => tracing::warn!("{what} server task: {e}"),
+            Err(_) => tracing::warn!("{what} server did not stop within 5 s"),
+        }
+    }
+    remove_socket(&dra_sock);
+    if let Some(p) = publisher {
+        if tokio::time::timeout(Duration::from_secs(10), p)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the slice was not deleted within 10 s");
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,506 @@
+//! Protocol test: no kubelet or API server in CI.
+//!
+//! The driver's daemon over real gRPC unix sockets, a tonic client playing
+//! the kubelet (plugin watcher + DRA manager), the REAL node side
+//! (`core::claims` on a temp gpu-quota config, ledger and CDI directory,
+//! static inventory) and, in place of the API server, ResourceClaims
+//! deserialized from fixtures/ exactly as the API server sends them, and an
+//! in-memory ResourceSlice store.
+use gpuquota_dra::api::dra::{self, dra_plugin_client::DraPluginClient};
+use gpuquota_dra::api::registration::{self, registration_client::RegistrationClient};
+use gpuquota_dra::node::{HostNode, Node};
+use gpuquota_dra::publish::{SliceStore, StoreError};
+use gpuquota_dra::source::MemoryClaims;
+use gpuquota_dra::{daemon, slice};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+const G: u64 = 1 << 30;
+const GPU0: &str = "GPU-00000000-0000-0000-0000-000000000000";
+const GPU1: &str = "GPU-11111111-1111-1111-1111-111111111111";
+const NODE: &str = "node-a";
+const TRAIN: &str = "0e6f6a52-8d7c-4a43-b1f0-6c2b9d3e4f10";
+const BIG: &str = "7a9d2e61-0b4c-4f3a-8e5d-9c1b2a3f4e50";
+const INFER: &str = "c41d8f2e-6a7b-4c9d-8e0f-1a2b3c4d5e6f";
+
+fn fixture(name: &str) -> ResourceClaim {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let text = std::fs::read_to_string(&p).unwrap();
+    if name.ends_with(".json") {
+        serde_json::from_str(&text).unwrap()
+    } else {
+        serde_norway::from_str(&text).unwrap()
+    }
+}
+
+/// The API server's slices, in memory.
+#[derive(Default)]
+struct Slices(Mutex<BTreeMap<String, ResourceSlice>>);
+
+#[tonic::async_trait]
+impl SliceStore for Slices {
+    async fn node_uid(&self, node: &str) -> Result<Option<String>, StoreError> {
+        Ok((node == NODE).then(|| "9f8e7d6c-0000-4000-8000-node0000000a".to_string()))
+    }
+    async fn get(&self, name: &str) -> Result<Option<ResourceSlice>, StoreError> {
+        Ok(self.0.lock().unwrap().get(name).cloned())
+    }
+    async fn apply(&self, s: &ResourceSlice) -> Result<(), StoreError> {
+        let name = s.metadata.name.clone().unwrap();
+        self.0.lock().unwrap().insert(name, s.clone());
+        Ok(())
+    }
+    async fn delete(&self, name: &str) -> Result<(), StoreError> {
+        self.0.lock().unwrap().remove(name);
+        Ok(())
+    }
+}
+
+/// A node: GPU 0 16 GiB, GPU 1 10.5 GiB, reserve 1 GiB; sockets in temp dirs.
+struct Host {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    claims: Arc<MemoryClaims>,
+    slices: Arc<Slices>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    daemon: Option<tokio::task::JoinHandle<Result<(), daemon::DaemonError>>>,
+}
+
+impl Host {
+    async fn start() -> Host {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        for d in ["ledger", "dev", "cdi", "plugins", "registry"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for n in ["nvidia0", "nvidia1"] {
+            std::fs::write(root.join("dev").join(n), b"").unwrap();
+        }
+        let r = root.display();
+        std::fs::write(
+            root.join("config.toml"),
+            format!(
+                "ledger_dir = \"{r}/ledger\"\nstate_dir = \"{r}/state\"\ncdi_dir = \"{r}/cdi\"\nreserve = \"1g\"\n\
+                 [driver]\ndev_root = \"{r}/dev\"\n\
+                 [[inventory.gpu]]\nindex = 0\nuuid = \"{GPU0}\"\nmemory = \"16g\"\n\
+                 [[inventory.gpu]]\nindex = 1\nuuid = \"{GPU1}\"\nmemory = \"10752m\"\n"
+            ),
+        )
+        .unwrap();
+        let claims = Arc::new(MemoryClaims::default());
+        for f in [
+            "claim-train-8gi.yaml",
+            "claim-big-12gi.yaml",
+            "claim-gpu1-default.json",
+        ] {
+            claims.insert(fixture(f));
+        }
+        let slices = Arc::new(Slices::default());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let opts = daemon::Options {
+            plugin_dir: root.join("plugins"),
+            registry_dir: root.join("registry"),
+            node_name: NODE.into(),
+            poll: Duration::from_millis(50),
+        };
+        let node: Arc<dyn Node> = Arc::new(HostNode {
+            config_path: root.join("config.toml"),
+        });
+        let daemon = tokio::spawn(daemon::run(
+            opts,
+            node,
+            claims.clone(),
+            Some(slices.clone() as Arc<dyn SliceStore>),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        let h = Host {
+            _tmp: tmp,
+            root,
+            claims,
+            slices,
+            stop: Some(tx),
+            daemon: Some(daemon),
+        };
+        h.wait(|| h.reg_sock().exists() && h.dra_sock().exists())
+            .await;
+        h
+    }
+
+    fn cfg(&self) -> gpuquota_core::Config {
+        gpuquota_core::Config::load(&self.root.join("config.toml")).unwrap()
+    }
+
+    fn reg_sock(&self) -> PathBuf {
+        self.root.join("registry/vram.gpu-quota.io-reg.sock")
+    }
+
+    fn dra_sock(&self) -> PathBuf {
+        self.root.join("plugins/dra.sock")
+    }
+
+    fn cdi(&self, uid: &str) -> PathBuf {
+        self.root
+            .join(format!("cdi/vram.gpu-quota.io-claim-{uid}.json"))
+    }
+
+    /// (uid, gpu, bytes) of the claims the ledger holds.
+    fn ledger(&self) -> Vec<(String, String, u64)> {
+        let mut v: Vec<_> = gpuquota_core::claims::prepared(&self.cfg())
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.uid, a.gpu_uuid, a.bytes))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A reservation of a container that Kubernetes did not start (Docker),
+    /// added to the ledger as the runtime writes it.
+    fn outside_container(&self, gpu: &str, bytes: u64) {
+        let path = self.root.join("ledger/ledger.json");
+        let mut l: serde_json::Value = match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).unwrap(),
+            Err(_) => serde_json::json!({"version": 1, "reservations": []}),
+        };
+        let now = gpuquota_core::fsutil::now_unix();
+        l["reservations"].as_array_mut().unwrap().push(serde_json::json!({
+            "container_id": "docker-outside", "runtime_root": "/run/docker/runtime-runc/moby",
+            "bundle": "/run/bundles/docker-outside",
+            "slices": [{"uuid": gpu, "index": 0, "bytes": bytes}],
+            "request": "", "created_unix": now, "started_unix": null, "pid": null,
+            "pid_start": null, "state": "reserved", "pid_ns": null, "mnt_ns": null, "boot_id": null
+        }));
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&l).unwrap()).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+
+    async fn wait(&self, f: impl Fn() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(20), "timed out");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(mut self) -> Self {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(20), self.daemon.take().unwrap())
+            .await
+            .expect("daemon stops")
+            .unwrap()
+            .unwrap();
+        self
+    }
+}
+
+async fn channel(path: &Path) -> Channel {
+    let path = path.to_path_buf();
+    Endpoint::from_static("http://[::]:0")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let p = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+fn claim(ns: &str, name: &str, uid: &str) -> dra::Claim {
+    dra::Claim {
+        namespace: ns.into(),
+        name: name.into(),
+        uid: uid.into(),
+    }
+}
+
+async fn prepare(
+    h: &Host,
+    claims: Vec<dra::Claim>,
+) -> BTreeMap<String, dra::NodePrepareResourceResponse> {
+    let mut c = DraPluginClient::new(channel(&h.dra_sock()).await);
+    let r = c
+        .node_prepare_resources(dra::NodePrepareResourcesRequest { claims })
+        .await
+        .expect("per-claim errors, never a failed RPC")
+        .into_inner();
+    r.claims.into_iter().collect()
+}
+
+async fn unprepare(h: &Host, claims: Vec<dra::Claim>) -> BTreeMap<String, String> {
+    let mut c = DraPluginClient::new(channel(&h.dra_sock()).await);
+    let r = c
+        .node_unprepare_resources(dra::NodeUnprepareResourcesRequest { claims })
+        .await
+        .unwrap()
+        .into_inner();
+    r.claims.into_iter().map(|(k, v)| (k, v.error)).collect()
+}
+
+#[tokio::test]
+async fn registration_names_the_driver_its_socket_and_v1() {
+    let h = Host::start().await;
+    let mut c = RegistrationClient::new(channel(&h.reg_sock()).await);
+    let info = c
+        .get_info(registration::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.r#type, "DRAPlugin");
+    assert_eq!(info.name, "vram.gpu-quota.io");
+    assert_eq!(info.endpoint, h.dra_sock().display().to_string());
+    assert_eq!(info.supported_versions, ["v1.DRAPlugin"]);
+    c.notify_registration_status(registration::RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    })
+    .await
+    .unwrap();
+    // the endpoint it names answers the DRA service
+    assert!(prepare(&h, vec![]).await.is_empty());
+    let h = h.stop().await;
+    assert!(
+        !h.reg_sock().exists() && !h.dra_sock().exists(),
+        "sockets removed at stop"
+    );
+}
+
+#[tokio::test]
+async fn prepare_reserves_what_fits_refuses_the_rest_and_unprepare_releases() {
+    let h = Host::start().await;
+    let r = prepare(
+        &h,
+        vec![
+            claim("ml", "train-0-vram-x7k2p", TRAIN),
+            claim("ml", "big-vram", BIG),
+        ],
+    )
+    .await;
+    assert_eq!(r.len(), 2);
+    let ok = &r[TRAIN];
+    assert_eq!(ok.error, "");
+    assert_eq!(
+        ok.devices,
+        [dra::Device {
+            request_names: vec!["vram".into()],
+            pool_name: NODE.into(),
+            device_name: "gpu-0".into(),
+            cdi_device_ids: vec![format!("vram.gpu-quota.io/claim={TRAIN}")],
+            share_id: Some("4c1e0b7a-93d2-4f5e-8a6b-2d7c9e0f1a3b".into()),
+        }]
+    );
+    let e = &r[BIG].error;
+    assert!(r[BIG].devices.is_empty());
+    assert!(
+        e.starts_with("gpu-quota: ") && e.matches("gpu-quota:").count() == 1,
+        "{e}"
+    );
+    assert!(
+        e.contains("ml/big-vram") && e.contains("12") && e.contains("7"),
+        "asked and free: {e}"
+    );
+    // exactly the fitting claim is held, on its GPU, and its CDI spec exists
+    assert_eq!(h.ledger(), [(TRAIN.to_string(), GPU0.to_string(), 8 * G)]);
+    assert!(h.cdi(TRAIN).exists());
+    assert!(!h.cdi(BIG).exists());
+
+    // the kubelet retries: the same answer, nothing reserved twice
+    let again = prepare(&h, vec![claim("ml", "train-0-vram-x7k2p", TRAIN)]).await;
+    assert_eq!(again[TRAIN], *ok);
+    assert_eq!(h.ledger(), [(TRAIN.to_string(), GPU0.to_string(), 8 * G)]);
+
+    // a claim with no amount gets the policy's default (1Gi) on GPU 1
+    let r = prepare(&h, vec![claim("default", "infer-vram", INFER)]).await;
+    assert_eq!(r[INFER].error, "");
+    assert_eq!(r[INFER].devices[0].device_name, "gpu-1");
+    assert_eq!(h.ledger().len(), 2);
+
+    let u = unprepare(
+        &h,
+        vec![
+            claim("ml", "train-0-vram-x7k2p", TRAIN),
+            claim("ml", "big-vram", BIG),
+        ],
+    )
+    .await;
+    assert_eq!(u[TRAIN], "");
+    assert_eq!(u[BIG], "", "unpreparing what was never prepared is fine");
+    assert_eq!(h.ledger(), [(INFER.to_string(), GPU1.to_string(), G)]);
+    assert!(!h.cdi(TRAIN).exists());
+    // released: the big claim fits now
+    let r = prepare(&h, vec![claim("ml", "big-vram", BIG)]).await;
+    assert_eq!(r[BIG].error, "");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_whose_uid_is_not_the_api_objects_is_refused() {
+    let h = Host::start().await;
+    let stale = "11111111-2222-4333-8444-555555555555";
+    let r = prepare(&h, vec![claim("ml", "train-0-vram-x7k2p", stale)]).await;
+    let e = &r[stale].error;
+    assert!(
+        e.starts_with("gpu-quota: ") && e.contains(stale) && e.contains(TRAIN),
+        "{e}"
+    );
+    assert!(r[stale].devices.is_empty());
+    // a claim the API server does not have
+    let r = prepare(&h, vec![claim("ml", "nope", stale)]).await;
+    assert!(r[stale].error.contains("ml/nope"), "{}", r[stale].error);
+    assert!(h.ledger().is_empty(), "nothing reserved");
+    assert!(
+        std::fs::read_dir(h.root.join("cdi"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "no CDI spec"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn the_slice_follows_the_ledger_and_is_deleted_at_stop() {
+    let h = Host::start().await;
+    let name = slice::slice_name(NODE);
+    h.wait(|| h.slices.0.lock().unwrap().contains_key(&name))
+        .await;
+    let s = h.slices.0.lock().unwrap()[&name].clone();
+    let mem: Vec<String> = s
+        .spec
+        .devices
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|d| d.capacity.as_ref().unwrap()["memory"].value.0.clone())
+        .collect();
+    // usable: 16 - 1 and 10.5 - 1 GiB (rounded down to 256 MiB)
+    assert_eq!(mem, ["15Gi", "9728Mi"]);
+    assert_eq!(
+        s.metadata.owner_references.as_ref().unwrap()[0].kind,
+        "Node"
+    );
+    let gen = s.spec.pool.generation;
+    // claims are the scheduler's to count: preparing one changes nothing
+    assert_eq!(
+        prepare(&h, vec![claim("ml", "train-0-vram-x7k2p", TRAIN)]).await[TRAIN].error,
+        ""
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(h.slices.0.lock().unwrap()[&name].spec.pool.generation, gen);
+    // a container started outside Kubernetes takes 4 GiB of GPU 0: the
+    // published capacity shrinks, in a new generation
+    h.outside_container(GPU0, 4 * G);
+    h.wait(|| h.slices.0.lock().unwrap()[&name].spec.pool.generation > gen)
+        .await;
+    let s = h.slices.0.lock().unwrap()[&name].clone();
+    assert_eq!(s.spec.pool.generation, gen + 1);
+    let gpu0 = &s.spec.devices.as_ref().unwrap()[0];
+    assert_eq!(gpu0.capacity.as_ref().unwrap()["memory"].value.0, "11Gi");
+    let _ = &h.claims;
+    let h = h.stop().await;
+    assert!(
+        h.slices.0.lock().unwrap().is_empty(),
+        "slice deleted at stop"
+    );
+}
+
+/// The real binary: serves and registers even while the API server is
+/// unreachable (the slice is retried), and SIGTERM removes both sockets and
+/// exits 0. Without a node name it refuses to start.
+#[tokio::test]
+async fn the_binary_serves_and_exits_0_on_sigterm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // an API server that is not there (port 9, discard, is closed here)
+    std::fs::write(
+        root.join("kubeconfig"),
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n\
+         clusters: [{name: c, cluster: {server: \"https://127.0.0.1:9\", insecure-skip-tls-verify: true}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("config.toml"),
+        "[[inventory.gpu]]\nindex = 0\nuuid = \"GPU-0\"\nmemory = \"16g\"\n",
+    )
+    .unwrap();
+    let run = |node: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-quota-dra"));
+        c.arg("--config")
+            .arg(root.join("config.toml"))
+            .arg("--kubeconfig")
+            .arg(root.join("kubeconfig"))
+            .arg("--plugin-dir")
+            .arg(root.join("plugins"))
+            .arg("--registry-dir")
+            .arg(root.join("registry"))
+            .args(["--poll-ms", "100"])
+            .env_remove("NODE_NAME")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(n) = node {
+            c.args(["--node-name", n]);
+        }
+        c
+    };
+    let o = run(None).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("gpu-quota: no node name") && err.contains("NODE_NAME"),
+        "{err}"
+    );
+
+    let mut child = run(Some(NODE)).spawn().unwrap();
+    let (reg, dra) = (
+        root.join("registry/vram.gpu-quota.io-reg.sock"),
+        root.join("plugins/dra.sock"),
+    );
+    let t = Instant::now();
+    while !(reg.exists() && dra.exists()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "sockets never appeared"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let info = RegistrationClient::new(channel(&reg).await)
+        .get_info(registration::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.endpoint, dra.display().to_string());
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("SIGTERM: stopping"), "{log}");
+    assert!(!reg.exists() && !dra.exists(), "sockets removed\n{log}");
+}
