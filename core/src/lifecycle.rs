@@ -3,6 +3,11 @@
 //! * **admit** (runtime `create`/`run`): place the request in the ledger;
 //!   reservations of dead containers reclaimed on the way are released
 //!   here, and the admission or refusal is recorded.
+//!   A container whose config presents a prepared DRA claim's variable
+//!   (`GPU_QUOTA_CLAIM_<uid>=<token>`, from the claim's CDI device) is
+//!   admitted by [`admit_claim`] instead: bound to that claim when the token
+//!   matches (`claims::bind`), exactly the claim's slice, the variable taken
+//!   out of config.json; requests are not read (issue 20).
 //! * **setup** (runtime, before runc): the bundle's config.json is loaded
 //!   once into a [`Bundle`], modified (device nodes, cgroup rules, the
 //!   hook entries with the reservation's key, the assignment annotation)

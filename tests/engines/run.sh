@@ -430,6 +430,7 @@ source "$ROOT/tests/engines/cri.sh"
 
 # ================================================================ Kubernetes cluster mode
 source "$ROOT/tests/engines/kubernetes.sh"
+source "$ROOT/tests/engines/dra.sh"
 
 # ================================================================ podman 4.3
 source "$ROOT/tests/engines/podman.sh"
@@ -469,6 +470,7 @@ for round in $ROUNDS; do
   ctr_cases
   cri_cases
   k8s_cases
+  [ "$round" = 13 ] && dra_cases
   [ "$round" = 12 ] && podman_cases
   check "$CTD, $DK: round's end: no container left, ledger empty, daemons stopped, no runc state" round_empty
 done

@@ -5,7 +5,7 @@
 //! ```text
 //! gq-cri --socket SOCK version
 //! gq-cri --socket SOCK run-pod --name N --handler gpu-quota [--annotation K=V]... --out POD.json
-//! gq-cri --socket SOCK create --pod POD.json --name N --image IMG [--annotation K=V]... -- CMD...
+//! gq-cri --socket SOCK create --pod POD.json --name N --image IMG [--annotation K=V]... [--cdi-device NAME]... -- CMD...
 //! gq-cri --socket SOCK start ID
 //! gq-cri --socket SOCK exec ID -- CMD...
 //! gq-cri --socket SOCK stop-pod POD.json | remove-pod POD.json
@@ -75,6 +75,11 @@ enum Cmd {
         /// returns it (e.g. NVIDIA_VISIBLE_DEVICES).
         #[arg(long = "env", value_parser = kv)]
         envs: Vec<(String, String)>,
+        /// A fully qualified CDI device name (vendor/class=name), as the
+        /// kubelet passes a prepared DRA claim's devices in
+        /// ContainerConfig.CDI_devices (e.g. vram.gpu-quota.io/claim=UID).
+        #[arg(long = "cdi-device")]
+        cdi_devices: Vec<String>,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -213,6 +218,7 @@ async fn run(cli: Cli) -> Result<i32> {
             annotations,
             devices,
             envs,
+            cdi_devices,
             command,
         } => {
             let p = read_pod(&pod)?;
@@ -231,9 +237,14 @@ async fn run(cli: Cli) -> Result<i32> {
                 .into_iter()
                 .map(|(key, value)| cri::KeyValue { key, value })
                 .collect();
+            let cdi_devices = cdi_devices
+                .into_iter()
+                .map(|name| cri::CdiDevice { name })
+                .collect();
             let config = cri::ContainerConfig {
                 devices,
                 envs,
+                cdi_devices,
                 metadata: Some(cri::ContainerMetadata { name, attempt: 0 }),
                 image: Some(cri::ImageSpec {
                     image,
