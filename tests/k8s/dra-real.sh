@@ -10,6 +10,7 @@
 #   CTD_PREFIX  containerd 1.7 unpacked by tests/engines/trixie.sh PREFIX
 #   GQ_BIN      gpu-quota release binaries (default target/release): gpu-quota,
 #               gpu-quota-runtime, gpu-quota-hook, gpu-quota-dra, libgpuquota.so
+#   GQ_DRA_KEEP_LOGS=DIR keeps every daemon's log there
 #
 # Says SKIP and exits 0 when one of them is missing: this is not part of CI
 # (CI has no control plane; docs/kubernetes.md says how the binaries were
@@ -59,7 +60,12 @@ BB=$(command -v busybox) || skip "busybox missing"
 # ---------------------------------------------------------------- private mount namespace
 if [ -z "${GQ_DRA_INNER:-}" ]; then
   before=$(mktemp); after=$(mktemp)
-  snap() { find /etc /var/lib /var/log /var/run /run /opt -maxdepth 2 2>/dev/null | grep -iE 'kube|containerd|cdi|gpu-quota|etcd|cni' | sort; ls /sys/fs/cgroup/*/ 2>/dev/null | sort -u; }
+  snap() {
+    find /etc /var/lib /var/log /var/run /run /opt -maxdepth 2 2>/dev/null | grep -iE 'kube|containerd|cdi|gpu-quota|etcd|cni' | sort
+    ls /sys/fs/cgroup/*/ 2>/dev/null | sort -u
+    ps -eo comm= | grep -E '^(kube|etcd|containerd|gpu-quota)' | sort
+    ls -d /tmp/gq-dra.* 2>/dev/null
+  }
   snap >"$before"
   GQ_DRA_INNER=1 unshare -m --propagation private "$0" "$@"; rc=$?
   snap >"$after"
@@ -80,10 +86,11 @@ done
 
 export PATH=$CTD_PREFIX/usr/bin:$K8S_BIN:$PATH
 KC() { timeout 30 kubectl --kubeconfig "$T/pki/admin.kubeconfig" "$@"; }
-note() { echo "    $*"; [ -n "$OUT" ] && echo "    $*" >>"$OUT"; }
+note() { echo "    $*"; if [ -n "$OUT" ]; then echo "    $*" >>"$OUT"; fi; }
 check() {  # NAME FN...
   local name=$1 out rc; shift
-  out=$("$@" 2>&1); rc=$?
+  # not in a subshell: the steps start daemons whose pids cleanup needs
+  "$@" >"$T/check.out" 2>&1; rc=$?; out=$(cat "$T/check.out")
   if [ $rc -eq 0 ]; then PASS=$((PASS + 1)); RESULTS+=("PASS $name"); echo "PASS $name"
   else FAIL=$((FAIL + 1)); RESULTS+=("FAIL $name"); echo "FAIL $name"; fi
   [ -n "$out" ] && sed 's/^/    /' <<<"$out"
@@ -91,14 +98,15 @@ check() {  # NAME FN...
   return $rc
 }
 has() { grep -qF -- "$2" <<<"$1" || { echo "expected '$2' in:"; echo "$1"; return 1; }; }
-waitfor() {  # SECS CMD...: CMD succeeds within SECS
+waitfor() {  # SECS 'SHELL CONDITION': true within SECS (evaluated anew each time)
   local n=$(($1 * 5)) i; shift
-  for i in $(seq 1 "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  "$@"
+  for i in $(seq 1 "$n"); do eval "$*" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  eval "$*"
 }
 
 cleanup() {
   set +e
+  if [ -n "${GQ_DRA_KEEP_LOGS:-}" ]; then mkdir -p "$GQ_DRA_KEEP_LOGS" && cp -r "$LOG"/. "$GQ_DRA_KEEP_LOGS"/; fi
   KC delete pods --all --grace-period=0 --force >/dev/null 2>&1
   [ -n "${DRA_PID:-}" ] && kill "$DRA_PID" 2>/dev/null
   local p
@@ -113,7 +121,9 @@ cleanup() {
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
   grep -o " $T[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
-  for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /var/lib/containerd /etc/kubernetes; do umount -l "$d" 2>/dev/null; done
+  for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /var/lib/containerd /etc/kubernetes; do
+    while mountpoint -q "$d"; do umount -l "$d" || break; done   # the kubelet binds its root dir onto itself
+  done
   [ -f "$T/made" ] && tac "$T/made" | while read -r d; do rmdir "$d" 2>/dev/null; done
   rm -rf "$T"
 }
@@ -125,9 +135,10 @@ pki() {
   openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=gq-dra-ca" 2>/dev/null || return 1
   cert() {  # NAME CN [O] [SAN]
     local san=${4:-}
+    # X.509 v3 always (rustls, kube-rs's TLS, refuses v1 certificates)
+    printf "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n%s" "${san:+subjectAltName=$san}" >"$1.ext"
     openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$2${3:+/O=$3}" 2>/dev/null &&
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 2 \
-        ${san:+-extfile <(printf "subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n" "$san")} 2>/dev/null
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 2 -extfile "$1.ext" 2>/dev/null
   }
   cert apiserver kube-apiserver "" "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes.default.svc" || return 1
   cert admin admin system:masters || return 1
@@ -171,7 +182,7 @@ control_plane() {
     --tls-private-key-file "$p/apiserver.key" --client-ca-file "$p/ca.crt" \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.0.0.0/24 \
-    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=true \
     --feature-gates DRAConsumableCapacity=true
   waitfor 90 KC get --raw /readyz || { tail -30 "$LOG/apiserver.log"; return 1; }
   start controller-manager kube-controller-manager --kubeconfig "$p/admin.kubeconfig" \
@@ -242,6 +253,8 @@ state = "/run/containerd"
     cdi_spec_dirs = ["/var/run/cdi"]
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "native"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "$T/ctd-opt"
 EOF
   "$GQ_BIN/gpu-quota" install containerd --kubernetes --root "$T" --runtime-path "$RT" >"$LOG/install.log" 2>&1 ||
     { cat "$LOG/install.log"; return 1; }
@@ -285,6 +298,8 @@ EOF
   waitfor 90 KC get node "$NODE" || { tail -30 "$LOG/kubelet.log"; return 1; }
   note "$(KC get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}')"
   KC apply -f "$ROOT/deploy/kubernetes/runtimeclass.yaml" >/dev/null || return 1
+  # the RuntimeClass schedules onto nodes with gpu-quota installed (docs/kubernetes.md)
+  KC label node "$NODE" gpu-quota.io/runtime=true >/dev/null || return 1
 }
 
 # ---------------------------------------------------------------- the driver
@@ -298,15 +313,19 @@ for s in d["items"]:
         if dev["name"]=="gpu-"+sys.argv[1]: print(dev["capacity"]["memory"]["value"])' "$1"
 }
 driver() {
-  KC apply -f "$DRA_YAML/" >"$LOG/apply.log" 2>&1 || { cat "$LOG/apply.log"; return 1; }
-  KC -n "$DRA_NS" delete daemonset --all >/dev/null 2>&1   # the host process below plays its pod
+  # the shipped RBAC, DeviceClass and DaemonSet, validated by the real API server;
+  # the DaemonSet is then removed: the host process below plays its pod
+  KC apply -f "$DRA_YAML/driver.yaml" -f "$DRA_YAML/deviceclass.yaml" >"$LOG/apply.log" 2>&1 || { cat "$LOG/apply.log"; return 1; }
+  cat "$LOG/apply.log"
+  KC -n "$DRA_NS" delete daemonset --all >/dev/null 2>&1
   "$GQ_BIN/gpu-quota-dra" --config "$GPU_QUOTA_CONFIG" --node-name "$NODE" --kubeconfig "$T/pki/dra.kubeconfig" \
     --plugin-dir /var/lib/kubelet/plugins/vram.gpu-quota.io --registry-dir /var/lib/kubelet/plugins_registry \
     --poll-ms 500 >"$LOG/dra.log" 2>&1 &
   DRA_PID=$!
-  waitfor 30 test -n "$(cap_of 0)" || { tail -20 "$LOG/dra.log"; return 1; }
-  # the kubelet registered it
-  waitfor 30 grep -q "vram.gpu-quota.io" "$LOG/kubelet.log" || return 1
+  waitfor 30 '[ -n "$(cap_of 0)" ]'  || { tail -20 "$LOG/dra.log"; return 1; }
+  # the kubelet registered it (its plugin manager logs the registration)
+  waitfor 30 'grep -i "vram.gpu-quota.io" "$LOG/kubelet.log" | grep -qi "regist"' || { grep -i "plugin" "$LOG/kubelet.log" | tail -20; tail -20 "$LOG/dra.log"; return 1; }
+  grep -i "vram.gpu-quota.io" "$LOG/kubelet.log" | grep -i "regist" | head -3 | cut -c1-300
   KC get resourceslices -o yaml | sed -n '/^  spec:/,$p' | head -40
 }
 
@@ -322,10 +341,11 @@ outside_rm() {
 }
 
 claim_pod() {  # NAME SIZE: a pod with a claim from a template of SIZE
+  local t; t=vram-$(tr A-Z a-z <<<"$2")
   cat <<EOF | KC apply -f - >/dev/null
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
-metadata: {name: vram-$2}
+metadata: {name: $t}
 spec:
   spec:
     devices:
@@ -344,7 +364,7 @@ spec:
   hostNetwork: true
   automountServiceAccountToken: false
   tolerations: [{operator: Exists}]
-  resourceClaims: [{name: vram, resourceClaimTemplateName: vram-$2}]
+  resourceClaims: [{name: vram, resourceClaimTemplateName: $t}]
   containers:
   - name: c
     image: $IMG
@@ -366,7 +386,7 @@ case_slice() {
   note "published: gpu-0 memory $c0, gpu-1 memory $c1"
   [ -n "$c0" ] && [ -n "$c1" ] || return 1
   outside gq-out1 1 12g || return 1
-  waitfor 10 test "$(cap_of 1)" != "$c1" || { echo "gpu-1 still offers $(cap_of 1) with 12g held outside Kubernetes"; return 1; }
+  waitfor 10 '[ "$(cap_of 1)" != "$c1" ]'  || { echo "gpu-1 still offers $(cap_of 1) with 12g held outside Kubernetes"; return 1; }
   note "with 12 GiB held by a ctr container on GPU 1: gpu-1 memory $(cap_of 1), gpu-0 $(cap_of 0)"
 }
 case_share() {
@@ -429,9 +449,9 @@ EOF
 }
 case_fragment() {
   KC delete pod p2 p3 --grace-period=1 >/dev/null; outside_rm gq-out1
-  waitfor 60 test -z "$(KC get pods -o name)" || return 1
+  waitfor 60 '[ -z "$(KC get pods -o name)" ]'  || return 1
   outside gq-out2 0 10g && outside gq-out3 1 10g || return 1
-  waitfor 10 test "$(cap_of 0)" != 16Gi || return 1
+  waitfor 10 '[ "$(cap_of 0)" != 16Gi ]'  || return 1
   note "10 GiB held outside on each GPU: gpu-0 $(cap_of 0), gpu-1 $(cap_of 1)"
   claim_pod p5 8Gi || return 1
   sleep 8
@@ -443,11 +463,11 @@ case_fragment() {
 }
 case_sigterm() {
   KC delete pods --all --grace-period=1 >/dev/null; outside_rm gq-out2; outside_rm gq-out3
-  waitfor 60 test -z "$(KC get pods -o name)" || return 1
+  waitfor 60 '[ -z "$(KC get pods -o name)" ]'  || return 1
   kill -TERM "$DRA_PID"; local rc=0; wait "$DRA_PID" || rc=$?; DRA_PID=""
   [ $rc -eq 0 ] || { echo "gpu-quota-dra exited $rc"; tail -5 "$LOG/dra.log"; return 1; }
   [ -z "$(KC get resourceslices -o name)" ] || { echo "slice left: $(KC get resourceslices -o name)"; return 1; }
-  waitfor 10 test -z "$(ls /var/run/cdi)" || { echo "CDI files left: $(ls /var/run/cdi)"; return 1; }
+  waitfor 10 '[ -z "$(ls /var/run/cdi)" ]'  || { echo "CDI files left: $(ls /var/run/cdi)"; return 1; }
   [ "$(ledger | grep -c '"container_id"')" = 0 ] || { ledger; return 1; }
 }
 
