@@ -420,3 +420,250 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
         self.inner.connect_info()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PATH: &str = "/var/lib/kubelet/plugins_registry/x-reg.sock";
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    // GetInfo's header blocks exactly as golang.org/x/net/http2/hpack (the
+    // kubelet's vendored copy) encodes them on one connection, :authority
+    // = PATH: literals with incremental indexing, Huffman-coded ...
+    const GO_FIRST: &str = "8386459c62ba2d98d558598c84d83498f52fb4b31909b06931ea63115392a94f41a063b8ec628346c75b632d054b15d16cc6a91158598c84d9e98f2b58599741c9d75f8b1d75d0620d263d4c4d65647a8a9acac8b4c7602bba25c340027465864d833505b11f";
+    // ... then the same fields as dynamic-table references ...
+    const GO_SECOND: &str = "8386c2c1c0bfbe";
+    // ... then a request with :authority localhost (a new literal)
+    const GO_LOCALHOST: &str = "8386c24186a0e41d139d09c1c0bf";
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = Vec::new();
+        frame_head(&mut f, payload.len(), kind, flags, stream);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Feed `input` after the preface in chunks of `step` bytes.
+    fn run_in(input: &[u8], step: usize) -> Result<Vec<u8>, AdaptError> {
+        let mut rw = Rewriter::new();
+        let mut out = Vec::new();
+        let mut all = PREFACE.to_vec();
+        all.extend_from_slice(input);
+        for c in all.chunks(step) {
+            rw.feed(c, &mut out)?;
+        }
+        assert_eq!(&out[..24], PREFACE, "the preface passes through");
+        Ok(out[24..].to_vec())
+    }
+
+    fn run(input: &[u8]) -> Result<Vec<u8>, AdaptError> {
+        run_in(input, usize::MAX)
+    }
+
+    type Frame = (u8, u8, u32, Vec<u8>);
+
+    fn frames(mut b: &[u8]) -> Vec<Frame> {
+        let mut v = Vec::new();
+        while !b.is_empty() {
+            let len = (b[0] as usize) << 16 | (b[1] as usize) << 8 | b[2] as usize;
+            let stream = u32::from_be_bytes([b[5], b[6], b[7], b[8]]);
+            v.push((b[3], b[4], stream, b[9..9 + len].to_vec()));
+            b = &b[9 + len..];
+        }
+        v
+    }
+
+    /// Decode a rewritten block with a FRESH decoder, as if it were the
+    /// first block on the connection: proves it needs no dynamic table.
+    fn fields(block: &[u8]) -> Vec<(String, String)> {
+        let mut d = loona_hpack::Decoder::new();
+        d.decode(block)
+            .unwrap()
+            .into_iter()
+            .map(|(n, v)| {
+                (
+                    String::from_utf8(n).unwrap(),
+                    String::from_utf8(v).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    fn authority(f: &[(String, String)]) -> &str {
+        &f.iter().find(|(n, _)| n == ":authority").unwrap().1
+    }
+
+    fn grpc_go_fields(authority: &str) -> Vec<(String, String)> {
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/pluginregistration.Registration/GetInfo"),
+            (":authority", authority),
+            ("content-type", "application/grpc"),
+            ("user-agent", "grpc-go/1.72.1"),
+            ("te", "trailers"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+    }
+
+    #[test]
+    fn grpc_go_blocks_huffman_and_dynamic_index_get_localhost() {
+        let mut input = frame(HEADERS, END_HEADERS, 1, &unhex(GO_FIRST));
+        input.extend(frame(HEADERS, END_HEADERS, 3, &unhex(GO_SECOND)));
+        input.extend(frame(HEADERS, END_HEADERS, 5, &unhex(GO_LOCALHOST)));
+        let out = frames(&run(&input).unwrap());
+        assert_eq!(out.len(), 3);
+        for (i, (kind, flags, stream, p)) in out.iter().enumerate() {
+            assert_eq!((*kind, *flags, *stream), (HEADERS, END_HEADERS, 2 * i as u32 + 1));
+            assert_eq!(fields(p), grpc_go_fields("localhost"), "block {i}");
+        }
+    }
+
+    #[test]
+    fn raw_literal_authority_is_rewritten_and_the_table_stays_in_step() {
+        // 0x41: literal with incremental indexing, name :authority; raw value
+        let mut b = vec![0x83, 0x86, 0x41, PATH.len() as u8];
+        b.extend_from_slice(PATH.as_bytes());
+        let mut input = frame(HEADERS, END_HEADERS | END_STREAM, 1, &b);
+        // 0xbe: dynamic index 62, the entry just added
+        input.extend(frame(HEADERS, END_HEADERS, 3, &[0x83, 0x86, 0xbe]));
+        let out = frames(&run(&input).unwrap());
+        assert_eq!(out[0].1, END_HEADERS | END_STREAM, "END_STREAM kept");
+        assert_eq!(authority(&fields(&out[0].3)), "localhost");
+        assert_eq!(authority(&fields(&out[1].3)), "localhost");
+    }
+
+    #[test]
+    fn a_valid_authority_is_left_alone() {
+        for a in ["localhost", "[::]:0", "vram.example:8443", "10.0.0.1"] {
+            let mut b = vec![0x83, 0x86, 0x41, a.len() as u8];
+            b.extend_from_slice(a.as_bytes());
+            let out = frames(&run(&frame(HEADERS, END_HEADERS, 1, &b)).unwrap());
+            assert_eq!(authority(&fields(&out[0].3)), a);
+        }
+        // and the other fields are kept, in order, as they were
+        let out = frames(&run(&frame(HEADERS, END_HEADERS, 1, &unhex(GO_FIRST))).unwrap());
+        let mut want = grpc_go_fields("localhost");
+        let got = fields(&out[0].3);
+        want[3].1 = "localhost".into();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn continuation_frames_become_one_headers_frame() {
+        let b = unhex(GO_FIRST);
+        let mut input = frame(HEADERS, END_STREAM, 1, &b[..10]);
+        input.extend(frame(CONTINUATION, 0, 1, &b[10..40]));
+        input.extend(frame(CONTINUATION, END_HEADERS, 1, &b[40..]));
+        let out = frames(&run(&input).unwrap());
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].0, out[0].1), (HEADERS, END_HEADERS | END_STREAM));
+        assert_eq!(fields(&out[0].3), grpc_go_fields("localhost"));
+        // another frame inside a header block: refused
+        let mut bad = frame(HEADERS, 0, 1, &b[..10]);
+        bad.extend(frame(0x8, 0, 0, &[0, 0, 0, 1]));
+        assert!(matches!(run(&bad), Err(AdaptError::Interleaved(0x8))));
+        let mut bad = frame(HEADERS, 0, 1, &b[..10]);
+        bad.extend(frame(CONTINUATION, END_HEADERS, 3, &b[10..]));
+        assert!(matches!(run(&bad), Err(AdaptError::Malformed(_))));
+    }
+
+    #[test]
+    fn padding_is_dropped_and_priority_kept() {
+        let b = unhex(GO_FIRST);
+        let prio = [0x80, 0, 0, 0, 15];
+        let mut p = vec![7];
+        p.extend_from_slice(&prio);
+        p.extend_from_slice(&b);
+        p.extend_from_slice(&[0; 7]);
+        let out = frames(&run(&frame(HEADERS, PADDED | PRIORITY | END_HEADERS, 1, &p)).unwrap());
+        assert_eq!(out[0].1, PRIORITY | END_HEADERS, "PADDED dropped");
+        assert_eq!(&out[0].3[..5], &prio);
+        assert_eq!(fields(&out[0].3[5..]), grpc_go_fields("localhost"));
+        // padding longer than the frame
+        let bad = frame(HEADERS, PADDED | END_HEADERS, 1, &[9, 0x83]);
+        assert!(matches!(run(&bad), Err(AdaptError::Malformed(_))));
+    }
+
+    #[test]
+    fn oversize_blocks_and_amplified_lists_are_refused() {
+        // one HEADERS frame over the bound: refused on its frame header,
+        // before its payload is read
+        let mut head = Vec::new();
+        frame_head(&mut head, MAX_BLOCK + 1, HEADERS, END_HEADERS, 1);
+        assert!(matches!(run(&head), Err(AdaptError::BlockTooLarge)));
+        // under the bound per frame, over it in CONTINUATIONs
+        let mut input = frame(HEADERS, 0, 1, &vec![0x82; 40 << 10]);
+        input.extend(frame(CONTINUATION, END_HEADERS, 1, &vec![0x82; 30 << 10]));
+        assert!(matches!(run(&input), Err(AdaptError::BlockTooLarge)));
+        // a 4000-byte entry referenced 100 times: 400 kB decoded from 4 kB
+        let mut b = vec![0x40];
+        hpack_string(&mut b, b"x");
+        hpack_string(&mut b, &vec![b'y'; 4000]);
+        b.extend(std::iter::repeat_n(0xbe, 100));
+        assert!(matches!(
+            run(&frame(HEADERS, END_HEADERS, 1, &b)),
+            Err(AdaptError::ListTooLarge)
+        ));
+        // a table size update above h2's 4096
+        let mut b = Vec::new();
+        hpack_int(&mut b, 0x20, 5, 1 << 20);
+        b.push(0x82);
+        assert!(matches!(
+            run(&frame(HEADERS, END_HEADERS, 1, &b)),
+            Err(AdaptError::Hpack(_))
+        ));
+    }
+
+    #[test]
+    fn a_frame_split_across_reads_gives_the_same_bytes() {
+        let mut input = frame(0x4, 0, 0, &[0, 4, 0, 0, 0xff, 0xff]);
+        input.extend(frame(HEADERS, END_HEADERS, 1, &unhex(GO_FIRST)));
+        input.extend(frame(0x0, END_STREAM, 1, &[0, 0, 0, 0, 0]));
+        input.extend(frame(HEADERS, END_HEADERS, 3, &unhex(GO_SECOND)));
+        let whole = run(&input).unwrap();
+        for step in [1, 2, 7, 9, 10, 100] {
+            assert_eq!(run_in(&input, step).unwrap(), whole, "chunks of {step}");
+        }
+    }
+
+    #[test]
+    fn other_frames_pass_byte_for_byte() {
+        let mut input = frame(0x4, 0, 0, &[0, 3, 0, 0, 0, 100]);
+        input.extend(frame(0x8, 0, 0, &[0, 1, 0, 0]));
+        input.extend(frame(0x0, 0, 1, &vec![0xab; 100_000 - 1]));
+        input.extend(frame(0x6, 0, 0, b"12345678"));
+        input.extend(frame(0x0, END_STREAM, 1, &[]));
+        assert_eq!(run_in(&input, 4096).unwrap(), input);
+    }
+
+    #[test]
+    fn a_block_larger_than_h2s_frame_size_is_split_in_continuations() {
+        // 80 fields of 500 bytes: 40 kB rewritten, over h2's 16 KiB frames
+        let mut b = vec![0x83, 0x86];
+        for i in 0..80 {
+            b.push(0x00);
+            hpack_string(&mut b, format!("x-{i}").as_bytes());
+            hpack_string(&mut b, &[b'v'; 500]);
+        }
+        let out = frames(&run(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &b)).unwrap());
+        let kinds: Vec<_> = out.iter().map(|f| (f.0, f.1)).collect();
+        assert_eq!(
+            kinds,
+            [(HEADERS, END_STREAM), (CONTINUATION, 0), (CONTINUATION, END_HEADERS)]
+        );
+        assert!(out.iter().all(|f| f.3.len() <= MAX_FRAME_OUT));
+        let block: Vec<u8> = out.iter().flat_map(|f| f.3.clone()).collect();
+        assert_eq!(fields(&block).len(), 82);
+    }
+}
