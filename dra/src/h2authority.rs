@@ -488,12 +488,7 @@ mod tests {
         d.decode(block)
             .unwrap()
             .into_iter()
-            .map(|(n, v)| {
-                (
-                    String::from_utf8(n).unwrap(),
-                    String::from_utf8(v).unwrap(),
-                )
-            })
+            .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
             .collect()
     }
 
@@ -524,7 +519,10 @@ mod tests {
         let out = frames(&run(&input).unwrap());
         assert_eq!(out.len(), 3);
         for (i, (kind, flags, stream, p)) in out.iter().enumerate() {
-            assert_eq!((*kind, *flags, *stream), (HEADERS, END_HEADERS, 2 * i as u32 + 1));
+            assert_eq!(
+                (*kind, *flags, *stream),
+                (HEADERS, END_HEADERS, 2 * i as u32 + 1)
+            );
             assert_eq!(fields(p), grpc_go_fields("localhost"), "block {i}");
         }
     }
@@ -660,7 +658,11 @@ mod tests {
         let kinds: Vec<_> = out.iter().map(|f| (f.0, f.1)).collect();
         assert_eq!(
             kinds,
-            [(HEADERS, END_STREAM), (CONTINUATION, 0), (CONTINUATION, END_HEADERS)]
+            [
+                (HEADERS, END_STREAM),
+                (CONTINUATION, 0),
+                (CONTINUATION, END_HEADERS)
+            ]
         );
         assert!(out.iter().all(|f| f.3.len() <= MAX_FRAME_OUT));
         let block: Vec<u8> = out.iter().flat_map(|f| f.3.clone()).collect();

@@ -635,7 +635,10 @@ async fn kubelet_connection(path: &Path) -> tokio::net::UnixStream {
 
 fn plugin_info(body: &[u8]) -> registration::PluginInfo {
     use prost::Message;
-    assert!(body.len() >= 5 && body[0] == 0, "one uncompressed gRPC message");
+    assert!(
+        body.len() >= 5 && body[0] == 0,
+        "one uncompressed gRPC message"
+    );
     let n = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
     assert_eq!(body.len(), 5 + n);
     registration::PluginInfo::decode(&body[5..]).unwrap()
