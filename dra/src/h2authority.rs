@@ -343,6 +343,8 @@ pub struct Adapted<S> {
     out: Vec<u8>,
     pos: usize,
     read_buf: Box<[u8]>,
+    /// A bound was crossed: every later read fails too.
+    failed: bool,
 }
 
 impl<S> Adapted<S> {
@@ -353,6 +355,7 @@ impl<S> Adapted<S> {
             out: Vec::new(),
             pos: 0,
             read_buf: vec![0; 16 << 10].into_boxed_slice(),
+            failed: false,
         }
     }
 }
@@ -375,12 +378,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for Adapted<S> {
                 }
                 return Poll::Ready(Ok(()));
             }
+            if me.failed {
+                return Poll::Ready(Err(io::ErrorKind::InvalidData.into()));
+            }
             let mut rb = ReadBuf::new(&mut me.read_buf);
             ready!(Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
             if rb.filled().is_empty() {
                 return Poll::Ready(Ok(()));
             }
             if let Err(e) = me.rw.feed(rb.filled(), &mut me.out) {
+                me.failed = true;
                 tracing::warn!("registration socket: {e}; connection closed");
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
             }

@@ -667,6 +667,31 @@ async fn the_kubelets_registration_dial_with_the_socket_path_as_authority_is_ans
     }
     drop(s);
 
+    // a header block over the adapter's 64 KiB bound: the connection is
+    // closed on the frame header (h2 alone would wait for the payload)
+    let mut s = kubelet_connection(&h.reg_sock()).await;
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut head = h2_frame(1, 0x4, 1, &[]);
+        head[..3].copy_from_slice(&((64u32 << 10) + 1).to_be_bytes()[1..]);
+        s.write_all(&head).await.unwrap();
+        let mut sink = [0u8; 4096];
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match s.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "an oversize header block closes the connection"
+        );
+    }
+    drop(s);
+
     // negative control: the same bytes on the DRA socket, which is served
     // without the adapter (the kubelet dials it as unix:<path>), are what
     // h2 refuses; so the client above reproduces the kubelet's failure
