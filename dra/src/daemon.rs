@@ -5,6 +5,7 @@
 use crate::api::dra::dra_plugin_server::DraPluginServer;
 use crate::api::registration::registration_server::RegistrationServer;
 use crate::api::{registration_socket, DRA_SOCKET};
+use crate::h2authority::Adapted;
 use crate::node::Node;
 use crate::publish::{Publisher, SliceStore};
 use crate::service::{DraService, RegistrationService};
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio_stream::StreamExt;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -207,8 +209,13 @@ pub async fn run(
             .add_service(RegistrationServer::new(RegistrationService {
                 endpoint: dra_sock.display().to_string(),
             }))
+            // through the :authority adapter: the kubelet dials this socket
+            // with its path as :authority, which h2 refuses (h2authority.rs);
+            // the DRA socket above is dialed as unix:<path> (authority
+            // localhost) and is served as is
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(reg_listener),
+                tokio_stream::wrappers::UnixListenerStream::new(reg_listener)
+                    .map(|c| c.map(Adapted::new)),
                 async move {
                     let _ = server_stop.wait_for(|s| *s).await;
                 },

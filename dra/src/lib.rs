@@ -7,10 +7,12 @@
 //! object to one GPU and a byte count, or a refusal) and `publish` (when to
 //! write the slice); `node` is the node behind a trait (`core::claims`),
 //! `source` the API server's claims behind a trait, `service` the kubelet's
-//! gRPC services and `daemon` ties them together.
+//! gRPC services, `h2authority` the registration socket's adapter for the
+//! kubelet's `:authority`, and `daemon` ties them together.
 pub mod api;
 pub mod claim;
 pub mod daemon;
+pub mod h2authority;
 pub mod node;
 pub mod publish;
 pub mod quantity;
