@@ -267,7 +267,7 @@ pub fn admit_claim(
     root: &str,
     src: events::Source<'_>,
 ) -> Result<Reservation, LifecycleError> {
-    let request = || format!("claim {}", p.var);
+    let request = || format!("claim {:?}", p.var); // the name is hostile
     precheck(cfg, bundle, id, &request, src)?;
     let mut reclaimed = vec![];
     let bound = claims::bind(
