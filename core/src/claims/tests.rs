@@ -529,3 +529,66 @@ fn only_the_exact_token_binds_no_case_space_or_duplicate_tricks() {
         .unwrap();
     bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap();
 }
+
+/// Review of issue 20: what a prepare does with a hostile CDI directory or
+/// spec path, and an old 0644 ledger. A directory that is a link or
+/// writable by others is refused with nothing reserved; a link planted at
+/// the spec path is replaced, never written through; a temp file name
+/// planted as a link is not followed; a ledger left 0644 by an older
+/// gpu-quota is 0600 from the write that first puts a token in it.
+#[test]
+fn hostile_cdi_paths_and_an_old_0644_ledger() {
+    use std::os::unix::fs::symlink;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    // the CDI directory a link (to a directory an attacker chose)
+    let (d, cfg) = setup();
+    let elsewhere = d.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    symlink(&elsewhere, &cfg.cdi_dir).unwrap();
+    let e = prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+    assert!(entries(&cfg).is_empty(), "nothing reserved");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    // group-writable
+    let (_d, cfg) = setup();
+    std::fs::create_dir(&cfg.cdi_dir).unwrap();
+    std::fs::set_permissions(&cfg.cdi_dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let e = prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap_err();
+    assert!(e.to_string().contains("writable by group"), "{e}");
+    assert!(entries(&cfg).is_empty(), "nothing reserved");
+    // a link at the spec path, a link at the temp file's name, an old ledger
+    let (d, cfg) = setup();
+    container(&cfg, "docker1", 1, G);
+    std::fs::set_permissions(
+        Ledger::new(&cfg).path(),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    std::fs::create_dir(&cfg.cdi_dir).unwrap();
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let spec = cdi_path(&cfg, "u-1");
+    symlink(&victim, &spec).unwrap();
+    let tmp = cfg.cdi_dir.join(format!(
+        ".{}.tmp.{}",
+        spec.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
+    symlink(&victim, &tmp).unwrap();
+    assert!(
+        prepare(&cfg, &alloc("u-1", GPU0, G)).is_err(),
+        "the planted temp link is not followed"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert_eq!(entries(&cfg).len(), 1, "nothing reserved");
+    std::fs::remove_file(&tmp).unwrap();
+    prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert!(!std::fs::symlink_metadata(&spec).unwrap().file_type().is_symlink());
+    assert_eq!(mode(&spec), 0o600);
+    assert_eq!(mode(&Ledger::new(&cfg).path()), 0o600, "tightened");
+    // a directory at the spec path: refused, nothing reserved
+    std::fs::create_dir(cdi_path(&cfg, "u-2")).unwrap();
+    assert!(prepare(&cfg, &alloc("u-2", GPU0, G)).is_err());
+    assert_eq!(entries(&cfg).len(), 2);
+}
