@@ -85,11 +85,11 @@ pub enum ClaimError {
         value: String,
         accepted: &'static str,
     },
-    #[error("the container's environment carries {var}, but no claim with that uid is prepared on this host; a claim's variable comes only from its CDI device (resourceClaims in the pod spec), never from a pod's env")]
+    #[error("the container's environment carries {var:?}, but no claim with that uid is prepared on this host; a claim's variable comes only from its CDI device (resourceClaims in the pod spec), never from a pod's env")]
     UnknownClaim { var: String },
-    #[error("the container's {var} does not match the token of the prepared claim {claim}; a claim's variable comes only from its CDI device (resourceClaims in the pod spec), never from a pod's env")]
+    #[error("the container's {var:?} does not match the token of the prepared claim {claim}; a claim's variable comes only from its CDI device (resourceClaims in the pod spec), never from a pod's env")]
     WrongToken { var: String, claim: String },
-    #[error("the container's environment carries two different claims ({first}, {second}); a container is bound to at most one claim: request one claim per container")]
+    #[error("the container's environment carries two different claims ({first:?}, {second:?}); a container is bound to at most one claim: request one claim per container")]
     TwoClaims { first: String, second: String },
     #[error("claim {claim} is already bound to running container {container}; a claim is one slice for one running container at a time: give each container its own claim, or wait until {container} exits")]
     Bound { claim: String, container: String },

@@ -95,7 +95,8 @@ impl Bundle {
 
     /// Load `dir/config.json`. A config that is not JSON is
     /// [`LifecycleError::RequestInInvalidJson`] when it seems to ask for
-    /// GPU memory (never fail open), else [`LifecycleError::Json`].
+    /// GPU memory or carries a DRA claim's variable (never fail open),
+    /// else [`LifecycleError::Json`].
     pub fn load(dir: &Path) -> Result<Bundle, LifecycleError> {
         let path = spec::config_path(dir);
         let bytes = std::fs::read(&path).map_err(|err| LifecycleError::Read {
@@ -162,6 +163,9 @@ fn contains_request_key(b: &[u8]) -> bool {
     s.contains(&format!("\"{}\"", keys::ANN_VRAM))
         || s.contains(keys::ANNOTATION_PREFIX)
         || s.contains(keys::ENV_VRAM)
+        // a DRA claim's variable (issue 20): never run unbound, nor hand
+        // its token to runc and the container
+        || s.contains(keys::ENV_CLAIM_PREFIX)
 }
 
 // ------------------------------------------------------------------ admit
@@ -267,7 +271,7 @@ pub fn admit_claim(
     root: &str,
     src: events::Source<'_>,
 ) -> Result<Reservation, LifecycleError> {
-    let request = || format!("claim {}", p.var);
+    let request = || format!("claim {:?}", p.var); // the name is hostile
     precheck(cfg, bundle, id, &request, src)?;
     let mut reclaimed = vec![];
     let bound = claims::bind(
@@ -721,6 +725,17 @@ mod tests {
             0o600
         );
         std::fs::write(&p, b"{\"vram\": ").unwrap();
+        assert!(matches!(
+            Bundle::load(d.path()),
+            Err(LifecycleError::RequestInInvalidJson { .. })
+        ));
+        // a DRA claim's variable in a config serde_json refuses and Go's
+        // encoding/json reads (a lone surrogate escape)
+        std::fs::write(
+            &p,
+            b"{\"process\":{\"env\":[\"GPU_QUOTA_CLAIM_u=t\",\"X=\\udc00\"]}}",
+        )
+        .unwrap();
         assert!(matches!(
             Bundle::load(d.path()),
             Err(LifecycleError::RequestInInvalidJson { .. })

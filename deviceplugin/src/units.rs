@@ -169,7 +169,9 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
                     let (outside, holders) = l
                         .reservations
                         .iter()
-                        .filter(|r| !(node.kubernetes)(r) && !(node.stale)(r))
+                        // a container bound to a DRA claim counts nothing:
+                        // the claim's own entry holds its bytes, once
+                        .filter(|r| r.counts() && !(node.kubernetes)(r) && !(node.stale)(r))
                         .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
                         .fold((0u64, 0usize), |(b, n), s| (b + s.bytes, n + 1));
                     if outside > 0 {
@@ -307,6 +309,51 @@ mod tests {
         };
         let s2 = compute(&s, &state(Ok(&i), Ok(&l2), 0, &|_| true));
         assert_eq!(s2.healthy(), 32);
+    }
+
+    /// Review of issue 20: a DRA claim's bytes are held by the claim's own
+    /// entry (no runc root: outside Kubernetes' device plugin); a container
+    /// bound to the claim counts nothing (`Reservation::counts`), whatever
+    /// runc root it runs under (docker/podman can bind a claim through its
+    /// CDI device too). Counting both took the claim's bytes twice.
+    #[test]
+    fn a_claims_bytes_are_taken_once_whatever_root_its_container_runs_under() {
+        use gpuquota_core::ledger::ClaimEntry;
+        let i = inv(&[16 * G, 16 * G]);
+        let claim = |uid: &str, gpu: u32| Reservation {
+            container_id: format!("claim:{uid}"),
+            runtime_root: None,
+            claim: Some(ClaimEntry {
+                uid: uid.into(),
+                namespace: "ns".into(),
+                name: "c".into(),
+                token: "t".repeat(64),
+            }),
+            ..res("x", "/", gpu, 4 * G)
+        };
+        let bound = |id: &str, root: &str, gpu: u32, uid: &str| Reservation {
+            bound_claim: Some(uid.into()),
+            ..res(id, root, gpu, 4 * G)
+        };
+        let l = LedgerData {
+            version: 1,
+            reservations: vec![
+                claim("u0", 0),
+                bound("docker1", "/run/docker/runtime-runc/moby", 0, "u0"),
+                claim("u1", 1),
+                bound("pod1", "/k8s", 1, "u1"),
+            ],
+        };
+        let s = compute(&Snapshot::default(), &state(Ok(&i), Ok(&l), 0, &|_| true));
+        // control: bound inside Kubernetes, the claim's 4 GiB once
+        assert_eq!(s.gpus[1].usable, 12, "{:?}", s.gpus[1]);
+        // bound outside Kubernetes: still 4 GiB once, not 8
+        assert_eq!(s.gpus[0].usable, 12, "{:?}", s.gpus[0]);
+        assert!(
+            s.gpus[0].why.contains("4.00 GiB held by 1 container(s)"),
+            "{:?}",
+            s.gpus[0]
+        );
     }
 
     #[test]

@@ -383,3 +383,58 @@ fn operator_release_and_gc_leave_the_claim_and_unbind_its_container() {
         "unprepare after gc unbound it",
     );
 }
+
+/// Review of issue 20: a config.json our parser refuses but runc's reads
+/// (Go's encoding/json takes a lone surrogate escape as U+FFFD, serde_json
+/// refuses it) used to be passed through to runc untouched when it only
+/// carried a claim variable: the container ran unbound, unsliced, with the
+/// claim's token in its environment. A claim variable in an unreadable
+/// config now refuses the create, as a request there always did.
+#[test]
+fn a_claim_variable_in_a_config_we_cannot_parse_is_refused_never_passed_through() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    ok_claim(&h, UID, "vram-4g", 0, 4 * GIB);
+    let var = h.cdi_env(UID);
+    let token = var.split_once('=').unwrap().1.to_string();
+    let odd = |b: &Bundle| {
+        b.set(&[], "env > /out/env; touch /out/done", &[&var, "ODD=@@"]);
+        let raw = std::fs::read_to_string(b.config_path()).unwrap();
+        std::fs::write(b.config_path(), raw.replace("@@", "\\udc00")).unwrap();
+        assert!(serde_json::from_slice::<Value>(&std::fs::read(b.config_path()).unwrap()).is_err());
+    };
+    // negative control: runc itself reads this config and hands the token on
+    let p = h.bundle("plain");
+    odd(&p);
+    assert_ok(
+        &h.runc(&["run", "--bundle", &p.bundle_arg(), "plain"]),
+        "runc run",
+    );
+    p.wait_out("done", 5)
+        .expect("plain runc ran the odd config");
+    assert!(std::fs::read_to_string(p.out.join("env"))
+        .unwrap()
+        .contains(&token));
+    // through the runtime: refused, nothing created, nothing reserved
+    let b = h.bundle("odd");
+    odd(&b);
+    let before = h.reservations();
+    let o = h.runtime(&["create", "--bundle", &b.bundle_arg(), "odd"]);
+    let list = h.runc(&["list", "-q"]);
+    let created = String::from_utf8_lossy(&list.stdout).contains("odd");
+    if created {
+        let _ = h.runtime(&["delete", "--force", "odd"]);
+    }
+    assert!(
+        !o.status.success() && !created,
+        "a claim variable in an unparsable config was passed through to runc: {}",
+        stderr(&o)
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("gpu-quota: ") && e.contains("not valid JSON"),
+        "{e}"
+    );
+    assert!(!e.contains(&token), "{e}");
+    assert_eq!(h.reservations(), before);
+}

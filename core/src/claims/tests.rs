@@ -428,3 +428,167 @@ fn presented_finds_one_claim_and_strip_takes_every_claim_variable_out() {
     assert_eq!(c, cfg(&["A=1", "B=2"]));
     assert_eq!(env_var("3f6c-a1-9"), "GPU_QUOTA_CLAIM_3f6c_a1_9");
 }
+
+/// Review of issue 20: the variable's name comes from the image or the pod
+/// spec (an image's `ENV` may name anything), and the refusal is printed on
+/// the engine's terminal and in its log: control characters in it must
+/// come out escaped, as every other hostile value in a gpu-quota message.
+#[test]
+fn a_hostile_variable_name_is_printed_escaped_in_every_refusal() {
+    let (d, cfg) = setup();
+    prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap();
+    let t = token_of(&cfg, "u-1");
+    let root = d.path().join("runc").to_string_lossy().into_owned();
+    let env = |e: &[String]| serde_json::json!({"process": {"env": e}});
+    let evil = "GPU_QUOTA_CLAIM_x\u{1b}]0;owned\u{7}\u{1b}[2J\ngpu-quota: admitted";
+    let clean = |e: &ClaimError| {
+        let m = e.to_string();
+        assert!(
+            !m.chars().any(|c| c.is_control()),
+            "raw control characters in {m:?}"
+        );
+        assert!(m.contains("\\u{1b}"), "the name is still shown: {m:?}");
+    };
+    // unknown claim
+    let p = presented(&env(&[format!("{evil}=1")])).unwrap().unwrap();
+    let e = bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap_err();
+    assert!(matches!(e, ClaimError::UnknownClaim { .. }), "{e:?}");
+    clean(&e);
+    // two claims, the hostile one second
+    let e = presented(&env(&[
+        format!("{}={t}", env_var("u-1")),
+        format!("{evil}=1"),
+    ]))
+    .unwrap_err();
+    assert!(matches!(e, ClaimError::TwoClaims { .. }), "{e:?}");
+    clean(&e);
+    // control: a well-formed name is printed as it is, quoted
+    let e = bind(
+        &cfg,
+        &presenting("u-1", "x"),
+        "c1",
+        &root,
+        "/b",
+        &mut vec![],
+    )
+    .unwrap_err();
+    assert!(matches!(e, ClaimError::WrongToken { .. }), "{e:?}");
+    assert!(e.to_string().contains("\"GPU_QUOTA_CLAIM_u_1\""), "{e}");
+}
+
+/// Review of issue 20: the token is compared as it is — no case folding,
+/// no trimming, no prefix, nothing after the first `=` ignored — and an
+/// empty value, a bare name or a second copy with another value never
+/// binds. Negative control: the exact token binds.
+#[test]
+fn only_the_exact_token_binds_no_case_space_or_duplicate_tricks() {
+    let (d, cfg) = setup();
+    prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap();
+    let t = token_of(&cfg, "u-1");
+    assert!(t
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    let root = d.path().join("runc").to_string_lossy().into_owned();
+    let var = env_var("u-1");
+    let env = |e: &[String]| serde_json::json!({"process": {"env": e}});
+    let before = entries(&cfg);
+    for (what, e) in [
+        ("uppercase", vec![format!("{var}={}", t.to_uppercase())]),
+        ("leading space", vec![format!("{var}= {t}")]),
+        ("trailing space", vec![format!("{var}={t} ")]),
+        ("trailing newline", vec![format!("{var}={t}\n")]),
+        ("longer", vec![format!("{var}={t}{t}")]),
+        ("=-suffixed", vec![format!("{var}={t}=")]),
+        ("empty", vec![format!("{var}=")]),
+        ("bare name", vec![var.clone()]),
+        ("uppercase uid", vec![format!("{}={t}", env_var("U-1"))]),
+        ("dashes", vec![format!("GPU_QUOTA_CLAIM_u-1={t}")]),
+    ] {
+        let r = presented(&env(&e))
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                bind(&cfg, &p.unwrap(), "c1", &root, "/b", &mut vec![]).map_err(|e| e.to_string())
+            });
+        assert!(r.is_err(), "{what}: bound");
+        assert_eq!(entries(&cfg), before, "{what}: nothing reserved");
+    }
+    for e in [
+        vec![format!("{var}={t}"), format!("{var}=")],
+        vec![format!("{var}="), format!("{var}={t}")],
+        vec![format!("{var}={t}"), format!("{var}={}", t.to_uppercase())],
+    ] {
+        let r = presented(&env(&e));
+        assert!(
+            matches!(r, Err(ClaimError::TwoClaims { .. })),
+            "{e:?}: {r:?}"
+        );
+    }
+    // control
+    let p = presented(&env(&[format!("{var}={t}"), format!("{var}={t}")]))
+        .unwrap()
+        .unwrap();
+    bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap();
+}
+
+/// Review of issue 20: what a prepare does with a hostile CDI directory or
+/// spec path, and an old 0644 ledger. A directory that is a link or
+/// writable by others is refused with nothing reserved; a link planted at
+/// the spec path is replaced, never written through; a temp file name
+/// planted as a link is not followed; a ledger left 0644 by an older
+/// gpu-quota is 0600 from the write that first puts a token in it.
+#[test]
+fn hostile_cdi_paths_and_an_old_0644_ledger() {
+    use std::os::unix::fs::symlink;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    // the CDI directory a link (to a directory an attacker chose)
+    let (d, cfg) = setup();
+    let elsewhere = d.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    symlink(&elsewhere, &cfg.cdi_dir).unwrap();
+    let e = prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+    assert!(entries(&cfg).is_empty(), "nothing reserved");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    // group-writable
+    let (_d, cfg) = setup();
+    std::fs::create_dir(&cfg.cdi_dir).unwrap();
+    std::fs::set_permissions(&cfg.cdi_dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let e = prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap_err();
+    assert!(e.to_string().contains("writable by group"), "{e}");
+    assert!(entries(&cfg).is_empty(), "nothing reserved");
+    // a link at the spec path, a link at the temp file's name, an old ledger
+    let (d, cfg) = setup();
+    container(&cfg, "docker1", 1, G);
+    std::fs::set_permissions(
+        Ledger::new(&cfg).path(),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    std::fs::create_dir(&cfg.cdi_dir).unwrap();
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let spec = cdi_path(&cfg, "u-1");
+    symlink(&victim, &spec).unwrap();
+    let tmp = cfg.cdi_dir.join(format!(
+        ".{}.tmp.{}",
+        spec.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
+    symlink(&victim, &tmp).unwrap();
+    assert!(
+        prepare(&cfg, &alloc("u-1", GPU0, G)).is_err(),
+        "the planted temp link is not followed"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert_eq!(entries(&cfg).len(), 1, "nothing reserved");
+    std::fs::remove_file(&tmp).unwrap();
+    prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert!(!std::fs::symlink_metadata(&spec).unwrap().file_type().is_symlink());
+    assert_eq!(mode(&spec), 0o600);
+    assert_eq!(mode(&Ledger::new(&cfg).path()), 0o600, "tightened");
+    // a directory at the spec path: refused, nothing reserved
+    std::fs::create_dir(cdi_path(&cfg, "u-2")).unwrap();
+    assert!(prepare(&cfg, &alloc("u-2", GPU0, G)).is_err());
+    assert_eq!(entries(&cfg).len(), 2);
+}
