@@ -396,8 +396,10 @@ case_share() {
   local a1 a2; a1=$(pod_claim_alloc p1); a2=$(pod_claim_alloc p2)
   note "p1 claim: $a1; p2 claim: $a2"
   has "$a1" "gpu-0 8Gi" && has "$a2" "gpu-0 8Gi" || return 1
-  local l; l=$(KC logs p1) || return 1
-  note "p1 /run/gpu-quota/limits: $(tr '\n' ' ' <<<"$l")"
+  # what the container itself printed (its CRI log file): /run/gpu-quota/limits
+  local l; waitfor 20 'grep -q vram_bytes /var/log/pods/default_p1_*/c/0.log' || return 1
+  l=$(cat /var/log/pods/default_p1_*/c/0.log)
+  note "p1's container printed: $(grep -o 'gpu=[^ ]*\|vram_bytes=[0-9]*' <<<"$l" | tr '\n' ' ')"
   has "$l" "GPU-00000000-0000-4000-8000-000000000000" && has "$l" "vram_bytes=$((8 * GIB))" || return 1
   ledger | grep -c '"claim' | sed 's/^/ledger claim fields: /'
 }
@@ -439,12 +441,17 @@ spec:
     - {name: GPU_QUOTA_VRAM, value: "4g"}
     - {name: GPU_QUOTA_CLAIM_$uid, value: "0000000000000000000000000000000000000000000000000000000000000000"}
 EOF
-  sleep 10
-  local ph l; ph=$(phase forge); l=$(KC logs forge 2>&1)
-  note "forge: phase $ph; its output: $(tr '\n' ' ' <<<"$l" | cut -c1-200); $(KC get pod forge -o jsonpath='{.status.containerStatuses[0].state.waiting.message}' | cut -c1-300)"
+  local before; before=$(ledger | grep -c '"container_id"')
+  waitfor 60 '[ -n "$(KC get pod forge -o jsonpath="{.status.containerStatuses[0].state.terminated}{.status.containerStatuses[0].state.waiting.message}{.status.containerStatuses[0].state.running}")" ]' || return 1
+  sleep 3
+  local st l; st=$(KC get pod forge -o jsonpath='{.status.phase} {.status.containerStatuses[0].state}')
+  l=$(cat /var/log/pods/default_forge_*/c/0.log 2>/dev/null)
+  note "forge: $(cut -c1-400 <<<"$st")"
+  [ -n "$l" ] && note "forge's container printed: $(tr '\n' ' ' <<<"$l" | cut -c1-200)"
   ! grep -q "vram_bytes" <<<"$l" || { echo "the forging pod has a slice"; return 1; }
   ! grep -q nvidia <<<"$l" || { echo "the forging pod has GPU nodes"; return 1; }
-  [ "$(ledger | grep -c '"container_id"')" -le 5 ] || true
+  [ "$(ledger | grep -c '"container_id"')" -eq "$before" ] || { echo "the ledger changed"; ledger; return 1; }
+  grep -q "gpu-quota:" <<<"$st" || { echo "no gpu-quota refusal in the pod's status"; return 1; }
   KC delete pod forge --grace-period=0 --force >/dev/null 2>&1; true
 }
 case_fragment() {
