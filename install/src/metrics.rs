@@ -165,6 +165,20 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     o.family(
+        "gpu_quota_claim_bytes",
+        "gauge",
+        "A prepared DRA claim's bytes on its GPU, held from prepare to unprepare (the container bound to it shows the same slice in gpu_quota_container_slice_bytes).",
+    );
+    for c in &s.claims {
+        let i = c.index.to_string();
+        let bound = if c.bound.is_some() { "true" } else { "false" };
+        o.sample(
+            "gpu_quota_claim_bytes",
+            &[("claim", &c.name), ("gpu", &i), ("bound", bound)],
+            c.bytes,
+        );
+    }
+    o.family(
         "gpu_quota_container_used_bytes",
         "gauge",
         "Device memory in use by the container's processes on a GPU (from the interceptor; absent before the container used CUDA).",
@@ -276,6 +290,12 @@ mod tests {
             }],
             refusals: None,
         });
+        s.claims.push(crate::snapshot::ClaimView {
+            name: "ml/v".into(),
+            index: 0,
+            bytes: 8,
+            bound: None,
+        });
         s.counters.admissions = 3;
         s.counters.refusals.insert("does_not_fit".into(), 2);
         let t = render(&s);
@@ -286,6 +306,7 @@ mod tests {
             "gpu_quota_gpu_reserve_bytes{gpu=\"0\",uuid=\"GPU-0\",simulated=\"false\"} 10",
             "gpu_quota_container_slice_bytes{container=\"c\\\\1\",gpu=\"0\"} 40",
             "gpu_quota_container_age_seconds{container=\"c\\\\1\"} 7",
+            "gpu_quota_claim_bytes{claim=\"ml/v\",gpu=\"0\",bound=\"false\"} 8",
             "gpu_quota_admissions_total 3",
             "gpu_quota_admission_refusals_total{reason=\"does_not_fit\"} 2",
             "# TYPE gpu_quota_releases_total counter",

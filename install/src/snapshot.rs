@@ -80,10 +80,26 @@ pub struct ContainerView {
     pub refusals: Option<u64>,
 }
 
+/// A prepared DRA claim (issue 20): its bytes on its GPU, held for the pod
+/// from prepare to unprepare, and the container bound to it, if any. Not a
+/// container: the bound container's row carries the same slice, so a claim
+/// listed as a container would count its bytes twice.
+#[derive(Debug, Clone)]
+pub struct ClaimView {
+    /// `namespace/name`
+    pub name: String,
+    pub index: u32,
+    pub bytes: u64,
+    /// The live container bound to it.
+    pub bound: Option<String>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub gpus: Vec<GpuView>,
+    /// Containers only (a claim's entry is in `claims`).
     pub containers: Vec<ContainerView>,
+    pub claims: Vec<ClaimView>,
     pub counters: Counters,
     /// Why part of the picture is missing.
     pub ledger_error: Option<String>,
@@ -133,9 +149,30 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
         Err(e) => s.inventory_error = Some(e.to_string()),
     }
     let now = fsutil::now_unix();
+    s.claims = data
+        .reservations
+        .iter()
+        .filter_map(|r| {
+            let c = r.claim.as_ref()?;
+            let sl = r.slices.first()?;
+            Some(ClaimView {
+                name: format!("{}/{}", c.namespace, c.name),
+                index: sl.index,
+                bytes: sl.bytes,
+                bound: data
+                    .reservations
+                    .iter()
+                    .find(|b| {
+                        b.bound_claim.as_deref() == Some(c.uid.as_str()) && !ledger.is_stale(b, now)
+                    })
+                    .map(|b| b.container_id.clone()),
+            })
+        })
+        .collect();
     s.containers = data
         .reservations
         .iter()
+        .filter(|r| r.claim.is_none())
         .map(|r| {
             let u = usage::read(&state::usage_path(&state::existing_dir(cfg, r)));
             ContainerView {
@@ -166,4 +203,110 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
         })
         .collect();
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuquota_core::config::{InventorySource, StaticGpu};
+    use gpuquota_core::ledger::{ClaimEntry, LedgerData, Reservation};
+    use gpuquota_core::placement::Slice;
+
+    struct NoPhysical;
+    impl Physical for NoPhysical {
+        fn used(&self) -> BTreeMap<String, u64> {
+            BTreeMap::new()
+        }
+    }
+
+    fn entry(id: &str, bytes: u64) -> Reservation {
+        Reservation {
+            container_id: id.into(),
+            runtime_root: Some("/run/runc".into()),
+            bundle: format!("/b/{id}"),
+            slices: vec![Slice {
+                uuid: "GPU-0".into(),
+                index: 0,
+                bytes,
+            }],
+            request: "vram".into(),
+            created_unix: fsutil::now_unix(),
+            started_unix: None,
+            pid: Some(std::process::id()),
+            pid_start: fsutil::process_start_time(std::process::id()),
+            state: ResState::Running,
+            pid_ns: fsutil::namespace_id("pid"),
+            mnt_ns: fsutil::namespace_id("mnt"),
+            boot_id: fsutil::boot_id(),
+            claim: None,
+            bound_claim: None,
+        }
+    }
+
+    // A claim and the container bound to it are one slice: the exporter's
+    // container rows must add up to what the GPU has reserved (the claim's
+    // entry used to be a container row too, doubling the sum).
+    #[test]
+    fn a_claim_and_its_bound_container_are_counted_once() {
+        let d = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.ledger_dir = d.path().join("ledger");
+        cfg.state_dir = d.path().join("state");
+        cfg.inventory.source = InventorySource::Static;
+        cfg.inventory.gpu = vec![StaticGpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "T".into(),
+            memory: "16g".into(),
+            minor: None,
+        }];
+        let g = 1u64 << 30;
+        let mut claim = entry("claim:u-1", 8 * g);
+        claim.runtime_root = None;
+        claim.claim = Some(ClaimEntry {
+            uid: "u-1".into(),
+            namespace: "ml".into(),
+            name: "train-vram".into(),
+            token: "0".repeat(64),
+        });
+        let mut bound = entry("pod-c", 8 * g);
+        bound.bound_claim = Some("u-1".into());
+        let other = entry("docker-c", 2 * g);
+        let data = LedgerData {
+            reservations: vec![claim, bound, other],
+            ..Default::default()
+        };
+        std::fs::create_dir_all(&cfg.ledger_dir).unwrap();
+        std::fs::write(
+            cfg.ledger_dir.join("ledger.json"),
+            serde_json::to_vec(&data).unwrap(),
+        )
+        .unwrap();
+        let s = take(&cfg, &NoPhysical);
+        assert_eq!(s.ledger_error, None);
+        let rows: u64 = s
+            .containers
+            .iter()
+            .flat_map(|c| &c.slices)
+            .map(|sl| sl.bytes)
+            .sum();
+        assert_eq!(
+            s.gpus[0].reserved,
+            10 * g,
+            "the GPU: the claim once + docker-c"
+        );
+        assert_eq!(
+            rows, s.gpus[0].reserved,
+            "container rows add up to the GPU's reserved bytes"
+        );
+        let ids: Vec<&str> = s.containers.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["pod-c", "docker-c"]);
+        assert_eq!(s.claims.len(), 1);
+        let c = &s.claims[0];
+        assert_eq!(
+            (c.name.as_str(), c.bytes, c.index),
+            ("ml/train-vram", 8 * g, 0)
+        );
+        assert_eq!(c.bound.as_deref(), Some("pod-c"));
+    }
 }
