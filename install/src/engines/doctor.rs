@@ -133,6 +133,12 @@ pub fn checks(h: &Host) -> Vec<Check> {
                 (Verdict::Fail, format!("runtime handler gpu-quota -> {rt}: container_annotations [{ca}] drop the device plugin's keys (gpu-quota install containerd --kubernetes)"))
             };
             out.push(check(name, verdict, text));
+            // DRA claims (gpu-quota-dra) reach containers as CDI devices
+            out.push(match containerd::cdi_enabled(h.fs) {
+                Some(true) => check("containerd CDI", Verdict::Ok, "enable_cdi is on: DRA claims prepared by gpu-quota-dra reach their containers"),
+                Some(false) => check("containerd CDI", Verdict::Info, "enable_cdi is off: the device plugin works, but DRA claims prepared by gpu-quota-dra never reach their containers; for DRA set enable_cdi = true (and cdi_spec_dirs with /var/run/cdi) under [plugins.\"io.containerd.grpc.v1.cri\"] and restart containerd (docs/kubernetes.md)"),
+                None => check("containerd CDI", Verdict::Info, "no readable containerd config"),
+            });
         }
         (_, Some(rt)) => {
             let pats = containerd::installed_entry(h.fs, "pod_annotations").unwrap_or_default();
@@ -313,6 +319,33 @@ mod tests {
         let d = find(&c, "engine containerd");
         assert_eq!(d.verdict, Verdict::Ok, "{c:?}");
         assert!(d.text.contains("cluster mode"), "{}", d.text);
+        // CDI: off by default in a version 2 config (containerd 1.x), on when set,
+        // and on by default in version 3 (containerd 2.x) unless turned off
+        let cdi = |cfg: &str| {
+            let c = run(
+                &MemFs::new().with("/etc/containerd/config.toml", cfg),
+                &["containerd"],
+                None,
+                false,
+            );
+            let d = find(&c, "containerd CDI");
+            (d.verdict.clone(), d.text.clone())
+        };
+        let (v, t) = cdi(ok);
+        assert_eq!(v, Verdict::Info, "{t}");
+        assert!(
+            t.contains("enable_cdi is off") && t.contains("enable_cdi = true"),
+            "{t}"
+        );
+        let on = format!("{ok}[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n");
+        assert_eq!(cdi(&on).0, Verdict::Ok, "{}", cdi(&on).1);
+        let v3 = ok
+            .replace("version = 2", "version = 3")
+            .replace("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime");
+        assert_eq!(cdi(&v3).0, Verdict::Ok, "{}", cdi(&v3).1);
+        let v3_off =
+            format!("{v3}[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = false\n");
+        assert_eq!(cdi(&v3_off).0, Verdict::Info, "{}", cdi(&v3_off).1);
         let leaky = ok.replace(
             "container_annotations",
             "pod_annotations = [\"vram\"]\ncontainer_annotations",

@@ -159,6 +159,38 @@ pub fn installed_entry(fs: &dyn FsView, key: &str) -> Option<String> {
     None
 }
 
+/// Whether containerd's CRI applies CDI devices (what a DRA driver's prepared
+/// claims arrive as, issue 20): `enable_cdi` in the CRI plugin table of the
+/// main config or its imports, else containerd's default for the config
+/// version (off in 1.x, `version = 2`; on in 2.x, `version = 3`). `None`
+/// without a readable main config.
+pub fn cdi_enabled(fs: &dyn FsView) -> Option<bool> {
+    let m = load(fs, Path::new(MAIN)).ok()??;
+    let version = version_of(&m.doc, Path::new(MAIN))
+        .ok()
+        .flatten()
+        .unwrap_or(2);
+    let mut files = vec![PathBuf::from(MAIN), PathBuf::from(DROPIN)];
+    files.extend(resolve_imports(
+        fs,
+        &imports_of(&m.doc, Path::new(MAIN)).unwrap_or_default(),
+    ));
+    // containerd merges imports over the main file: the last file that sets it wins
+    let mut set = None;
+    for p in files {
+        let Ok(Some(l)) = load(fs, &p) else { continue };
+        for plugin in [CRI_V2, CRI_V3] {
+            if let Some(v) = edit::cri_table(&l.doc, plugin)
+                .and_then(|t| t.get("enable_cdi"))
+                .and_then(|v| v.as_bool())
+            {
+                set = Some(v);
+            }
+        }
+    }
+    Some(set.unwrap_or(version >= 3))
+}
+
 impl Engine for Containerd {
     fn kind(&self) -> EngineKind {
         EngineKind::Containerd
