@@ -7,6 +7,11 @@ pub mod dra {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
 }
 
+/// `v1alpha1`: the optional DRAResourceHealth service (NodeWatchResources).
+pub mod health {
+    tonic::include_proto!("v1alpha1");
+}
+
 /// `pluginregistration`: the plugin watcher's Registration service.
 pub mod registration {
     tonic::include_proto!("pluginregistration");

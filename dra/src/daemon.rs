@@ -1,11 +1,14 @@
 //! The driver's life: serve the DRA socket, then the registration socket
 //! (the kubelet's plugin watcher finds it and registers us), keep this
 //! node's ResourceSlice in step with the ledger, and on request stop:
-//! sockets removed, slice deleted.
+//! sockets removed, slice deleted. One poll reads the node's offers; the
+//! slice publisher and the health streams both take that read.
 use crate::api::dra::dra_plugin_server::DraPluginServer;
+use crate::api::health::dra_resource_health_server::DraResourceHealthServer;
 use crate::api::registration::registration_server::RegistrationServer;
 use crate::api::{registration_socket, DRA_SOCKET};
 use crate::h2authority::Adapted;
+use crate::health::{HealthService, Polled, Tracker};
 use crate::node::Node;
 use crate::publish::{Publisher, SliceStore};
 use crate::service::{DraService, RegistrationService};
@@ -29,6 +32,10 @@ pub struct Options {
     pub node_name: String,
     /// How often the offers are re-read.
     pub poll: Duration,
+    /// The health stream's `health_check_timeout_seconds` (whole seconds,
+    /// at least 1); the devices are re-sent every third of it
+    /// (`health::DEFAULT_TIMEOUT` in the binary).
+    pub health_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,10 +82,31 @@ async fn offers(node: &Arc<dyn Node>) -> Result<Vec<crate::node::Offer>, String>
         .map_err(|e| e.to_string())?
 }
 
-/// Publish the slice at every change until `stop`.
+/// Read the offers every `poll` until `stop`, and hand each read (with the
+/// devices' health) to the publisher and the health streams. A `watch`
+/// holds only the latest read: a slow reader skips reads, nothing queues.
+async fn poll_loop(
+    poll: Duration,
+    node: Arc<dyn Node>,
+    tx: watch::Sender<Option<Arc<Polled>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tracker = Tracker::default();
+    loop {
+        let offers = offers(&node).await;
+        let health = tracker.observe(&offers);
+        tx.send_replace(Some(Arc::new(Polled { offers, health })));
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Publish the slice at every change of the polled offers until `stop`.
 async fn publish_loop(
     opts: Options,
-    node: Arc<dyn Node>,
+    mut polled: watch::Receiver<Option<Arc<Polled>>>,
     store: Arc<dyn SliceStore>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -118,10 +146,18 @@ async fn publish_loop(
     let mut p = Publisher::new(&opts.node_name, owner, existing.as_ref());
     let mut last_err = String::new();
     loop {
-        match offers(&node).await {
+        // the latest read (at once if one came while the slice was read)
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            r = polled.wait_for(|p| p.is_some()) => if r.is_err() { break },
+        }
+        let Some(read) = polled.borrow_and_update().clone() else {
+            continue;
+        };
+        match &read.offers {
             Ok(o) => {
                 last_err.clear();
-                if let Some(s) = p.next(&o) {
+                if let Some(s) = p.next(o) {
                     match store.apply(&s).await {
                         Ok(()) => tracing::info!(
                             "published ResourceSlice {name} generation {}: {}",
@@ -144,17 +180,18 @@ async fn publish_loop(
                 }
             }
             Err(e) => {
-                if e != last_err {
+                if *e != last_err {
                     tracing::warn!(
                         "cannot read this node's GPUs ({e}); the slice is left as it was"
                     );
-                    last_err = e;
+                    last_err = e.clone();
                 }
             }
         }
+        // the next read
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
-            _ = tokio::time::sleep(opts.poll) => {}
+            r = polled.changed() => if r.is_err() { break },
         }
     }
     match store.delete(&name).await {
@@ -175,8 +212,21 @@ pub async fn run(
     let dra_sock = opts.plugin_dir.join(DRA_SOCKET);
     let reg_sock = opts.registry_dir.join(registration_socket());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let publisher =
-        slices.map(|s| tokio::spawn(publish_loop(opts.clone(), node.clone(), s, stop_rx.clone())));
+    let (polled_tx, polled_rx) = watch::channel(None);
+    let publisher = slices.map(|s| {
+        tokio::spawn(publish_loop(
+            opts.clone(),
+            polled_rx.clone(),
+            s,
+            stop_rx.clone(),
+        ))
+    });
+    let poller = tokio::spawn(poll_loop(
+        opts.poll,
+        node.clone(),
+        polled_tx,
+        stop_rx.clone(),
+    ));
 
     let dra_listener = bind(&dra_sock)?;
     let mut server_stop = stop_rx.clone();
@@ -187,6 +237,14 @@ pub async fn run(
                 claims,
                 pool: opts.node_name.clone(),
             }))
+            // the kubelet's optional health stream (health.rs): each ends
+            // at stop, so the graceful shutdown below does not wait on it
+            .add_service(DraResourceHealthServer::new(HealthService::new(
+                polled_rx,
+                stop_rx.clone(),
+                opts.node_name.clone(),
+                opts.health_timeout,
+            )))
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::UnixListenerStream::new(dra_listener),
                 async move {
@@ -240,6 +298,12 @@ pub async fn run(
         }
     }
     remove_socket(&dra_sock);
+    if tokio::time::timeout(Duration::from_secs(5), poller)
+        .await
+        .is_err()
+    {
+        tracing::warn!("reading the node's GPUs did not stop within 5 s");
+    }
     if let Some(p) = publisher {
         if tokio::time::timeout(Duration::from_secs(10), p)
             .await

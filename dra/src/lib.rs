@@ -7,12 +7,13 @@
 //! object to one GPU and a byte count, or a refusal) and `publish` (when to
 //! write the slice); `node` is the node behind a trait (`core::claims`),
 //! `source` the API server's claims behind a trait, `service` the kubelet's
-//! gRPC services, `h2authority` the registration socket's adapter for the
+//! gRPC services, `health` the kubelet's device health stream, `h2authority` the registration socket's adapter for the
 //! kubelet's `:authority`, and `daemon` ties them together.
 pub mod api;
 pub mod claim;
 pub mod daemon;
 pub mod h2authority;
+pub mod health;
 pub mod node;
 pub mod publish;
 pub mod quantity;

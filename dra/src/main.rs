@@ -98,6 +98,7 @@ fn main() -> Result<()> {
                 registry_dir: cli.registry_dir,
                 node_name,
                 poll: Duration::from_millis(cli.poll_ms.max(10)),
+                health_timeout: gpuquota_dra::health::DEFAULT_TIMEOUT,
             },
             Arc::new(node::HostNode {
                 config_path: config,

@@ -7,6 +7,9 @@
 //! deserialized from fixtures/ exactly as the API server sends them, and an
 //! in-memory ResourceSlice store.
 use gpuquota_dra::api::dra::{self, dra_plugin_client::DraPluginClient};
+use gpuquota_dra::api::health::{
+    self, dra_resource_health_client::DraResourceHealthClient, HealthStatus,
+};
 use gpuquota_dra::api::registration::{self, registration_client::RegistrationClient};
 use gpuquota_dra::node::{HostNode, Node};
 use gpuquota_dra::publish::{SliceStore, StoreError};
@@ -21,6 +24,8 @@ use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 const G: u64 = 1 << 30;
+/// The health stream's timeout in these tests (re-sent every second).
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
 const GPU0: &str = "GPU-00000000-0000-0000-0000-000000000000";
 const GPU1: &str = "GPU-11111111-1111-1111-1111-111111111111";
 const NODE: &str = "node-a";
@@ -63,6 +68,23 @@ impl SliceStore for Slices {
     }
 }
 
+/// The node's gpu-quota config: GPU 0 16 GiB and, with `gpu1`, GPU 1
+/// 10.5 GiB; written atomically (the driver re-reads it at every poll).
+fn write_config(root: &Path, gpu1: bool) {
+    let r = root.display();
+    let mut text = format!(
+        "ledger_dir = \"{r}/ledger\"\nstate_dir = \"{r}/state\"\ncdi_dir = \"{r}/cdi\"\nreserve = \"1g\"\n\
+         [driver]\ndev_root = \"{r}/dev\"\n\
+         [[inventory.gpu]]\nindex = 0\nuuid = \"{GPU0}\"\nmemory = \"16g\"\n"
+    );
+    if gpu1 {
+        text += &format!("[[inventory.gpu]]\nindex = 1\nuuid = \"{GPU1}\"\nmemory = \"10752m\"\n");
+    }
+    let tmp = root.join("config.toml.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, root.join("config.toml")).unwrap();
+}
+
 /// A node: GPU 0 16 GiB, GPU 1 10.5 GiB, reserve 1 GiB; sockets in temp dirs.
 struct Host {
     _tmp: tempfile::TempDir,
@@ -83,17 +105,7 @@ impl Host {
         for n in ["nvidia0", "nvidia1"] {
             std::fs::write(root.join("dev").join(n), b"").unwrap();
         }
-        let r = root.display();
-        std::fs::write(
-            root.join("config.toml"),
-            format!(
-                "ledger_dir = \"{r}/ledger\"\nstate_dir = \"{r}/state\"\ncdi_dir = \"{r}/cdi\"\nreserve = \"1g\"\n\
-                 [driver]\ndev_root = \"{r}/dev\"\n\
-                 [[inventory.gpu]]\nindex = 0\nuuid = \"{GPU0}\"\nmemory = \"16g\"\n\
-                 [[inventory.gpu]]\nindex = 1\nuuid = \"{GPU1}\"\nmemory = \"10752m\"\n"
-            ),
-        )
-        .unwrap();
+        write_config(&root, true);
         let claims = Arc::new(MemoryClaims::default());
         for f in [
             "claim-train-8gi.yaml",
@@ -109,6 +121,7 @@ impl Host {
             registry_dir: root.join("registry"),
             node_name: NODE.into(),
             poll: Duration::from_millis(50),
+            health_timeout: HEALTH_TIMEOUT,
         };
         let node: Arc<dyn Node> = Arc::new(HostNode {
             config_path: root.join("config.toml"),
@@ -411,6 +424,126 @@ async fn the_slice_follows_the_ledger_and_is_deleted_at_stop() {
     assert!(
         h.slices.0.lock().unwrap().is_empty(),
         "slice deleted at stop"
+    );
+}
+
+/// (device name, health, message) of one health response, and checks what
+/// every entry must carry: this node's pool, the timeout, a fresh time.
+fn health_of(r: &health::NodeWatchResourcesResponse) -> Vec<(String, HealthStatus, String)> {
+    let now = gpuquota_core::fsutil::now_unix() as i64;
+    r.devices
+        .iter()
+        .map(|d| {
+            let id = d.device.as_ref().expect("a device identifier");
+            assert_eq!(id.pool_name, NODE, "the pool is the node's name");
+            assert_eq!(
+                d.health_check_timeout_seconds,
+                HEALTH_TIMEOUT.as_secs() as i64
+            );
+            assert!(
+                (now - 5..=now + 1).contains(&d.last_updated_time),
+                "last_updated_time {} is unix seconds now ({now})",
+                d.last_updated_time
+            );
+            (id.device_name.clone(), d.health(), d.message.clone())
+        })
+        .collect()
+}
+
+/// The next health message, within the health timeout.
+async fn next(
+    s: &mut tonic::Streaming<health::NodeWatchResourcesResponse>,
+) -> health::NodeWatchResourcesResponse {
+    tokio::time::timeout(HEALTH_TIMEOUT, s.message())
+        .await
+        .expect("a message within the health timeout")
+        .expect("the stream is not failed")
+        .expect("the stream goes on")
+}
+
+/// The kubelet's DRAResourceHealth stream: every published device HEALTHY
+/// at once, a GPU gone from the inventory UNHEALTHY (named) and HEALTHY
+/// again when back, re-sent well within the timeout while nothing changes
+/// (else the kubelet marks the devices Unknown), and the stream ends when
+/// the driver stops.
+#[tokio::test]
+async fn the_health_stream_follows_the_gpus_and_is_resent_within_the_timeout() {
+    let mut h = Host::start().await;
+    let mut c = DraResourceHealthClient::new(channel(&h.dra_sock()).await);
+    let mut s = c
+        .node_watch_resources(health::NodeWatchResourcesRequest {})
+        .await
+        .expect("NodeWatchResources is served")
+        .into_inner();
+    let ok = |n: &str| (n.to_string(), HealthStatus::Healthy, String::new());
+    // at once: both GPUs, the names the slice publishes
+    let t = Instant::now();
+    assert_eq!(health_of(&next(&mut s).await), [ok("gpu-0"), ok("gpu-1")]);
+    assert!(t.elapsed() < Duration::from_secs(1), "right away");
+
+    // nothing changes: re-sent, each within a third of the timeout or so
+    for _ in 0..2 {
+        let t = Instant::now();
+        assert_eq!(health_of(&next(&mut s).await), [ok("gpu-0"), ok("gpu-1")]);
+        assert!(t.elapsed() < HEALTH_TIMEOUT / 2, "{:?}", t.elapsed());
+    }
+
+    // GPU 1 leaves the inventory: still listed, UNHEALTHY, named
+    write_config(&h.root, false);
+    let t = Instant::now();
+    let gone = loop {
+        let m = health_of(&next(&mut s).await);
+        if m[1].1 != HealthStatus::Healthy {
+            break m;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "gpu-1 never unhealthy"
+        );
+    };
+    assert_eq!(gone.len(), 2, "{gone:?}");
+    assert_eq!(gone[0], ok("gpu-0"));
+    assert_eq!((&*gone[1].0, gone[1].1), ("gpu-1", HealthStatus::Unhealthy));
+    assert!(
+        gone[1].2.starts_with("gpu-quota: ") && gone[1].2.contains("gpu-1"),
+        "{}",
+        gone[1].2
+    );
+    // and it stays so in the re-sends
+    assert_eq!(health_of(&next(&mut s).await), gone);
+
+    // back: HEALTHY again
+    write_config(&h.root, true);
+    let t = Instant::now();
+    while health_of(&next(&mut s).await) != [ok("gpu-0"), ok("gpu-1")] {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "gpu-1 never healthy again"
+        );
+    }
+
+    // the driver stops: the stream ends (the kubelet sees EOF and retries)
+    let _ = h.stop.take().unwrap().send(());
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match s.message().await {
+                Ok(Some(_)) => {}
+                other => break other,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends when the driver stops");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    let t = Instant::now();
+    tokio::time::timeout(Duration::from_secs(20), h.daemon.take().unwrap())
+        .await
+        .expect("daemon stops")
+        .unwrap()
+        .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "no wait on the stream"
     );
 }
 
