@@ -34,6 +34,7 @@
 #   6. fragmentation: two GPUs with 6 GiB offered each do not take an 8 GiB
 #      claim (Pending), a 6 GiB claim runs
 #   7. SIGTERM: the driver deletes its slice and exits 0
+#   8. the kubelet's health stream (NodeWatchResources) is served without error
 # Everything runs in a private mount namespace over tmpfs directories; the
 # host keeps nothing (checked at the end).
 set -uo pipefail
@@ -323,9 +324,11 @@ driver() {
     --poll-ms 500 >"$LOG/dra.log" 2>&1 &
   DRA_PID=$!
   waitfor 30 '[ -n "$(cap_of 0)" ]'  || { tail -20 "$LOG/dra.log"; return 1; }
-  # the kubelet registered it (its plugin manager logs the registration)
-  waitfor 30 'grep -i "vram.gpu-quota.io" "$LOG/kubelet.log" | grep -qi "regist"' || { grep -i "plugin" "$LOG/kubelet.log" | tail -20; tail -20 "$LOG/dra.log"; return 1; }
-  grep -i "vram.gpu-quota.io" "$LOG/kubelet.log" | grep -i "regist" | head -3 | cut -c1-300
+  # the kubelet registered it: its NotifyRegistrationStatus(plugin_registered=true),
+  # which the driver logs; and no registration error on the kubelet's side
+  waitfor 30 'grep -q "registered with the kubelet" "$LOG/dra.log"' || { grep -i "plugin" "$LOG/kubelet.log" | tail -20; tail -20 "$LOG/dra.log"; return 1; }
+  grep "registered with the kubelet" "$LOG/dra.log" | cut -c1-200
+  ! grep "RegisterPlugin error" "$LOG/kubelet.log" | grep -q vram.gpu-quota.io || { grep "RegisterPlugin error" "$LOG/kubelet.log" | tail -3; return 1; }
   KC get resourceslices -o yaml | sed -n '/^  spec:/,$p' | head -40
 }
 
@@ -488,6 +491,11 @@ check "4. deleting one of the two lets the third run" case_release
 check "5. a pod setting gpu-quota annotations, env requests and a forged claim variable gets nothing" case_forge
 check "6. fragmentation: two GPUs offering 6 GiB each leave an 8Gi claim Pending; a 6Gi claim runs" case_fragment
 check "7. SIGTERM: the driver deletes its slice, claims unprepared, exit 0" case_sigterm
+health() {  # the kubelet watched the driver's device health without an error
+  ! grep -q "Error receiving from WatchResources stream" "$LOG/kubelet.log" ||
+    { grep "WatchResources" "$LOG/kubelet.log" | tail -3; return 1; }
+}
+check "8. the kubelet's DRA health stream (NodeWatchResources) is served: no error in its log" health
 echo "== $PASS passed, $FAIL failed"
 [ -n "$OUT" ] && echo "== $PASS passed, $FAIL failed" >>"$OUT"
 [ "$FAIL" -eq 0 ]
