@@ -13,42 +13,12 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+#[path = "../../deviceplugin/tests/common/manifest_types.rs"]
+mod manifest_types;
+use manifest_types::typed;
+
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/dra")
-}
-
-/// Every `a.b.c` path of `v` whose value is a scalar or empty; lists by index.
-fn paths(v: &Value, at: String, out: &mut Vec<String>) {
-    match v {
-        Value::Object(m) if !m.is_empty() => {
-            for (k, x) in m {
-                paths(x, format!("{at}.{k}"), out)
-            }
-        }
-        Value::Array(a) if !a.is_empty() => {
-            for (i, x) in a.iter().enumerate() {
-                paths(x, format!("{at}[{i}]"), out)
-            }
-        }
-        _ => out.push(at),
-    }
-}
-
-/// Deserialize as `T`, serialize back; report fields the type dropped.
-fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value, file: &str) -> T {
-    let t: T = serde_json::from_value(doc.clone())
-        .unwrap_or_else(|e| panic!("{file}: not a valid {}: {e}", doc["kind"]));
-    let back = serde_json::to_value(&t).unwrap();
-    let (mut want, mut have) = (vec![], vec![]);
-    paths(doc, String::new(), &mut want);
-    paths(&back, String::new(), &mut have);
-    let unknown: Vec<&String> = want.iter().filter(|p| !have.contains(p)).collect();
-    assert!(
-        unknown.is_empty(),
-        "{file}: fields the {} API does not have: {unknown:?}",
-        doc["kind"]
-    );
-    t
 }
 
 #[derive(Default)]

@@ -271,42 +271,12 @@ hasnt() { ! grep -qF -- "$2" <<<"$1" || { echo "did not expect '$2' in:"; echo "
 no_state_dirs() { [ -z "$(ls "$GQ/state/containers" 2>/dev/null)" ] || { echo "state dirs left: $(ls "$GQ/state/containers")"; return 1; }; }
 
 source "$ROOT/tests/engines/oci-image.sh"   # oci_image ROOTFS OUT.tar NAME CMD_JSON ENV_JSON
+source "$ROOT/tests/engines/fakehost.sh"    # fake_gpu_host DIR BIN [CDI_DIR]
 
 # ---------------------------------------------------------------- fake GPU host
 setup_host() {
-  mkdir -p "$GQ"/{dev,lib,bin,ledger,state} || return 1
-  mknod -m 666 "$GQ/dev/nvidia0" c 195 0 && mknod -m 666 "$GQ/dev/nvidia1" c 195 1 &&
-  mknod -m 666 "$GQ/dev/nvidiactl" c 195 255 && mknod -m 666 "$GQ/dev/nvidia-uvm" c 237 0 &&
-  mknod -m 666 "$GQ/dev/nvidia-uvm-tools" c 237 1 || return 1
-  echo "fake libcuda" >"$GQ/lib/libcuda.so.580.1"; ln -s libcuda.so.580.1 "$GQ/lib/libcuda.so.1"
-  echo "fake nvml" >"$GQ/lib/libnvidia-ml.so.580.1"; ln -s libnvidia-ml.so.580.1 "$GQ/lib/libnvidia-ml.so.1"
-  make -s -C "$ROOT/tests/fake" && cp "$ROOT/tests/fake/build/nvidia-smi" "$GQ/bin/nvidia-smi"   # static ELF stand-in
-  cat >"$GQ/config.toml" <<EOF
-# gpu-quota configuration of the engine suite's fake host
-ledger_dir = "$GQ/ledger"
-state_dir = "$GQ/state"
-interceptor = "$REL/libgpuquota.so"
-hook = "$REL/gpu-quota-hook"
-create_grace_secs = 5
-
-[driver]
-dev_root = "$GQ/dev"
-lib_dirs = ["$GQ/lib"]
-bin_dirs = ["$GQ/bin"]
-
-[inventory]
-source = "static"
-
-[[inventory.gpu]]
-index = 0
-uuid = "GPU-00000000-0000-4000-8000-000000000000"
-memory = "16g"
-
-[[inventory.gpu]]
-index = 1
-uuid = "GPU-00000001-0000-4000-8000-000000000001"
-memory = "16g"
-EOF
+  fake_gpu_host "$GQ" "$REL" || return 1
+  make -s -C "$ROOT/tests/fake" && cp "$ROOT/tests/fake/build/nvidia-smi" "$GQ/bin/nvidia-smi" || return 1   # static ELF stand-in
   # busybox rootfs -> OCI archives: the test image and the CRI sandbox image (sleeps)
   local r=$T/rootfs a
   mkdir -p "$r"/{bin,etc,proc,sys,dev,tmp,run,root} && cp "$BB" "$r/bin/busybox" || return 1

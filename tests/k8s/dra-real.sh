@@ -80,7 +80,7 @@ LOG=$T/log; mkdir -p "$LOG"
 PIDS=()
 PASS=0; FAIL=0; RESULTS=()
 # the kubelet's and containerd's fixed paths, private to this namespace
-for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /var/lib/containerd /etc/kubernetes; do
+for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /etc/cni /var/lib/containerd /etc/kubernetes; do
   [ -d "$d" ] || { mkdir -p "$d" && echo "$d" >>"$T/made"; }
   mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
@@ -122,7 +122,7 @@ cleanup() {
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
   grep -o " $T[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
-  for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /var/lib/containerd /etc/kubernetes; do
+  for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var/run/cdi /etc/cdi /etc/cni /var/lib/containerd /etc/kubernetes; do
     while mountpoint -q "$d"; do umount -l "$d" || break; done   # the kubelet binds its root dir onto itself
   done
   [ -f "$T/made" ] && tac "$T/made" | while read -r d; do rmdir "$d" 2>/dev/null; done
@@ -205,41 +205,9 @@ PAUSE=docker.io/library/gq-dra-pause:latest
 ledger() { python3 -m json.tool "$GQ/ledger/ledger.json" 2>/dev/null || echo '{"reservations": []}'; }
 
 node() {
-  mkdir -p "$GQ"/{dev,lib,bin,ledger,state} "$T/etc/gpu-quota" "$T/etc/containerd" || return 1
-  mknod -m 666 "$GQ/dev/nvidia0" c 195 0 && mknod -m 666 "$GQ/dev/nvidia1" c 195 1 &&
-    mknod -m 666 "$GQ/dev/nvidiactl" c 195 255 && mknod -m 666 "$GQ/dev/nvidia-uvm" c 237 0 &&
-    mknod -m 666 "$GQ/dev/nvidia-uvm-tools" c 237 1 || return 1
-  echo "fake libcuda" >"$GQ/lib/libcuda.so.580.1"; ln -s libcuda.so.580.1 "$GQ/lib/libcuda.so.1"
-  echo "fake nvml" >"$GQ/lib/libnvidia-ml.so.580.1"; ln -s libnvidia-ml.so.580.1 "$GQ/lib/libnvidia-ml.so.1"
-  cat >"$GPU_QUOTA_CONFIG" <<EOF
-# gpu-quota configuration of the DRA evidence's fake host
-ledger_dir = "$GQ/ledger"
-state_dir = "$GQ/state"
-interceptor = "$GQ_BIN/libgpuquota.so"
-hook = "$GQ_BIN/gpu-quota-hook"
-cdi_dir = "/var/run/cdi"
-create_grace_secs = 5
-
-[driver]
-dev_root = "$GQ/dev"
-lib_dirs = ["$GQ/lib"]
-bin_dirs = ["$GQ/bin"]
-
-[inventory]
-source = "static"
-
-[[inventory.gpu]]
-index = 0
-uuid = "GPU-00000000-0000-4000-8000-000000000000"
-memory = "16g"
-name = "Simulated 16 GiB GPU"
-
-[[inventory.gpu]]
-index = 1
-uuid = "GPU-00000001-0000-4000-8000-000000000001"
-memory = "16g"
-name = "Simulated 16 GiB GPU"
-EOF
+  mkdir -p "$T/etc/gpu-quota" "$T/etc/containerd" || return 1
+  source "$ROOT/tests/engines/fakehost.sh"
+  fake_gpu_host "$GQ" "$GQ_BIN" /var/run/cdi && cp "$GQ/config.toml" "$GPU_QUOTA_CONFIG" || return 1
   cat >"$T/etc/containerd/config.toml" <<EOF
 version = 2
 root = "/var/lib/containerd"
@@ -267,7 +235,7 @@ EOF
   mkdir -p "$r"/{bin,etc,proc,sys,dev,tmp,run,root} && cp "$BB" "$r/bin/busybox" || return 1
   for a in $("$r/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"; done
   echo 'root:x:0:0:root:/root:/bin/sh' >"$r/etc/passwd"; echo 'root:x:0:' >"$r/etc/group"
-  source "$ROOT/tests/engines/oci-image.sh"
+  source "$ROOT/tests/engines/oci-image.sh"   # oci_image
   oci_image "$r" "$T/bb.tar" "$IMG" null '["PATH=/bin"]' && oci_image "$r" "$T/pause.tar" "$PAUSE" '["/bin/sleep","2147483647"]' '["PATH=/bin"]' || return 1
   local ns
   for ns in k8s.io default; do
