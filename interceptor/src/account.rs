@@ -156,7 +156,9 @@ fn ctx(dev: &Dev) -> Option<(Region, u64)> {
     let r = state::region()?;
     let ord = dev.ordinal;
     let limit = state::limit_for(c, dev.idx, &|| real_total(ord));
-    if limit == 0 && !matches!(c.limit, config::Size::Bytes(0)) && !crate::foreign::is_foreign(dev.idx)
+    if limit == 0
+        && !matches!(c.limit, config::Size::Bytes(0))
+        && !crate::foreign::is_foreign(dev.idx)
     {
         return None; // percent of an unknown total: cannot enforce
     }

@@ -87,9 +87,7 @@ fn revalidate() -> bool {
         if s == 0 {
             continue;
         }
-        if is_capturing(s) == Some(false)
-            && slot.compare_exchange(s, 0, AcqRel, Acquire).is_ok()
-        {
+        if is_capturing(s) == Some(false) && slot.compare_exchange(s, 0, AcqRel, Acquire).is_ok() {
             ended_one();
         }
     }

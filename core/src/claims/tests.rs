@@ -584,7 +584,10 @@ fn hostile_cdi_paths_and_an_old_0644_ledger() {
     std::fs::remove_file(&tmp).unwrap();
     prepare(&cfg, &alloc("u-1", GPU0, G)).unwrap();
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
-    assert!(!std::fs::symlink_metadata(&spec).unwrap().file_type().is_symlink());
+    assert!(!std::fs::symlink_metadata(&spec)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert_eq!(mode(&spec), 0o600);
     assert_eq!(mode(&Ledger::new(&cfg).path()), 0o600, "tightened");
     // a directory at the spec path: refused, nothing reserved
