@@ -200,18 +200,23 @@ pub fn admit(
         &mut reclaimed,
     );
     release_reclaimed(cfg, &reclaimed, src);
-    match &admitted {
-        Ok(r) => events::admitted(cfg, src, r),
-        Err(e) => events::refused(
-            cfg,
-            src,
-            id,
-            &request(),
-            events::reason_of(e),
-            &e.to_string(),
-        ),
-    }
+    record(cfg, src, id, &request, &admitted, events::reason_of);
     Ok(admitted?)
+}
+
+/// The event of an admission's outcome: admitted, or refused with `reason`.
+fn record<E: std::fmt::Display>(
+    cfg: &Config,
+    src: events::Source<'_>,
+    id: &str,
+    request: &dyn Fn() -> String,
+    outcome: &Result<Reservation, E>,
+    reason: fn(&E) -> &'static str,
+) {
+    match outcome {
+        Ok(r) => events::admitted(cfg, src, r),
+        Err(e) => events::refused(cfg, src, id, &request(), reason(e), &e.to_string()),
+    }
 }
 
 /// What every admission checks first: an id that can name a directory; no
@@ -283,17 +288,7 @@ pub fn admit_claim(
         &mut reclaimed,
     );
     release_reclaimed(cfg, &reclaimed, src);
-    match &bound {
-        Ok(r) => events::admitted(cfg, src, r),
-        Err(e) => events::refused(
-            cfg,
-            src,
-            id,
-            &request(),
-            claims::reason_of(e),
-            &e.to_string(),
-        ),
-    }
+    record(cfg, src, id, &request, &bound, claims::reason_of);
     let r = bound?;
     claims::strip(&mut bundle.config);
     Ok(r)
