@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): time to run a container of `true` through
-# gpu-quota-runtime with a slice (admission, config.json patch, usage tmpfs,
+# gpu-quota-runtime with a slice (admission, config.json patch, state tmpfs,
 # hook: ledger confirm, state dir, mounts, loader cache, release on exit) vs
 # plain runc, interleaved, median of N runs each, for a busybox image and a
 # glibc image (the host's loader and its whole /etc/ld.so.cache, so the hook

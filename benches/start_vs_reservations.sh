@@ -27,7 +27,7 @@ cleanup() {
   for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do
     "$BIN/gpu-quota-runtime" --root "$D/root" delete -f "$id" >/dev/null 2>&1 || "$RUNC" --root "$D/root" delete -f "$id" || true
   done
-  # usage tmpfs of anything the runtime could not release
+  # state tmpfs of anything the runtime could not release
   grep -o " $D/state/[^ ]*" /proc/self/mounts | while read -r m; do umount "$m" || true; done || true
   [ -n "${GQ_BENCH_KEEP:-}" ] || rm -rf "$D"
 }

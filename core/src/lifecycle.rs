@@ -12,7 +12,7 @@
 //!   once into a [`Bundle`], modified (device nodes, cgroup rules, the
 //!   hook entries with the reservation's key, the assignment annotation)
 //!   and flushed once, atomically, with its mode kept; the state directory
-//!   (with its usage tmpfs) is made before runc clones the mount namespace.
+//!   (its own tmpfs) is made before runc clones the mount namespace.
 //!   The hook then acts on *that reservation* ([`confirm_for_hook`]), found
 //!   by id, runc root and bundle; it never reads the request again.
 //! * **release**: every path that ends a container (runtime `delete`, hook

@@ -1,16 +1,20 @@
 //! The per-container state directory on the host
 //! (`<state_dir>/containers/<id>-<hash of id, runc root and bundle>`),
-//! bind-mounted read-only at `/run/gpu-quota` in the container:
+//! bind-mounted read-only at `/run/gpu-quota` in the container. The whole
+//! directory is a tmpfs of `STATE_FS_BYTES` mounted there just for this
+//! container (made by the runtime before runc, see `create`): a start
+//! creates one inode on the filesystem under `state_dir` (the directory)
+//! instead of nine, and a release deletes one instead of eleven, where
+//! `state_dir` is not itself a tmpfs (docs/benchmarks.md).
 //!
 //! * `limits` — written by the hook: `key=value` lines, the format of
 //!   gpuquota_formats::limits (its one writer and its one reader)
 //! * `usage` — a mount point; the real usage file is `rw/usage` (mode
-//!   0666), on a tmpfs of `USAGE_FS_BYTES` mounted at `rw/` just for this
-//!   container, and bind-mounted read-write over `usage` in the container.
-//!   The container can write its counters but can never grow the file past
-//!   that tmpfs (a usage file on the host's /run could otherwise fill the
-//!   tmpfs that docker, containerd and runc need). The interceptor owns its
-//!   binary format.
+//!   0666), bind-mounted read-write over `usage` in the container. The
+//!   container can write its counters but can never grow the file past
+//!   the directory's tmpfs (a usage file on the host's /run could
+//!   otherwise fill the tmpfs that docker, containerd and runc need). The
+//!   interceptor owns its binary format.
 //! * `driver/` — mount points for the driver libraries plus SONAME symlinks
 //! * `libgpuquota.so` — mount point for the interceptor
 //! * `ld.so.preload` — the merged preload list, bind-mounted on /etc/ld.so.preload
@@ -26,10 +30,17 @@ use std::path::{Path, PathBuf};
 pub const DRIVER_SUBDIR: &str = "driver";
 /// The state directory's mount point for the interceptor.
 pub const INTERCEPTOR_NAME: &str = "libgpuquota.so";
-/// Size of the per-container tmpfs that holds the usage file (the file
-/// itself is 260 KiB, see interceptor/include/gpuquota_usage.h).
-pub const USAGE_FS_BYTES: u64 = 512 << 10;
-/// Where the usage tmpfs is mounted inside the state directory.
+/// Size of the per-container tmpfs that is the state directory: what the
+/// container can write into its usage file at most (the file itself is
+/// 260 KiB, see interceptor/include/gpuquota_usage.h; the host's files
+/// beside it are written before the container runs: `limits` is one page,
+/// `ld.so.preload` at most `mountplan::MAX_PRELOAD` and one line).
+pub const STATE_FS_BYTES: u64 = 512 << 10;
+/// Inodes of that tmpfs: only gpu-quota creates any (the container sees
+/// the directory read-only and the usage file alone read-write): the files
+/// above, and a mount point and its aliases per driver library.
+pub const STATE_FS_INODES: u32 = 4096;
+/// The subdirectory of the usage file.
 pub const USAGE_FS_DIR: &str = "rw";
 
 /// How the usage file is backed.
@@ -181,35 +192,38 @@ pub fn usage_path(dir: &Path) -> PathBuf {
     dir.join(USAGE_FS_DIR).join(usage::FILE_NAME)
 }
 
-/// Create the state directory of `r` afresh, with its usage file on its
-/// own tmpfs (a leftover from an earlier container with the same id is
-/// removed first). gpu-quota-runtime does this before it calls runc: mounts
-/// made on the host after runc cloned the container's mount namespace are
-/// not visible from it, and the hook bind-mounts from there.
+/// Create the state directory of `r` afresh, as its own tmpfs, with the
+/// empty usage file in it (a leftover from an earlier container with the
+/// same id is removed first). gpu-quota-runtime does this before it calls
+/// runc: mounts made on the host after runc cloned the container's mount
+/// namespace are not visible from it, and the hook bind-mounts from there.
 pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::Result<PathBuf> {
     containers_root(&cfg.state_dir)?;
     let dir = container_dir(cfg, r);
     remove(&dir)?;
     std::fs::create_dir(&dir)?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-    let rw = dir.join(USAGE_FS_DIR);
-    std::fs::create_dir(&rw)?;
-    std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
     if backing == UsageBacking::Tmpfs {
         use nix::mount::{mount, MsFlags};
         let r = mount(
-            Some("gpu-quota-usage"),
-            &rw,
+            Some("gpu-quota-state"),
+            &dir,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            Some(format!("size={USAGE_FS_BYTES},nr_inodes=16,mode=0755").as_str()),
+            Some(format!("size={STATE_FS_BYTES},nr_inodes={STATE_FS_INODES},mode=0755").as_str()),
         );
         if let Err(e) = r {
             let _ = remove(&dir);
             return Err(e.into());
         }
     }
-    if let Err(e) = write(&usage_path(&dir), b"", 0o666) {
+    let made = (|| {
+        let rw = dir.join(USAGE_FS_DIR);
+        std::fs::create_dir(&rw)?;
+        std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
+        write(&usage_path(&dir), b"", 0o666)
+    })();
+    if let Err(e) = made {
         let _ = remove(&dir);
         return Err(e);
     }
@@ -252,8 +266,8 @@ pub fn fill(
     Ok(())
 }
 
-/// Remove a state directory, unmounting its usage tmpfs first (a lazy
-/// unmount: a container process still holding the file keeps only its own
+/// Remove a state directory, unmounting its tmpfs first (a lazy unmount:
+/// a container process still holding a file keeps only its own
 /// reference).
 pub fn remove(dir: &Path) -> std::io::Result<()> {
     match dir.symlink_metadata() {
@@ -262,10 +276,14 @@ pub fn remove(dir: &Path) -> std::io::Result<()> {
         Ok(m) if !m.is_dir() => return std::fs::remove_file(dir),
         Ok(_) => {}
     }
+    // the directory's tmpfs; earlier releases mounted `rw/` alone (a path
+    // that is not a mount point is left alone: EINVAL)
+    let detach = nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW;
     let rw = dir.join(USAGE_FS_DIR);
     if rw.is_dir() && !rw.is_symlink() {
-        let _ = nix::mount::umount2(&rw, nix::mount::MntFlags::MNT_DETACH);
+        let _ = nix::mount::umount2(&rw, detach);
     }
+    let _ = nix::mount::umount2(dir, detach);
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         r => r,

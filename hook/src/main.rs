@@ -166,7 +166,7 @@ fn create_runtime(root: Option<String>) -> Result<()> {
         anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
     })?;
     // made by gpu-quota-runtime before runc cloned the container's mount
-    // namespace (so its usage tmpfs is visible there); filled in here
+    // namespace (so its tmpfs is visible there); filled in here
     let dir = state::container_dir(&cfg, &r);
     let ctx_charge = measure::context_charge(&cfg, &files, &r)?;
     state::fill(&dir, &r, &files, ctx_charge)

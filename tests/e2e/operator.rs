@@ -444,7 +444,7 @@ fn release_and_gc_on_real_containers_one_sigkilled() {
     assert!(String::from_utf8_lossy(&h.runc(&["state", "live"]).stdout).contains("running"));
     h.cleanup();
     // the engine's delete of the force-released container still removes its
-    // state directory and unmounts its usage tmpfs (its reservation is gone)
+    // state directory and unmounts its tmpfs (its reservation is gone)
     let left: Vec<String> = std::fs::read_dir(h.path().join("state/containers"))
         .map(|rd| {
             rd.flatten()

@@ -60,11 +60,26 @@ fn host_state_resists_containers_and_host_users() {
         .unwrap()
         .path();
     let usage = dir.join("rw/usage");
+    // the whole directory is the container's own tmpfs: nothing of it on
+    // the disk under state_dir (docs/benchmarks.md, inode creates)
+    let dev = |p: &std::path::Path| std::fs::metadata(p).unwrap().dev();
+    assert_ne!(
+        dev(&dir),
+        dev(&containers),
+        "the state directory is a mount"
+    );
+    for f in ["limits", "ld.so.preload", "rw/usage"] {
+        assert_eq!(
+            dev(&dir.join(f)),
+            dev(&dir),
+            "{f} is on the directory's tmpfs"
+        );
+    }
     // growth: the container's writes stop at its small tmpfs
     assert_ne!(rc, "0\n", "300 MB into the usage file must fail");
     let size = std::fs::metadata(&usage).unwrap().len();
     assert!(
-        size <= gpuquota_core::state::USAGE_FS_BYTES,
+        size <= gpuquota_core::state::STATE_FS_BYTES,
         "usage file grew to {size}"
     );
 
@@ -217,4 +232,46 @@ fn state_directories_must_be_real_and_root_owned() {
         "run",
     );
     assert_eq!(std::fs::read_to_string(h.config()).unwrap(), cfg);
+}
+
+/// A state directory of the earlier layout (a tmpfs on `rw/` alone, the
+/// directory itself on the host's disk), left by a container created before
+/// an upgrade, is removed with its mount by the release of this version;
+/// one of this layout (the directory is the tmpfs) too.
+#[test]
+fn state_directories_of_both_layouts_go_with_their_mounts() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let mounted = |p: &std::path::Path| {
+        let m = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let p = p.display().to_string();
+        m.lines().any(|l| l.split(' ').nth(4) == Some(p.as_str()))
+    };
+    let tmpfs = |p: &std::path::Path| {
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "gq-test"])
+            .arg(p)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+    };
+    let old = h.path().join("old");
+    std::fs::create_dir_all(old.join("rw")).unwrap();
+    std::fs::write(old.join("limits"), b"").unwrap();
+    tmpfs(&old.join("rw"));
+    std::fs::write(old.join("rw/usage"), b"").unwrap();
+    let new = h.path().join("new");
+    std::fs::create_dir(&new).unwrap();
+    tmpfs(&new);
+    std::fs::create_dir(new.join("rw")).unwrap();
+    std::fs::write(new.join("rw/usage"), b"").unwrap();
+    assert!(mounted(&old.join("rw")) && mounted(&new), "premise");
+    for d in [&old, &new] {
+        gpuquota_core::state::remove(d).unwrap();
+        assert!(!d.exists(), "{} removed", d.display());
+    }
+    assert!(
+        !mounted(&old.join("rw")) && !mounted(&new),
+        "both mounts are gone"
+    );
 }
