@@ -8,8 +8,13 @@
 # ledger holds 1..M reservations) and starts FILL+1..FILL+M after FILL more
 # sliced sleepers were started untimed. Prints median, min–max and p10–p90 of
 # each arm and the ledger size. Everything is deleted at the end.
+# A third arm, "floor", is plain runc with a no-op createRuntime hook
+# (/bin/true) on the plain bundle: what any runc wrapper that needs a hook
+# pays at least on this machine (runc's spawning of the hook), the lower
+# bound of the gpu-quota arm.
 # Usage: benches/start_vs_reservations.sh [M=20] [FILL=160]   (root)
-# Env: GQ_BIN_OLD=DIR adds a third arm through an older build's binaries (A/B on one ledger);
+# Env: GQ_BIN_OLD=DIR adds a fourth arm through the binaries in DIR (an older build, or a
+# build with a no-op gpu-quota-hook: A/B on one ledger);
 # GQ_BENCH_STRACE=FILE straces one more sliced start at the end into FILE
 # (GQ_BENCH_STRACE_OPTS: more strace options, e.g. --seccomp-bpf -e trace=...);
 # GQ_BIN (default target/release), RUNC, GQ_BENCH_KEEP=1 keeps the work dir.
@@ -57,7 +62,7 @@ index = 1
 uuid = "GPU-00000000-0000-4000-8000-000000000001"
 memory = "16g"
 EOT
-# GQ_BIN_OLD=DIR: a third arm, the same start through the binaries in DIR
+# GQ_BIN_OLD=DIR: a fourth arm, the same start through the binaries in DIR
 # (an older build), interleaved with the other two on the same ledger
 if [ -n "${GQ_BIN_OLD:-}" ]; then
   sed -e "s|^hook = .*|hook = \"$GQ_BIN_OLD/gpu-quota-hook\"|" -e "s|^interceptor = .*|interceptor = \"$GQ_BIN_OLD/libgpuquota.so\"|" "$GPU_QUOTA_CONFIG" > "$D/config-old.toml"
@@ -70,7 +75,7 @@ mk() { # NAME ANNOTATIONS
  "linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]},"namespaces":[{"type":"pid"},{"type":"mount"}]}}
 EOT
 }
-# one bundle per arm; runc and the runtime take the bundle with --bundle
+# one bundle per arm (the floor arm's below); runc and the runtime take the bundle with --bundle
 mk plain '{}'; mk sliced '{"vram":"64m"}'
 now() { date +%s%N; }
 srun() { "$BIN/gpu-quota-runtime" --root "$D/root" run -d --bundle "$D/sliced" "$1" >/dev/null 2>&1 </dev/null; }
@@ -80,23 +85,40 @@ fresh() { cp "$D/sliced.json" "$D/sliced/config.json"; }
 cp "$D/sliced/config.json" "$D/sliced.json"
 nres() { grep -o '"container_id"' "$D/ledger/ledger.json" 2>/dev/null | wc -l; }
 orun() { GPU_QUOTA_CONFIG="$D/config-old.toml" "$GQ_BIN_OLD/gpu-quota-runtime" --root "$D/root" run -d --bundle "$D/sliced" "$1" >/dev/null 2>&1 </dev/null; }
-window() { # LABEL -> appends "label sliced... | plain... | old..." to $D/times
-  local s=() p=() o=() i t
+# the floor arm: the plain bundle with a createRuntime hook that does nothing
+mkdir -p "$D/floor"
+python3 - "$D/plain" "$D/floor/config.json" <<'EOT'
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))
+c["hooks"] = {"createRuntime": [{"path": "/bin/true"}]}
+c["root"]["path"] = sys.argv[1] + "/rootfs"  # the plain arm's image (runc takes no symlink)
+json.dump(c, open(sys.argv[2], "w"))
+EOT
+frun() { "$RUNC" --root "$D/root" run -d --bundle "$D/floor" "$1" >/dev/null 2>&1 </dev/null; }
+ARMS=(sliced plain floor)
+[ -z "${GQ_BIN_OLD:-}" ] || ARMS+=(old)
+window() { # LABEL -> appends "label arm µs µs ..." lines to $D/times
+  local -A t=()
+  local i a s
   for i in $(seq 1 "$M"); do
-    fresh; t=$(now); srun "s-$1-$i"; s+=($(( ($(now) - t) / 1000 )))
-    t=$(now); prun "p-$1-$i"; p+=($(( ($(now) - t) / 1000 )))
-    if [ -n "${GQ_BIN_OLD:-}" ]; then
-      fresh; t=$(now); orun "o-$1-$i"; o+=($(( ($(now) - t) / 1000 )))
-    fi
+    for a in "${ARMS[@]}"; do
+      case $a in sliced | old) fresh ;; esac
+      s=$(now)
+      case $a in
+        sliced) srun "s-$1-$i" ;; plain) prun "p-$1-$i" ;;
+        floor) frun "f-$1-$i" ;; old) orun "o-$1-$i" ;;
+      esac
+      t[$a]+=" $(( ($(now) - s) / 1000 ))"
+    done
   done
-  echo "$1 ${s[*]} | ${p[*]} | ${o[*]}" >> "$D/times"
+  for a in "${ARMS[@]}"; do echo "$1 $a${t[$a]}" >> "$D/times"; done
 }
-ARMS=$([ -n "${GQ_BIN_OLD:-}" ] && echo 3 || echo 2)
 window first
 for i in $(seq 1 "$FILL"); do fresh; srun "fill-$i"; done
 window second
 n=$(nres); size=$(stat -c %s "$D/ledger/ledger.json")
-want=$(( (ARMS - 1) * 2 * M + FILL ))
+SLICED=$([ -n "${GQ_BIN_OLD:-}" ] && echo 2 || echo 1)
+want=$(( SLICED * 2 * M + FILL ))
 [ "$n" -eq "$want" ] || { echo "expected $want reservations in the ledger, found $n"; exit 1; }
 stats() { # values (µs) -> "median (p10–p90, min–max)" in ms
   printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {
@@ -105,20 +127,19 @@ stats() { # values (µs) -> "median (p10–p90, min–max)" in ms
     printf "%.1f ms (p10–p90 %.1f–%.1f, min–max %.1f–%.1f)", m/1000, p10/1000, p90/1000, a[1]/1000, a[NR]/1000 }'
 }
 med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
-echo "| date | reservations held | runs | plain runc | gpu-quota ($BIN) | difference |$([ "$ARMS" = 3 ] && echo " gpu-quota ($GQ_BIN_OLD) | difference |")"
-while IFS='|' read -r a p o; do
-  label=${a%% *}; s=(${a#* }); p=($p); o=($o)
-  k=$(( ARMS - 1 ))
-  case $label in first) range="1–$(( k * M ))";; *) range="$(( k * M + FILL + 1 ))–$(( 2 * k * M + FILL ))";; esac
-  ms=$(med "${s[@]}"); mp=$(med "${p[@]}")
-  row=$(printf '| %s | %s | %d | %s | %s | %+.1f ms |' "$(date -u +%F)" "$range" "$M" \
-    "$(stats "${p[@]}")" "$(stats "${s[@]}")" "$(awk -v s="$ms" -v p="$mp" 'BEGIN{print (s-p)/1000}')")
-  if [ "$ARMS" = 3 ]; then
-    mo=$(med "${o[@]}")
-    row+=$(printf ' %s | %+.1f ms |' "$(stats "${o[@]}")" "$(awk -v s="$mo" -v p="$mp" 'BEGIN{print (s-p)/1000}')")
-  fi
+diffms() { awk -v s="$1" -v p="$2" 'BEGIN{printf "%+.1f ms", (s-p)/1000}'; }
+echo "| date | reservations held | runs | plain runc | floor: runc + no-op hook | gpu-quota ($BIN) | difference |$([ -n "${GQ_BIN_OLD:-}" ] && echo " gpu-quota ($GQ_BIN_OLD) | difference |")"
+for label in first second; do
+  declare -A v=()
+  while read -r l a rest; do [ "$l" = "$label" ] && v[$a]=$rest; done < "$D/times"
+  case $label in first) range="1–$(( SLICED * M ))";; *) range="$(( SLICED * M + FILL + 1 ))–$(( 2 * SLICED * M + FILL ))";; esac
+  mp=$(med ${v[plain]})
+  row=$(printf '| %s | %s | %d | %s | %s (%s) | %s | %s |' "$(date -u +%F)" "$range" "$M" \
+    "$(stats ${v[plain]})" "$(stats ${v[floor]})" "$(diffms "$(med ${v[floor]})" "$mp")" \
+    "$(stats ${v[sliced]})" "$(diffms "$(med ${v[sliced]})" "$mp")")
+  [ -z "${GQ_BIN_OLD:-}" ] || row+=$(printf ' %s | %s |' "$(stats ${v[old]})" "$(diffms "$(med ${v[old]})" "$mp")")
   echo "$row"
-done < "$D/times"
+done
 echo "ledger at the end: $n reservations, $size bytes"
 if [ -n "${GQ_BENCH_STRACE:-}" ]; then # one more sliced container, foreground `sleep 0`, traced (runtime, runc, both hook runs, release)
   sed 's/"3600"/"0"/' "$D/sliced.json" > "$D/sliced/config.json"
