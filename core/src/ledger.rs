@@ -253,14 +253,26 @@ impl Ledger {
                 message,
             }
         };
-        let v: Version = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-        if v.version > SCHEMA_VERSION {
-            return Err(LedgerError::TooNew {
-                path,
-                found: v.version,
-            });
+        // One parse of the whole file on the path every transaction takes
+        // (at 200 reservations a parse is most of a transaction's growth,
+        // docs/benchmarks.md); the version alone is read only to tell a
+        // newer schema from a broken file when that parse fails.
+        let too_new = |found: u32| LedgerError::TooNew {
+            path: path.clone(),
+            found,
+        };
+        match serde_json::from_slice::<LedgerData>(&bytes) {
+            Ok(d) if d.version > SCHEMA_VERSION => Err(too_new(d.version)),
+            Ok(d) => Ok(d),
+            Err(full) => {
+                let v: Version =
+                    serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+                if v.version > SCHEMA_VERSION {
+                    return Err(too_new(v.version));
+                }
+                Err(corrupt(full.to_string()))
+            }
         }
-        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))
     }
 
     /// A consistent snapshot for read-only commands: writes are atomic

@@ -320,6 +320,19 @@ fn corrupt_is_kept_and_reported() {
         .unwrap();
     std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
     assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
+    // a newer schema this one cannot parse is still "too new", not corrupt
+    std::fs::write(l.path(), b"{\"version\":2,\"reservations\":\"elsewhere\"}").unwrap();
+    assert!(matches!(
+        l.read(),
+        Err(LedgerError::TooNew { found: 2, .. })
+    ));
+    // the same shape at this version is corrupt, with the parse's message
+    std::fs::write(l.path(), b"{\"version\":1,\"reservations\":\"elsewhere\"}").unwrap();
+    let e = l.read().unwrap_err();
+    assert!(
+        matches!(e, LedgerError::Corrupt { ref message, .. } if message.contains("invalid type")),
+        "{e}"
+    );
 }
 
 fn dead_reservation(l: &Ledger, cfg: &Config, inv: &Inventory, id: &str, gpu: u32) {
