@@ -28,7 +28,7 @@ use crate::{
     config::Config,
     events, fsutil,
     inventory::{Inventory, InventoryError},
-    ledger::{ClaimEntry, Key, Ledger, LedgerError, ResState, Reservation},
+    ledger::{ClaimEntry, Key, Ledger, LedgerError, Reservation},
     placement::{self, Slice},
     units::human,
 };
@@ -376,30 +376,24 @@ pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
             return Ok((Err(e), false));
         }
         let r = Reservation {
-            container_id: format!("claim:{}", a.uid),
-            runtime_root: None,
-            bundle: String::new(),
-            slices: vec![Slice {
-                uuid: g.uuid.clone(),
-                index: g.index,
-                bytes: a.bytes,
-            }],
-            request: format!("claim {}/{}", a.namespace, a.name),
             created_unix: fsutil::now_unix(),
-            started_unix: None,
-            pid: None,
-            pid_start: None,
-            state: ResState::Reserved,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
             claim: Some(ClaimEntry {
                 uid: a.uid.clone(),
                 namespace: a.namespace.clone(),
                 name: a.name.clone(),
                 token,
             }),
-            bound_claim: None,
+            ..Reservation::new(
+                format!("claim:{}", a.uid),
+                None,
+                "",
+                vec![Slice {
+                    uuid: g.uuid.clone(),
+                    index: g.index,
+                    bytes: a.bytes,
+                }],
+                format!("claim {}/{}", a.namespace, a.name),
+            )
         };
         d.reservations.push(r.clone());
         Ok((Ok(Some(r)), true))
@@ -609,21 +603,16 @@ pub fn bind(
         d.reservations = keep;
         reclaimed.extend(gone);
         let r = Reservation {
-            container_id: id.into(),
-            runtime_root: Some(root.into()),
-            bundle: bundle.into(),
-            slices: entry.slices.clone(),
-            request: format!("claim {}/{}", c.namespace, c.name),
             created_unix: now,
-            started_unix: None,
-            pid: None,
-            pid_start: None,
-            state: ResState::Reserved,
-            pid_ns: fsutil::namespace_id("pid"),
-            mnt_ns: fsutil::namespace_id("mnt"),
-            boot_id: fsutil::boot_id(),
-            claim: None,
             bound_claim: Some(c.uid.clone()),
+            ..Reservation::new(
+                id,
+                Some(root),
+                bundle,
+                entry.slices.clone(),
+                format!("claim {}/{}", c.namespace, c.name),
+            )
+            .admitted_now()
         };
         d.reservations.push(r.clone());
         Ok((Ok(r), true))

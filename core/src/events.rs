@@ -259,26 +259,15 @@ mod tests {
     use crate::placement::Slice;
 
     fn res(id: &str) -> Reservation {
+        let slice = Slice {
+            index: 1,
+            uuid: "GPU-1".into(),
+            bytes: 4 << 30,
+        };
         Reservation {
-            container_id: id.into(),
-            runtime_root: None,
-            bundle: "/b".into(),
-            slices: vec![Slice {
-                index: 1,
-                uuid: "GPU-1".into(),
-                bytes: 4 << 30,
-            }],
-            request: "vram=4.00 GiB".into(),
-            created_unix: 0,
-            started_unix: None,
             pid: Some(42),
-            pid_start: None,
             state: ResState::Running,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
-            claim: None,
-            bound_claim: None,
+            ..Reservation::new(id, None, "/b", vec![slice], "vram=4.00 GiB")
         }
     }
     const SRC: Source = Source {

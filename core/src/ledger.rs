@@ -90,6 +90,48 @@ impl std::fmt::Debug for ClaimEntry {
 }
 
 impl Reservation {
+    /// A reservation of `slices` for container `container_id` under runc
+    /// root `runtime_root` from `bundle`, as the user asked (`request`):
+    /// `Reserved`, no process, nothing else recorded (created at 0).
+    pub fn new(
+        container_id: impl Into<String>,
+        runtime_root: Option<&str>,
+        bundle: impl Into<String>,
+        slices: Vec<Slice>,
+        request: impl Into<String>,
+    ) -> Reservation {
+        Reservation {
+            container_id: container_id.into(),
+            runtime_root: runtime_root.map(str::to_string),
+            bundle: bundle.into(),
+            slices,
+            request: request.into(),
+            created_unix: 0,
+            started_unix: None,
+            pid: None,
+            pid_start: None,
+            state: ResState::Reserved,
+            pid_ns: None,
+            mnt_ns: None,
+            boot_id: None,
+            claim: None,
+            bound_claim: None,
+        }
+    }
+
+    /// This reservation as admitted now by this process: created now, in
+    /// this process's pid and mount namespaces and boot (what `is_stale`
+    /// judges liveness by).
+    pub fn admitted_now(self) -> Reservation {
+        Reservation {
+            created_unix: fsutil::now_unix(),
+            pid_ns: fsutil::namespace_id("pid"),
+            mnt_ns: fsutil::namespace_id("mnt"),
+            boot_id: fsutil::boot_id(),
+            ..self
+        }
+    }
+
     /// Whether this is a DRA claim's entry rather than a container's.
     pub fn is_claim(&self) -> bool {
         self.claim.is_some()
@@ -470,23 +512,8 @@ impl Ledger {
             };
             d.reservations
                 .retain(|r| !Key::Root { id, root }.matches(r));
-            let r = Reservation {
-                container_id: id.into(),
-                runtime_root: root.map(str::to_string),
-                bundle: bundle.into(),
-                slices,
-                request: describe_request(req),
-                created_unix: fsutil::now_unix(),
-                started_unix: None,
-                pid: None,
-                pid_start: None,
-                state: ResState::Reserved,
-                pid_ns: fsutil::namespace_id("pid"),
-                mnt_ns: fsutil::namespace_id("mnt"),
-                boot_id: fsutil::boot_id(),
-                claim: None,
-                bound_claim: None,
-            };
+            let r =
+                Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now();
             d.reservations.push(r.clone());
             Ok((Ok(r), true))
         })?

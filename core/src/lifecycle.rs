@@ -595,7 +595,6 @@ pub fn clear_driver_limit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::ResState;
 
     #[derive(Default)]
     struct Log {
@@ -628,23 +627,7 @@ mod tests {
     }
 
     fn res(id: &str) -> Reservation {
-        Reservation {
-            container_id: id.into(),
-            runtime_root: Some("/run/runc".into()),
-            bundle: "/b".into(),
-            slices: vec![],
-            request: "vram=1g".into(),
-            created_unix: 0,
-            started_unix: None,
-            pid: None,
-            pid_start: None,
-            state: ResState::Reserved,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
-            claim: None,
-            bound_claim: None,
-        }
+        Reservation::new(id, Some("/run/runc"), "/b", vec![], "vram=1g")
     }
     fn src(cause: &'static str) -> events::Source<'static> {
         events::Source {

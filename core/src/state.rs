@@ -320,33 +320,17 @@ pub fn sweep(cfg: &Config, live: &[Reservation]) -> std::io::Result<Vec<PathBuf>
 mod tests {
     use super::*;
     use crate::driver::DriverLib;
-    use crate::ledger::ResState;
     use crate::placement::Slice;
 
     #[test]
     fn prepare_layout() {
         let d = tempfile::tempdir().unwrap();
-        let r = Reservation {
-            container_id: "c1".into(),
-            runtime_root: None,
-            bundle: "/b".into(),
-            slices: vec![Slice {
-                uuid: "GPU-a".into(),
-                index: 0,
-                bytes: 4 << 30,
-            }],
-            request: "vram=4g".into(),
-            created_unix: 0,
-            started_unix: None,
-            pid: None,
-            pid_start: None,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
-            claim: None,
-            bound_claim: None,
-            state: ResState::Reserved,
+        let slice = Slice {
+            uuid: "GPU-a".into(),
+            index: 0,
+            bytes: 4 << 30,
         };
+        let r = Reservation::new("c1", None, "/b", vec![slice], "vram=4g");
         let files = DriverFiles {
             libs: vec![DriverLib {
                 host_path: "/x".into(),
@@ -451,23 +435,7 @@ mod tests {
     }
 
     fn res(id: &str, root: Option<&str>, bundle: &str) -> Reservation {
-        Reservation {
-            container_id: id.into(),
-            runtime_root: root.map(String::from),
-            bundle: bundle.into(),
-            slices: vec![],
-            request: String::new(),
-            created_unix: 0,
-            started_unix: None,
-            pid: None,
-            pid_start: None,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
-            claim: None,
-            bound_claim: None,
-            state: ResState::Reserved,
-        }
+        Reservation::new(id, root, bundle, vec![], "")
     }
 
     /// Issue 16 §4: the state directory was named by id and bundle only, so

@@ -104,21 +104,8 @@ mod tests {
 
     fn res(root: Option<&str>) -> Reservation {
         Reservation {
-            container_id: "c".into(),
-            runtime_root: root.map(String::from),
-            bundle: "/b".into(),
-            slices: vec![],
-            request: String::new(),
-            created_unix: 0,
-            started_unix: None,
-            pid: None,
-            pid_start: None,
             state: ResState::Running,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
-            claim: None,
-            bound_claim: None,
+            ..Reservation::new("c", root, "/b", vec![], "")
         }
     }
 

@@ -221,26 +221,14 @@ mod tests {
     }
 
     fn res(id: &str, root: &str, gpu: u32, bytes: u64) -> Reservation {
+        let slice = Slice {
+            uuid: format!("GPU-{gpu:04}"),
+            index: gpu,
+            bytes,
+        };
         Reservation {
-            container_id: id.into(),
-            runtime_root: Some(root.into()),
-            bundle: format!("/b/{id}"),
-            slices: vec![Slice {
-                uuid: format!("GPU-{gpu:04}"),
-                index: gpu,
-                bytes,
-            }],
-            request: String::new(),
-            created_unix: 0,
-            started_unix: None,
-            pid: None,
-            pid_start: None,
             state: ResState::Running,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
-            claim: None,
-            bound_claim: None,
+            ..Reservation::new(id, Some(root), format!("/b/{id}"), vec![slice], "")
         }
     }
 

@@ -8,7 +8,7 @@
 //! placement policies, Allocate, a kubelet restart, SIGTERM.
 mod kubelet;
 
-use gpuquota_core::ledger::{LedgerData, ResState, Reservation};
+use gpuquota_core::ledger::{LedgerData, Reservation};
 use gpuquota_core::placement::Slice;
 use gpuquota_deviceplugin::api;
 use kubelet::{plugin_client, TestKubelet};
@@ -93,27 +93,21 @@ fn write_atomic(p: &Path, b: &[u8]) {
 }
 
 fn res(id: &str, root: &str, gpu: &str, bytes: u64) -> Reservation {
+    let slice = Slice {
+        uuid: gpu.into(),
+        index: if gpu == GPU0 { 0 } else { 1 },
+        bytes,
+    };
     Reservation {
-        container_id: id.into(),
-        runtime_root: Some(root.into()),
-        bundle: format!("/run/bundles/{id}"),
-        slices: vec![Slice {
-            uuid: gpu.into(),
-            index: if gpu == GPU0 { 0 } else { 1 },
-            bytes,
-        }],
-        request: String::new(),
         // just created: never stale within the grace period
         created_unix: gpuquota_core::fsutil::now_unix(),
-        started_unix: None,
-        pid: None,
-        pid_start: None,
-        state: ResState::Reserved,
-        pid_ns: None,
-        mnt_ns: None,
-        boot_id: None,
-        claim: None,
-        bound_claim: None,
+        ..Reservation::new(
+            id,
+            Some(root),
+            format!("/run/bundles/{id}"),
+            vec![slice],
+            "",
+        )
     }
 }
 

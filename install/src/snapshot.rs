@@ -220,26 +220,23 @@ mod tests {
     }
 
     fn entry(id: &str, bytes: u64) -> Reservation {
+        let slice = Slice {
+            uuid: "GPU-0".into(),
+            index: 0,
+            bytes,
+        };
         Reservation {
-            container_id: id.into(),
-            runtime_root: Some("/run/runc".into()),
-            bundle: format!("/b/{id}"),
-            slices: vec![Slice {
-                uuid: "GPU-0".into(),
-                index: 0,
-                bytes,
-            }],
-            request: "vram".into(),
-            created_unix: fsutil::now_unix(),
-            started_unix: None,
             pid: Some(std::process::id()),
             pid_start: fsutil::process_start_time(std::process::id()),
             state: ResState::Running,
-            pid_ns: fsutil::namespace_id("pid"),
-            mnt_ns: fsutil::namespace_id("mnt"),
-            boot_id: fsutil::boot_id(),
-            claim: None,
-            bound_claim: None,
+            ..Reservation::new(
+                id,
+                Some("/run/runc"),
+                format!("/b/{id}"),
+                vec![slice],
+                "vram",
+            )
+            .admitted_now()
         }
     }
 

@@ -20,26 +20,21 @@ fn main() {
         ..Config::default()
     };
     let (off, file) = (cfg(LogTarget::Off), cfg(LogTarget::File));
+    let slice = Slice {
+        uuid: "GPU-0".into(),
+        index: 0,
+        bytes: 1 << 30,
+    };
     let r = Reservation {
-        container_id: "bench".into(),
-        runtime_root: Some("/run/runc".into()),
-        bundle: "/b".into(),
-        slices: vec![Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            bytes: 1 << 30,
-        }],
-        request: "vram=1.00 GiB".into(),
-        created_unix: 0,
-        started_unix: None,
         pid: Some(1),
-        pid_start: None,
         state: ResState::Running,
-        pid_ns: None,
-        mnt_ns: None,
-        boot_id: None,
-        claim: None,
-        bound_claim: None,
+        ..Reservation::new(
+            "bench",
+            Some("/run/runc"),
+            "/b",
+            vec![slice],
+            "vram=1.00 GiB",
+        )
     };
     let src = Source {
         program: "event-cost",

@@ -3,7 +3,7 @@
 //! `at-step`) so the test can kill -9 it there.
 //! usage: ledger-stepper LEDGER_DIR ID [STEP_INDEX]
 use gpuquota_core::fsutil::WRITE_STEPS;
-use gpuquota_core::ledger::{ResState, Reservation};
+use gpuquota_core::ledger::Reservation;
 use gpuquota_core::placement::Slice;
 use gpuquota_core::Ledger;
 use std::io::Write;
@@ -16,26 +16,20 @@ fn main() {
     };
     let id = a[2].clone();
     let stop_at = a.get(3).map(|s| WRITE_STEPS[s.parse::<usize>().unwrap()]);
+    let slice = Slice {
+        uuid: "GPU-0".into(),
+        index: 0,
+        bytes: 1 << 30,
+    };
     let r = Reservation {
-        container_id: id.clone(),
-        runtime_root: Some("/run/runc".into()),
-        bundle: format!("/bundles/{id}"),
-        slices: vec![Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            bytes: 1 << 30,
-        }],
-        request: "vram=1g".into(),
         created_unix: 1,
-        started_unix: None,
-        pid: None,
-        pid_start: None,
-        pid_ns: None,
-        mnt_ns: None,
-        boot_id: None,
-        claim: None,
-        bound_claim: None,
-        state: ResState::Reserved,
+        ..Reservation::new(
+            &id,
+            Some("/run/runc"),
+            format!("/bundles/{id}"),
+            vec![slice],
+            "vram=1g",
+        )
     };
     ledger
         .transact_observed(

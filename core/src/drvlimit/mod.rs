@@ -496,21 +496,11 @@ mod tests {
             ..crate::Config::default()
         };
         let r = Reservation {
-            container_id: "c1".into(),
-            runtime_root: Some("/run/x".into()),
-            bundle: "/b".into(),
-            slices: vec![],
-            request: "vram=1g".into(),
-            created_unix: 0,
             started_unix: Some(0),
             pid: Some(u32::MAX - 1),
             pid_start: Some(1),
             state: ResState::Running,
-            pid_ns: None,
-            mnt_ns: None,
-            boot_id: None,
-            claim: None,
-            bound_claim: None,
+            ..Reservation::new("c1", Some("/run/x"), "/b", vec![], "vram=1g")
         };
         std::fs::create_dir_all(&cfg.ledger_dir).unwrap();
         let data = LedgerData {

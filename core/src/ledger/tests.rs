@@ -42,23 +42,7 @@ fn confirm_syncs_the_file_before_the_rename_but_not_the_directory_and_admit_sync
     let mut admit_steps = vec![];
     l.transact_observed(
         |d| {
-            let r = Reservation {
-                container_id: "c".into(),
-                runtime_root: None,
-                bundle: "/b".into(),
-                slices: vec![],
-                request: "vram=1g".into(),
-                created_unix: 0,
-                started_unix: None,
-                pid: None,
-                pid_start: None,
-                state: ResState::Reserved,
-                pid_ns: None,
-                mnt_ns: None,
-                boot_id: None,
-                claim: None,
-                bound_claim: None,
-            };
+            let r = Reservation::new("c", None, "/b", vec![], "vram=1g");
             d.reservations.push(r);
             Ok(((), true))
         },
