@@ -74,3 +74,18 @@ mod tests {
         );
     }
 }
+
+/// The log of the long-running services (the device plugin, the DRA
+/// driver): plain lines on stderr, as `kubectl logs` shows them, filtered
+/// by `GPU_QUOTA_LOG` (an `EnvFilter`; default `info`).
+pub fn init_service_log() {
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPU_QUOTA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}

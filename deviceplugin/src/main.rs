@@ -32,16 +32,7 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
-    // plain lines on stderr, as `kubectl logs` shows them
-    tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPU_QUOTA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    gpuquota_core::out::init_service_log();
     let cli = Cli::parse();
     let config = cli
         .config
