@@ -1,8 +1,8 @@
 //! The per-container state directory on the host
 //! (`<state_dir>/containers/<id>-<hash of id, runc root and bundle>`),
-//! bind-mounted read-only at `/run/gpu-quota` in the container. The whole
+//! bind-mounted read-only at `/run/gpu-quota` in the container. The
 //! directory is a tmpfs of `STATE_FS_BYTES` mounted there just for this
-//! container (made by the runtime before runc, see `create`): a start
+//! container (made by the runtime before runc, see `create`), so a start
 //! creates one inode on the filesystem under `state_dir` (the directory)
 //! instead of nine, and a release deletes one instead of eleven, where
 //! `state_dir` is not itself a tmpfs (docs/benchmarks.md).
@@ -10,11 +10,17 @@
 //! * `limits` — written by the hook: `key=value` lines, the format of
 //!   gpuquota_formats::limits (its one writer and its one reader)
 //! * `usage` — a mount point; the real usage file is `rw/usage` (mode
-//!   0666), bind-mounted read-write over `usage` in the container. The
-//!   container can write its counters but can never grow the file past
-//!   the directory's tmpfs (a usage file on the host's /run could
-//!   otherwise fill the tmpfs that docker, containerd and runc need). The
-//!   interceptor owns its binary format.
+//!   0666), on a second tmpfs of `USAGE_FS_BYTES` mounted at `rw/` just for
+//!   this container, and bind-mounted read-write over `usage` in the
+//!   container. The container can write its counters but can never grow
+//!   the file past that tmpfs (a usage file on the host's /run could
+//!   otherwise fill the tmpfs that docker, containerd and runc need). It
+//!   must be a filesystem of its own: a file handle
+//!   (`name_to_handle_at`) of any other file on the filesystem of the
+//!   container's one writable mount reopens that file writable through it
+//!   (`open_by_handle_at`, with CAP_DAC_READ_SEARCH), so the usage file
+//!   never shares one with `limits` and the rest. The interceptor owns its
+//!   binary format.
 //! * `driver/` — mount points for the driver libraries plus SONAME symlinks
 //! * `libgpuquota.so` — mount point for the interceptor
 //! * `ld.so.preload` — the merged preload list, bind-mounted on /etc/ld.so.preload
@@ -30,17 +36,20 @@ use std::path::{Path, PathBuf};
 pub const DRIVER_SUBDIR: &str = "driver";
 /// The state directory's mount point for the interceptor.
 pub const INTERCEPTOR_NAME: &str = "libgpuquota.so";
-/// Size of the per-container tmpfs that is the state directory: what the
-/// container can write into its usage file at most (the file itself is
-/// 260 KiB, see interceptor/include/gpuquota_usage.h; the host's files
-/// beside it are written before the container runs: `limits` is one page,
-/// `ld.so.preload` at most `mountplan::MAX_PRELOAD` and one line).
-pub const STATE_FS_BYTES: u64 = 512 << 10;
-/// Inodes of that tmpfs: only gpu-quota creates any (the container sees
-/// the directory read-only and the usage file alone read-write): the files
-/// above, and a mount point and its aliases per driver library.
+/// Size of the per-container tmpfs that is the state directory. Only the
+/// host writes there, before the container runs: `limits`, the driver-limit
+/// record, empty mount points, and `ld.so.preload` (the image's, at most
+/// `mountplan::MAX_PRELOAD` bytes read, each invalid UTF-8 byte decoded to
+/// three, plus one line): under 256 KiB.
+pub const STATE_FS_BYTES: u64 = 1 << 20;
+/// Inodes of that tmpfs: the files above, and a mount point and its
+/// aliases per driver library.
 pub const STATE_FS_INODES: u32 = 4096;
-/// The subdirectory of the usage file.
+/// Size of the per-container tmpfs at `rw/` that holds the usage file, the
+/// container's one writable file (the file itself is 260 KiB, see
+/// interceptor/include/gpuquota_usage.h).
+pub const USAGE_FS_BYTES: u64 = 512 << 10;
+/// Where the usage tmpfs is mounted inside the state directory.
 pub const USAGE_FS_DIR: &str = "rw";
 
 /// How the usage file is backed.
@@ -193,34 +202,39 @@ pub fn usage_path(dir: &Path) -> PathBuf {
 }
 
 /// Create the state directory of `r` afresh, as its own tmpfs, with the
-/// empty usage file in it (a leftover from an earlier container with the
-/// same id is removed first). gpu-quota-runtime does this before it calls
-/// runc: mounts made on the host after runc cloned the container's mount
-/// namespace are not visible from it, and the hook bind-mounts from there.
+/// empty usage file on a second tmpfs at `rw/` (a leftover from an earlier
+/// container with the same id is removed first). gpu-quota-runtime does
+/// this before it calls runc: mounts made on the host after runc cloned the
+/// container's mount namespace are not visible from it, and the hook
+/// bind-mounts from there.
 pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::Result<PathBuf> {
     containers_root(&cfg.state_dir)?;
     let dir = container_dir(cfg, r);
     remove(&dir)?;
     std::fs::create_dir(&dir)?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-    if backing == UsageBacking::Tmpfs {
-        use nix::mount::{mount, MsFlags};
-        let r = mount(
-            Some("gpu-quota-state"),
-            &dir,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            Some(format!("size={STATE_FS_BYTES},nr_inodes={STATE_FS_INODES},mode=0755").as_str()),
-        );
-        if let Err(e) = r {
-            let _ = remove(&dir);
-            return Err(e.into());
-        }
-    }
     let made = (|| {
+        let tmpfs = |source: &str, at: &Path, opts: String| -> std::io::Result<()> {
+            if backing != UsageBacking::Tmpfs {
+                return Ok(());
+            }
+            use nix::mount::{mount, MsFlags};
+            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            Ok(mount(
+                Some(source),
+                at,
+                Some("tmpfs"),
+                flags,
+                Some(opts.as_str()),
+            )?)
+        };
+        let state_opts = format!("size={STATE_FS_BYTES},nr_inodes={STATE_FS_INODES},mode=0755");
+        tmpfs("gpu-quota-state", &dir, state_opts)?;
         let rw = dir.join(USAGE_FS_DIR);
         std::fs::create_dir(&rw)?;
         std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
+        let usage_opts = format!("size={USAGE_FS_BYTES},nr_inodes=16,mode=0755");
+        tmpfs("gpu-quota-usage", &rw, usage_opts)?;
         write(&usage_path(&dir), b"", 0o666)
     })();
     if let Err(e) = made {
@@ -276,8 +290,8 @@ pub fn remove(dir: &Path) -> std::io::Result<()> {
         Ok(m) if !m.is_dir() => return std::fs::remove_file(dir),
         Ok(_) => {}
     }
-    // the directory's tmpfs; earlier releases mounted `rw/` alone (a path
-    // that is not a mount point is left alone: EINVAL)
+    // the usage tmpfs, then the directory's (earlier releases mounted
+    // `rw/` alone; a path that is not a mount point is left alone: EINVAL)
     let detach = nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW;
     let rw = dir.join(USAGE_FS_DIR);
     if rw.is_dir() && !rw.is_symlink() {

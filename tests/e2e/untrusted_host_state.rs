@@ -60,26 +60,32 @@ fn host_state_resists_containers_and_host_users() {
         .unwrap()
         .path();
     let usage = dir.join("rw/usage");
-    // the whole directory is the container's own tmpfs: nothing of it on
-    // the disk under state_dir (docs/benchmarks.md, inode creates)
+    // the directory is the container's own tmpfs (nothing of it on the
+    // disk under state_dir: docs/benchmarks.md, inode creates), and the
+    // usage file, its one writable file, is on a tmpfs of its own
     let dev = |p: &std::path::Path| std::fs::metadata(p).unwrap().dev();
     assert_ne!(
         dev(&dir),
         dev(&containers),
         "the state directory is a mount"
     );
-    for f in ["limits", "ld.so.preload", "rw/usage"] {
+    for f in ["limits", "ld.so.preload"] {
         assert_eq!(
             dev(&dir.join(f)),
             dev(&dir),
             "{f} is on the directory's tmpfs"
         );
     }
+    assert_ne!(
+        dev(&usage),
+        dev(&dir),
+        "the usage file shares no filesystem"
+    );
     // growth: the container's writes stop at its small tmpfs
     assert_ne!(rc, "0\n", "300 MB into the usage file must fail");
     let size = std::fs::metadata(&usage).unwrap().len();
     assert!(
-        size <= gpuquota_core::state::STATE_FS_BYTES,
+        size <= gpuquota_core::state::USAGE_FS_BYTES,
         "usage file grew to {size}"
     );
 
@@ -264,14 +270,83 @@ fn state_directories_of_both_layouts_go_with_their_mounts() {
     std::fs::create_dir(&new).unwrap();
     tmpfs(&new);
     std::fs::create_dir(new.join("rw")).unwrap();
+    tmpfs(&new.join("rw"));
     std::fs::write(new.join("rw/usage"), b"").unwrap();
-    assert!(mounted(&old.join("rw")) && mounted(&new), "premise");
+    let all = [old.join("rw"), new.clone(), new.join("rw")];
+    assert!(all.iter().all(|m| mounted(m)), "premise");
     for d in [&old, &new] {
         gpuquota_core::state::remove(d).unwrap();
         assert!(!d.exists(), "{} removed", d.display());
     }
+    assert!(!all.iter().any(|m| mounted(m)), "every mount is gone");
+}
+
+/// Class 4, found in review of the one-tmpfs state directory: the
+/// container's one writable mount is its usage file, and a file handle
+/// (`name_to_handle_at`, unprivileged) of any other file on that mount's
+/// filesystem reopens that file writable through it (`open_by_handle_at`,
+/// with CAP_DAC_READ_SEARCH, which a container may be given). The usage
+/// file's tmpfs holds nothing else, so `limits` stays out of reach.
+#[test]
+fn no_host_file_opens_writable_through_the_usage_mount() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let b = h.bundle("hd");
+    let prog = b.rootfs().join("bin/handle-open");
+    let src = repo_dir().join("tests/e2e/handle_open.c");
+    let o = Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
     assert!(
-        !mounted(&old.join("rw")) && !mounted(&new),
-        "both mounts are gone"
+        o.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&o.stderr)
     );
+    b.set(
+        &[("vram", "1g")],
+        "handle-open /run/gpu-quota/usage /run/gpu-quota/usage > /out/own 2>&1; echo $? > /out/ownrc; \
+         handle-open /run/gpu-quota/limits /run/gpu-quota/usage > /out/limits 2>&1; echo $? > /out/limitsrc; sleep 600",
+        &[],
+    );
+    let mut c = b.config();
+    for set in ["bounding", "effective", "permitted"] {
+        c["process"]["capabilities"][set] = serde_json::json!(["CAP_KILL", "CAP_DAC_READ_SEARCH"]);
+    }
+    b.write_config(&c);
+    assert_ok(
+        &h.runtime(&["create", "--bundle", &b.bundle_arg(), "hd"]),
+        "create",
+    );
+    let dir = std::fs::read_dir(h.path().join("state/containers"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let limits = std::fs::read(dir.join("limits")).unwrap();
+    assert_ok(&h.runtime(&["start", "hd"]), "start");
+    let rc = b.wait_out("limitsrc", 20).expect("the probe ran");
+    // negative control: the capability and the call work in this container
+    // (the usage file's own handle reopens writable through its mount)
+    assert_eq!(
+        b.wait_out("ownrc", 5).as_deref(),
+        Some("0\n"),
+        "{:?}",
+        std::fs::read_to_string(b.out.join("own"))
+    );
+    assert_ne!(
+        rc,
+        "0\n",
+        "limits opened writable: {:?}",
+        std::fs::read_to_string(b.out.join("limits"))
+    );
+    assert_eq!(
+        std::fs::read(dir.join("limits")).unwrap(),
+        limits,
+        "limits unchanged"
+    );
+    h.cleanup();
 }
