@@ -49,6 +49,9 @@ pub const STATE_FS_INODES: u32 = 4096;
 /// container's one writable file (the file itself is 260 KiB, see
 /// interceptor/include/gpuquota_usage.h).
 pub const USAGE_FS_BYTES: u64 = 512 << 10;
+/// Inodes of the usage tmpfs: its root and the usage file (the container
+/// can create none; a few to spare).
+pub const USAGE_FS_INODES: u32 = 16;
 /// Where the usage tmpfs is mounted inside the state directory.
 pub const USAGE_FS_DIR: &str = "rw";
 
@@ -233,7 +236,7 @@ pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::
         let rw = dir.join(USAGE_FS_DIR);
         std::fs::create_dir(&rw)?;
         std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
-        let usage_opts = format!("size={USAGE_FS_BYTES},nr_inodes=16,mode=0755");
+        let usage_opts = format!("size={USAGE_FS_BYTES},nr_inodes={USAGE_FS_INODES},mode=0755");
         tmpfs("gpu-quota-usage", &rw, usage_opts)?;
         write(&usage_path(&dir), b"", 0o666)
     })();
