@@ -14,22 +14,6 @@ fn repo() -> PathBuf {
         .into()
 }
 
-fn cc(src: &str, out: &Path, extra: &[&str]) {
-    let o = Command::new("cc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(out)
-        .arg(repo().join("tests/e2e").join(src))
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "cc {src}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// Copy a host library into the rootfs at the same path.
 fn copy_lib(rootfs: &Path, lib: &Path) {
     let dst = rootfs.join(lib.strip_prefix("/").unwrap());

@@ -292,18 +292,10 @@ fn no_host_file_opens_writable_through_the_usage_mount() {
     require_e2e!();
     let h = Host::new(HostOpts::default());
     let b = h.bundle("hd");
-    let prog = b.rootfs().join("bin/handle-open");
-    let src = repo_dir().join("tests/e2e/handle_open.c");
-    let o = Command::new("cc")
-        .args(["-O2", "-static", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&o.stderr)
+    cc(
+        "handle_open.c",
+        &b.rootfs().join("bin/handle-open"),
+        &["-static"],
     );
     b.set(
         &[("vram", "1g")],

@@ -49,6 +49,24 @@ pub fn which(name: &str) -> Option<PathBuf> {
 /// Directory holding the built binaries (`GPU_QUOTA_BIN_DIR`, else the
 /// workspace's target/debug).
 /// The repository root.
+/// Compile the test program `tests/e2e/<src>` to `out` (`cc -O2`, plus
+/// `extra`: `-static` for a program run inside a container).
+pub fn cc(src: &str, out: &Path, extra: &[&str]) {
+    let o = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(out)
+        .arg(repo_dir().join("tests/e2e").join(src))
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cc {src}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 pub fn repo_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
