@@ -63,7 +63,7 @@ for i in $(seq 1 "$N"); do
   t=$(now); (cd "$D/gsliced" && "$BIN/gpu-quota-runtime" --root "$D/root" run "gs$i" >/dev/null); gsliced+=($(( ($(now) - t) / 1000 )))
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
-[ -z "$(cat "$D/ledger/ledger.json" | grep container_id || true)" ] || { echo "ledger not empty after the runs"; exit 1; }
+[ -z "$(python3 tests/ledger_view.py "$D/ledger" | grep container_id || true)" ] || { echo "ledger not empty after the runs"; exit 1; }
 grep -q libcuda.so.1 "$D/gsliced/rootfs/etc/ld.so.cache" || { echo "the glibc image got no driver entry in its loader cache"; exit 1; }
 kind=$([ -n "${GQ_BENCH_REAL:-}" ] && echo "real GPU" || echo simulated)
 row() { # IMAGE PLAIN_MEDIAN SLICED_MEDIAN

@@ -14,7 +14,8 @@
 # bound of the gpu-quota arm.
 # Usage: benches/start_vs_reservations.sh [M=20] [FILL=160]   (root)
 # Env: GQ_BIN_OLD=DIR adds a fourth arm through the binaries in DIR (an older build, or a
-# build with a no-op gpu-quota-hook: A/B on one ledger);
+# build with a no-op gpu-quota-hook), on a ledger of its own filled the same way
+# (a build before ledger schema 2 refuses a ledger that has records);
 # GQ_BENCH_STRACE=FILE straces one more sliced start at the end into FILE
 # (GQ_BENCH_STRACE_OPTS: more strace options, e.g. --seccomp-bpf -e trace=...);
 # GQ_BIN (default target/release), RUNC, GQ_BENCH_KEEP=1 keeps the work dir.
@@ -65,7 +66,8 @@ EOT
 # GQ_BIN_OLD=DIR: a fourth arm, the same start through the binaries in DIR
 # (an older build), interleaved with the other two on the same ledger
 if [ -n "${GQ_BIN_OLD:-}" ]; then
-  sed -e "s|^hook = .*|hook = \"$GQ_BIN_OLD/gpu-quota-hook\"|" -e "s|^interceptor = .*|interceptor = \"$GQ_BIN_OLD/libgpuquota.so\"|" "$GPU_QUOTA_CONFIG" > "$D/config-old.toml"
+  sed -e "s|^hook = .*|hook = \"$GQ_BIN_OLD/gpu-quota-hook\"|" -e "s|^interceptor = .*|interceptor = \"$GQ_BIN_OLD/libgpuquota.so\"|" \
+    -e "s|^ledger_dir = .*|ledger_dir = \"$D/ledger-old\"|" "$GPU_QUOTA_CONFIG" > "$D/config-old.toml"
 fi
 mk() { # NAME ANNOTATIONS
   local b="$D/$1"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/sleep"
@@ -83,7 +85,7 @@ prun() { "$RUNC" --root "$D/root" run -d --bundle "$D/plain" "$1" >/dev/null 2>&
 # the bundle's config.json is rewritten by each sliced create: restore it
 fresh() { cp "$D/sliced.json" "$D/sliced/config.json"; }
 cp "$D/sliced/config.json" "$D/sliced.json"
-nres() { grep -o '"container_id"' "$D/ledger/ledger.json" 2>/dev/null | wc -l; }
+nres() { python3 tests/ledger_view.py "$1" | grep -o '"container_id"' | wc -l; }
 orun() { GPU_QUOTA_CONFIG="$D/config-old.toml" "$GQ_BIN_OLD/gpu-quota-runtime" --root "$D/root" run -d --bundle "$D/sliced" "$1" >/dev/null 2>&1 </dev/null; }
 # the floor arm: the plain bundle with a createRuntime hook that does nothing
 mkdir -p "$D/floor"
@@ -114,12 +116,13 @@ window() { # LABEL -> appends "label arm µs µs ..." lines to $D/times
   for a in "${ARMS[@]}"; do echo "$1 $a${t[$a]}" >> "$D/times"; done
 }
 window first
-for i in $(seq 1 "$FILL"); do fresh; srun "fill-$i"; done
+for i in $(seq 1 "$FILL"); do fresh; srun "fill-$i"; [ -z "${GQ_BIN_OLD:-}" ] || { fresh; orun "ofill-$i"; }; done
 window second
-n=$(nres); size=$(stat -c %s "$D/ledger/ledger.json")
-SLICED=$([ -n "${GQ_BIN_OLD:-}" ] && echo 2 || echo 1)
-want=$(( SLICED * 2 * M + FILL ))
+n=$(nres "$D/ledger"); size=$(du -sb --apparent-size "$D/ledger" | cut -f1)
+SLICED=1
+want=$(( 2 * M + FILL ))
 [ "$n" -eq "$want" ] || { echo "expected $want reservations in the ledger, found $n"; exit 1; }
+[ -z "${GQ_BIN_OLD:-}" ] || [ "$(nres "$D/ledger-old")" -eq "$want" ] || { echo "expected $want reservations in the old arm's ledger"; exit 1; }
 stats() { # values (µs) -> "median (p10–p90, min–max)" in ms
   printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {
     m = (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)
@@ -140,7 +143,7 @@ for label in first second; do
   [ -z "${GQ_BIN_OLD:-}" ] || row+=$(printf ' %s | %s |' "$(stats ${v[old]})" "$(diffms "$(med ${v[old]})" "$mp")")
   echo "$row"
 done
-echo "ledger at the end: $n reservations, $size bytes"
+echo "ledger at the end: $n reservations, $size bytes (ledger.json and records)"
 if [ -n "${GQ_BENCH_STRACE:-}" ]; then # one more sliced container, foreground `sleep 0`, traced (runtime, runc, both hook runs, release)
   sed 's/"3600"/"0"/' "$D/sliced.json" > "$D/sliced/config.json"
   strace -f -tt -T ${GQ_BENCH_STRACE_OPTS:-} -o "$GQ_BENCH_STRACE" "$BIN/gpu-quota-runtime" --root "$D/root" run --bundle "$D/sliced" traced >/dev/null 2>&1 </dev/null

@@ -94,7 +94,7 @@ pub fn reason_of(e: &LedgerError) -> &'static str {
             PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
         },
         LedgerError::Duplicate { .. } => "duplicate",
-        LedgerError::Corrupt { .. } => "ledger_corrupt",
+        LedgerError::Corrupt { .. } | LedgerError::CorruptRecord { .. } => "ledger_corrupt",
         LedgerError::TooNew { .. } => "ledger_too_new",
         LedgerError::Io { .. } => "ledger_io",
         LedgerError::NoReservation { .. } => "no_reservation",

@@ -1,10 +1,22 @@
-//! The host ledger: one JSON file of reservations per host.
+//! The host ledger: the reservations of one host, in two places.
+//!
+//! * `ledger.json`: what must outlive a boot (a DRA claim's entry) and what
+//!   any whole-ledger transaction (`transact`: claims, `gc`, `gpu-quota
+//!   release`, a reclaim) adds; written atomically and durably (temp, fsync,
+//!   rename, fsync dir).
+//! * `boot-<boot_id>/`: one record per container admitted on the fast path
+//!   ([`records`]): admission, the hook's confirmation and the release each
+//!   touch only their container's record, and an admission reads the other
+//!   records' names, not their contents — a container start does the same
+//!   work with 1 or 200 containers on the host.
 //!
 //! Every read-modify-write holds an exclusive `flock` on `ledger.lock`
-//! (never on the data file, which is replaced by rename). Writes are atomic
-//! (temp, fsync, rename, fsync dir). The schema is versioned; a file that
-//! does not parse is kept in place, copied aside for inspection, and every
-//! operation refuses with an error naming both paths — never silently reset.
+//! (never on a data file, which is replaced by rename). The schema is
+//! versioned (2: records may exist beside ledger.json; a release that knows
+//! only version 1 refuses to run instead of admitting past them); a
+//! ledger.json that does not parse is kept in place, copied aside for
+//! inspection, and every operation refuses with an error naming both paths
+//! — never silently reset.
 use crate::config::Config;
 use crate::fsutil::{self, WriteStep};
 use crate::inventory::Inventory;
@@ -14,7 +26,9 @@ use crate::units::human;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+mod records;
 
 /// The ledger file's mode: root's only (claim tokens are in it).
 pub const LEDGER_MODE: u32 = 0o600;
@@ -191,6 +205,8 @@ pub enum LedgerError {
         id: String,
         err: Box<PlacementError>,
     },
+    #[error("ledger record {path} is corrupt ({message}); it was left in place. Check which containers still run, then remove it")]
+    CorruptRecord { path: PathBuf, message: String },
     #[error("container {id} already holds a reservation in this ledger ({slices}); delete it first (runc delete {id}) or run `gpu-quota gc`")]
     Duplicate { id: String, slices: String },
     #[error("container {id} (bundle {bundle}, runc root {root}) asks for GPU memory but has no reservation under that root and bundle; it must be created through gpu-quota-runtime")]
@@ -199,6 +215,12 @@ pub enum LedgerError {
         root: String,
         bundle: String,
     },
+}
+
+/// A reservation read from its record.
+struct Loaded {
+    path: PathBuf,
+    res: Reservation,
 }
 
 /// Handle on the ledger files in `dir`.
@@ -225,6 +247,13 @@ pub enum Key<'a> {
 }
 
 impl Key<'_> {
+    /// The container id and runc root the key names.
+    fn id_root(&self) -> (&str, Option<&str>) {
+        match self {
+            Key::Root { id, root } | Key::Hook { id, root, .. } => (id, *root),
+        }
+    }
+
     pub fn matches(&self, r: &Reservation) -> bool {
         if r.is_claim() {
             return false; // a claim's entry is no container's
@@ -321,7 +350,26 @@ impl Ledger {
     /// renames, so no lock is needed, and nothing is created (a missing
     /// directory or file is an empty ledger; see `exists`).
     pub fn read(&self) -> Result<LedgerData, LedgerError> {
-        self.load_unlocked(false)
+        let mut d = self.load_unlocked(false)?;
+        d.reservations
+            .extend(self.load_records(false)?.into_iter().map(|l| l.res));
+        Ok(d)
+    }
+
+    fn write_json(
+        &self,
+        data: &LedgerData,
+        sync_dir: bool,
+        observe: &mut dyn FnMut(WriteStep),
+    ) -> Result<(), LedgerError> {
+        // compact: its size is the part of a whole-ledger write that grows
+        // with the number of entries (pretty printing made it 1.4× larger)
+        let mut bytes = serde_json::to_vec(data).expect("ledger serializes");
+        bytes.push(b'\n');
+        let path = self.path();
+        // 0600: a prepared claim's entry holds its token (core::claims)
+        fsutil::write_atomic_steps(&path, &bytes, LEDGER_MODE, sync_dir, observe)
+            .map_err(self.io(&path))
     }
 
     /// Whether the ledger file exists (it is made by the first admission).
@@ -379,18 +427,11 @@ impl Ledger {
     ) -> Result<T, LedgerError> {
         let _g = self.lock()?;
         let mut data = self.load_unlocked(true)?;
+        let recs = self.load_records(true)?;
+        data.reservations.extend(recs.iter().map(|l| l.res.clone()));
         let (out, changed) = f(&mut data)?;
         if changed {
-            data.version = SCHEMA_VERSION;
-            // compact: the file is rewritten at every admission, confirmation and
-            // release, and its size is the part of that work that grows with the
-            // number of reservations (pretty printing made it 1.4× larger)
-            let mut bytes = serde_json::to_vec(&data).expect("ledger serializes");
-            bytes.push(b'\n');
-            let path = self.path();
-            // 0600: a prepared claim's entry holds its token (core::claims)
-            fsutil::write_atomic_steps(&path, &bytes, LEDGER_MODE, sync_dir, observe)
-                .map_err(self.io(&path))?;
+            self.save(data, &recs, sync_dir, observe)?;
         }
         Ok(out)
     }
@@ -469,6 +510,12 @@ impl Ledger {
             reserve,
             sliceable: &cfg.gpus,
         };
+        if let Some(r) = self.admit_record(&placer, req, id, root, bundle)? {
+            return Ok(r);
+        }
+        // Whole-ledger: a refusal (after reclaiming what dead containers
+        // hold), replacing a stale reservation of the same container, or
+        // no record for it.
         self.transact(|d| {
             if let Some(r) = d
                 .reservations
@@ -519,6 +566,75 @@ impl Ledger {
         })?
     }
 
+    /// Admission that fits, as one new record: reads ledger.json (claims,
+    /// and what whole-ledger transactions added) and this boot's record
+    /// names, checks that no live reservation of this container exists,
+    /// places, writes the record. `None`: the whole-ledger path decides
+    /// (no fit, a stale reservation to replace, no boot id, a name too
+    /// long).
+    fn admit_record(
+        &self,
+        placer: &Placer<'_>,
+        req: &Request,
+        id: &str,
+        root: Option<&str>,
+        bundle: &str,
+    ) -> Result<Option<Reservation>, LedgerError> {
+        let Some(bdir) = self.boot_dir() else {
+            return Ok(None);
+        };
+        let _g = self.lock()?;
+        let had_json = self.path().exists();
+        let json = self.load_unlocked(true)?;
+        let names = self.list_records(&bdir, true)?;
+        let key = Key::Root { id, root };
+        let now = fsutil::now_unix();
+        let mut same = json.reservations.iter().find(|r| key.matches(r)).cloned();
+        let h = records::key_hash(id, root);
+        for n in names.iter().filter(|n| n.key == h) {
+            if same.is_some() {
+                break;
+            }
+            same = self
+                .read_record(&bdir.join(&n.file), true, false)?
+                .filter(|r| key.matches(r));
+        }
+        if let Some(r) = same {
+            if !self.is_stale(&r, now) {
+                return Err(LedgerError::Duplicate {
+                    id: id.into(),
+                    slices: describe_slices(&r.slices),
+                });
+            }
+            return Ok(None);
+        }
+        let mut usage = json.usage();
+        records::add_usage(
+            &mut usage,
+            &names,
+            placer.inventory.gpus.iter().map(|g| g.uuid.as_str()),
+        );
+        let Ok(slices) = placer.place(req, &usage) else {
+            return Ok(None);
+        };
+        let r = Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now();
+        let Some(name) = records::name_of(&r) else {
+            return Ok(None);
+        };
+        if !had_json || json.version < SCHEMA_VERSION {
+            // before the first record: a release that knows only
+            // ledger.json now refuses (too new) instead of admitting past it
+            let marked = LedgerData {
+                version: SCHEMA_VERSION,
+                ..json
+            };
+            self.write_json(&marked, true, &mut |_| {})?;
+        }
+        fsutil::secure_dir(&bdir, 0o700).map_err(self.io(&bdir))?;
+        self.write_record(&bdir.join(name), &r, &mut |_| {})?;
+        Ok(Some(r))
+    }
+
     /// The hook confirms the reservation of container `id` created under
     /// runc root `root` from `bundle` with the container's process.
     ///
@@ -548,6 +664,35 @@ impl Ledger {
     ) -> Result<Reservation, LedgerError> {
         let start = fsutil::process_start_time(pid);
         let key = Key::Hook { id, root, bundle };
+        let confirm = |r: &mut Reservation| {
+            r.pid = Some(pid);
+            r.pid_start = start;
+            r.state = ResState::Running;
+            r.pid_ns = fsutil::namespace_id("pid");
+            r.mnt_ns = fsutil::namespace_id("mnt");
+            r.boot_id = fsutil::boot_id();
+            r.started_unix = Some(fsutil::now_unix());
+        };
+        if let Some(bdir) = self.boot_dir() {
+            // its record: the only file read or written
+            let _g = self.lock()?;
+            let h = records::key_hash(id, root);
+            for n in self
+                .list_records(&bdir, true)?
+                .iter()
+                .filter(|n| n.key == h)
+            {
+                let path = bdir.join(&n.file);
+                if let Some(mut r) = self
+                    .read_record(&path, true, false)?
+                    .filter(|r| key.matches(r))
+                {
+                    confirm(&mut r);
+                    self.write_record(&path, &r, observe)?;
+                    return Ok(r);
+                }
+            }
+        }
         self.transact_steps(
             |d| {
                 let Some(r) = d.reservations.iter_mut().find(|r| key.matches(r)) else {
@@ -557,13 +702,7 @@ impl Ledger {
                         bundle: bundle.into(),
                     });
                 };
-                r.pid = Some(pid);
-                r.pid_start = start;
-                r.state = ResState::Running;
-                r.pid_ns = fsutil::namespace_id("pid");
-                r.mnt_ns = fsutil::namespace_id("mnt");
-                r.boot_id = fsutil::boot_id();
-                r.started_unix = Some(fsutil::now_unix());
+                confirm(r);
                 Ok((r.clone(), true))
             },
             false,
@@ -573,14 +712,41 @@ impl Ledger {
 
     /// Release; idempotent (releasing twice, or something never admitted,
     /// is not an error). Returns what was released.
+    /// Reads ledger.json and the records named for this container, in
+    /// every boot's directory; writes ledger.json only if it held one.
     pub fn release(&self, key: Key<'_>) -> Result<Vec<Reservation>, LedgerError> {
-        self.transact(|d| {
-            let (gone, keep): (Vec<_>, Vec<_>) =
-                d.reservations.drain(..).partition(|r| key.matches(r));
-            d.reservations = keep;
-            let changed = !gone.is_empty();
-            Ok((gone, changed))
-        })
+        let _g = self.lock()?;
+        let json = self.load_unlocked(true)?;
+        let (id, root) = key.id_root();
+        let h = records::key_hash(id, root);
+        let mut gone = vec![];
+        let mut doomed = vec![];
+        for (dir, current) in self.boot_dirs()? {
+            for n in self.list_records(&dir, true)?.iter().filter(|n| n.key == h) {
+                let path = dir.join(&n.file);
+                if let Some(r) = self
+                    .read_record(&path, current, true)?
+                    .filter(|r| key.matches(r))
+                {
+                    gone.push(r);
+                    doomed.push(path);
+                }
+            }
+        }
+        let (in_json, keep): (Vec<_>, Vec<_>) =
+            json.reservations.into_iter().partition(|r| key.matches(r));
+        if !in_json.is_empty() {
+            let data = LedgerData {
+                version: SCHEMA_VERSION,
+                reservations: keep,
+            };
+            self.write_json(&data, true, &mut |_| {})?;
+        }
+        for p in doomed {
+            std::fs::remove_file(&p).map_err(self.io(&p))?;
+        }
+        gone.extend(in_json);
+        Ok(gone)
     }
 
     /// Move a corrupt ledger aside and start empty (operator action).

@@ -55,6 +55,22 @@ macro_rules! out {
     };
 }
 
+
+/// The log of the long-running services (the device plugin, the DRA
+/// driver): plain lines on stderr, as `kubectl logs` shows them, filtered
+/// by `GPU_QUOTA_LOG` (an `EnvFilter`; default `info`).
+pub fn init_service_log() {
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPU_QUOTA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,19 +89,4 @@ mod tests {
             "{msg:?}"
         );
     }
-}
-
-/// The log of the long-running services (the device plugin, the DRA
-/// driver): plain lines on stderr, as `kubectl logs` shows them, filtered
-/// by `GPU_QUOTA_LOG` (an `EnvFilter`; default `info`).
-pub fn init_service_log() {
-    tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPU_QUOTA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
 }

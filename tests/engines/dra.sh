@@ -82,8 +82,8 @@ dra_claim() {
   has "$l" "vram_bytes=$((4 * GIB))" && has "$l" "gpus=$DRA_GPU" && has "$l" "gpu.$DRA_GPU.vram_bytes=$((4 * GIB))" || return 1
   # the container's process (pid from the ledger, as the hook confirmed it) and
   # the config.json runc ran never carry the token
-  pid=$(python3 -c 'import json,sys; print(next(r["pid"] for r in json.load(open(sys.argv[1]))["reservations"] if r.get("bound_claim") == sys.argv[2]))' \
-    "$GQ/ledger/ledger.json" "$DRA_UID") || return 1
+  pid=$(ledger | python3 -c 'import json,sys; print(next(r["pid"] for r in json.load(sys.stdin)["reservations"] if r.get("bound_claim") == sys.argv[1]))' \
+    "$DRA_UID") || return 1
   e=$(tr '\0' '\n' <"/proc/$pid/environ") || return 1
   has "$e" "PATH=" && hasnt "$e" "GPU_QUOTA_CLAIM" && hasnt "$e" "$token" || return 1
   [ -f "$R/ctd/state/$TASKS/$c/config.json" ] || { echo "no bundle for $c"; return 1; }

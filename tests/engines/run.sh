@@ -253,7 +253,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ledger helpers
-ledger()     { { cat "$GQ/ledger/ledger.json" 2>/dev/null || echo '{"version":1,"reservations":[]}'; } | python3 -m json.tool; }  # one spelling ("key": value) whatever the file's spacing
+ledger()     { python3 "$ROOT/tests/ledger_view.py" "$GQ/ledger"; }  # ledger.json and the boot's records, one spelling ("key": value)
 ledger_n()   { ledger | grep -o '"container_id"' | wc -l; }
 expect_ledger() {  # N [what]
   local n; n=$(ledger_n)

@@ -101,7 +101,7 @@ bundle() { # ID HOST KIND ANN... -- CMD (KIND overlay|busybox|plain-overlay|plai
   mkroot $W/b/$id $kind || return 1
   $PY $BUNDLE $W/b/$id --rootfs $W/b/$id/rootfs "${anns[@]}" "${extra[@]}" $PYBINDS --bind $REPO/tests/gpu:/gq:ro -- "$@"; }
 clog() { { echo "----- $1"; for f in $W/b/$1/out/* $W/b/$1/*.err $W/b/$1/*.out; do [ -f "$f" ] && { echo "--- $(basename $f)"; head -c 3000 "$f"; echo; }; done; } >> "$CLOG" 2>/dev/null; }
-ledger() { cat $W/$1/ledger/ledger.json 2>/dev/null; }
+ledger() { $PY $REPO/tests/ledger_view.py $W/$1/ledger 2>/dev/null; }
 nres() { ledger $1 | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["reservations"]))' 2>/dev/null || echo 0; }
 state_of() { ctr $1 state $2 2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["status"])' 2>/dev/null || echo gone; }
 

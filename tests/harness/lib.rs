@@ -215,18 +215,60 @@ impl Host {
     pub fn ledger_path(&self) -> PathBuf {
         self.path().join("ledger/ledger.json")
     }
-    /// Reservations as JSON (empty when the ledger does not exist yet).
+    /// The container records of every boot (`ledger/boot-*/r-*`), by path.
+    fn ledger_records(&self) -> Vec<PathBuf> {
+        let mut out = vec![];
+        let Ok(rd) = std::fs::read_dir(self.path().join("ledger")) else {
+            return out;
+        };
+        for boot in rd
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("boot-"))
+        {
+            for r in std::fs::read_dir(boot.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if r.file_name().to_string_lossy().starts_with("r-") {
+                    out.push(r.path());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+    /// Reservations as JSON (empty when the ledger does not exist yet):
+    /// ledger.json's, then the boot's container records.
     pub fn reservations(&self) -> Vec<Value> {
-        match std::fs::read(self.ledger_path()) {
+        let mut out = match std::fs::read(self.ledger_path()) {
             Ok(b) => serde_json::from_slice::<Value>(&b).expect("ledger parses")["reservations"]
                 .as_array()
                 .unwrap()
                 .clone(),
             Err(_) => vec![],
+        };
+        for p in self.ledger_records() {
+            if let Ok(b) = std::fs::read(&p) {
+                out.push(serde_json::from_slice(&b).expect("a ledger record parses"));
+            }
         }
+        out
     }
+    /// The ledger's bytes, ledger.json and every record (name and
+    /// content): equal before and after when nothing was written.
     pub fn ledger_bytes(&self) -> Option<Vec<u8>> {
-        std::fs::read(self.ledger_path()).ok()
+        let json = std::fs::read(self.ledger_path()).ok();
+        let records = self.ledger_records();
+        if json.is_none() && records.is_empty() {
+            return None;
+        }
+        let mut b = json.unwrap_or_default();
+        for p in records {
+            b.extend_from_slice(p.to_string_lossy().as_bytes());
+            b.extend(std::fs::read(&p).unwrap_or_default());
+        }
+        Some(b)
     }
 
     /// `gpu-quota-runtime --root <private> ARGS`.

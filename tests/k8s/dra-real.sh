@@ -202,7 +202,7 @@ RT=$GQ_BIN/gpu-quota-runtime
 export GPU_QUOTA_CONFIG=$T/etc/gpu-quota/config.toml
 IMG=docker.io/library/gq-dra-busybox:latest
 PAUSE=docker.io/library/gq-dra-pause:latest
-ledger() { python3 -m json.tool "$GQ/ledger/ledger.json" 2>/dev/null || echo '{"reservations": []}'; }
+ledger() { python3 "$ROOT/tests/ledger_view.py" "$GQ/ledger"; }
 
 node() {
   mkdir -p "$T/etc/gpu-quota" "$T/etc/containerd" || return 1

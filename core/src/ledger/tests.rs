@@ -305,13 +305,13 @@ fn corrupt_is_kept_and_reported() {
     std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
     assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
     // a newer schema this one cannot parse is still "too new", not corrupt
-    std::fs::write(l.path(), b"{\"version\":2,\"reservations\":\"elsewhere\"}").unwrap();
+    std::fs::write(l.path(), b"{\"version\":3,\"reservations\":\"elsewhere\"}").unwrap();
     assert!(matches!(
         l.read(),
-        Err(LedgerError::TooNew { found: 2, .. })
+        Err(LedgerError::TooNew { found: 3, .. })
     ));
     // the same shape at this version is corrupt, with the parse's message
-    std::fs::write(l.path(), b"{\"version\":1,\"reservations\":\"elsewhere\"}").unwrap();
+    std::fs::write(l.path(), b"{\"version\":2,\"reservations\":\"elsewhere\"}").unwrap();
     let e = l.read().unwrap_err();
     assert!(
         matches!(e, LedgerError::Corrupt { ref message, .. } if message.contains("invalid type")),
@@ -476,4 +476,260 @@ fn a_symlinked_ledger_dir_is_refused() {
         .to_string();
     assert!(e.contains("symlink"), "{e}");
     assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
+}
+
+fn record_files(l: &Ledger) -> Vec<String> {
+    let Some(dir) = l.boot_dir() else {
+        return vec![];
+    };
+    let mut v: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => vec![],
+    };
+    v.sort();
+    v
+}
+
+/// Issue 18: a container start (admission, the hook's confirmation) and
+/// its release touch only that container's record; ledger.json is written
+/// once, to mark the schema that has records.
+#[test]
+fn a_start_and_a_release_touch_only_their_own_record() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let a = l
+        .admit(
+            &cfg,
+            &inv,
+            &req(4 * G, Some(0)),
+            "a",
+            Some("/r"),
+            "/b/a",
+            &mut vec![],
+        )
+        .unwrap();
+    let json: LedgerData = serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
+    assert_eq!(
+        (json.version, json.reservations.len()),
+        (2, 0),
+        "the first record marks ledger.json as version 2 (an older release refuses it)"
+    );
+    let json_before = std::fs::read(l.path()).unwrap();
+    l.admit(
+        &cfg,
+        &inv,
+        &req(4 * G, Some(0)),
+        "b",
+        Some("/r"),
+        "/b/b",
+        &mut vec![],
+    )
+    .unwrap();
+    let files = record_files(&l);
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files.iter().all(|f| f.starts_with("r-")), "{files:?}");
+    // the hook's confirmation: the record rewritten, nothing fsync'd
+    let mut steps = vec![];
+    let c = l
+        .confirm_observed("a", Some("/r"), "/b/a", std::process::id(), &mut |s| {
+            steps.push(s)
+        })
+        .unwrap();
+    assert_eq!(
+        steps,
+        [
+            WriteStep::TempCreated,
+            WriteStep::HalfWritten,
+            WriteStep::Written,
+            WriteStep::Renamed
+        ]
+    );
+    assert_eq!(
+        (c.state, c.pid),
+        (ResState::Running, Some(std::process::id()))
+    );
+    assert_eq!(c.slices, a.slices);
+    // an admission reads the other records' names, not their contents:
+    // one made unreadable does not stop it (read() reports it)
+    let b_path = l.boot_dir().unwrap().join(
+        files
+            .iter()
+            .find(|f| records::parse_name(f).unwrap().key == records::key_hash("b", Some("/r")))
+            .unwrap(),
+    );
+    let b_bytes = std::fs::read(&b_path).unwrap();
+    std::fs::write(&b_path, b"{torn").unwrap();
+    l.admit(
+        &cfg,
+        &inv,
+        &req(8 * G, Some(0)),
+        "c",
+        Some("/r"),
+        "/b/c",
+        &mut vec![],
+    )
+    .expect("a fitting admission reads no other record");
+    // one that does not fit goes through the whole ledger, which reads b
+    // (the 8 GiB left on GPU 0 were counted from b's name: 4 + 4 + 8)
+    let e = l
+        .admit(
+            &cfg,
+            &inv,
+            &req(G, Some(0)),
+            "d",
+            Some("/r"),
+            "/b/d",
+            &mut vec![],
+        )
+        .unwrap_err();
+    assert!(matches!(e, LedgerError::CorruptRecord { .. }), "{e}");
+    assert!(matches!(l.read(), Err(LedgerError::CorruptRecord { .. })));
+    std::fs::write(&b_path, &b_bytes).unwrap();
+    let e = l
+        .admit(
+            &cfg,
+            &inv,
+            &req(G, Some(0)),
+            "d",
+            Some("/r"),
+            "/b/d",
+            &mut vec![],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("only 0 B"), "{e}");
+    assert!(matches!(
+        l.admit(
+            &cfg,
+            &inv,
+            &req(G, None),
+            "c",
+            Some("/r"),
+            "/b/c",
+            &mut vec![]
+        ),
+        Err(LedgerError::Duplicate { .. })
+    ));
+    assert_eq!(
+        std::fs::read(l.path()).unwrap(),
+        json_before,
+        "ledger.json untouched"
+    );
+    let gone = l
+        .release(Key::Hook {
+            id: "a",
+            root: Some("/r"),
+            bundle: "/b/a",
+        })
+        .unwrap();
+    assert_eq!(gone, vec![c]);
+    assert_eq!(record_files(&l).len(), 2);
+    assert_eq!(
+        std::fs::read(l.path()).unwrap(),
+        json_before,
+        "ledger.json untouched"
+    );
+    let held: Vec<String> = l
+        .read()
+        .unwrap()
+        .reservations
+        .into_iter()
+        .map(|r| r.container_id)
+        .collect();
+    assert_eq!(held.len(), 2);
+    assert!(held.contains(&"b".into()) && held.contains(&"c".into()));
+}
+
+/// A whole-ledger transaction (claims, gc) keeps a record a record, and
+/// what it adds goes to ledger.json (durable).
+#[test]
+fn a_whole_ledger_transaction_keeps_records_and_adds_to_ledger_json() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    l.admit(&cfg, &inv, &req(G, Some(0)), "a", None, "/b/a", &mut vec![])
+        .unwrap();
+    let files = record_files(&l);
+    l.transact(|d| {
+        assert_eq!(d.reservations.len(), 1, "records are part of the data");
+        d.reservations
+            .push(Reservation::new("j", None, "/b/j", vec![], "vram=1g"));
+        d.reservations[0].request = "changed".into();
+        Ok(((), true))
+    })
+    .unwrap();
+    assert_eq!(
+        record_files(&l),
+        files,
+        "a changed record stays where it is"
+    );
+    let json: LedgerData = serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
+    assert_eq!(json.reservations.len(), 1);
+    assert_eq!(json.reservations[0].container_id, "j");
+    let all = l.read().unwrap().reservations;
+    assert_eq!(
+        all.iter().find(|r| r.container_id == "a").unwrap().request,
+        "changed"
+    );
+    // removing both: the record goes, ledger.json keeps nothing
+    l.transact(|d| {
+        d.reservations.clear();
+        Ok(((), true))
+    })
+    .unwrap();
+    assert!(record_files(&l).is_empty());
+    assert!(l.read().unwrap().reservations.is_empty());
+}
+
+/// Records of an earlier boot are stale: they place nothing, `gc` takes
+/// them back, and one torn by the power loss that ended that boot is
+/// removed without an error; this boot's torn record is an error.
+#[test]
+fn an_earlier_boots_records_are_stale_and_a_torn_one_is_dropped() {
+    let (d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let old = d.path().join("boot-00000000-0000-0000-0000-000000000000");
+    std::fs::create_dir(&old).unwrap();
+    let mut r = Reservation::new(
+        "old",
+        None,
+        "/b/old",
+        vec![Slice {
+            uuid: "GPU-0".into(),
+            index: 0,
+            bytes: 16 * G,
+        }],
+        "vram=16g",
+    );
+    r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+    r.pid = Some(1);
+    r.pid_start = Some(1);
+    std::fs::write(
+        old.join(records::name_of(&r).unwrap()),
+        serde_json::to_vec(&r).unwrap(),
+    )
+    .unwrap();
+    let torn = Reservation::new("torn", None, "/b/t", vec![], "vram=1g");
+    std::fs::write(old.join(records::name_of(&torn).unwrap()), b"").unwrap();
+    assert_eq!(l.read().unwrap().reservations, vec![r.clone()]);
+    l.admit(
+        &cfg,
+        &inv,
+        &req(16 * G, Some(0)),
+        "new",
+        None,
+        "/b/new",
+        &mut vec![],
+    )
+    .expect("an earlier boot's record places nothing");
+    let gone = l.gc().unwrap();
+    assert_eq!(gone, vec![r]);
+    assert!(
+        !old.exists(),
+        "the earlier boot's directory is removed once empty"
+    );
+    let names = record_files(&l);
+    std::fs::write(l.boot_dir().unwrap().join(&names[0]), b"").unwrap();
+    assert!(matches!(l.gc(), Err(LedgerError::CorruptRecord { .. })));
 }
