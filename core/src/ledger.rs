@@ -372,9 +372,10 @@ impl Ledger {
             .map_err(self.io(&path))
     }
 
-    /// Whether the ledger file exists (it is made by the first admission).
+    /// Whether the ledger exists: ledger.json (made by the first
+    /// admission) or a boot's record directory.
     pub fn exists(&self) -> bool {
-        self.path().is_file()
+        self.path().is_file() || self.boot_dirs().is_ok_and(|d| !d.is_empty())
     }
 
     fn lock(&self) -> Result<fsutil::LockGuard, LedgerError> {
@@ -584,6 +585,9 @@ impl Ledger {
             return Ok(None);
         };
         let _g = self.lock()?;
+        // made by `secure_dir` below (0700, never a symlink): checked
+        // before it is listed, and again (whole) before a record is written
+        fsutil::secure_dir(&bdir, 0o700).map_err(self.io(&bdir))?;
         let had_json = self.path().exists();
         let json = self.load_unlocked(true)?;
         let names = self.list_records(&bdir, true)?;
@@ -591,6 +595,13 @@ impl Ledger {
         let now = fsutil::now_unix();
         let mut same = json.reservations.iter().find(|r| key.matches(r)).cloned();
         let h = records::key_hash(id, root);
+        for (dir, current) in self.boot_dirs()? {
+            // an earlier boot's reservation of this container (its id reused
+            // after a reboot): the whole-ledger path replaces it
+            if !current && self.list_records(&dir, true)?.iter().any(|n| n.key == h) {
+                return Ok(None);
+            }
+        }
         for n in names.iter().filter(|n| n.key == h) {
             if same.is_some() {
                 break;
@@ -630,7 +641,6 @@ impl Ledger {
             };
             self.write_json(&marked, true, &mut |_| {})?;
         }
-        fsutil::secure_dir(&bdir, 0o700).map_err(self.io(&bdir))?;
         self.write_record(&bdir.join(name), &r, &mut |_| {})?;
         Ok(Some(r))
     }
@@ -638,12 +648,14 @@ impl Ledger {
     /// The hook confirms the reservation of container `id` created under
     /// runc root `root` from `bundle` with the container's process.
     ///
-    /// Written atomically under the lock with the file fsync'd before the
-    /// rename, but without the directory fsync after it: a power failure
-    /// that undoes this rename also ends the container (a new boot makes
+    /// A reservation kept as a record: that record is rewritten (temp,
+    /// rename) without fsync, nothing else read. One kept in ledger.json:
+    /// ledger.json is rewritten with the file fsync'd before the rename but
+    /// without the directory fsync after it. Either way a power failure
+    /// that undoes the write also ends the container (a new boot makes
     /// every reservation stale, see `is_stale`), so the confirmation is
-    /// never needed after one, while the ledger must still never be torn.
-    /// One directory fsync less per container start (docs/benchmarks.md).
+    /// never needed after one, while ledger.json must still never be torn.
+    /// A reservation of another boot is never confirmed.
     pub fn confirm(
         &self,
         id: &str,
@@ -693,9 +705,17 @@ impl Ledger {
                 }
             }
         }
+        // (a reservation of another boot is gone: never confirmed again)
+        let boot = fsutil::boot_id();
+        let this_boot =
+            |r: &Reservation| r.boot_id.is_none() || boot.is_none() || r.boot_id == boot;
         self.transact_steps(
             |d| {
-                let Some(r) = d.reservations.iter_mut().find(|r| key.matches(r)) else {
+                let Some(r) = d
+                    .reservations
+                    .iter_mut()
+                    .find(|r| key.matches(r) && this_boot(r))
+                else {
                     return Err(LedgerError::NoReservation {
                         id: id.into(),
                         root: root.unwrap_or("(runc's default)").into(),
@@ -758,6 +778,9 @@ impl Ledger {
                     .dir
                     .join(format!("ledger.json.reset-{}", fsutil::now_unix()));
                 std::fs::rename(&path, &aside).map_err(self.io(&path))?;
+                // a new, empty ledger.json that still marks the schema: the
+                // boot's records stay held, and an older release refuses them
+                self.write_json(&LedgerData::default(), true, &mut |_| {})?;
                 Ok(Some(aside))
             }
             Err(e) => Err(e),

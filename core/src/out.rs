@@ -55,7 +55,6 @@ macro_rules! out {
     };
 }
 
-
 /// The log of the long-running services (the device plugin, the DRA
 /// driver): plain lines on stderr, as `kubectl logs` shows them, filtered
 /// by `GPU_QUOTA_LOG` (an `EnvFilter`; default `info`).

@@ -40,7 +40,7 @@ pub(crate) fn load() -> Result<(Config, Ledger)> {
 /// The ledger for a read-only command: nothing is created (no directory, no lock file)
 /// when there is no ledger yet; then it is empty. `None` in the second place: no file.
 fn read_only(cfg: &Config, ledger: &Ledger) -> Result<(LedgerData, bool)> {
-    if !cfg.ledger_path().exists() {
+    if !ledger.exists() {
         return Ok((LedgerData::default(), false));
     }
     Ok((ledger.read()?, true))

@@ -176,6 +176,19 @@ impl Ledger {
         dir: &Path,
         remove_temps: bool,
     ) -> Result<Vec<Name>, LedgerError> {
+        // a real directory (never listed through a symlink; only root can
+        // make anything in the ledger directory, `secure_dir` checks that)
+        match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(self.io(dir)(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "not a directory (a symlink?); gpu-quota keeps its records only in a real directory",
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(self.io(dir)(e)),
+        }
         let rd = match std::fs::read_dir(dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
@@ -312,8 +325,12 @@ impl Ledger {
                 held[i] = true;
                 continue;
             }
+            // a changed record stays a record only in this boot's
+            // directory: anything else changed goes to ledger.json, which
+            // every admission counts (an earlier boot's directory is not)
             let dir = recs[i].path.parent().unwrap_or(&self.dir);
-            match name_of(&r) {
+            let current = self.boot_dir().as_deref() == Some(dir);
+            match name_of(&r).filter(|_| current) {
                 Some(n) => {
                     let path = dir.join(n);
                     self.write_record(&path, &r, &mut |_| {})?;

@@ -733,3 +733,111 @@ fn an_earlier_boots_records_are_stale_and_a_torn_one_is_dropped() {
     std::fs::write(l.boot_dir().unwrap().join(&names[0]), b"").unwrap();
     assert!(matches!(l.gc(), Err(LedgerError::CorruptRecord { .. })));
 }
+
+/// A record of an earlier boot (review of the records change, finding 1):
+/// a container started again after a reboot from its old config.json
+/// (hook entry included) without a new admission must not revive it — the
+/// hook gets no reservation, and the GPU stays admissible in full.
+#[test]
+fn an_earlier_boots_record_is_never_confirmed_again() {
+    let (d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let old = d.path().join("boot-00000000-0000-0000-0000-000000000000");
+    std::fs::create_dir(&old).unwrap();
+    let mut r = Reservation::new(
+        "job",
+        Some("/r"),
+        "/b/job",
+        vec![Slice {
+            uuid: "GPU-0".into(),
+            index: 0,
+            bytes: 16 * G,
+        }],
+        "vram=16g",
+    );
+    r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+    std::fs::write(
+        old.join(records::name_of(&r).unwrap()),
+        serde_json::to_vec(&r).unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        l.confirm("job", Some("/r"), "/b/job", std::process::id()),
+        Err(LedgerError::NoReservation { .. })
+    ));
+    l.admit(
+        &cfg,
+        &inv,
+        &req(16 * G, Some(0)),
+        "other",
+        Some("/r"),
+        "/b/o",
+        &mut vec![],
+    )
+    .unwrap();
+    // a whole-ledger change to an earlier boot's record lands in ledger.json
+    // (counted by every admission), never back in that boot's directory
+    l.transact(|d| {
+        let r = d
+            .reservations
+            .iter_mut()
+            .find(|r| r.container_id == "job")
+            .unwrap();
+        r.request = "changed".into();
+        Ok(((), true))
+    })
+    .unwrap();
+    assert!(
+        !old.exists(),
+        "the earlier boot's directory is gone, its record moved"
+    );
+    let json: LedgerData = serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
+    assert_eq!(json.reservations[0].container_id, "job");
+}
+
+/// An id reused after a reboot (review finding 2): the new admission
+/// replaces the earlier boot's reservation of the same id and root.
+#[test]
+fn an_id_reused_after_a_reboot_is_held_once() {
+    let (d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let old = d.path().join("boot-00000000-0000-0000-0000-000000000000");
+    std::fs::create_dir(&old).unwrap();
+    let mut r = Reservation::new(
+        "job",
+        Some("/r"),
+        "/b/job",
+        vec![Slice {
+            uuid: "GPU-1".into(),
+            index: 1,
+            bytes: G,
+        }],
+        "vram=1g",
+    );
+    r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+    std::fs::write(
+        old.join(records::name_of(&r).unwrap()),
+        serde_json::to_vec(&r).unwrap(),
+    )
+    .unwrap();
+    let new = l
+        .admit(
+            &cfg,
+            &inv,
+            &req(G, Some(0)),
+            "job",
+            Some("/r"),
+            "/b/job",
+            &mut vec![],
+        )
+        .unwrap();
+    let same: Vec<_> = l
+        .read()
+        .unwrap()
+        .reservations
+        .into_iter()
+        .filter(|x| x.container_id == "job")
+        .collect();
+    assert_eq!(same, vec![new]);
+    assert!(l.exists());
+}
