@@ -39,7 +39,7 @@ pub(crate) fn load() -> Result<(Config, Ledger)> {
 
 /// The ledger for a read-only command: nothing is created (no directory, no lock file)
 /// when there is no ledger yet; then it is empty. `None` in the second place: no file.
-fn read_only(cfg: &Config, ledger: &Ledger) -> Result<(LedgerData, bool)> {
+fn read_only(ledger: &Ledger) -> Result<(LedgerData, bool)> {
     if !ledger.exists() {
         return Ok((LedgerData::default(), false));
     }
@@ -87,7 +87,7 @@ fn container_used(cfg: &Config, r: &Reservation) -> Option<usage::Usage> {
 
 pub fn ls(a: &LsArgs) -> Result<()> {
     let (cfg, ledger) = load()?;
-    let (data, _) = read_only(&cfg, &ledger)?;
+    let (data, _) = read_only(&ledger)?;
     let inv = Inventory::load(&cfg).ok();
     let now = fsutil::now_unix();
     if a.json {
@@ -239,7 +239,7 @@ pub fn gc(a: &GcArgs) -> Result<()> {
     }
     let gone = if a.dry_run {
         let now = fsutil::now_unix();
-        read_only(&cfg, &ledger)?
+        read_only(&ledger)?
             .0
             .reservations
             .into_iter()
@@ -442,7 +442,7 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
     );
     check(
         "ledger",
-        read_only(&cfg, &Ledger::new(&cfg)).map(|(d, exists)| {
+        read_only(&Ledger::new(&cfg)).map(|(d, exists)| {
             if exists {
                 format!(
                     "{} ({} reservations)",
