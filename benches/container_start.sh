@@ -19,6 +19,7 @@ export GPU_QUOTA_CONFIG="$D/config.toml"
 cat > "$GPU_QUOTA_CONFIG" <<EOT
 ledger_dir = "$D/ledger"
 state_dir = "$D/state"
+log_file = "$D/gq.log"
 hook = "$BIN/gpu-quota-hook"
 interceptor = "$BIN/libgpuquota.so"
 runc = "$RUNC"

@@ -47,6 +47,7 @@ ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
 cat > "$GPU_QUOTA_CONFIG" <<EOT
 ledger_dir = "$D/ledger"
 state_dir = "$D/state"
+log_file = "$D/gq.log"
 hook = "$BIN/gpu-quota-hook"
 interceptor = "$BIN/libgpuquota.so"
 runc = "$RUNC"
