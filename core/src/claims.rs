@@ -555,13 +555,16 @@ pub fn bind(
     };
     ledger.transact(|d| {
         let now = fsutil::now_unix();
-        if let Some(r) = d.reservations.iter().find(|r| key.matches(r)) {
-            if !ledger.is_stale(r, now) {
-                return Err(LedgerError::Duplicate {
-                    id: id.into(),
-                    slices: crate::ledger::describe_slices(&r.slices),
-                });
-            }
+        // any live one of this key (the partition below drops every match)
+        if let Some(r) = d
+            .reservations
+            .iter()
+            .find(|r| key.matches(r) && !ledger.is_stale(r, now))
+        {
+            return Err(LedgerError::Duplicate {
+                id: id.into(),
+                slices: crate::ledger::describe_slices(&r.slices),
+            });
         }
         let Some(entry) = d
             .reservations

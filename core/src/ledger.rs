@@ -346,9 +346,12 @@ impl Ledger {
         }
     }
 
-    /// A consistent snapshot for read-only commands: writes are atomic
-    /// renames, so no lock is needed, and nothing is created (a missing
-    /// directory or file is an empty ledger; see `exists`).
+    /// The ledger for read-only commands, without the lock: ledger.json,
+    /// then every boot's records. Each file is replaced atomically, so each
+    /// reads whole; a whole-ledger write running meanwhile can show an
+    /// entry it moves from a record to ledger.json twice or not at all (an
+    /// earlier boot's, stale), never a torn one. Nothing is created (a
+    /// missing directory or file is an empty ledger; see `exists`).
     pub fn read(&self) -> Result<LedgerData, LedgerError> {
         let mut d = self.load_unlocked(false)?;
         d.reservations
@@ -518,17 +521,18 @@ impl Ledger {
         // hold), replacing a stale reservation of the same container, or
         // no record for it.
         self.transact(|d| {
+            // any live one of this key (a stale copy listed first must not
+            // hide a live one, which the retain below would drop)
+            let now = fsutil::now_unix();
             if let Some(r) = d
                 .reservations
                 .iter()
-                .find(|r| Key::Root { id, root }.matches(r))
+                .find(|r| Key::Root { id, root }.matches(r) && !self.is_stale(r, now))
             {
-                if !self.is_stale(r, fsutil::now_unix()) {
-                    return Err(LedgerError::Duplicate {
-                        id: id.into(),
-                        slices: describe_slices(&r.slices),
-                    });
-                }
+                return Err(LedgerError::Duplicate {
+                    id: id.into(),
+                    slices: describe_slices(&r.slices),
+                });
             }
             let slices = match placer.place(req, &d.usage()) {
                 Ok(s) => s,
@@ -777,9 +781,11 @@ impl Ledger {
                 let aside = self
                     .dir
                     .join(format!("ledger.json.reset-{}", fsutil::now_unix()));
-                std::fs::rename(&path, &aside).map_err(self.io(&path))?;
-                // a new, empty ledger.json that still marks the schema: the
-                // boot's records stay held, and an older release refuses them
+                // linked aside, then replaced atomically by a new, empty
+                // ledger.json that still marks the schema (there is no
+                // moment without one): the boot's records stay held, and an
+                // older release refuses them
+                std::fs::hard_link(&path, &aside).map_err(self.io(&path))?;
                 self.write_json(&LedgerData::default(), true, &mut |_| {})?;
                 Ok(Some(aside))
             }

@@ -841,3 +841,78 @@ fn an_id_reused_after_a_reboot_is_held_once() {
     assert_eq!(same, vec![new]);
     assert!(l.exists());
 }
+
+/// Second review: a stale copy of a container's key listed first (left by
+/// a crash between a whole-ledger write's steps, or by the first version
+/// of the records change) must not hide the live one, which the admission
+/// would then drop with every other match.
+#[test]
+fn a_stale_copy_listed_first_does_not_hide_a_live_reservation() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let live = l
+        .admit(
+            &cfg,
+            &inv,
+            &req(8 * G, Some(0)),
+            "job",
+            Some("/r"),
+            "/b/job",
+            &mut vec![],
+        )
+        .unwrap();
+    l.confirm("job", Some("/r"), "/b/job", std::process::id())
+        .unwrap();
+    let mut stale = live.clone();
+    stale.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+    stale.created_unix = 1;
+    let j = LedgerData {
+        version: 2,
+        reservations: vec![stale],
+    };
+    std::fs::write(l.path(), serde_json::to_vec(&j).unwrap()).unwrap();
+    assert!(matches!(
+        l.admit(
+            &cfg,
+            &inv,
+            &req(4 * G, Some(0)),
+            "job",
+            Some("/r"),
+            "/b/job",
+            &mut vec![]
+        ),
+        Err(LedgerError::Duplicate { .. })
+    ));
+    assert!(l
+        .read()
+        .unwrap()
+        .reservations
+        .iter()
+        .any(|r| r.pid == Some(std::process::id())));
+}
+
+/// `gc --reset-corrupt` keeps the schema mark (an older release still
+/// refuses the records), and a ledger of records alone exists and reads.
+#[test]
+fn a_reset_keeps_the_schema_mark_and_records_alone_are_a_ledger() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    l.admit(
+        &cfg,
+        &inv,
+        &req(G, Some(0)),
+        "a",
+        Some("/r"),
+        "/b",
+        &mut vec![],
+    )
+    .unwrap();
+    std::fs::write(l.path(), b"{\"version\":2,\"reserv").unwrap();
+    let aside = l.reset_corrupt().unwrap().unwrap();
+    assert_eq!(std::fs::read(aside).unwrap(), b"{\"version\":2,\"reserv");
+    let j: LedgerData = serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
+    assert_eq!((j.version, j.reservations.len()), (2, 0));
+    std::fs::remove_file(l.path()).unwrap();
+    assert!(l.exists());
+    assert_eq!(l.read().unwrap().reservations.len(), 1);
+}
