@@ -25,6 +25,19 @@ fn stepper(dir: &std::path::Path, id: &str, step: Option<usize>) -> Command {
     c
 }
 
+/// Run `c` until it reports reaching its step (`at-step`), then kill -9 it.
+fn kill_at_step(mut c: Command) {
+    let mut child = c.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("at-step"), "{line}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+}
+
 #[test]
 fn kill_at_every_write_step() {
     let d = tempfile::tempdir().unwrap();
@@ -35,18 +48,7 @@ fn kill_at_every_write_step() {
     let mut committed = vec!["base1".to_string(), "base2".to_string()];
     for (i, step) in WRITE_STEPS.iter().enumerate() {
         let id = format!("crash{i}");
-        let mut child = stepper(dir, &id, Some(i))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("at-step"), "{line}");
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        child.wait().unwrap();
+        kill_at_step(stepper(dir, &id, Some(i)));
         // the rename is the commit point
         let renamed = WRITE_STEPS
             .iter()
@@ -133,15 +135,7 @@ fn kill_at_every_step_of_a_record_rewrite() {
         let name = files(&boot)[0].clone();
         std::fs::write(boot.join(&name), serde_json::to_vec(&r).unwrap()).unwrap();
         let i = WRITE_STEPS.iter().position(|s| *s == step).unwrap();
-        let mut child = stepper(Some(i)).stdout(Stdio::piped()).spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("at-step"), "{line}");
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        child.wait().unwrap();
+        kill_at_step(stepper(Some(i)));
         let after = read();
         assert_eq!(after.len(), 1, "after kill -9 at {step:?}");
         let confirmed = after[0].pid.is_some();

@@ -35,6 +35,28 @@ fn req(b: u64, gpu: Option<u32>) -> Request {
     }
 }
 
+/// `l.admit` of `req(bytes, gpu)` for container `id` under `root`, from
+/// bundle `/b/<id>`.
+fn adm(
+    l: &Ledger,
+    cfg: &Config,
+    inv: &Inventory,
+    bytes: u64,
+    gpu: Option<u32>,
+    id: &str,
+    root: Option<&str>,
+) -> Result<Reservation, LedgerError> {
+    l.admit(
+        cfg,
+        inv,
+        &req(bytes, gpu),
+        id,
+        root,
+        &format!("/b/{id}"),
+        &mut vec![],
+    )
+}
+
 #[test]
 fn confirm_syncs_the_file_before_the_rename_but_not_the_directory_and_admit_syncs_both() {
     let (_d, cfg, inv) = setup();
@@ -69,37 +91,10 @@ fn confirm_syncs_the_file_before_the_rename_but_not_the_directory_and_admit_sync
 fn admit_refuse_release() {
     let (_d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    l.admit(
-        &cfg,
-        &inv,
-        &req(8 * G, Some(0)),
-        "a",
-        None,
-        "/b/a",
-        &mut vec![],
-    )
-    .unwrap();
-    l.admit(
-        &cfg,
-        &inv,
-        &req(8 * G, Some(0)),
-        "b",
-        None,
-        "/b/b",
-        &mut vec![],
-    )
-    .unwrap();
+    adm(&l, &cfg, &inv, 8 * G, Some(0), "a", None).unwrap();
+    adm(&l, &cfg, &inv, 8 * G, Some(0), "b", None).unwrap();
     let before = std::fs::read(l.path()).unwrap();
-    let e = l
-        .admit(
-            &cfg,
-            &inv,
-            &req(8 * G, Some(0)),
-            "c",
-            None,
-            "/b/c",
-            &mut vec![],
-        )
+    let e = adm(&l, &cfg, &inv, 8 * G, Some(0), "c", None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -111,20 +106,10 @@ fn admit_refuse_release() {
         before,
         "a refusal leaves the ledger untouched"
     );
-    let r = l
-        .admit(
-            &cfg,
-            &inv,
-            &req(8 * G, None),
-            "c",
-            None,
-            "/b/c",
-            &mut vec![],
-        )
-        .unwrap();
+    let r = adm(&l, &cfg, &inv, 8 * G, None, "c", None).unwrap();
     assert_eq!(r.slices[0].index, 1);
     assert!(matches!(
-        l.admit(&cfg, &inv, &req(G, None), "c", None, "/b/c", &mut vec![]),
+        adm(&l, &cfg, &inv, G, None, "c", None),
         Err(LedgerError::Duplicate { .. })
     ));
     assert_eq!(
@@ -153,16 +138,7 @@ fn admit_refuse_release() {
 fn confirm_and_stale_pid_reclaimed() {
     let (_d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    l.admit(
-        &cfg,
-        &inv,
-        &req(16 * G, Some(0)),
-        "a",
-        None,
-        "/b/a",
-        &mut vec![],
-    )
-    .unwrap();
+    adm(&l, &cfg, &inv, 16 * G, Some(0), "a", None).unwrap();
     // a child that exits: its reservation becomes stale
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let pid = child.id();
@@ -170,16 +146,7 @@ fn confirm_and_stale_pid_reclaimed() {
     assert_eq!(r.state, ResState::Running);
     child.wait().unwrap();
     // GPU 0 is full by a dead container: admission reclaims it
-    l.admit(
-        &cfg,
-        &inv,
-        &req(16 * G, Some(0)),
-        "b",
-        None,
-        "/b/b",
-        &mut vec![],
-    )
-    .unwrap();
+    adm(&l, &cfg, &inv, 16 * G, Some(0), "b", None).unwrap();
     let d = l.read().unwrap();
     assert_eq!(d.reservations.len(), 1);
     assert_eq!(d.reservations[0].container_id, "b");
@@ -379,8 +346,7 @@ fn admission_reports_what_it_reclaimed() {
 fn liveness_is_never_judged_across_namespaces_but_a_new_boot_ends_all() {
     let (_d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    l.admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
-        .unwrap();
+    adm(&l, &cfg, &inv, G, None, "a", None).unwrap();
     let mut r = l.confirm("a", None, "/b/a", std::process::id()).unwrap();
     assert!(r.pid_ns.is_some() && r.mnt_ns.is_some() && r.boot_id.is_some());
     let now = fsutil::now_unix();
@@ -429,8 +395,7 @@ fn crashed_temps_are_removed_and_corrupt_copies_are_made_once_without_following_
     let l = Ledger::new(&cfg);
     let tmp = d.path().join(".ledger.json.tmp.999999");
     std::fs::write(&tmp, b"half").unwrap();
-    l.admit(&cfg, &inv, &req(G, None), "a", None, "/b/a", &mut vec![])
-        .unwrap();
+    adm(&l, &cfg, &inv, G, None, "a", None).unwrap();
     assert!(!tmp.exists(), "a crashed write's temp file stays");
     std::fs::write(l.path(), b"{not json").unwrap();
     // a planted link at the copy's name is never written through
@@ -438,7 +403,7 @@ fn crashed_temps_are_removed_and_corrupt_copies_are_made_once_without_following_
     std::fs::write(&victim, b"keep").unwrap();
     for _ in 0..3 {
         assert!(matches!(
-            l.admit(&cfg, &inv, &req(G, None), "b", None, "/b/b", &mut vec![]),
+            adm(&l, &cfg, &inv, G, None, "b", None),
             Err(LedgerError::Corrupt { .. })
         ));
     }
@@ -451,7 +416,7 @@ fn crashed_temps_are_removed_and_corrupt_copies_are_made_once_without_following_
     let name = copies[0].path();
     std::fs::remove_file(&name).unwrap();
     std::os::unix::fs::symlink(&victim, &name).unwrap();
-    let _ = l.admit(&cfg, &inv, &req(G, None), "b", None, "/b/b", &mut vec![]);
+    let _ = adm(&l, &cfg, &inv, G, None, "b", None);
     assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
     // read-only use never writes a copy
     std::fs::remove_file(&name).unwrap();
@@ -500,17 +465,7 @@ fn record_files(l: &Ledger) -> Vec<String> {
 fn a_start_and_a_release_touch_only_their_own_record() {
     let (_d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    let a = l
-        .admit(
-            &cfg,
-            &inv,
-            &req(4 * G, Some(0)),
-            "a",
-            Some("/r"),
-            "/b/a",
-            &mut vec![],
-        )
-        .unwrap();
+    let a = adm(&l, &cfg, &inv, 4 * G, Some(0), "a", Some("/r")).unwrap();
     let json: LedgerData = serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
     assert_eq!(
         (json.version, json.reservations.len()),
@@ -518,16 +473,7 @@ fn a_start_and_a_release_touch_only_their_own_record() {
         "the first record marks ledger.json as version 2 (an older release refuses it)"
     );
     let json_before = std::fs::read(l.path()).unwrap();
-    l.admit(
-        &cfg,
-        &inv,
-        &req(4 * G, Some(0)),
-        "b",
-        Some("/r"),
-        "/b/b",
-        &mut vec![],
-    )
-    .unwrap();
+    adm(&l, &cfg, &inv, 4 * G, Some(0), "b", Some("/r")).unwrap();
     let files = record_files(&l);
     assert_eq!(files.len(), 2, "{files:?}");
     assert!(files.iter().all(|f| f.starts_with("r-")), "{files:?}");
@@ -562,54 +508,18 @@ fn a_start_and_a_release_touch_only_their_own_record() {
     );
     let b_bytes = std::fs::read(&b_path).unwrap();
     std::fs::write(&b_path, b"{torn").unwrap();
-    l.admit(
-        &cfg,
-        &inv,
-        &req(8 * G, Some(0)),
-        "c",
-        Some("/r"),
-        "/b/c",
-        &mut vec![],
-    )
-    .expect("a fitting admission reads no other record");
+    adm(&l, &cfg, &inv, 8 * G, Some(0), "c", Some("/r"))
+        .expect("a fitting admission reads no other record");
     // one that does not fit goes through the whole ledger, which reads b
     // (the 8 GiB left on GPU 0 were counted from b's name: 4 + 4 + 8)
-    let e = l
-        .admit(
-            &cfg,
-            &inv,
-            &req(G, Some(0)),
-            "d",
-            Some("/r"),
-            "/b/d",
-            &mut vec![],
-        )
-        .unwrap_err();
+    let e = adm(&l, &cfg, &inv, G, Some(0), "d", Some("/r")).unwrap_err();
     assert!(matches!(e, LedgerError::CorruptRecord { .. }), "{e}");
     assert!(matches!(l.read(), Err(LedgerError::CorruptRecord { .. })));
     std::fs::write(&b_path, &b_bytes).unwrap();
-    let e = l
-        .admit(
-            &cfg,
-            &inv,
-            &req(G, Some(0)),
-            "d",
-            Some("/r"),
-            "/b/d",
-            &mut vec![],
-        )
-        .unwrap_err();
+    let e = adm(&l, &cfg, &inv, G, Some(0), "d", Some("/r")).unwrap_err();
     assert!(e.to_string().contains("only 0 B"), "{e}");
     assert!(matches!(
-        l.admit(
-            &cfg,
-            &inv,
-            &req(G, None),
-            "c",
-            Some("/r"),
-            "/b/c",
-            &mut vec![]
-        ),
+        adm(&l, &cfg, &inv, G, None, "c", Some("/r")),
         Err(LedgerError::Duplicate { .. })
     ));
     assert_eq!(
@@ -648,8 +558,7 @@ fn a_start_and_a_release_touch_only_their_own_record() {
 fn a_whole_ledger_transaction_keeps_records_and_adds_to_ledger_json() {
     let (_d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    l.admit(&cfg, &inv, &req(G, Some(0)), "a", None, "/b/a", &mut vec![])
-        .unwrap();
+    adm(&l, &cfg, &inv, G, Some(0), "a", None).unwrap();
     let files = record_files(&l);
     l.transact(|d| {
         assert_eq!(d.reservations.len(), 1, "records are part of the data");
@@ -682,6 +591,40 @@ fn a_whole_ledger_transaction_keeps_records_and_adds_to_ledger_json() {
     assert!(l.read().unwrap().reservations.is_empty());
 }
 
+const EARLIER_BOOT: &str = "00000000-0000-0000-0000-000000000000";
+
+/// A record of container `id` (runc root `root`) holding `bytes` on GPU
+/// `gpu`, written as an earlier boot left it; returns that boot's
+/// directory and the reservation.
+fn earlier_boot_record(
+    d: &tempfile::TempDir,
+    id: &str,
+    root: Option<&str>,
+    gpu: u32,
+    bytes: u64,
+) -> (PathBuf, Reservation) {
+    let old = d.path().join(format!("boot-{EARLIER_BOOT}"));
+    std::fs::create_dir_all(&old).unwrap();
+    let mut r = Reservation::new(
+        id,
+        root,
+        format!("/b/{id}"),
+        vec![Slice {
+            uuid: format!("GPU-{gpu}"),
+            index: gpu,
+            bytes,
+        }],
+        "vram",
+    );
+    r.boot_id = Some(EARLIER_BOOT.into());
+    std::fs::write(
+        old.join(records::name_of(&r).unwrap()),
+        serde_json::to_vec(&r).unwrap(),
+    )
+    .unwrap();
+    (old, r)
+}
+
 /// Records of an earlier boot are stale: they place nothing, `gc` takes
 /// them back, and one torn by the power loss that ended that boot is
 /// removed without an error; this boot's torn record is an error.
@@ -689,40 +632,12 @@ fn a_whole_ledger_transaction_keeps_records_and_adds_to_ledger_json() {
 fn an_earlier_boots_records_are_stale_and_a_torn_one_is_dropped() {
     let (d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    let old = d.path().join("boot-00000000-0000-0000-0000-000000000000");
-    std::fs::create_dir(&old).unwrap();
-    let mut r = Reservation::new(
-        "old",
-        None,
-        "/b/old",
-        vec![Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            bytes: 16 * G,
-        }],
-        "vram=16g",
-    );
-    r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
-    r.pid = Some(1);
-    r.pid_start = Some(1);
-    std::fs::write(
-        old.join(records::name_of(&r).unwrap()),
-        serde_json::to_vec(&r).unwrap(),
-    )
-    .unwrap();
+    let (old, r) = earlier_boot_record(&d, "old", None, 0, 16 * G);
     let torn = Reservation::new("torn", None, "/b/t", vec![], "vram=1g");
     std::fs::write(old.join(records::name_of(&torn).unwrap()), b"").unwrap();
     assert_eq!(l.read().unwrap().reservations, vec![r.clone()]);
-    l.admit(
-        &cfg,
-        &inv,
-        &req(16 * G, Some(0)),
-        "new",
-        None,
-        "/b/new",
-        &mut vec![],
-    )
-    .expect("an earlier boot's record places nothing");
+    adm(&l, &cfg, &inv, 16 * G, Some(0), "new", None)
+        .expect("an earlier boot's record places nothing");
     let gone = l.gc().unwrap();
     assert_eq!(gone, vec![r]);
     assert!(
@@ -742,25 +657,7 @@ fn an_earlier_boots_records_are_stale_and_a_torn_one_is_dropped() {
 fn an_earlier_boots_record_is_never_confirmed_again() {
     let (d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    let old = d.path().join("boot-00000000-0000-0000-0000-000000000000");
-    std::fs::create_dir(&old).unwrap();
-    let mut r = Reservation::new(
-        "job",
-        Some("/r"),
-        "/b/job",
-        vec![Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            bytes: 16 * G,
-        }],
-        "vram=16g",
-    );
-    r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
-    std::fs::write(
-        old.join(records::name_of(&r).unwrap()),
-        serde_json::to_vec(&r).unwrap(),
-    )
-    .unwrap();
+    let (old, _) = earlier_boot_record(&d, "job", Some("/r"), 0, 16 * G);
     assert!(matches!(
         l.confirm("job", Some("/r"), "/b/job", std::process::id()),
         Err(LedgerError::NoReservation { .. })
@@ -801,36 +698,8 @@ fn an_earlier_boots_record_is_never_confirmed_again() {
 fn an_id_reused_after_a_reboot_is_held_once() {
     let (d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    let old = d.path().join("boot-00000000-0000-0000-0000-000000000000");
-    std::fs::create_dir(&old).unwrap();
-    let mut r = Reservation::new(
-        "job",
-        Some("/r"),
-        "/b/job",
-        vec![Slice {
-            uuid: "GPU-1".into(),
-            index: 1,
-            bytes: G,
-        }],
-        "vram=1g",
-    );
-    r.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
-    std::fs::write(
-        old.join(records::name_of(&r).unwrap()),
-        serde_json::to_vec(&r).unwrap(),
-    )
-    .unwrap();
-    let new = l
-        .admit(
-            &cfg,
-            &inv,
-            &req(G, Some(0)),
-            "job",
-            Some("/r"),
-            "/b/job",
-            &mut vec![],
-        )
-        .unwrap();
+    earlier_boot_record(&d, "job", Some("/r"), 1, G);
+    let new = adm(&l, &cfg, &inv, G, Some(0), "job", Some("/r")).unwrap();
     let same: Vec<_> = l
         .read()
         .unwrap()
@@ -850,17 +719,7 @@ fn an_id_reused_after_a_reboot_is_held_once() {
 fn a_stale_copy_listed_first_does_not_hide_a_live_reservation() {
     let (_d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    let live = l
-        .admit(
-            &cfg,
-            &inv,
-            &req(8 * G, Some(0)),
-            "job",
-            Some("/r"),
-            "/b/job",
-            &mut vec![],
-        )
-        .unwrap();
+    let live = adm(&l, &cfg, &inv, 8 * G, Some(0), "job", Some("/r")).unwrap();
     l.confirm("job", Some("/r"), "/b/job", std::process::id())
         .unwrap();
     let mut stale = live.clone();
@@ -872,15 +731,7 @@ fn a_stale_copy_listed_first_does_not_hide_a_live_reservation() {
     };
     std::fs::write(l.path(), serde_json::to_vec(&j).unwrap()).unwrap();
     assert!(matches!(
-        l.admit(
-            &cfg,
-            &inv,
-            &req(4 * G, Some(0)),
-            "job",
-            Some("/r"),
-            "/b/job",
-            &mut vec![]
-        ),
+        adm(&l, &cfg, &inv, 4 * G, Some(0), "job", Some("/r")),
         Err(LedgerError::Duplicate { .. })
     ));
     assert!(l
