@@ -246,9 +246,11 @@ mod tests {
     #[test]
     fn a_claim_and_its_bound_container_are_counted_once() {
         let d = tempfile::tempdir().unwrap();
-        let mut cfg = Config::default();
-        cfg.ledger_dir = d.path().join("ledger");
-        cfg.state_dir = d.path().join("state");
+        let mut cfg = Config {
+            ledger_dir: d.path().join("ledger"),
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
         cfg.inventory.source = InventorySource::Static;
         cfg.inventory.gpu = vec![StaticGpu {
             index: 0,
