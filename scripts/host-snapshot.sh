@@ -3,7 +3,9 @@
 # table (mount point, type, source), every top-level entry of /tmp and /var/tmp,
 # every cgroup directory two levels down, every file under /etc, /var/lib,
 # /var/cache, /run, /opt and /root three levels down (the places engines and the
-# product write by name), and processes mentioning gpu-quota or a test's temp dir.
+# product write by name), every top-level entry of /var/log (the product's
+# default log_file is /var/log/gpu-quota.log), and processes mentioning
+# gpu-quota or a test's temp dir.
 #
 #   scripts/host-snapshot.sh > before      (first thing `make test` does)
 #   scripts/host-snapshot.sh > after       (last thing)
@@ -31,6 +33,7 @@ fi
   awk '{ for (i = 7; i <= NF; i++) if ($i == "-") break; print "mount " $5 " " $(i + 1) " " $(i + 2) }' /proc/self/mountinfo
   find /tmp /var/tmp -mindepth 1 -maxdepth 1 2>/dev/null | sed 's/^/tmp /'
   find /sys/fs/cgroup -mindepth 1 -maxdepth 3 -type d 2>/dev/null | sed 's/^/cgroup /'
+  find /var/log -mindepth 1 -maxdepth 1 2>/dev/null | sed 's/^/log /'
   find /etc /var/lib /var/cache /run /opt /root -maxdepth 3 2>/dev/null |
     grep -vE '^/root/\.(cargo|rustup|cache|bash_history|lesshst|viminfo|python_history|npm)' | sed 's/^/path /'
   for p in /proc/[0-9]*; do

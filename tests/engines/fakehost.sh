@@ -17,6 +17,7 @@ fake_gpu_host() {
 # gpu-quota configuration of the engine suite's fake host
 ledger_dir = "$g/ledger"
 state_dir = "$g/state"
+log_file = "$g/gq.log"
 interceptor = "$bin/libgpuquota.so"
 hook = "$bin/gpu-quota-hook"
 create_grace_secs = 5
