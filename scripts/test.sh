@@ -85,7 +85,7 @@ if [ -f tests/engines/run.sh ]; then
   step "engines"
 fi
 
-echo "== nothing left on the host (whole mount table, /tmp, /var/tmp, cgroups, /etc /var /run /opt /root, processes)"
+echo "== nothing left on the host (whole mount table, /tmp, /var/tmp, cgroups, /etc /var/lib /var/cache /var/log /run /opt /root, processes)"
 # cargo's and the compilers' own caches are not the suite's leftovers
 bash scripts/host-snapshot.sh >"$LOG/host.after"
 if bash scripts/host-snapshot.sh --diff "$LOG/host.before" "$LOG/host.after" '^path /root/\.(cargo|rustup)'; then

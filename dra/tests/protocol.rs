@@ -73,7 +73,7 @@ impl SliceStore for Slices {
 fn write_config(root: &Path, gpu1: bool) {
     let r = root.display();
     let mut text = format!(
-        "ledger_dir = \"{r}/ledger\"\nstate_dir = \"{r}/state\"\ncdi_dir = \"{r}/cdi\"\nreserve = \"1g\"\n\
+        "ledger_dir = \"{r}/ledger\"\nstate_dir = \"{r}/state\"\ncdi_dir = \"{r}/cdi\"\nlog_file = \"{r}/gq.log\"\nreserve = \"1g\"\n\
          [driver]\ndev_root = \"{r}/dev\"\n\
          [[inventory.gpu]]\nindex = 0\nuuid = \"{GPU0}\"\nmemory = \"16g\"\n"
     );
