@@ -59,29 +59,42 @@ pub fn write_atomic_as(
     mode: FileMode,
     observe: &mut dyn FnMut(WriteStep),
 ) -> std::io::Result<()> {
-    write_atomic_impl(path, bytes, mode, true, observe)
+    write_atomic_impl(path, bytes, mode, Durability::FileAndDir, observe)
 }
 
-/// As [`write_atomic_observed`]; `sync_dir: false` leaves out the fsync of
-/// the directory after the rename (the file's own data is still fsync'd
-/// before the rename, so a rename that survives a crash names a whole file;
-/// a crash may only undo the rename). For writes whose loss at a power
-/// failure loses nothing (see `Ledger::confirm`).
+/// What an atomic write makes durable before it returns. Readers see the
+/// old or the new file, never a mix, whichever is chosen; this is only
+/// about what a power failure may undo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The file fsync'd before the rename, the directory after it.
+    FileAndDir,
+    /// The file fsync'd before the rename (a rename that survives a crash
+    /// names a whole file; a crash may only undo the rename): for writes
+    /// whose loss at a power failure loses nothing (see `Ledger::confirm`).
+    File,
+    /// No fsync: for files whose meaning ends with the boot (a container's
+    /// ledger record, the bundle's config.json).
+    None,
+}
+
+/// As [`write_atomic_observed`], as durable as `durability` says (the
+/// steps it leaves out are not observed).
 pub fn write_atomic_steps(
     path: &Path,
     bytes: &[u8],
     mode: u32,
-    sync_dir: bool,
+    durability: Durability,
     observe: &mut dyn FnMut(WriteStep),
 ) -> std::io::Result<()> {
-    write_atomic_impl(path, bytes, FileMode::Set(mode), sync_dir, observe)
+    write_atomic_impl(path, bytes, FileMode::Set(mode), durability, observe)
 }
 
 fn write_atomic_impl(
     path: &Path,
     bytes: &[u8],
     mode: FileMode,
-    sync_dir: bool,
+    durability: Durability,
     observe: &mut dyn FnMut(WriteStep),
 ) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
@@ -127,8 +140,10 @@ fn write_atomic_impl(
         observe(WriteStep::HalfWritten);
         f.write_all(&bytes[half..])?;
         observe(WriteStep::Written);
-        f.sync_all()?;
-        observe(WriteStep::Synced);
+        if durability != Durability::None {
+            f.sync_all()?;
+            observe(WriteStep::Synced);
+        }
         std::fs::rename(&tmp, path)
     })();
     if let Err(e) = r {
@@ -136,7 +151,7 @@ fn write_atomic_impl(
         return Err(e);
     }
     observe(WriteStep::Renamed);
-    if sync_dir {
+    if durability == Durability::FileAndDir {
         File::open(dir)?.sync_all()?;
         observe(WriteStep::DirSynced);
     }
@@ -149,28 +164,13 @@ fn write_atomic_impl(
 /// another process (the bundle's config.json, which every engine writes
 /// anew at each create; see docs/benchmarks.md).
 pub fn replace_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp: PathBuf = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    let r = (|| {
-        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        f.write_all(bytes)?;
-        std::fs::rename(&tmp, path)
-    })();
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r
+    write_atomic_impl(
+        path,
+        bytes,
+        FileMode::Set(mode),
+        Durability::None,
+        &mut |_| {},
+    )
 }
 
 /// An exclusive `flock` held until dropped.
@@ -345,11 +345,17 @@ pub fn namespace_id(kind: &str) -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// This boot of the host (`/proc/sys/kernel/random/boot_id`).
+/// This boot of the host (`/proc/sys/kernel/random/boot_id`), read once
+/// per process (it cannot change while the process lives; a start asks
+/// for it several times, and a reclaim once per reservation).
 pub fn boot_id() -> Option<String> {
-    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let s = s.trim();
-    (!s.is_empty() && s.len() <= 64).then(|| s.to_string())
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let s = s.trim();
+        (!s.is_empty() && s.len() <= 64).then(|| s.to_string())
+    })
+    .clone()
 }
 
 /// Start time of a process (clock ticks since boot, field 22 of

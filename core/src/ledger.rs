@@ -354,8 +354,11 @@ impl Ledger {
     /// missing directory or file is an empty ledger; see `exists`).
     pub fn read(&self) -> Result<LedgerData, LedgerError> {
         let mut d = self.load_unlocked(false)?;
-        d.reservations
-            .extend(self.load_records(false)?.into_iter().map(|l| l.res));
+        d.reservations.extend(
+            self.load_records(&self.scan(false)?, false)?
+                .into_iter()
+                .map(|l| l.res),
+        );
         Ok(d)
     }
 
@@ -371,37 +374,32 @@ impl Ledger {
         bytes.push(b'\n');
         let path = self.path();
         // 0600: a prepared claim's entry holds its token (core::claims)
-        fsutil::write_atomic_steps(&path, &bytes, LEDGER_MODE, sync_dir, observe)
+        let durability = if sync_dir {
+            fsutil::Durability::FileAndDir
+        } else {
+            fsutil::Durability::File
+        };
+        fsutil::write_atomic_steps(&path, &bytes, LEDGER_MODE, durability, observe)
             .map_err(self.io(&path))
     }
 
     /// Whether the ledger exists: ledger.json (made by the first
     /// admission) or a boot's record directory.
     pub fn exists(&self) -> bool {
-        self.path().is_file() || self.boot_dirs().is_ok_and(|d| !d.is_empty())
+        self.path().is_file() || self.scan(false).is_ok_and(|d| !d.is_empty())
     }
 
-    fn lock(&self) -> Result<fsutil::LockGuard, LedgerError> {
+    /// The lock, and every boot's record directory (this boot's `true`),
+    /// from the one listing of the ledger directory made under it, which
+    /// also removes the temp files of writes that crashed before their
+    /// rename (only a writer holding the lock makes them, so under the lock
+    /// they are all leftovers).
+    fn lock(&self) -> Result<(fsutil::LockGuard, Vec<(PathBuf, bool)>), LedgerError> {
         fsutil::secure_dir(&self.dir, 0o755).map_err(self.io(&self.dir))?;
         let lp = self.dir.join("ledger.lock");
         let g = fsutil::lock_exclusive(&lp).map_err(self.io(&lp))?;
-        self.remove_crashed_temps();
-        Ok(g)
-    }
-
-    /// Temp files of writes that crashed before their rename (only a
-    /// writer holding the lock makes them, so under the lock they are all
-    /// leftovers).
-    fn remove_crashed_temps(&self) {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for e in rd.flatten() {
-            let n = e.file_name();
-            if n.to_string_lossy().starts_with(".ledger.json.tmp.") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+        let dirs = self.scan(true)?;
+        Ok((g, dirs))
     }
 
     /// Read-modify-write under the lock. `f` returns a value and whether it
@@ -429,13 +427,13 @@ impl Ledger {
         sync_dir: bool,
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<T, LedgerError> {
-        let _g = self.lock()?;
+        let (_g, dirs) = self.lock()?;
         let mut data = self.load_unlocked(true)?;
-        let recs = self.load_records(true)?;
+        let recs = self.load_records(&dirs, true)?;
         data.reservations.extend(recs.iter().map(|l| l.res.clone()));
         let (out, changed) = f(&mut data)?;
         if changed {
-            self.save(data, &recs, sync_dir, observe)?;
+            self.save(data, &recs, &dirs, sync_dir, observe)?;
         }
         Ok(out)
     }
@@ -588,9 +586,9 @@ impl Ledger {
         let Some(bdir) = self.boot_dir() else {
             return Ok(None);
         };
-        let _g = self.lock()?;
-        // made by `secure_dir` below (0700, never a symlink): checked
-        // before it is listed, and again (whole) before a record is written
+        let (_g, dirs) = self.lock()?;
+        // made (0700) and checked (never a symlink, ours, not writable by
+        // others) before it is listed or written
         fsutil::secure_dir(&bdir, 0o700).map_err(self.io(&bdir))?;
         let had_json = self.path().exists();
         let json = self.load_unlocked(true)?;
@@ -599,7 +597,7 @@ impl Ledger {
         let now = fsutil::now_unix();
         let mut same = json.reservations.iter().find(|r| key.matches(r)).cloned();
         let h = records::key_hash(id, root);
-        for (dir, current) in self.boot_dirs()? {
+        for (dir, current) in dirs {
             // an earlier boot's reservation of this container (its id reused
             // after a reboot): the whole-ledger path replaces it
             if !current && self.list_records(&dir, true)?.iter().any(|n| n.key == h) {
@@ -691,7 +689,7 @@ impl Ledger {
         };
         if let Some(bdir) = self.boot_dir() {
             // its record: the only file read or written
-            let _g = self.lock()?;
+            let (_g, _) = self.lock()?;
             let h = records::key_hash(id, root);
             for n in self
                 .list_records(&bdir, true)?
@@ -739,13 +737,13 @@ impl Ledger {
     /// Reads ledger.json and the records named for this container, in
     /// every boot's directory; writes ledger.json only if it held one.
     pub fn release(&self, key: Key<'_>) -> Result<Vec<Reservation>, LedgerError> {
-        let _g = self.lock()?;
+        let (_g, dirs) = self.lock()?;
         let json = self.load_unlocked(true)?;
         let (id, root) = key.id_root();
         let h = records::key_hash(id, root);
         let mut gone = vec![];
         let mut doomed = vec![];
-        for (dir, current) in self.boot_dirs()? {
+        for (dir, current) in dirs {
             for n in self.list_records(&dir, true)?.iter().filter(|n| n.key == h) {
                 let path = dir.join(&n.file);
                 if let Some(r) = self
@@ -775,7 +773,7 @@ impl Ledger {
 
     /// Move a corrupt ledger aside and start empty (operator action).
     pub fn reset_corrupt(&self) -> Result<Option<PathBuf>, LedgerError> {
-        let _g = self.lock()?;
+        let (_g, _) = self.lock()?;
         match self.load_unlocked(true) {
             Err(LedgerError::Corrupt { path, .. }) => {
                 let aside = self

@@ -14,7 +14,7 @@
 //! no other record: its work does not grow with the number of containers
 //! beyond that listing (docs/benchmarks.md).
 use super::{Ledger, LedgerData, LedgerError, Loaded, Reservation, LEDGER_MODE, SCHEMA_VERSION};
-use crate::fsutil::{self, WriteStep};
+use crate::fsutil::{self, Durability, WriteStep};
 use crate::placement::Usage;
 use std::path::{Path, PathBuf};
 
@@ -145,8 +145,11 @@ impl Ledger {
         valid_boot(&b).then(|| self.dir.join(format!("{}{b}", BOOT_PREFIX)))
     }
 
-    /// Every boot's record directory, this boot's marked `true`.
-    pub(super) fn boot_dirs(&self) -> Result<Vec<(PathBuf, bool)>, LedgerError> {
+    /// Every boot's record directory, this boot's marked `true`, from one
+    /// listing of the ledger directory; `under_lock`: the temp files of
+    /// ledger.json writes that crashed before their rename are removed on
+    /// the way.
+    pub(super) fn scan(&self, under_lock: bool) -> Result<Vec<(PathBuf, bool)>, LedgerError> {
         let current = self.boot_dir();
         let rd = match std::fs::read_dir(&self.dir) {
             Ok(rd) => rd,
@@ -155,12 +158,14 @@ impl Ledger {
         };
         let mut out = vec![];
         for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if under_lock && name.starts_with(".ledger.json.tmp.") {
+                let _ = std::fs::remove_file(e.path());
+                continue;
+            }
             let real_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false); // never a symlink
-            if real_dir
-                && e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.starts_with(BOOT_PREFIX))
-            {
+            if real_dir && name.starts_with(BOOT_PREFIX) {
                 let p = e.path();
                 let cur = current.as_deref() == Some(p.as_path());
                 out.push((p, cur));
@@ -219,11 +224,7 @@ impl Ledger {
     ) -> Result<Option<Reservation>, LedgerError> {
         let bytes = match fsutil::read_regular_capped(path, MAX_RECORD_BYTES) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if !current_boot => {
-                let _ = e;
-                return Ok(None);
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || !current_boot => return Ok(None),
             Err(e) => return Err(self.io(path)(e)),
         };
         match serde_json::from_slice::<Reservation>(&bytes) {
@@ -241,14 +242,19 @@ impl Ledger {
         }
     }
 
-    /// Every boot's records, read whole (`under_lock`: temps and torn
-    /// records of earlier boots are removed on the way).
-    pub(super) fn load_records(&self, under_lock: bool) -> Result<Vec<Loaded>, LedgerError> {
+    /// The records in `dirs` (from [`Ledger::scan`]), read whole
+    /// (`under_lock`: temps and torn records of earlier boots are removed
+    /// on the way).
+    pub(super) fn load_records(
+        &self,
+        dirs: &[(PathBuf, bool)],
+        under_lock: bool,
+    ) -> Result<Vec<Loaded>, LedgerError> {
         let mut out = vec![];
-        for (dir, current) in self.boot_dirs()? {
-            for n in self.list_records(&dir, under_lock)? {
+        for (dir, current) in dirs {
+            for n in self.list_records(dir, under_lock)? {
                 let path = dir.join(&n.file);
-                if let Some(res) = self.read_record(&path, current, under_lock)? {
+                if let Some(res) = self.read_record(&path, *current, under_lock)? {
                     out.push(Loaded { path, res });
                 }
             }
@@ -264,35 +270,10 @@ impl Ledger {
         r: &Reservation,
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<(), LedgerError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let mut bytes = serde_json::to_vec(r).expect("a reservation serializes");
         bytes.push(b'\n');
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-        let res = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(LEDGER_MODE)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)?;
-            observe(WriteStep::TempCreated);
-            let half = bytes.len() / 2;
-            f.write_all(&bytes[..half])?;
-            observe(WriteStep::HalfWritten);
-            f.write_all(&bytes[half..])?;
-            observe(WriteStep::Written);
-            std::fs::rename(&tmp, path)?;
-            observe(WriteStep::Renamed);
-            Ok(())
-        })();
-        if res.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        res.map_err(self.io(path))
+        fsutil::write_atomic_steps(path, &bytes, LEDGER_MODE, Durability::None, observe)
+            .map_err(self.io(path))
     }
 
     /// Write what a whole-ledger transaction left: a reservation read from
@@ -304,6 +285,7 @@ impl Ledger {
         &self,
         data: LedgerData,
         recs: &[Loaded],
+        dirs: &[(PathBuf, bool)],
         sync_dir: bool,
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<(), LedgerError> {
@@ -348,10 +330,8 @@ impl Ledger {
             let _ = std::fs::remove_file(&l.path);
         }
         // an earlier boot's directory, once empty
-        for (dir, current) in self.boot_dirs()? {
-            if !current {
-                let _ = std::fs::remove_dir(dir);
-            }
+        for (dir, _) in dirs.iter().filter(|(_, current)| !current) {
+            let _ = std::fs::remove_dir(dir);
         }
         Ok(())
     }
