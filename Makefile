@@ -18,8 +18,17 @@ all: build
 interceptor:
 	$(CARGO) build --release $(CARGO_Q) --manifest-path interceptor/Cargo.toml
 
+# gpu-quota-runtime is linked statically (glibc, +crt-static): it runs once per
+# container start, and a static binary starts without the dynamic loader's
+# work (docs/benchmarks.md, "A static runtime"); it loads no library (NVML
+# goes through gpu-quota-hook, core/src/inventory.rs). Its own target
+# directory, so that the static flags never reach the other binaries.
+STATIC_TARGET := x86_64-unknown-linux-gnu
+
 build: interceptor
-	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-shim -p gpu-quota-hook -p gpu-quota-install
+	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-hook -p gpu-quota-install
+	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release $(CARGO_Q) --target $(STATIC_TARGET) -p gpu-quota-shim
+	install -m 0755 target/$(STATIC_TARGET)/release/gpu-quota-runtime $(REL)/gpu-quota-runtime
 	install -m 0644 $(SO) $(REL)/libgpuquota.so
 
 # The Kubernetes device plugin (its image: deploy/kubernetes/Dockerfile; docs/kubernetes.md).

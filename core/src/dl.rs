@@ -7,14 +7,26 @@
 use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
+/// Built with `+crt-static` (`make build` links gpu-quota-runtime so): no
+/// `dlopen` in this process.
+pub const STATIC: bool = cfg!(target_feature = "crt-static");
+
 pub struct Lib {
     handle: *mut c_void,
     path: PathBuf,
 }
 
 impl Lib {
-    /// Load `path`; Err carries dlerror's message.
+    /// Load `path`; Err carries dlerror's message. A statically linked
+    /// binary (gpu-quota-runtime) never loads a library: its driver work goes
+    /// through a helper child (`Inventory::from_nvml_for`).
     pub fn open(path: &Path) -> Result<Lib, String> {
+        if STATIC {
+            return Err(format!(
+                "{}: not loaded, this binary is statically linked",
+                path.display()
+            ));
+        }
         let c = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| "NUL in path".to_string())?;
         // SAFETY: dlopen with a valid C string.

@@ -143,8 +143,9 @@ fn write_atomic_impl(
         if durability != Durability::None {
             f.sync_all()?;
             observe(WriteStep::Synced);
+            return std::fs::rename(&tmp, path);
         }
-        std::fs::rename(&tmp, path)
+        replace_unsynced(&tmp, path)
     })();
     if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
@@ -156,6 +157,60 @@ fn write_atomic_impl(
         observe(WriteStep::DirSynced);
     }
     Ok(())
+}
+
+/// Put the unsynced file `tmp` in the place of `path`, atomically for
+/// readers. Where `path` exists, by exchanging the two names
+/// (`renameat2(RENAME_EXCHANGE)`) and unlinking the old file under the temp
+/// name: a rename *over* an existing file makes ext4 (`auto_da_alloc`) start
+/// writing the new file's data back at once, a flush per container start
+/// that nobody needs for a file whose meaning ends with the boot. A plain
+/// rename where there is nothing to exchange with or the file system cannot
+/// exchange. A crash between the exchange and the unlink leaves the old
+/// contents under the temp name (`.NAME.tmp.PID`), which no reader takes for
+/// the file. Whatever the exchange moved out that is not a file or a link (a
+/// directory) is put back, and the call fails as the rename would.
+fn replace_unsynced(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let (Ok(t), Ok(p)) = (
+        std::ffi::CString::new(tmp.as_os_str().as_bytes()),
+        std::ffi::CString::new(path.as_os_str().as_bytes()),
+    ) else {
+        return std::fs::rename(tmp, path);
+    };
+    let exchange = || {
+        // SAFETY: two NUL-terminated paths; renameat2 has no other preconditions.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                t.as_ptr(),
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    match exchange() {
+        Ok(()) => match std::fs::symlink_metadata(tmp) {
+            Ok(m) if m.is_dir() => {
+                exchange()?;
+                Err(std::io::Error::from_raw_os_error(libc::EISDIR))
+            }
+            _ => {
+                let _ = std::fs::remove_file(tmp);
+                Ok(())
+            }
+        },
+        // nothing to exchange with (ENOENT), a file system without
+        // exchange (EINVAL), an old kernel (ENOSYS): the plain rename
+        Err(_) => std::fs::rename(tmp, path),
+    }
 }
 
 /// Replace `path` with `bytes` atomically for readers (temp file in the same
@@ -211,8 +266,8 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let bad = |what: String| Error::new(ErrorKind::PermissionDenied, what);
-    match std::fs::symlink_metadata(path) {
-        Ok(_) => {}
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 if std::fs::symlink_metadata(parent).is_err() {
@@ -227,10 +282,10 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
+            std::fs::symlink_metadata(path)?
         }
         Err(e) => return Err(e),
-    }
-    let m = std::fs::symlink_metadata(path)?;
+    };
     if m.file_type().is_symlink() {
         return Err(bad(format!(
             "{} is a symlink; gpu-quota keeps host state only in real directories (make it a directory owned by root)",
@@ -254,26 +309,55 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
             m.mode() & 0o7777
         )));
     }
+    // The ancestors passed in this process already: only root (or we) can
+    // have changed them since, so the walk below is not repeated (a start
+    // checks the ledger directory three times, the state directories twice).
+    if checked_dirs(|seen| seen.iter().any(|p| p == path)) {
+        return Ok(());
+    }
     // symlinks on the configured path itself: only root's (a user's symlink
     // in a sticky directory could be swapped between this check and a use)
     let mut sofar = PathBuf::new();
+    let mut prefixes = vec![];
+    let mut any_link = false;
     for c in path.components() {
         sofar.push(c);
         if let Ok(m) = std::fs::symlink_metadata(&sofar) {
-            if m.file_type().is_symlink() && m.uid() != 0 && m.uid() != me {
-                return Err(bad(format!(
-                    "{} (on the way to {}) is a symlink owned by uid {}; keep gpu-quota's state under root-owned paths",
-                    sofar.display(),
-                    path.display(),
-                    m.uid()
-                )));
+            if m.file_type().is_symlink() {
+                any_link = true;
+                if m.uid() != 0 && m.uid() != me {
+                    return Err(bad(format!(
+                        "{} (on the way to {}) is a symlink owned by uid {}; keep gpu-quota's state under root-owned paths",
+                        sofar.display(),
+                        path.display(),
+                        m.uid()
+                    )));
+                }
             }
+            prefixes.push((sofar.clone(), m));
         }
     }
-    // ancestors: only root (or we) may change what the path resolves to
-    let canon = std::fs::canonicalize(path)?;
-    for a in canon.ancestors().skip(1) {
-        let m = std::fs::metadata(a)?;
+    // ancestors: only root (or we) may change what the path resolves to.
+    // Without a symlink or `..` on an absolute path, the prefixes just
+    // looked at are the ancestors; else the canonical path's are read.
+    let plain = !any_link
+        && path.is_absolute()
+        && path
+            .components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir))
+        && prefixes.len() == path.components().count();
+    let ancestors: Vec<(PathBuf, std::fs::Metadata)> = if plain {
+        prefixes.pop();
+        prefixes
+    } else {
+        let canon = std::fs::canonicalize(path)?;
+        canon
+            .ancestors()
+            .skip(1)
+            .map(|a| Ok((a.to_path_buf(), std::fs::metadata(a)?)))
+            .collect::<std::io::Result<_>>()?
+    };
+    for (a, m) in &ancestors {
         let sticky = m.mode() & 0o1000 != 0;
         if (m.uid() != 0 && m.uid() != me) || (m.mode() & 0o022 != 0 && !sticky) {
             return Err(bad(format!(
@@ -285,7 +369,15 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
             )));
         }
     }
+    checked_dirs(|seen| seen.push(path.to_path_buf()));
     Ok(())
+}
+
+/// The directories `secure_dir` found safe in this process.
+fn checked_dirs<T>(f: impl FnOnce(&mut Vec<PathBuf>) -> T) -> T {
+    static SEEN: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut g = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut g)
 }
 
 /// Open a host file that must be regular, with `opts` (read, append,
@@ -403,7 +495,15 @@ mod tests {
         secure_dir(&p, 0o700).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o700);
         secure_dir(&p, 0o700).unwrap(); // idempotent
-                                        // a directory others can write is refused
+                                        // checked once per process, but the directory itself every time
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(
+            secure_dir(&p, 0o700).is_err(),
+            "a directory opened up later"
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        secure_dir(&p, 0o700).unwrap();
+        // a directory others can write is refused
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = secure_dir(&p, 0o755).unwrap_err().to_string();
         assert!(e.contains("writable by group or others"), "{e}");
@@ -500,6 +600,34 @@ mod tests {
         assert!(replace_atomic(&p, b"three", 0o644).is_err());
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
+    }
+
+    #[test]
+    fn unsynced_replace_exchanges_names_but_never_moves_a_directory_or_follows_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.json");
+        // over a link: the link is replaced, its target is not written
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        replace_atomic(&p, b"one", 0o644).unwrap();
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_file());
+        assert_eq!(std::fs::read(&p).unwrap(), b"one");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        // over a directory: refused as a rename would be, the directory stays
+        let dir = d.path().join("record");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("inside"), b"x").unwrap();
+        let e = replace_atomic(&dir, b"two", 0o644).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EISDIR), "{e}");
+        assert_eq!(std::fs::read(dir.join("inside")).unwrap(), b"x");
+        // nothing left behind under a temp name either way
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["config.json", "record", "victim"]);
     }
 
     #[test]

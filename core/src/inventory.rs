@@ -102,7 +102,7 @@ impl Inventory {
                 }
             }
         }
-        let inv = Self::from_nvml()?;
+        let inv = Self::from_nvml_for(cfg)?;
         if let Some(key) = key {
             let c = Cached {
                 key,
@@ -120,8 +120,48 @@ impl Inventory {
         Ok(inv)
     }
 
-    /// Full NVML read (loads libnvidia-ml.so.1 at run time).
+    /// Full NVML read where this process can load it: in the process
+    /// itself, or, in a statically linked binary (gpu-quota-runtime is one,
+    /// for its start-up cost; a static binary loads no library), in the hook's
+    /// `nvml-inventory` helper child (`helper::run_helper`: empty
+    /// environment, own process group, killed at the deadline), which prints
+    /// the inventory as one JSON line.
+    pub fn from_nvml_for(cfg: &Config) -> Result<Inventory, InventoryError> {
+        if crate::dl::STATIC {
+            let hook = crate::paths::hook(cfg).ok_or_else(|| {
+                InventoryError::Nvml(
+                    "gpu-quota-hook, which reads NVML for gpu-quota-runtime, is not found (set `hook` in the config)".into(),
+                )
+            })?;
+            Self::from_nvml_helper(&hook)
+        } else {
+            Self::from_nvml()
+        }
+    }
+
+    /// NVML read by `HOOK nvml-inventory` (a dynamically linked binary).
+    pub fn from_nvml_helper(hook: &Path) -> Result<Inventory, InventoryError> {
+        let what = format!("{} {NVML_INVENTORY_SUBCOMMAND}", hook.display());
+        let out = crate::helper::run_helper(
+            hook,
+            &[NVML_INVENTORY_SUBCOMMAND],
+            &[],
+            std::time::Duration::from_secs(NVML_INVENTORY_TIMEOUT_SECS),
+            &what,
+        )
+        .map_err(|e| InventoryError::Nvml(e.to_string()))?;
+        let (line, _) = out.json_line();
+        serde_json::from_str(&line)
+            .map_err(|e| InventoryError::Nvml(format!("{what} printed no inventory: {e}")))
+    }
+
+    /// Full NVML read in this process (loads libnvidia-ml.so.1 at run time).
     pub fn from_nvml() -> Result<Inventory, InventoryError> {
+        if crate::dl::STATIC {
+            return Err(InventoryError::Nvml(
+                "this binary is statically linked and loads no library; Inventory::from_nvml_for reads NVML through gpu-quota-hook".into(),
+            ));
+        }
         use nvml_wrapper::Nvml;
         let e = |x: nvml_wrapper::error::NvmlError| InventoryError::Nvml(x.to_string());
         let nvml = Nvml::init().map_err(e)?;
@@ -155,6 +195,11 @@ struct Cached {
     key: String,
     inventory: Inventory,
 }
+
+/// The hook's stage that prints the NVML inventory as one JSON line.
+pub const NVML_INVENTORY_SUBCOMMAND: &str = "nvml-inventory";
+/// How long that child may take (NVML init of 8 GPUs takes about a second).
+pub const NVML_INVENTORY_TIMEOUT_SECS: u64 = 30;
 
 /// The most the inventory cache may hold: a few KiB for a node's GPUs.
 pub const CACHE_MAX: u64 = 1 << 20;
@@ -223,6 +268,52 @@ pub fn describe(g: &Gpu) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stand-in for `gpu-quota-hook nvml-inventory`: a script that checks
+    /// its argument and environment, then prints what the test gives it.
+    fn fake_hook(d: &Path, body: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = d.join("hook");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_static_binary_reads_nvml_through_the_hooks_child() {
+        let d = tempfile::tempdir().unwrap();
+        let inv = Inventory {
+            gpus: vec![Gpu {
+                index: 0,
+                uuid: "GPU-aaaa".into(),
+                name: "NVIDIA H200".into(),
+                total_bytes: 150 << 30,
+                minor: 0,
+                simulated: false,
+            }],
+            driver_version: "580.159.04".into(),
+        };
+        let json = serde_json::to_string(&inv).unwrap();
+        // the child gets exactly the subcommand and an empty environment
+        let hook = fake_hook(
+            d.path(),
+            &format!(
+                "[ \"$*\" = {NVML_INVENTORY_SUBCOMMAND} ] && [ -z \"$GQ_LEAK\" ] || exit 3\necho 'nvml loaded'\necho '{json}'"
+            ),
+        );
+        std::env::set_var("GQ_LEAK", "1");
+        assert_eq!(Inventory::from_nvml_helper(&hook).unwrap(), inv);
+        // a child that fails or prints no inventory: an NVML error naming it
+        let hook = fake_hook(d.path(), "echo 'libnvidia-ml.so.1: not found' >&2; exit 1");
+        let e = Inventory::from_nvml_helper(&hook).unwrap_err().to_string();
+        assert!(
+            e.contains("nvml-inventory") && e.contains("not found"),
+            "{e}"
+        );
+        let hook = fake_hook(d.path(), "echo '{\"gpus\": 1}'");
+        let e = Inventory::from_nvml_helper(&hook).unwrap_err().to_string();
+        assert!(e.contains("printed no inventory"), "{e}");
+    }
 
     #[test]
     fn static_inventory() {

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 pub const SCHEMA_VERSION: u32 = 2;
 
-mod records;
+pub(crate) mod records;
 
 /// The ledger file's mode: root's only (claim tokens are in it).
 pub const LEDGER_MODE: u32 = 0o600;
@@ -676,6 +676,34 @@ impl Ledger {
         pid: u32,
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<Reservation, LedgerError> {
+        self.confirm_impl(id, root, bundle, pid, None, observe)
+    }
+
+    /// As [`Ledger::confirm`], trying the record file named by `hint` (the
+    /// name the runtime put into config.json) before listing the records:
+    /// a start then reads no directory that grows with the number of
+    /// containers. A hint that is not a record name of this key, or names no
+    /// record of this container, only costs the listing.
+    pub fn confirm_hinted(
+        &self,
+        id: &str,
+        root: Option<&str>,
+        bundle: &str,
+        pid: u32,
+        hint: Option<&str>,
+    ) -> Result<Reservation, LedgerError> {
+        self.confirm_impl(id, root, bundle, pid, hint, &mut |_| {})
+    }
+
+    fn confirm_impl(
+        &self,
+        id: &str,
+        root: Option<&str>,
+        bundle: &str,
+        pid: u32,
+        hint: Option<&str>,
+        observe: &mut dyn FnMut(WriteStep),
+    ) -> Result<Reservation, LedgerError> {
         let start = fsutil::process_start_time(pid);
         let key = Key::Hook { id, root, bundle };
         let confirm = |r: &mut Reservation| {
@@ -691,19 +719,33 @@ impl Ledger {
             // its record: the only file read or written
             let (_g, _) = self.lock()?;
             let h = records::key_hash(id, root);
-            for n in self
-                .list_records(&bdir, true)?
-                .iter()
-                .filter(|n| n.key == h)
-            {
-                let path = bdir.join(&n.file);
-                if let Some(mut r) = self
-                    .read_record(&path, true, false)?
-                    .filter(|r| key.matches(r))
-                {
-                    confirm(&mut r);
-                    self.write_record(&path, &r, observe)?;
-                    return Ok(r);
+            let hinted = hint
+                .and_then(records::parse_name)
+                .filter(|n| n.key == h && n.file == hint.unwrap_or_default())
+                .map(|n| n.file);
+            // the hinted record first; the listing only when that is not it
+            let mut tried = None;
+            for pass in 0..2 {
+                let names: Vec<String> = if pass == 0 {
+                    hinted.iter().cloned().collect()
+                } else {
+                    self.list_records(&bdir, true)?
+                        .into_iter()
+                        .filter(|n| n.key == h && Some(&n.file) != tried.as_ref())
+                        .map(|n| n.file)
+                        .collect()
+                };
+                for file in names {
+                    let path = bdir.join(&file);
+                    if let Some(mut r) = self
+                        .read_record(&path, true, false)?
+                        .filter(|r| key.matches(r))
+                    {
+                        confirm(&mut r);
+                        self.write_record(&path, &r, observe)?;
+                        return Ok(r);
+                    }
+                    tried = Some(file);
                 }
             }
         }

@@ -400,6 +400,14 @@ pub fn setup(
         let hs = hook_spec(cfg, &root)?;
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
         bundle.patch(&nodes, &hs, &assigned.join(","))?;
+        if let Some(file) = crate::ledger::records::name_of(r) {
+            spec::set_record_hint(&mut bundle.config, &file).map_err(|message| {
+                LifecycleError::Patch {
+                    path: bundle.config_path(),
+                    message,
+                }
+            })?;
+        }
         state::create(cfg, r, state::UsageBacking::Tmpfs).map_err(|err| LifecycleError::State {
             path: state::container_dir(cfg, r),
             err,
@@ -426,10 +434,16 @@ pub fn confirm_for_hook(
     cfg: &Config,
     id: &str,
     root: &str,
-    bundle: &Path,
+    bundle: &Bundle,
     pid: u32,
 ) -> Result<Reservation, LedgerError> {
-    Ledger::new(cfg).confirm(id, Some(root), &bundle.to_string_lossy(), pid)
+    Ledger::new(cfg).confirm_hinted(
+        id,
+        Some(root),
+        &bundle.dir.to_string_lossy(),
+        pid,
+        spec::record_hint(&bundle.config),
+    )
 }
 
 // ------------------------------------------------------------------ release

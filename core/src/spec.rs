@@ -7,6 +7,25 @@ use std::path::{Path, PathBuf};
 
 /// Annotation the runtime adds with the GPUs it assigned (informational).
 pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
+/// Annotation the runtime adds with the file name of the container's ledger
+/// record, so that the hook opens that record instead of listing every
+/// container's (a hint: the hook checks the record's key, and lists the
+/// records when the hint is missing or wrong).
+pub const RECORD_ANNOTATION: &str = "gpu-quota.io/record";
+
+/// Set the record hint (see [`RECORD_ANNOTATION`]).
+pub fn set_record_hint(config: &mut Value, file: &str) -> Result<(), String> {
+    obj(config, "annotations")?.insert(RECORD_ANNOTATION.into(), Value::String(file.into()));
+    Ok(())
+}
+
+/// The record hint of a config, if it has one.
+pub fn record_hint(config: &Value) -> Option<&str> {
+    config
+        .pointer("/annotations")?
+        .get(RECORD_ANNOTATION)?
+        .as_str()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {

@@ -24,6 +24,10 @@
 //! (`measure-context` once per driver version and GPU model, `driver-limits`
 //! on r615+ drivers), killed with their group and when the hook dies. The
 //! hook stops itself after `HOOK_TIMEOUT_SECS`, before runc's 60 s timeout.
+//!
+//! `nvml-inventory` is the third helper stage, run by the statically linked
+//! gpu-quota-runtime (which cannot load NVML) when its inventory cache is
+//! stale: it prints the host's GPUs as one JSON line.
 mod measure;
 mod nvml_limits;
 
@@ -112,8 +116,18 @@ fn run(stage: &str) -> Result<()> {
         "driver-limits" => {
             measure::driver_limits_main(&std::env::args().skip(2).collect::<Vec<_>>())
         }
+        gpuquota_core::inventory::NVML_INVENTORY_SUBCOMMAND => nvml_inventory(),
         other => bail!("unknown stage {other:?}; expected create-runtime, prestart or poststop"),
     }
+}
+
+/// `nvml-inventory`: the host's GPUs from NVML as one JSON line, for the
+/// statically linked gpu-quota-runtime, which cannot load NVML itself
+/// (`Inventory::from_nvml_for`). Reads nothing of any container.
+fn nvml_inventory() -> Result<()> {
+    let inv = gpuquota_core::Inventory::from_nvml()?;
+    gpuquota_core::outln!("{}", serde_json::to_string(&inv)?);
+    Ok(())
 }
 
 fn create_runtime(root: Option<String>) -> Result<()> {
@@ -147,7 +161,7 @@ fn create_runtime(root: Option<String>) -> Result<()> {
     })?;
     // The reservation made at `create` decides, never a second reading of
     // the request under the host policy of this moment.
-    let r = match lifecycle::confirm_for_hook(&cfg, &ctx.id, &root, &ctx.bundle.dir, pid) {
+    let r = match lifecycle::confirm_for_hook(&cfg, &ctx.id, &root, &ctx.bundle, pid) {
         Ok(r) => r,
         // prepared for a reservation that is not there: fail closed (the
         // container has its GPU devices but no slice)

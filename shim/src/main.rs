@@ -49,10 +49,11 @@ fn runc_path(cfg_runc: &Path) -> Result<PathBuf> {
             Config::path_from_env().display()
         )
     })?;
-    let me = std::env::current_exe()
-        .ok()
-        .and_then(|p| std::fs::canonicalize(p).ok());
-    if std::fs::canonicalize(&p).ok() == me {
+    // the same file (device and inode; a link or a copy by hard link too)
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let me = std::fs::metadata("/proc/self/exe").ok().map(id);
+    if me.is_some() && std::fs::metadata(&p).ok().map(id) == me {
         return Err(anyhow!("`runc` resolves to gpu-quota-runtime itself ({}); set `runc` in the config to the real runc", p.display()));
     }
     Ok(p)

@@ -222,6 +222,20 @@ fn refusal_and_placement() {
     let rc = r.iter().find(|x| x["container_id"] == "c").unwrap();
     assert_eq!(rc["slices"][0]["index"], 1);
     assert_eq!(c.config()["annotations"]["gpu-quota.io/assigned"], uuid(1));
+    // the hook's hint: the file name of this container's own ledger record
+    let hint = c.config()["annotations"]["gpu-quota.io/record"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        h.ledger_records()
+            .iter()
+            .any(|p| p.file_name().unwrap().to_str() == Some(hint.as_str())
+                && std::fs::read_to_string(p)
+                    .unwrap()
+                    .contains("\"container_id\":\"c\"")),
+        "{hint} names c's record"
+    );
     let devs = c.config()["linux"]["devices"]
         .as_array()
         .unwrap()

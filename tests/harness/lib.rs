@@ -216,7 +216,7 @@ impl Host {
         self.path().join("ledger/ledger.json")
     }
     /// The container records of every boot (`ledger/boot-*/r-*`), by path.
-    fn ledger_records(&self) -> Vec<PathBuf> {
+    pub fn ledger_records(&self) -> Vec<PathBuf> {
         let mut out = vec![];
         let Ok(rd) = std::fs::read_dir(self.path().join("ledger")) else {
             return out;
