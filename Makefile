@@ -18,17 +18,19 @@ all: build
 interceptor:
 	$(CARGO) build --release $(CARGO_Q) --manifest-path interceptor/Cargo.toml
 
-# gpu-quota-runtime is linked statically (glibc, +crt-static): it runs once per
-# container start, and a static binary starts without the dynamic loader's
-# work (docs/benchmarks.md, "A static runtime"); it loads no library (NVML
-# goes through gpu-quota-hook, core/src/inventory.rs). Its own target
-# directory, so that the static flags never reach the other binaries.
+# gpu-quota-runtime and gpu-quota-hook are linked statically (glibc,
+# +crt-static): they run once each per container start, and a static binary
+# starts without the dynamic loader's work (docs/benchmarks.md, "Static
+# binaries"). They load no library: the driver's libraries are loaded only
+# by gpu-quota-driver, their helper child, linked dynamically. The static
+# build has its own target directory, so that its flags reach nothing else.
 STATIC_TARGET := x86_64-unknown-linux-gnu
+STATIC_REL := target/$(STATIC_TARGET)/release
 
 build: interceptor
-	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-hook -p gpu-quota-install
-	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release $(CARGO_Q) --target $(STATIC_TARGET) -p gpu-quota-shim
-	install -m 0755 target/$(STATIC_TARGET)/release/gpu-quota-runtime $(REL)/gpu-quota-runtime
+	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-install -p gpu-quota-hook --bin gpu-quota --bin gpu-quota-driver
+	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release $(CARGO_Q) --target $(STATIC_TARGET) -p gpu-quota-shim -p gpu-quota-hook --bin gpu-quota-runtime --bin gpu-quota-hook
+	install -m 0755 $(STATIC_REL)/gpu-quota-runtime $(STATIC_REL)/gpu-quota-hook $(REL)/
 	install -m 0644 $(SO) $(REL)/libgpuquota.so
 
 # The Kubernetes device plugin (its image: deploy/kubernetes/Dockerfile; docs/kubernetes.md).
@@ -64,6 +66,7 @@ gpu-carry: build
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpu-quota
 	install -m 0755 $(REL)/gpu-quota-runtime $(REL)/gpu-quota-hook $(REL)/gpu-quota $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(REL)/gpu-quota-driver $(DESTDIR)$(PREFIX)/lib/gpu-quota/
 	install -m 0644 $(SO) $(DESTDIR)$(PREFIX)/lib/gpu-quota/libgpuquota.so
 
 uninstall:

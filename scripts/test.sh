@@ -63,6 +63,15 @@ make -s build-debug 2>&1 | tail -20 || { echo "build failed"; echo "0 passed, 1 
 make -s build 2>&1 | tail -20 || { echo "release build failed"; echo "0 passed, 1 failed"; exit 1; }
 step "build"
 
+echo "== release binaries: the runtime and the hook static (no loader at each start), gpu-quota-driver dynamic (it loads the driver)"
+linkage() { readelf -l "target/release/$1" 2>/dev/null | grep -q 'Requesting program interpreter' && echo dynamic || echo static; }
+if [ "$(linkage gpu-quota-runtime)/$(linkage gpu-quota-hook)/$(linkage gpu-quota-driver)" = static/static/dynamic ]; then
+  passed=$((passed + 1))
+else
+  echo "FAILED: gpu-quota-runtime $(linkage gpu-quota-runtime), gpu-quota-hook $(linkage gpu-quota-hook), gpu-quota-driver $(linkage gpu-quota-driver)"
+  broken+=("linkage"); failed=$((failed + 1))
+fi
+
 echo "== unused dependencies (cargo machete when installed, and a grep check)"
 bash scripts/unused-deps.sh 2>&1 | tee "$LOG/deps.log"
 count unused-deps "$LOG/deps.log" "${PIPESTATUS[0]}"

@@ -146,6 +146,9 @@ pub struct Config {
     pub runc: PathBuf,
     /// gpu-quota-hook; default: next to gpu-quota-runtime.
     pub hook: Option<PathBuf>,
+    /// gpu-quota-driver, which loads the driver's libraries in helper
+    /// children; default: `../lib/gpu-quota/` from the hook, else beside it.
+    pub driver_helper: Option<PathBuf>,
     /// libgpuquota.so; default: ../lib/gpu-quota/libgpuquota.so from the binaries.
     pub interceptor: Option<PathBuf>,
     /// Memory kept free on every GPU (never handed out), e.g. "1g".
@@ -193,6 +196,7 @@ impl Default for Config {
             state_dir: "/run/gpu-quota".into(),
             runc: "runc".into(),
             hook: None,
+            driver_helper: None,
             interceptor: None,
             reserve: "0".into(),
             context_overhead: "auto".into(),

@@ -3,8 +3,8 @@
 //! the host, cached in `<ledger_dir>/context-cost.json`, with the config key
 //! `context_overhead` as an override.
 //!
-//! The measurement runs in a child process (`gpu-quota-hook
-//! measure-context`, see hook/src/measure.rs) with a cleared environment, in
+//! The measurement runs in a child process (`gpu-quota-driver
+//! measure-context`, see hook/src/driver/stages.rs) with a cleared environment, in
 //! its own process group, under a timeout; it loads the host's libcuda and
 //! libnvidia-ml by their host paths (from [`crate::driver::discover`]),
 //! creates a primary context, makes one small allocation and reads its own
@@ -363,9 +363,9 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
     let libcuda = crate::driver::libcuda_of(&files).ok_or_else(|| fail("no libcuda".into()))?;
     let libnvml =
         crate::driver::libnvml_of(&files).ok_or_else(|| fail("no libnvidia-ml".into()))?;
-    let hook = crate::paths::hook(cfg)
+    let helper = crate::paths::driver_helper(cfg)
         .filter(|p| p.is_file())
-        .ok_or_else(|| fail("gpu-quota-hook not found".into()))?;
+        .ok_or_else(|| fail(format!("{} not found", crate::paths::DRIVER_HELPER_NAME)))?;
     let inv = crate::Inventory::load(cfg).map_err(|e| fail(e.to_string()))?;
     let targets: Vec<Target> = inv
         .gpus
@@ -376,7 +376,7 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
         })
         .collect();
     let m = ChildMeasurer {
-        hook,
+        helper,
         libcuda: libcuda.clone(),
         libnvml,
         timeout: MEASURE_TIMEOUT,
@@ -389,9 +389,10 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
     )
 }
 
-/// The real measurer: `<hook> measure-context --cuda LIB --nvml LIB --uuid U`.
+/// The real measurer: `<gpu-quota-driver> measure-context --cuda LIB --nvml LIB --uuid U`.
 pub struct ChildMeasurer {
-    pub hook: PathBuf,
+    /// gpu-quota-driver.
+    pub helper: PathBuf,
     pub libcuda: PathBuf,
     pub libnvml: PathBuf,
     pub timeout: Duration,
@@ -401,11 +402,11 @@ pub const MEASURE_SUBCOMMAND: &str = "measure-context";
 
 impl Measurer for ChildMeasurer {
     fn measure(&self, uuid: &str) -> Result<Measurement, CtxCostError> {
-        let what = format!("{} {MEASURE_SUBCOMMAND}", self.hook.display());
+        let what = format!("{} {MEASURE_SUBCOMMAND}", self.helper.display());
         let cuda = self.libcuda.to_string_lossy();
         let nvml = self.libnvml.to_string_lossy();
         let out = run_helper(
-            &self.hook,
+            &self.helper,
             &[
                 MEASURE_SUBCOMMAND,
                 "--cuda",

@@ -1,8 +1,8 @@
 //! The one dlopen wrapper: a host library loaded by its host path
 //! (`RTLD_NOW | RTLD_LOCAL`), its symbols looked up by name. Used by
-//! `drvlimit::detect_at` (doctor, ls: is the r615 call there?) and by the
-//! hook's helper children (hook/src/measure.rs, hook/src/nvml_limits.rs),
-//! which own the driver calls themselves. Never unloaded: a driver library
+//! `drvlimit::detect_at` (doctor, ls: is the r615 call there?) and by
+//! gpu-quota-driver's helper stages (hook/src/driver/stages.rs,
+//! hook/src/driver/nvml_limits.rs), which own the driver calls themselves. Never unloaded: a driver library
 //! does not support dlclose.
 use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};

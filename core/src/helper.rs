@@ -1,7 +1,7 @@
 //! Helper-process plumbing shared by the context measurement (`ctxcost`)
 //! and the driver limits (`drvlimit`): the parent side of a child that
-//! loads the host's driver libraries (`gpu-quota-hook measure-context`,
-//! `gpu-quota-hook driver-limits`), so that a driver that hangs or crashes
+//! loads the host's driver libraries (`gpu-quota-driver measure-context`,
+//! `driver-limits`, `nvml-inventory`), so that a driver that hangs or crashes
 //! cannot take the caller with it.
 use std::io::Read;
 use std::os::unix::process::CommandExt;

@@ -121,29 +121,31 @@ impl Inventory {
     }
 
     /// Full NVML read where this process can load it: in the process
-    /// itself, or, in a statically linked binary (gpu-quota-runtime is one,
-    /// for its start-up cost; a static binary loads no library), in the hook's
-    /// `nvml-inventory` helper child (`helper::run_helper`: empty
-    /// environment, own process group, killed at the deadline), which prints
-    /// the inventory as one JSON line.
+    /// itself, or, in a statically linked binary (gpu-quota-runtime and
+    /// gpu-quota-hook, for their start-up cost; a static binary loads no
+    /// library), in gpu-quota-driver's `nvml-inventory` helper child
+    /// (`helper::run_helper`: empty environment, own process group, killed at
+    /// the deadline), which prints the inventory as one JSON line.
     pub fn from_nvml_for(cfg: &Config) -> Result<Inventory, InventoryError> {
         if crate::dl::STATIC {
-            let hook = crate::paths::hook(cfg).ok_or_else(|| {
-                InventoryError::Nvml(
-                    "gpu-quota-hook, which reads NVML for gpu-quota-runtime, is not found (set `hook` in the config)".into(),
-                )
+            let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
+                InventoryError::Nvml(format!(
+                    "{}, which reads NVML for the statically linked gpu-quota binaries, is not found beside gpu-quota-hook (set `driver_helper` in the config)",
+                    crate::paths::DRIVER_HELPER_NAME
+                ))
             })?;
-            Self::from_nvml_helper(&hook)
+            Self::from_nvml_helper(&helper)
         } else {
             Self::from_nvml()
         }
     }
 
-    /// NVML read by `HOOK nvml-inventory` (a dynamically linked binary).
-    pub fn from_nvml_helper(hook: &Path) -> Result<Inventory, InventoryError> {
-        let what = format!("{} {NVML_INVENTORY_SUBCOMMAND}", hook.display());
+    /// NVML read by `HELPER nvml-inventory` (gpu-quota-driver, linked
+    /// dynamically).
+    pub fn from_nvml_helper(helper: &Path) -> Result<Inventory, InventoryError> {
+        let what = format!("{} {NVML_INVENTORY_SUBCOMMAND}", helper.display());
         let out = crate::helper::run_helper(
-            hook,
+            helper,
             &[NVML_INVENTORY_SUBCOMMAND],
             &[],
             std::time::Duration::from_secs(NVML_INVENTORY_TIMEOUT_SECS),
@@ -159,7 +161,7 @@ impl Inventory {
     pub fn from_nvml() -> Result<Inventory, InventoryError> {
         if crate::dl::STATIC {
             return Err(InventoryError::Nvml(
-                "this binary is statically linked and loads no library; Inventory::from_nvml_for reads NVML through gpu-quota-hook".into(),
+                "this binary is statically linked and loads no library; Inventory::from_nvml_for reads NVML through gpu-quota-driver".into(),
             ));
         }
         use nvml_wrapper::Nvml;
@@ -196,7 +198,7 @@ struct Cached {
     inventory: Inventory,
 }
 
-/// The hook's stage that prints the NVML inventory as one JSON line.
+/// gpu-quota-driver's stage that prints the NVML inventory as one JSON line.
 pub const NVML_INVENTORY_SUBCOMMAND: &str = "nvml-inventory";
 /// How long that child may take (NVML init of 8 GPUs takes about a second).
 pub const NVML_INVENTORY_TIMEOUT_SECS: u64 = 30;
@@ -269,7 +271,7 @@ pub fn describe(g: &Gpu) -> String {
 mod tests {
     use super::*;
 
-    /// A stand-in for `gpu-quota-hook nvml-inventory`: a script that checks
+    /// A stand-in for `gpu-quota-driver nvml-inventory`: a script that checks
     /// its argument and environment, then prints what the test gives it.
     fn fake_hook(d: &Path, body: &str) -> std::path::PathBuf {
         use std::os::unix::fs::PermissionsExt;
@@ -280,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn a_static_binary_reads_nvml_through_the_hooks_child() {
+    fn a_static_binary_reads_nvml_through_the_driver_helper_child() {
         let d = tempfile::tempdir().unwrap();
         let inv = Inventory {
             gpus: vec![Gpu {

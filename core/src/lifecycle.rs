@@ -592,8 +592,9 @@ pub fn clear_driver_limit(
     if !dir.join(drvlimit::RECORD_FILE).is_file() {
         return Ok(None);
     }
-    let hook = paths::hook(cfg)
-        .ok_or_else(|| drvlimit::DrvLimitError::Output("gpu-quota-hook not found".into()))?;
+    let hook = paths::driver_helper(cfg).ok_or_else(|| {
+        drvlimit::DrvLimitError::Output(format!("{} not found", paths::DRIVER_HELPER_NAME))
+    })?;
     let files =
         crate::driver::discover(&cfg.driver).map_err(|e| drvlimit::DrvLimitError::Load {
             path: cfg.driver.ldcache.clone(),

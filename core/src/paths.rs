@@ -4,6 +4,7 @@ use crate::config::Config;
 use std::path::PathBuf;
 
 pub const HOOK_NAME: &str = "gpu-quota-hook";
+pub const DRIVER_HELPER_NAME: &str = "gpu-quota-driver";
 pub const INTERCEPTOR_FILE: &str = "libgpuquota.so";
 
 fn exe_dir() -> Option<PathBuf> {
@@ -17,6 +18,24 @@ pub fn hook(cfg: &Config) -> Option<PathBuf> {
     cfg.hook
         .clone()
         .or_else(|| exe_dir().map(|d| d.join(HOOK_NAME)))
+}
+
+/// gpu-quota-driver, the program that loads the host's driver libraries in
+/// a helper child (the runtime and the hook are static and load none):
+/// config `driver_helper`, else `../lib/gpu-quota/` from the hook's
+/// directory (the `make install` layout), else beside the hook (a build
+/// tree).
+pub fn driver_helper(cfg: &Config) -> Option<PathBuf> {
+    if let Some(p) = &cfg.driver_helper {
+        return Some(p.clone());
+    }
+    let d = hook(cfg)?.parent()?.to_path_buf();
+    [
+        d.join("../lib/gpu-quota").join(DRIVER_HELPER_NAME),
+        d.join(DRIVER_HELPER_NAME),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 /// libgpuquota.so: config `interceptor`, else `../lib/gpu-quota/` from this

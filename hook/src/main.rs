@@ -19,17 +19,14 @@
 //! its own config; runc gives it a clean environment, and nothing of the
 //! container's environment is ever used. No host program ever runs against
 //! the rootfs: the container's loader cache is written by gpu-quota itself
-//! (core::ldcache). The only children are the hook's own binary, re-executed
-//! with an empty environment in its own process group under a timeout
-//! (`measure-context` once per driver version and GPU model, `driver-limits`
-//! on r615+ drivers), killed with their group and when the hook dies. The
-//! hook stops itself after `HOOK_TIMEOUT_SECS`, before runc's 60 s timeout.
-//!
-//! `nvml-inventory` is the third helper stage, run by the statically linked
-//! gpu-quota-runtime (which cannot load NVML) when its inventory cache is
-//! stale: it prints the host's GPUs as one JSON line.
+//! (core::ldcache). The only children are gpu-quota-driver
+//! (hook/src/driver/main.rs), run with an empty environment in its own
+//! process group under a timeout (`measure-context` once per driver version
+//! and GPU model, `driver-limits` on r615+ drivers), killed with their group
+//! and when the hook dies. The hook is linked statically (`make build`) and
+//! loads no library itself. It stops itself after `HOOK_TIMEOUT_SECS`,
+//! before runc's 60 s timeout.
 mod measure;
-mod nvml_limits;
 
 use anyhow::{anyhow, bail, Context, Result};
 use gpuquota_core::{
@@ -112,22 +109,8 @@ fn run(stage: &str) -> Result<()> {
     match stage {
         "create-runtime" | "prestart" => create_runtime(root_arg(&rest)?),
         "poststop" => poststop(root_arg(&rest)?),
-        "measure-context" => measure::measure_main(&std::env::args().skip(2).collect::<Vec<_>>()),
-        "driver-limits" => {
-            measure::driver_limits_main(&std::env::args().skip(2).collect::<Vec<_>>())
-        }
-        gpuquota_core::inventory::NVML_INVENTORY_SUBCOMMAND => nvml_inventory(),
         other => bail!("unknown stage {other:?}; expected create-runtime, prestart or poststop"),
     }
-}
-
-/// `nvml-inventory`: the host's GPUs from NVML as one JSON line, for the
-/// statically linked gpu-quota-runtime, which cannot load NVML itself
-/// (`Inventory::from_nvml_for`). Reads nothing of any container.
-fn nvml_inventory() -> Result<()> {
-    let inv = gpuquota_core::Inventory::from_nvml()?;
-    gpuquota_core::outln!("{}", serde_json::to_string(&inv)?);
-    Ok(())
 }
 
 fn create_runtime(root: Option<String>) -> Result<()> {

@@ -1,4 +1,4 @@
-//! The hook's helper children against the fake driver (tests/fake, built by
+//! The driver's helper children (gpu-quota-driver) against the fake driver (tests/fake, built by
 //! `make -C tests/fake`): the measured context cost, and the r615 driver
 //! limit set/clear with the fake NVML recording its calls.
 use gpuquota_core::ctxcost::{self, Cache, ChildMeasurer, Measurer, Setting, Source, Target};
@@ -13,8 +13,9 @@ const FAKE_UUID: &str = "GPU-face3344-5566-7788-99aa-bbccddeeff00";
 /// fake_nvml.c: a process's context, seen only through NVML's per-process query.
 const FAKE_CTX: u64 = 300 * MIB;
 
-fn hook() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gpu-quota-hook"))
+/// gpu-quota-driver, the binary the hook runs its driver children as.
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpu-quota-driver"))
 }
 
 fn fake(name: &str) -> PathBuf {
@@ -27,7 +28,7 @@ fn fake(name: &str) -> PathBuf {
 
 fn measurer() -> ChildMeasurer {
     ChildMeasurer {
-        hook: hook(),
+        helper: helper(),
         libcuda: fake("libcuda.so.1"),
         libnvml: fake("libnvidia-ml.so.1"),
         timeout: Duration::from_secs(20),
@@ -64,7 +65,7 @@ fn auto_measures_once_and_charges_context_plus_margin() {
     assert_eq!(r.bytes, FAKE_CTX + ctxcost::MARGIN_BYTES);
     // cached: a broken measurer is not even asked
     let broken = ChildMeasurer {
-        hook: "/nonexistent".into(),
+        helper: "/nonexistent".into(),
         ..measurer()
     };
     let r2 = ctxcost::resolve(Setting::Auto, &cache, Some("580.1"), &t, Some(&broken));
@@ -93,7 +94,7 @@ fn driver_limit_is_set_then_cleared_while_the_cgroup_exists() {
         hard_bytes: 4 << 30,
     }];
     assert!(drvlimit::maybe_supported(&lib));
-    let rec = drvlimit::apply_via_helper(&hook(), &lib, &cg, &gpus)
+    let rec = drvlimit::apply_via_helper(&helper(), &lib, &cg, &gpus)
         .unwrap()
         .expect("r615 fake: set");
     let lines = std::fs::read_to_string(&log).unwrap();
@@ -114,7 +115,7 @@ fn driver_limit_is_set_then_cleared_while_the_cgroup_exists() {
     )
     .unwrap();
     assert_eq!(
-        drvlimit::clear_recorded(&hook(), &lib, &state).unwrap(),
+        drvlimit::clear_recorded(&helper(), &lib, &state).unwrap(),
         Some(Cleared::Cleared)
     );
     let lines = std::fs::read_to_string(&log).unwrap();
@@ -133,7 +134,7 @@ fn driver_limit_is_set_then_cleared_while_the_cgroup_exists() {
     );
     // nothing recorded: nothing to do
     assert_eq!(
-        drvlimit::clear_recorded(&hook(), &lib, &state).unwrap(),
+        drvlimit::clear_recorded(&helper(), &lib, &state).unwrap(),
         None
     );
     // once the cgroup is gone there is nothing to clear (and no call)
@@ -144,7 +145,7 @@ fn driver_limit_is_set_then_cleared_while_the_cgroup_exists() {
     .unwrap();
     std::fs::remove_dir(&cg).unwrap();
     assert_eq!(
-        drvlimit::clear_recorded(&hook(), &lib, &state).unwrap(),
+        drvlimit::clear_recorded(&helper(), &lib, &state).unwrap(),
         Some(Cleared::Gone)
     );
     assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
@@ -164,7 +165,7 @@ fn drivers_before_r615_are_detected_and_left_alone() {
         hard_bytes: 1 << 30,
     }];
     assert_eq!(
-        drvlimit::apply_via_helper(&hook(), &lib, &cg, &gpus).unwrap(),
+        drvlimit::apply_via_helper(&helper(), &lib, &cg, &gpus).unwrap(),
         None
     );
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "");
@@ -217,7 +218,7 @@ fn a_hanging_driver_is_killed_at_the_timeout() {
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter(|st| {
             let f: Vec<&str> = st.rsplit(") ").next().unwrap_or("").split(' ').collect();
-            f.get(1) == Some(&me.as_str()) && st.contains("(gpu-quota-hook)") && f[0] != "Z"
+            f.get(1) == Some(&me.as_str()) && st.contains("(gpu-quota-drive") && f[0] != "Z"
         })
         .collect();
     assert!(left.is_empty(), "{left:?}");

@@ -432,6 +432,10 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
         exists("gpu-quota-hook", paths::hook(&cfg)),
     );
     check(
+        paths::DRIVER_HELPER_NAME,
+        exists(paths::DRIVER_HELPER_NAME, paths::driver_helper(&cfg)),
+    );
+    check(
         "libgpuquota.so",
         exists("libgpuquota.so", paths::interceptor(&cfg)),
     );

@@ -2,18 +2,18 @@
 # Assemble .gpu-carry/ for the H200 run (run HERE, after `make build`;
 # `make gpu-carry` does both). Only artifacts travel: the device machine has
 # no cargo. Layout:
-#   .gpu-carry/bin/   gpu-quota-runtime gpu-quota-hook gpu-quota runc busybox bench_alloc
+#   .gpu-carry/bin/   gpu-quota-runtime gpu-quota-hook gpu-quota gpu-quota-driver runc busybox bench_alloc
 #   .gpu-carry/lib/   libgpuquota.so libseccomp.so.2 (runc's, from ldd)
 #   .gpu-carry/gpu/   copy of tests/gpu (the suite + its python workloads)
 #   .gpu-carry/fake/  the fake libcuda + r615 libnvidia-ml (issue 9 driver-limit ordering check)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=target/release C=.gpu-carry
-for f in gpu-quota-runtime gpu-quota-hook gpu-quota libgpuquota.so; do
+for f in gpu-quota-runtime gpu-quota-hook gpu-quota gpu-quota-driver libgpuquota.so; do
   [ -f "$R/$f" ] || { echo "missing $R/$f: run make build first" >&2; exit 1; }
 done
 rm -rf "$C"; mkdir -p "$C/bin" "$C/lib" "$C/gpu" "$C/fake"
-for f in gpu-quota-runtime gpu-quota-hook gpu-quota; do cp "$R/$f" "$C/bin/"; strip "$C/bin/$f" 2>/dev/null || true; done
+for f in gpu-quota-runtime gpu-quota-hook gpu-quota gpu-quota-driver; do cp "$R/$f" "$C/bin/"; strip "$C/bin/$f" 2>/dev/null || true; done
 cp "$R/libgpuquota.so" "$C/lib/"
 RUNC=$(command -v runc || true); [ -n "$RUNC" ] || RUNC=/usr/sbin/runc
 [ -x "$RUNC" ] || { echo "runc not installed here (apt-get install runc)" >&2; exit 1; }

@@ -285,10 +285,10 @@ fi
 if want i9 && [ $OVERLAY_OK = 1 ]; then
 sec "issue 9: context cost, VMM, pools, context reset/destroy, exec, zombie, fork (1 and 4 processes per container)"
 # the hook's measurement, run by hand on the host (the same child the hook starts)
-timeout 30 env -i $B/gpu-quota-hook measure-context --cuda "$HOSTCUDA" --nvml "$HOSTNVML" --uuid "$UUID0" > $T/ctxm 2> $T/ctxm.err; r=$?
+timeout 30 env -i $B/gpu-quota-driver measure-context --cuda "$HOSTCUDA" --nvml "$HOSTNVML" --uuid "$UUID0" > $T/ctxm 2> $T/ctxm.err; r=$?
 echo "measure-context rc=$r: $(cat $T/ctxm $T/ctxm.err)"
 CTXM=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["context_bytes"] >> 20)' $T/ctxm 2>/dev/null)
-if [ $r = 0 ] && [ -n "$CTXM" ]; then res PASS "9#ctx" "gpu-quota-hook measure-context on the real driver (cuInit, primary context, 2 MiB, NVML per-process)" "context ${CTXM} MiB; charge = +96 MiB margin = $((CTXM + 96)) MiB (rounded to 2 MiB); $(cut -c1-200 $T/ctxm)"
+if [ $r = 0 ] && [ -n "$CTXM" ]; then res PASS "9#ctx" "gpu-quota-driver measure-context on the real driver (cuInit, primary context, 2 MiB, NVML per-process)" "context ${CTXM} MiB; charge = +96 MiB margin = $((CTXM + 96)) MiB (rounded to 2 MiB); $(cut -c1-200 $T/ctxm)"
 else res FAIL "9#ctx" "measure-context on the real driver" "rc=$r $(cat $T/ctxm.err | tr '\n' ' ' | cut -c1-300)"; fi
 DET=$(grep -c 'nvmlDeviceSetMemoryLimits_v1' "$HOSTNVML" 2>/dev/null); CG2=$([ -f /sys/fs/cgroup/cgroup.controllers ] && echo yes || echo no)
 res INFO "9#drv" "driver-enforced limits (nvmlDeviceSetMemoryLimits_v1, r615+)" "symbol name in $(basename "$HOSTNVML"): $([ "${DET:-0}" -gt 0 ] && echo present || echo absent) (driver $DRV); cgroup v2: $CG2 — on r580 the hook sets nothing (one file read, no child)"

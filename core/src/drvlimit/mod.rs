@@ -18,7 +18,7 @@
 //! cgroup *before* it runs poststop hooks (libcontainer `destroy()`:
 //! `cgroupManager.Destroy()`, then `runPoststopHooks`), so the clear runs in
 //! the runtime's `delete` before it calls runc (see [`clear_recorded`]).
-//! NVML is only ever loaded in a helper child (`gpu-quota-hook
+//! NVML is only ever loaded in a helper child (`gpu-quota-driver
 //! driver-limits …`) with a timeout: the hook itself must stay
 //! single-threaded to enter the container's mount namespace.
 //!
@@ -334,8 +334,9 @@ pub fn clear_for_container(
             return Ok(None);
         }
     }
-    let hook = crate::paths::hook(cfg)
-        .ok_or_else(|| DrvLimitError::Output("gpu-quota-hook not found".into()))?;
+    let hook = crate::paths::driver_helper(cfg).ok_or_else(|| {
+        DrvLimitError::Output(format!("{} not found", crate::paths::DRIVER_HELPER_NAME))
+    })?;
     let files = crate::driver::discover(&cfg.driver).map_err(|e| DrvLimitError::Load {
         path: cfg.driver.ldcache.clone(),
         message: e.to_string(),

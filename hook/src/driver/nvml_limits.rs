@@ -1,4 +1,4 @@
-//! The driver-limits helper child's NVML (`gpu-quota-hook driver-limits
+//! The driver-limits helper child's NVML (`gpu-quota-driver driver-limits
 //! set|clear`): `nvmlDeviceSetMemoryLimits_v1` on a cgroup, behind core's
 //! `drvlimit::LimitDriver` (the policy, the record and the parent side stay
 //! in core/src/drvlimit/). Loaded only in the child, never in the hook
