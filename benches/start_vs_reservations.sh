@@ -13,7 +13,9 @@
 # pays at least on this machine (runc's spawning of the hook), the lower
 # bound of the gpu-quota arm.
 # Usage: benches/start_vs_reservations.sh [M=20] [FILL=160]   (root)
-# Env: GQ_BIN_OLD=DIR adds a fourth arm through the binaries in DIR (an older build, or a
+# Env: GQ_BENCH_RUN_TMPFS=1: runc's root, the bundles and state_dir on a tmpfs (a
+# host's /run) instead of the work dir's disk, the ledger on disk either way;
+# GQ_BIN_OLD=DIR adds a fourth arm through the binaries in DIR (an older build, or a
 # build with a no-op gpu-quota-hook), on a ledger of its own filled the same way
 # (a build before ledger schema 2 refuses a ledger that has records);
 # GQ_BENCH_STRACE=FILE straces one more sliced start at the end into FILE
@@ -26,15 +28,22 @@ FILL=${2:-160}
 BIN=${GQ_BIN:-$(pwd)/target/release}
 RUNC=${RUNC:-$(command -v runc)}
 D=$(mktemp -d /tmp/gq-bench-res.XXXXXX)
+# R: runc's root, the bundles and gpu-quota's state_dir. On the work dir's
+# file system by default; GQ_BENCH_RUN_TMPFS=1 puts them on a tmpfs, as a
+# host has them (/run/runc, the engines' bundles under /run, state_dir
+# /run/gpu-quota), the ledger staying on the work dir's disk either way.
+R=$D
+if [ -n "${GQ_BENCH_RUN_TMPFS:-}" ]; then R=$D/run; mkdir -p "$R"; mount -t tmpfs -o mode=0755 gq-bench-run "$R"; fi
 cleanup() {
-  for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do
-    "$RUNC" --root "$D/root" kill "$id" KILL 2>/dev/null || true
+  for id in $("$RUNC" --root "$R/root" list -q 2>/dev/null); do
+    "$RUNC" --root "$R/root" kill "$id" KILL 2>/dev/null || true
   done
-  for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do
-    "$BIN/gpu-quota-runtime" --root "$D/root" delete -f "$id" >/dev/null 2>&1 || "$RUNC" --root "$D/root" delete -f "$id" || true
+  for id in $("$RUNC" --root "$R/root" list -q 2>/dev/null); do
+    "$BIN/gpu-quota-runtime" --root "$R/root" delete -f "$id" >/dev/null 2>&1 || "$RUNC" --root "$R/root" delete -f "$id" || true
   done
   # state tmpfs of anything the runtime could not release
-  grep -o " $D/state/[^ ]*" /proc/self/mounts | while read -r m; do umount "$m" || true; done || true
+  grep -o " $R/state/[^ ]*" /proc/self/mounts | while read -r m; do umount "$m" || true; done || true
+  [ "$R" = "$D" ] || umount -l "$R" || true
   [ -n "${GQ_BENCH_KEEP:-}" ] || rm -rf "$D"
 }
 trap cleanup EXIT
@@ -46,7 +55,7 @@ cp "$(readlink -f /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null || readlink -f /li
 ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
 cat > "$GPU_QUOTA_CONFIG" <<EOT
 ledger_dir = "$D/ledger"
-state_dir = "$D/state"
+state_dir = "$R/state"
 log_file = "$D/gq.log"
 hook = "$BIN/gpu-quota-hook"
 interceptor = "$BIN/libgpuquota.so"
@@ -71,7 +80,7 @@ if [ -n "${GQ_BIN_OLD:-}" ]; then
     -e "s|^ledger_dir = .*|ledger_dir = \"$D/ledger-old\"|" "$GPU_QUOTA_CONFIG" > "$D/config-old.toml"
 fi
 mk() { # NAME ANNOTATIONS
-  local b="$D/$1"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/sleep"
+  local b="$R/$1"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/sleep"
   cat > "$b/config.json" <<EOT
 {"ociVersion":"1.0.2-dev","annotations":$2,"process":{"terminal":false,"user":{"uid":0,"gid":0},"args":["sleep","3600"],"env":["PATH=/bin"],"cwd":"/","noNewPrivileges":true},
  "root":{"path":"rootfs"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs"}],
@@ -81,23 +90,23 @@ EOT
 # one bundle per arm (the floor arm's below); runc and the runtime take the bundle with --bundle
 mk plain '{}'; mk sliced '{"vram":"64m"}'
 now() { date +%s%N; }
-srun() { "$BIN/gpu-quota-runtime" --root "$D/root" run -d --bundle "$D/sliced" "$1" >/dev/null 2>&1 </dev/null; }
-prun() { "$RUNC" --root "$D/root" run -d --bundle "$D/plain" "$1" >/dev/null 2>&1 </dev/null; }
+srun() { "$BIN/gpu-quota-runtime" --root "$R/root" run -d --bundle "$R/sliced" "$1" >/dev/null 2>&1 </dev/null; }
+prun() { "$RUNC" --root "$R/root" run -d --bundle "$R/plain" "$1" >/dev/null 2>&1 </dev/null; }
 # the bundle's config.json is rewritten by each sliced create: restore it
-fresh() { cp "$D/sliced.json" "$D/sliced/config.json"; }
-cp "$D/sliced/config.json" "$D/sliced.json"
+fresh() { cp "$D/sliced.json" "$R/sliced/config.json"; }
+cp "$R/sliced/config.json" "$D/sliced.json"
 nres() { python3 tests/ledger_view.py "$1" | grep -o '"container_id"' | wc -l; }
-orun() { GPU_QUOTA_CONFIG="$D/config-old.toml" "$GQ_BIN_OLD/gpu-quota-runtime" --root "$D/root" run -d --bundle "$D/sliced" "$1" >/dev/null 2>&1 </dev/null; }
+orun() { GPU_QUOTA_CONFIG="$D/config-old.toml" "$GQ_BIN_OLD/gpu-quota-runtime" --root "$R/root" run -d --bundle "$R/sliced" "$1" >/dev/null 2>&1 </dev/null; }
 # the floor arm: the plain bundle with a createRuntime hook that does nothing
-mkdir -p "$D/floor"
-python3 - "$D/plain" "$D/floor/config.json" <<'EOT'
+mkdir -p "$R/floor"
+python3 - "$R/plain" "$R/floor/config.json" <<'EOT'
 import json, sys
 c = json.load(open(sys.argv[1] + "/config.json"))
 c["hooks"] = {"createRuntime": [{"path": "/bin/true"}]}
 c["root"]["path"] = sys.argv[1] + "/rootfs"  # the plain arm's image (runc takes no symlink)
 json.dump(c, open(sys.argv[2], "w"))
 EOT
-frun() { "$RUNC" --root "$D/root" run -d --bundle "$D/floor" "$1" >/dev/null 2>&1 </dev/null; }
+frun() { "$RUNC" --root "$R/root" run -d --bundle "$R/floor" "$1" >/dev/null 2>&1 </dev/null; }
 ARMS=(sliced plain floor)
 [ -z "${GQ_BIN_OLD:-}" ] || ARMS+=(old)
 window() { # LABEL -> appends "label arm µs µs ..." lines to $D/times
@@ -132,6 +141,7 @@ stats() { # values (µs) -> "median (p10–p90, min–max)" in ms
 }
 med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
 diffms() { awk -v s="$1" -v p="$2" 'BEGIN{printf "%+.1f ms", (s-p)/1000}'; }
+echo "layout: runc root, bundles and state_dir on $( [ "$R" = "$D" ] && echo "the work dir's file system ($(df -T "$D" | awk 'NR==2{print $2}'))" || echo "a tmpfs (GQ_BENCH_RUN_TMPFS)" ); ledger on $(df -T "$D" | awk 'NR==2{print $2}')"
 echo "| date | reservations held | runs | plain runc | floor: runc + no-op hook | gpu-quota ($BIN) | difference |$([ -n "${GQ_BIN_OLD:-}" ] && echo " gpu-quota ($GQ_BIN_OLD) | difference |")"
 for label in first second; do
   declare -A v=()
@@ -146,7 +156,7 @@ for label in first second; do
 done
 echo "ledger at the end: $n reservations, $size bytes (ledger.json and records)"
 if [ -n "${GQ_BENCH_STRACE:-}" ]; then # one more sliced container, foreground `sleep 0`, traced (runtime, runc, both hook runs, release)
-  sed 's/"3600"/"0"/' "$D/sliced.json" > "$D/sliced/config.json"
-  strace -f -tt -T ${GQ_BENCH_STRACE_OPTS:-} -o "$GQ_BENCH_STRACE" "$BIN/gpu-quota-runtime" --root "$D/root" run --bundle "$D/sliced" traced >/dev/null 2>&1 </dev/null
+  sed 's/"3600"/"0"/' "$D/sliced.json" > "$R/sliced/config.json"
+  strace -f -tt -T ${GQ_BENCH_STRACE_OPTS:-} -o "$GQ_BENCH_STRACE" "$BIN/gpu-quota-runtime" --root "$R/root" run --bundle "$R/sliced" traced >/dev/null 2>&1 </dev/null
   echo "strace of one more sliced container (at $(( n + 1 )) reservations): $GQ_BENCH_STRACE"
 fi
