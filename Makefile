@@ -18,19 +18,27 @@ all: build
 interceptor:
 	$(CARGO) build --release $(CARGO_Q) --manifest-path interceptor/Cargo.toml
 
-# gpu-quota-runtime and gpu-quota-hook are linked statically (glibc,
-# +crt-static): they run once each per container start, and a static binary
-# starts without the dynamic loader's work (docs/benchmarks.md, "Static
-# binaries"). They load no library: the driver's libraries are loaded only
-# by gpu-quota-driver, their helper child, linked dynamically. The static
-# build has its own target directory, so that its flags reach nothing else.
-STATIC_TARGET := x86_64-unknown-linux-gnu
-STATIC_REL := target/$(STATIC_TARGET)/release
+# gpu-quota-runtime and gpu-quota-hook are linked statically: they run once
+# each per container start, and a static binary starts without the dynamic
+# loader's work (docs/benchmarks.md, "Static binaries"). Against musl (with
+# dlmalloc as the allocator), which also skips glibc's CPU cache probing,
+# when rustup has or can add the target; else against glibc (+crt-static).
+# They load no library: the driver's libraries are loaded only by
+# gpu-quota-driver, their helper child, linked dynamically. The static build
+# has its own target directory, so that its flags reach nothing else.
+MUSL_TARGET := x86_64-unknown-linux-musl
+GLIBC_TARGET := x86_64-unknown-linux-gnu
 
 build: interceptor
 	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-install -p gpu-quota-hook --bin gpu-quota --bin gpu-quota-driver
-	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release $(CARGO_Q) --target $(STATIC_TARGET) -p gpu-quota-shim -p gpu-quota-hook --bin gpu-quota-runtime --bin gpu-quota-hook
-	install -m 0755 $(STATIC_REL)/gpu-quota-runtime $(STATIC_REL)/gpu-quota-hook $(REL)/
+	@if rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET) || rustup target add $(MUSL_TARGET) >/dev/null 2>&1; then \
+	  t=$(MUSL_TARGET); flags=; \
+	else \
+	  echo "note: rust target $(MUSL_TARGET) not available (rustup target add $(MUSL_TARGET)); the runtime and the hook are linked statically against glibc instead" >&2; \
+	  t=$(GLIBC_TARGET); flags="-C target-feature=+crt-static"; \
+	fi; \
+	RUSTFLAGS="$$RUSTFLAGS $$flags" $(CARGO) build --release $(CARGO_Q) --target $$t -p gpu-quota-shim -p gpu-quota-hook --bin gpu-quota-runtime --bin gpu-quota-hook && \
+	install -m 0755 target/$$t/release/gpu-quota-runtime target/$$t/release/gpu-quota-hook $(REL)/
 	install -m 0644 $(SO) $(REL)/libgpuquota.so
 
 # The Kubernetes device plugin (its image: deploy/kubernetes/Dockerfile; docs/kubernetes.md).
