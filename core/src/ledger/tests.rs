@@ -4,7 +4,7 @@ use crate::request::{GpuRef, GpuSelector, Origin};
 use crate::units::Size;
 const G: u64 = 1 << 30;
 
-fn setup() -> (tempfile::TempDir, Config, Inventory) {
+pub(super) fn setup() -> (tempfile::TempDir, Config, Inventory) {
     let d = tempfile::tempdir().unwrap();
     let cfg = Config {
         ledger_dir: d.path().into(),
@@ -37,7 +37,7 @@ fn req(b: u64, gpu: Option<u32>) -> Request {
 
 /// `l.admit` of `req(bytes, gpu)` for container `id` under `root`, from
 /// bundle `/b/<id>`.
-fn adm(
+pub(super) fn adm(
     l: &Ledger,
     cfg: &Config,
     inv: &Inventory,
@@ -443,7 +443,7 @@ fn a_symlinked_ledger_dir_is_refused() {
     assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
 }
 
-fn record_files(l: &Ledger) -> Vec<String> {
+pub(super) fn record_files(l: &Ledger) -> Vec<String> {
     let Some(dir) = l.boot_dir() else {
         return vec![];
     };
@@ -766,64 +766,4 @@ fn a_reset_keeps_the_schema_mark_and_records_alone_are_a_ledger() {
     std::fs::remove_file(l.path()).unwrap();
     assert!(l.exists());
     assert_eq!(l.read().unwrap().reservations.len(), 1);
-}
-
-#[test]
-fn the_hooks_record_hint_is_checked_and_a_wrong_one_costs_only_the_listing() {
-    let (_d, cfg, inv) = setup();
-    let l = Ledger::new(&cfg);
-    let a = adm(&l, &cfg, &inv, G, Some(0), "a", Some("/r")).unwrap();
-    let b = adm(&l, &cfg, &inv, G, Some(1), "b", Some("/r")).unwrap();
-    let (fa, fb) = (records::name_of(&a).unwrap(), records::name_of(&b).unwrap());
-    assert_eq!(record_files(&l).len(), 2);
-    // every hint confirms a's own reservation and nothing else: its own
-    // name, another container's, a path out of the directory, a name of
-    // a's key that is not there, garbage, none
-    let own_key_gone = fa.replace(&format!("x{:x}", G), &format!("x{:x}", 2 * G));
-    assert_ne!(own_key_gone, fa);
-    for hint in [
-        Some(fa.as_str()),
-        Some(fb.as_str()),
-        Some("../ledger.json"),
-        Some(own_key_gone.as_str()),
-        Some("r-zz"),
-        None,
-    ] {
-        let r = l
-            .confirm_hinted("a", Some("/r"), "/b/a", std::process::id(), hint)
-            .unwrap_or_else(|e| panic!("hint {hint:?}: {e}"));
-        assert_eq!(r.container_id, "a", "hint {hint:?}");
-        assert_eq!(r.pid, Some(std::process::id()));
-    }
-    let all = l.read().unwrap().reservations;
-    let b_now = all.iter().find(|r| r.container_id == "b").unwrap();
-    assert_eq!(b_now.pid, None, "b was never confirmed by a's hints");
-    assert_eq!(record_files(&l), {
-        let mut v = vec![fa, fb];
-        v.sort();
-        v
-    });
-}
-
-/// With the right hint the hook reads its record without listing the
-/// boot's records (the listing is what removes a crashed writer's temp
-/// file, so a planted one shows whether it ran).
-#[test]
-fn the_right_record_hint_spares_the_listing() {
-    let (_d, cfg, inv) = setup();
-    let l = Ledger::new(&cfg);
-    let a = adm(&l, &cfg, &inv, G, Some(0), "a", Some("/r")).unwrap();
-    let fa = records::name_of(&a).unwrap();
-    let temp = l.boot_dir().unwrap().join(".r-0000000000000000-c.tmp.1");
-    std::fs::write(&temp, b"{").unwrap();
-    let pid = std::process::id();
-    l.confirm_hinted("a", Some("/r"), "/b/a", pid, Some(&fa))
-        .unwrap();
-    assert!(temp.exists(), "confirmed without listing");
-    l.confirm_hinted("a", Some("/r"), "/b/a", pid, None)
-        .unwrap();
-    assert!(
-        !temp.exists(),
-        "control: without a hint the records are listed"
-    );
 }
