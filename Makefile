@@ -20,22 +20,23 @@ interceptor:
 
 # gpu-quota-runtime and gpu-quota-hook are linked statically: they run once
 # each per container start, and a static binary starts without the dynamic
-# loader's work (docs/benchmarks.md, "Static binaries"). Against musl (with
-# dlmalloc as the allocator), which also skips glibc's CPU cache probing,
-# when rustup has or can add the target; else against glibc (+crt-static).
-# They load no library: the driver's libraries are loaded only by
-# gpu-quota-driver, their helper child, linked dynamically. The static build
-# has its own target directory, so that its flags reach nothing else.
-MUSL_TARGET := x86_64-unknown-linux-musl
-GLIBC_TARGET := x86_64-unknown-linux-gnu
+# loader's work (docs/benchmarks.md, "Static binaries and the hook's record
+# hint"). Against musl (with dlmalloc as the allocator), which also skips
+# glibc's CPU cache probing, when rustup has the host's musl target
+# (`rustup target add $(MUSL_TARGET)`; scripts/test.sh adds it); else against
+# glibc (+crt-static). They load no library: the driver's libraries are
+# loaded only by gpu-quota-driver, their helper child, linked dynamically.
+# The static build has its own target directory, so its flags reach nothing else.
+HOST_TARGET := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+MUSL_TARGET := $(subst -gnu,-musl,$(HOST_TARGET))
 
 build: interceptor
 	$(CARGO) build --release $(CARGO_Q) -p gpu-quota-install -p gpu-quota-hook --bin gpu-quota --bin gpu-quota-driver
-	@if rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET) || rustup target add $(MUSL_TARGET) >/dev/null 2>&1; then \
+	@if [ "$(MUSL_TARGET)" != "$(HOST_TARGET)" ] && rustup target list --installed 2>/dev/null | grep -qx '$(MUSL_TARGET)'; then \
 	  t=$(MUSL_TARGET); flags=; \
 	else \
-	  echo "note: rust target $(MUSL_TARGET) not available (rustup target add $(MUSL_TARGET)); the runtime and the hook are linked statically against glibc instead" >&2; \
-	  t=$(GLIBC_TARGET); flags="-C target-feature=+crt-static"; \
+	  echo "note: no rust target $(MUSL_TARGET) (rustup target add $(MUSL_TARGET)): gpu-quota-runtime and gpu-quota-hook are linked statically against glibc" >&2; \
+	  t=$(HOST_TARGET); flags="-C target-feature=+crt-static"; \
 	fi; \
 	RUSTFLAGS="$$RUSTFLAGS $$flags" $(CARGO) build --release $(CARGO_Q) --target $$t -p gpu-quota-shim -p gpu-quota-hook --bin gpu-quota-runtime --bin gpu-quota-hook && \
 	install -m 0755 target/$$t/release/gpu-quota-runtime target/$$t/release/gpu-quota-hook $(REL)/

@@ -32,6 +32,14 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# the musl target that `make build` links the runtime and the hook against
+# (without it they are linked statically against glibc, which starts slower)
+musl=$(rustc -vV 2>/dev/null | sed -n 's/^host: //p' | sed 's/-gnu$/-musl/')
+if command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
+  echo "== installing the rust target $musl"
+  rustup target add "$musl" >/dev/null 2>&1 || echo "   (not available: the static binaries are linked against glibc)"
+fi
+
 # count NAME LOGFILE RC: add a suite's counts from its closing lines
 count() {
   local name=$1 log=$2 rc=$3 p f

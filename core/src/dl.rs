@@ -7,8 +7,8 @@
 use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
-/// Built with `+crt-static` (`make build` links gpu-quota-runtime so): no
-/// `dlopen` in this process.
+/// A statically linked binary (`make build` links gpu-quota-runtime and
+/// gpu-quota-hook so, against musl or glibc): no `dlopen` in this process.
 pub const STATIC: bool = cfg!(target_feature = "crt-static");
 
 pub struct Lib {
@@ -18,8 +18,8 @@ pub struct Lib {
 
 impl Lib {
     /// Load `path`; Err carries dlerror's message. A statically linked
-    /// binary (gpu-quota-runtime) never loads a library: its driver work goes
-    /// through a helper child (`Inventory::from_nvml_for`).
+    /// binary (gpu-quota-runtime, gpu-quota-hook) never loads a library: its
+    /// driver work goes through gpu-quota-driver, a helper child.
     pub fn open(path: &Path) -> Result<Lib, String> {
         if STATIC {
             return Err(format!(

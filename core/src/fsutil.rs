@@ -168,8 +168,8 @@ fn write_atomic_impl(
 /// rename where there is nothing to exchange with or the file system cannot
 /// exchange. A crash between the exchange and the unlink leaves the old
 /// contents under the temp name (`.NAME.tmp.PID`), which no reader takes for
-/// the file. Whatever the exchange moved out that is not a file or a link (a
-/// directory) is put back, and the call fails as the rename would.
+/// the file. Only a file or a link at `path` is exchanged; anything else (a
+/// directory) meets the plain rename, which fails as before.
 fn replace_unsynced(tmp: &Path, path: &Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let (Ok(t), Ok(p)) = (
@@ -196,19 +196,21 @@ fn replace_unsynced(tmp: &Path, path: &Path) -> std::io::Result<()> {
             Err(std::io::Error::last_os_error())
         }
     };
+    // only a file or a link is ever exchanged: anything else at `path` (a
+    // directory) meets the plain rename, which refuses it without moving it
+    let replaceable = std::fs::symlink_metadata(path)
+        .map(|m| m.is_file() || m.file_type().is_symlink())
+        .unwrap_or(false);
+    if !replaceable {
+        return std::fs::rename(tmp, path);
+    }
     match exchange() {
-        Ok(()) => match std::fs::symlink_metadata(tmp) {
-            Ok(m) if m.is_dir() => {
-                exchange()?;
-                Err(std::io::Error::from_raw_os_error(libc::EISDIR))
-            }
-            _ => {
-                let _ = std::fs::remove_file(tmp);
-                Ok(())
-            }
-        },
-        // nothing to exchange with (ENOENT), a file system without
-        // exchange (EINVAL), an old kernel (ENOSYS): the plain rename
+        Ok(()) => {
+            let _ = std::fs::remove_file(tmp);
+            Ok(())
+        }
+        // the file system cannot exchange (EINVAL), an old kernel (ENOSYS),
+        // `path` gone meanwhile (ENOENT): the plain rename
         Err(_) => std::fs::rename(tmp, path),
     }
 }
@@ -309,10 +311,12 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
             m.mode() & 0o7777
         )));
     }
-    // The ancestors passed in this process already: only root (or we) can
-    // have changed them since, so the walk below is not repeated (a start
-    // checks the ledger directory three times, the state directories twice).
-    if checked_dirs(|seen| seen.iter().any(|p| p == path)) {
+    // The same directory (path, device, inode) passed in this process
+    // already: only root (or we) can have changed its ancestors since, so
+    // the walk below is not repeated (a start checks the ledger directory
+    // three times, the state directories twice).
+    let id = (path.to_path_buf(), m.dev(), m.ino());
+    if path.is_absolute() && checked_dirs(|seen| seen.contains(&id)) {
         return Ok(());
     }
     // symlinks on the configured path itself: only root's (a user's symlink
@@ -369,13 +373,17 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
             )));
         }
     }
-    checked_dirs(|seen| seen.push(path.to_path_buf()));
+    if path.is_absolute() {
+        checked_dirs(|seen| seen.push(id));
+    }
     Ok(())
 }
 
-/// The directories `secure_dir` found safe in this process.
-fn checked_dirs<T>(f: impl FnOnce(&mut Vec<PathBuf>) -> T) -> T {
-    static SEEN: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// The directories `secure_dir` found safe in this process: an absolute
+/// path and the device and inode it named then (a directory replaced since
+/// is walked again).
+fn checked_dirs<T>(f: impl FnOnce(&mut Vec<(PathBuf, u64, u64)>) -> T) -> T {
+    static SEEN: std::sync::Mutex<Vec<(PathBuf, u64, u64)>> = std::sync::Mutex::new(Vec::new());
     let mut g = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     f(&mut g)
 }
@@ -495,7 +503,8 @@ mod tests {
         secure_dir(&p, 0o700).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o700);
         secure_dir(&p, 0o700).unwrap(); // idempotent
-                                        // checked once per process, but the directory itself every time
+
+        // checked once per process, but the directory itself every time
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(
             secure_dir(&p, 0o700).is_err(),
@@ -503,6 +512,15 @@ mod tests {
         );
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
         secure_dir(&p, 0o700).unwrap();
+        // a directory replaced under an opened-up parent is walked again
+        let a = d.path().join("a");
+        std::fs::rename(&a, d.path().join("a.old")).unwrap();
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let e = secure_dir(&p, 0o700).unwrap_err().to_string();
+        assert!(e.contains("can be changed by other users"), "{e}");
+        std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o755)).unwrap();
         // a directory others can write is refused
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = secure_dir(&p, 0o755).unwrap_err().to_string();

@@ -70,6 +70,17 @@ pub fn run_helper(
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // no descriptor of the caller's reaches the child but its three
+            // pipes (an engine's console socket or preserved fds would
+            // otherwise sit open in a process that loads driver code):
+            // close-on-exec for everything from 3 up (Linux 5.11+; older
+            // kernels keep what they would have kept)
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
             Ok(())
         });
     }
@@ -164,6 +175,29 @@ impl<R: Read + std::os::fd::AsRawFd> Pipe<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_descriptor_of_the_caller_reaches_the_helper() {
+        use std::os::fd::AsRawFd;
+        // an inheritable descriptor (no close-on-exec), as an engine's
+        // preserved fd or console socket would be
+        let f = std::fs::File::open("/dev/null").unwrap();
+        let fd = f.as_raw_fd();
+        // SAFETY: fcntl on a descriptor this test owns.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        let o = run_helper(
+            Path::new("/bin/sh"),
+            &[
+                "-c",
+                &format!("[ -e /proc/self/fd/{fd} ] && echo open || echo closed"),
+            ],
+            &[],
+            Duration::from_secs(10),
+            "fd probe",
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "closed");
+    }
 
     #[test]
     fn helper_is_killed_with_its_group_on_timeout() {

@@ -130,7 +130,7 @@ impl Inventory {
         if crate::dl::STATIC {
             let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
                 InventoryError::Nvml(format!(
-                    "{}, which reads NVML for the statically linked gpu-quota binaries, is not found beside gpu-quota-hook (set `driver_helper` in the config)",
+                    "{}, which reads NVML for the statically linked gpu-quota binaries, is not found (or not a root-owned file others cannot write) in ../lib/gpu-quota/ from gpu-quota-hook or beside it; set `driver_helper` in the config",
                     crate::paths::DRIVER_HELPER_NAME
                 ))
             })?;

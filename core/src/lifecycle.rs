@@ -400,14 +400,13 @@ pub fn setup(
         let hs = hook_spec(cfg, &root)?;
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
         bundle.patch(&nodes, &hs, &assigned.join(","))?;
-        if let Some(file) = crate::ledger::records::name_of(r) {
-            spec::set_record_hint(&mut bundle.config, &file).map_err(|message| {
-                LifecycleError::Patch {
-                    path: bundle.config_path(),
-                    message,
-                }
-            })?;
-        }
+        let file = crate::ledger::records::name_of(r);
+        spec::set_record_hint(&mut bundle.config, file.as_deref()).map_err(|message| {
+            LifecycleError::Patch {
+                path: bundle.config_path(),
+                message,
+            }
+        })?;
         state::create(cfg, r, state::UsageBacking::Tmpfs).map_err(|err| LifecycleError::State {
             path: state::container_dir(cfg, r),
             err,

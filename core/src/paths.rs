@@ -24,18 +24,34 @@ pub fn hook(cfg: &Config) -> Option<PathBuf> {
 /// a helper child (the runtime and the hook are static and load none):
 /// config `driver_helper`, else `../lib/gpu-quota/` from the hook's
 /// directory (the `make install` layout), else beside the hook (a build
-/// tree).
+/// tree). Root runs it, so only a regular file that neither it nor its
+/// directory lets another user change ([`trusted_program`]), by its
+/// canonical path.
 pub fn driver_helper(cfg: &Config) -> Option<PathBuf> {
     if let Some(p) = &cfg.driver_helper {
-        return Some(p.clone());
+        return trusted_program(p);
     }
     let d = hook(cfg)?.parent()?.to_path_buf();
     [
         d.join("../lib/gpu-quota").join(DRIVER_HELPER_NAME),
         d.join(DRIVER_HELPER_NAME),
     ]
-    .into_iter()
-    .find(|p| p.is_file())
+    .iter()
+    .find_map(|p| trusted_program(p))
+}
+
+/// `p`'s canonical path when it is a regular file owned by root (or this
+/// process's user) that group and others cannot write, in a directory of
+/// the same kind.
+pub fn trusted_program(p: &std::path::Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let canon = std::fs::canonicalize(p).ok()?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let safe = |m: &std::fs::Metadata| (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0;
+    let file = std::fs::metadata(&canon).ok()?;
+    let dir = std::fs::metadata(canon.parent()?).ok()?;
+    (file.is_file() && safe(&file) && dir.is_dir() && safe(&dir)).then_some(canon)
 }
 
 /// libgpuquota.so: config `interceptor`, else `../lib/gpu-quota/` from this
@@ -64,4 +80,50 @@ pub fn which(p: &std::path::Path) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(p))
         .find(|c| c.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_driver_helper_is_only_a_file_others_cannot_change() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let hook = d.path().join(HOOK_NAME);
+        let helper = d.path().join(DRIVER_HELPER_NAME);
+        std::fs::write(&hook, b"").unwrap();
+        std::fs::write(&helper, b"").unwrap();
+        let cfg = Config {
+            hook: Some(hook.clone()),
+            ..Config::default()
+        };
+        let mode = |p: &std::path::Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(&helper, 0o755);
+        let canon = std::fs::canonicalize(&helper).unwrap();
+        assert_eq!(driver_helper(&cfg), Some(canon.clone()), "beside the hook");
+        mode(&helper, 0o775);
+        assert_eq!(driver_helper(&cfg), None, "group-writable");
+        mode(&helper, 0o755);
+        mode(d.path(), 0o777);
+        assert_eq!(driver_helper(&cfg), None, "in a directory others can write");
+        mode(d.path(), 0o755);
+        // the config's path is held to the same rule
+        let named = Config {
+            driver_helper: Some(helper.clone()),
+            ..Config::default()
+        };
+        assert_eq!(driver_helper(&named), Some(canon));
+        mode(&helper, 0o757);
+        assert_eq!(driver_helper(&named), None, "other-writable");
+        mode(&helper, 0o755);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&helper, Some(1000), None).unwrap();
+            assert_eq!(driver_helper(&cfg), None, "owned by another user");
+        }
+    }
 }

@@ -13,9 +13,14 @@ pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
 /// records when the hint is missing or wrong).
 pub const RECORD_ANNOTATION: &str = "gpu-quota.io/record";
 
-/// Set the record hint (see [`RECORD_ANNOTATION`]).
-pub fn set_record_hint(config: &mut Value, file: &str) -> Result<(), String> {
-    obj(config, "annotations")?.insert(RECORD_ANNOTATION.into(), Value::String(file.into()));
+/// Set the record hint (see [`RECORD_ANNOTATION`]), or remove one the
+/// config came with when the reservation has no record (a claim's).
+pub fn set_record_hint(config: &mut Value, file: Option<&str>) -> Result<(), String> {
+    let ann = obj(config, "annotations")?;
+    match file {
+        Some(f) => ann.insert(RECORD_ANNOTATION.into(), Value::String(f.into())),
+        None => ann.remove(RECORD_ANNOTATION),
+    };
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 #   ETCD        an etcd server binary (>= 3.5)
 #   CTD_PREFIX  containerd 1.7 unpacked by tests/engines/trixie.sh PREFIX
 #   GQ_BIN      gpu-quota release binaries (default target/release): gpu-quota,
-#               gpu-quota-runtime, gpu-quota-hook, gpu-quota-dra, libgpuquota.so
+#               gpu-quota-runtime, gpu-quota-hook, gpu-quota-driver, gpu-quota-dra, libgpuquota.so
 #   GQ_DRA_KEEP_LOGS=DIR keeps every daemon's log there
 #
 # Says SKIP and exits 0 when one of them is missing: this is not part of CI
@@ -52,7 +52,7 @@ skip() { echo "SKIP: $*"; exit 0; }
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
   [ -x "$K8S_BIN/$b" ] || skip "$K8S_BIN/$b missing"
 done
-for b in gpu-quota gpu-quota-runtime gpu-quota-hook gpu-quota-dra libgpuquota.so; do
+for b in gpu-quota gpu-quota-runtime gpu-quota-hook gpu-quota-driver gpu-quota-dra libgpuquota.so; do
   [ -e "$GQ_BIN/$b" ] || skip "$GQ_BIN/$b missing (make build; cargo build --release -p gpu-quota-dra)"
 done
 for b in runc openssl mknod unshare python3; do command -v $b >/dev/null || skip "$b missing"; done

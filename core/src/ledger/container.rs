@@ -168,8 +168,9 @@ impl Ledger {
     /// The hook confirms the reservation of container `id` created under
     /// runc root `root` from `bundle` with the container's process.
     ///
-    /// A reservation kept as a record: that record is rewritten (temp,
-    /// rename) without fsync, nothing else read. One kept in ledger.json:
+    /// A reservation kept as a record: that record is rewritten (temp file,
+    /// names exchanged, `fsutil::replace_atomic`) without fsync, nothing
+    /// else read (with the runtime's hint, not even the list of records). One kept in ledger.json:
     /// ledger.json is rewritten with the file fsync'd before the rename but
     /// without the directory fsync after it. Either way a power failure
     /// that undoes the write also ends the container (a new boot makes
@@ -237,7 +238,12 @@ impl Ledger {
             // its record: the only file read or written
             let (_g, _) = self.lock()?;
             let h = records::key_hash(id, root);
+            // a hint is a record name of this key, no longer than a name
+            // can be, in a boot directory that is a real directory (the
+            // listing checks that too)
+            let real_dir = std::fs::symlink_metadata(&bdir).is_ok_and(|m| m.is_dir());
             let hinted = hint
+                .filter(|f| f.len() <= records::MAX_NAME && real_dir)
                 .and_then(records::parse_name)
                 .filter(|n| n.key == h && n.file == hint.unwrap_or_default())
                 .map(|n| n.file);
@@ -255,10 +261,12 @@ impl Ledger {
                 };
                 for file in names {
                     let path = bdir.join(&file);
-                    if let Some(mut r) = self
-                        .read_record(&path, true, false)?
-                        .filter(|r| key.matches(r))
-                    {
+                    let read = match self.read_record(&path, true, false) {
+                        // whatever the hinted file is, it only costs the listing
+                        Err(_) if pass == 0 => None,
+                        r => r?,
+                    };
+                    if let Some(mut r) = read.filter(|r| key.matches(r)) {
                         confirm(&mut r);
                         self.write_record(&path, &r, observe)?;
                         return Ok(r);
@@ -351,11 +359,18 @@ mod tests {
         // a's key that is not there, garbage, none
         let own_key_gone = fa.replace(&format!("x{:x}", G), &format!("x{:x}", 2 * G));
         assert_ne!(own_key_gone, fa);
+        // a name of a's key too long for the file system (ENAMETOOLONG)
+        let too_long = format!("{}{}", &fa[..20], ".00000000x0".repeat(30));
+        assert_eq!(
+            records::parse_name(&too_long).map(|n| n.key),
+            Some(records::key_hash("a", Some("/r")))
+        );
         for hint in [
             Some(fa.as_str()),
             Some(fb.as_str()),
             Some("../ledger.json"),
             Some(own_key_gone.as_str()),
+            Some(too_long.as_str()),
             Some("r-zz"),
             None,
         ] {
@@ -373,6 +388,28 @@ mod tests {
             v.sort();
             v
         });
+    }
+
+    /// The listing refuses a boot directory that is a symlink; the hint does
+    /// not open a way around that.
+    #[test]
+    fn a_hint_does_not_follow_a_symlinked_boot_directory() {
+        let (d, cfg, inv) = setup();
+        let l = Ledger::new(&cfg);
+        let a = adm(&l, &cfg, &inv, G, Some(0), "a", Some("/r")).unwrap();
+        let fa = records::name_of(&a).unwrap();
+        let bdir = l.boot_dir().unwrap();
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::rename(&bdir, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &bdir).unwrap();
+        let pid = std::process::id();
+        let unhinted = l.confirm_hinted("a", Some("/r"), "/b/a", pid, None);
+        let hinted = l.confirm_hinted("a", Some("/r"), "/b/a", pid, Some(&fa));
+        assert!(unhinted.is_err(), "control: the listing refuses it");
+        assert!(hinted.is_err(), "{hinted:?}");
+        let r: Reservation =
+            serde_json::from_slice(&std::fs::read(elsewhere.join(&fa)).unwrap()).unwrap();
+        assert_eq!(r.pid, None, "nothing written through the link");
     }
 
     /// With the right hint the hook reads its record without listing the

@@ -4,7 +4,7 @@
 //! A container's reservation means nothing after the boot it was made in
 //! (a new boot makes it stale, `Ledger::is_stale`), so its record needs no
 //! durability across a power loss: it is replaced atomically (temp file,
-//! rename) without fsync. A file torn by a power loss can only be in an
+//! then the names exchanged, see `fsutil::replace_unsynced`) without fsync. A file torn by a power loss can only be in an
 //! earlier boot's directory, whose records are all stale; it is removed
 //! by the next transaction that reads every record (`gc`, a reclaim).
 //!
@@ -25,7 +25,7 @@ const RECORD_PREFIX: &str = "r-";
 /// Upper bound on one record file.
 pub const MAX_RECORD_BYTES: u64 = 64 << 10;
 /// A record whose name would be longer is kept in ledger.json instead.
-const MAX_NAME: usize = 240;
+pub(super) const MAX_NAME: usize = 240;
 
 /// What a record's name says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,7 +262,7 @@ impl Ledger {
         Ok(out)
     }
 
-    /// Replace record `path` with `r`: temp file, rename; no fsync (the
+    /// Replace record `path` with `r`: temp file, names exchanged; no fsync (the
     /// module docs of [`records`] say why).
     pub(super) fn write_record(
         &self,
