@@ -14,7 +14,7 @@
 # runc, busybox, strace and cc). Everything is deleted at the end.
 set -u
 cd "$(dirname "$0")/.."
-BIN=${1:-$(pwd)/target/release}; N=${2:-25}; RUNC=${RUNC:-$(command -v runc)}
+BIN=$(cd "${1:-target/release}" && pwd) || exit 1; N=${2:-25}; RUNC=${RUNC:-$(command -v runc)}
 D=$(mktemp -d /tmp/gq-ph.XXXXXX)
 mkdir -p "$D/dev" "$D/lib" "$D/t" "$D/bin"
 cc -O2 -o "$D/bin/tsexec" benches/tsexec.c && cp "$D/bin/tsexec" "$D/bin/runc-ts" || exit 1
