@@ -25,21 +25,8 @@ interceptor = "$BIN/libgpuquota.so"
 runc = "$RUNC"
 EOT
 if [ -z "${GQ_BENCH_REAL:-}" ]; then
-  mkdir -p "$D/dev" "$D/lib"
-  mknod "$D/dev/nvidia0" c 195 0; mknod "$D/dev/nvidiactl" c 195 255; mknod "$D/dev/nvidia-uvm" c 237 0
-  # any ELF shared object will do as the driver (the loader cache reads its header)
-  cp "$(readlink -f /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null || readlink -f /lib64/ld-linux-x86-64.so.2)" "$D/lib/libcuda.so.580.1"
-  ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
-  cat >> "$GPU_QUOTA_CONFIG" <<EOT
-[driver]
-dev_root = "$D/dev"
-lib_dirs = ["$D/lib"]
-bin_dirs = []
-[[inventory.gpu]]
-index = 0
-uuid = "GPU-00000000-0000-4000-8000-000000000000"
-memory = "16g"
-EOT
+  . benches/fakegpus.sh
+  fake_gpus "$D" 1 >> "$GPU_QUOTA_CONFIG"
 fi
 mk() { # NAME ANNOTATIONS [glibc]
   local b="$D/$1"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/true"

@@ -17,10 +17,8 @@ D=$(mktemp -d /tmp/gq-logbench.XXXXXX)
 [ -n "${KEEP:-}" ] || trap 'for id in $("$RUNC" --root "$D/root" list -q 2>/dev/null); do "$RUNC" --root "$D/root" delete -f "$id"; done; rm -rf "$D"' EXIT
 SO=$BIN/libgpuquota.so
 [ -f "$SO" ] || { SO=$D/libgpuquota.so; echo placeholder > "$SO"; } # `true` never loads it
-mkdir -p "$D/dev" "$D/lib"
-mknod "$D/dev/nvidia0" c 195 0; mknod "$D/dev/nvidiactl" c 195 255; mknod "$D/dev/nvidia-uvm" c 237 0
-cp "$(readlink -f /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null || readlink -f /lib64/ld-linux-x86-64.so.2)" "$D/lib/libcuda.so.580.1"
-ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
+. benches/fakegpus.sh
+fake_gpus "$D" 1 > "$D/gpus.toml"
 for arm in off file; do
   cat > "$D/$arm.toml" <<EOT
 ledger_dir = "$D/ledger"
@@ -30,14 +28,7 @@ interceptor = "$SO"
 runc = "$RUNC"
 log = "$arm"
 log_file = "$D/gq.log"
-[driver]
-dev_root = "$D/dev"
-lib_dirs = ["$D/lib"]
-bin_dirs = []
-[[inventory.gpu]]
-index = 0
-uuid = "GPU-00000000-0000-4000-8000-000000000000"
-memory = "16g"
+$(cat "$D/gpus.toml")
 EOT
 done
 # one bundle per arm: the runtime writes the config path into the bundle's hook entry

@@ -16,11 +16,9 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=$(cd "${1:-target/release}" && pwd) || exit 1; N=${2:-25}; RUNC=${RUNC:-$(command -v runc)}
 D=$(mktemp -d /tmp/gq-ph.XXXXXX)
-mkdir -p "$D/dev" "$D/lib" "$D/t" "$D/bin"
+mkdir -p "$D/t" "$D/bin"
 cc -O2 -o "$D/bin/tsexec" benches/tsexec.c && cp "$D/bin/tsexec" "$D/bin/runc-ts" || exit 1
 export PATH=$D/bin:$PATH
-mknod "$D/dev/nvidia0" c 195 0; mknod "$D/dev/nvidia1" c 195 1; mknod "$D/dev/nvidiactl" c 195 255; mknod "$D/dev/nvidia-uvm" c 237 0
-cp "$(readlink -f /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null || readlink -f /lib64/ld-linux-x86-64.so.2)" "$D/lib/libcuda.so.580.1"; ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
 HT="$(command -v strace) -f --seccomp-bpf -e trace=execve,exit_group -qq -ttt -T"
 printf '#!/bin/sh\nexec %s -o %s/t/h.$$ %s "$@"\n' "$HT" "$D" "$BIN/gpu-quota-hook" > "$D/hookwrap"
 printf '#!/bin/sh\nexec %s -o %s/t/f.$$ /bin/true "$@"\n' "$HT" "$D" > "$D/truewrap"
@@ -33,19 +31,10 @@ log_file = "$D/gq.log"
 hook = "$D/hookwrap"
 interceptor = "$BIN/libgpuquota.so"
 runc = "$D/bin/runc-ts"
-[driver]
-dev_root = "$D/dev"
-lib_dirs = ["$D/lib"]
-bin_dirs = []
-[[inventory.gpu]]
-index = 0
-uuid = "GPU-00000000-0000-4000-8000-000000000000"
-memory = "16g"
-[[inventory.gpu]]
-index = 1
-uuid = "GPU-00000000-0000-4000-8000-000000000001"
-memory = "16g"
+driver_helper = "$BIN/gpu-quota-driver"
 EOT
+. benches/fakegpus.sh
+fake_gpus "$D" 2 >> "$GPU_QUOTA_CONFIG"
 mk() { local b="$D/$1"; mkdir -p "$b/rootfs/bin"; cp "$(command -v busybox)" "$b/rootfs/bin/busybox"; ln -s busybox "$b/rootfs/bin/sleep"
   cat > "$b/config.json" <<EOT
 {"ociVersion":"1.0.2-dev","annotations":$2,"process":{"terminal":false,"user":{"uid":0,"gid":0},"args":["sleep","3600"],"env":["PATH=/bin"],"cwd":"/","noNewPrivileges":true},

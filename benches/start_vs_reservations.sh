@@ -48,11 +48,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export GPU_QUOTA_CONFIG="$D/config.toml"
-mkdir -p "$D/dev" "$D/lib"
-mknod "$D/dev/nvidia0" c 195 0; mknod "$D/dev/nvidia1" c 195 1
-mknod "$D/dev/nvidiactl" c 195 255; mknod "$D/dev/nvidia-uvm" c 237 0
-cp "$(readlink -f /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null || readlink -f /lib64/ld-linux-x86-64.so.2)" "$D/lib/libcuda.so.580.1"
-ln -s libcuda.so.580.1 "$D/lib/libcuda.so.1"
+. benches/fakegpus.sh
 cat > "$GPU_QUOTA_CONFIG" <<EOT
 ledger_dir = "$D/ledger"
 state_dir = "$R/state"
@@ -60,19 +56,8 @@ log_file = "$D/gq.log"
 hook = "$BIN/gpu-quota-hook"
 interceptor = "$BIN/libgpuquota.so"
 runc = "$RUNC"
-[driver]
-dev_root = "$D/dev"
-lib_dirs = ["$D/lib"]
-bin_dirs = []
-[[inventory.gpu]]
-index = 0
-uuid = "GPU-00000000-0000-4000-8000-000000000000"
-memory = "16g"
-[[inventory.gpu]]
-index = 1
-uuid = "GPU-00000000-0000-4000-8000-000000000001"
-memory = "16g"
 EOT
+fake_gpus "$D" 2 >> "$GPU_QUOTA_CONFIG"
 # GQ_BIN_OLD=DIR: a fourth arm, the same start through the binaries in DIR
 # (an older build), interleaved with the other two on the same ledger
 if [ -n "${GQ_BIN_OLD:-}" ]; then
