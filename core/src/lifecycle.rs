@@ -442,6 +442,7 @@ pub fn confirm_for_hook(
         &bundle.dir.to_string_lossy(),
         pid,
         spec::record_hint(&bundle.config),
+        &mut |_| {},
     )
 }
 

@@ -195,7 +195,7 @@ impl Ledger {
         pid: u32,
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<Reservation, LedgerError> {
-        self.confirm_impl(id, root, bundle, pid, None, observe)
+        self.confirm_hinted(id, root, bundle, pid, None, observe)
     }
 
     /// As [`Ledger::confirm`], trying the record file named by `hint` (the
@@ -204,17 +204,6 @@ impl Ledger {
     /// containers. A hint that is not a record name of this key, or names no
     /// record of this container, only costs the listing.
     pub fn confirm_hinted(
-        &self,
-        id: &str,
-        root: Option<&str>,
-        bundle: &str,
-        pid: u32,
-        hint: Option<&str>,
-    ) -> Result<Reservation, LedgerError> {
-        self.confirm_impl(id, root, bundle, pid, hint, &mut |_| {})
-    }
-
-    fn confirm_impl(
         &self,
         id: &str,
         root: Option<&str>,
@@ -375,7 +364,14 @@ mod tests {
             None,
         ] {
             let r = l
-                .confirm_hinted("a", Some("/r"), "/b/a", std::process::id(), hint)
+                .confirm_hinted(
+                    "a",
+                    Some("/r"),
+                    "/b/a",
+                    std::process::id(),
+                    hint,
+                    &mut |_| {},
+                )
                 .unwrap_or_else(|e| panic!("hint {hint:?}: {e}"));
             assert_eq!(r.container_id, "a", "hint {hint:?}");
             assert_eq!(r.pid, Some(std::process::id()));
@@ -403,8 +399,8 @@ mod tests {
         std::fs::rename(&bdir, &elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &bdir).unwrap();
         let pid = std::process::id();
-        let unhinted = l.confirm_hinted("a", Some("/r"), "/b/a", pid, None);
-        let hinted = l.confirm_hinted("a", Some("/r"), "/b/a", pid, Some(&fa));
+        let unhinted = l.confirm_hinted("a", Some("/r"), "/b/a", pid, None, &mut |_| {});
+        let hinted = l.confirm_hinted("a", Some("/r"), "/b/a", pid, Some(&fa), &mut |_| {});
         assert!(unhinted.is_err(), "control: the listing refuses it");
         assert!(hinted.is_err(), "{hinted:?}");
         let r: Reservation =
@@ -424,10 +420,10 @@ mod tests {
         let temp = l.boot_dir().unwrap().join(".r-0000000000000000-c.tmp.1");
         std::fs::write(&temp, b"{").unwrap();
         let pid = std::process::id();
-        l.confirm_hinted("a", Some("/r"), "/b/a", pid, Some(&fa))
+        l.confirm_hinted("a", Some("/r"), "/b/a", pid, Some(&fa), &mut |_| {})
             .unwrap();
         assert!(temp.exists(), "confirmed without listing");
-        l.confirm_hinted("a", Some("/r"), "/b/a", pid, None)
+        l.confirm_hinted("a", Some("/r"), "/b/a", pid, None, &mut |_| {})
             .unwrap();
         assert!(
             !temp.exists(),
