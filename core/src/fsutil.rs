@@ -337,6 +337,22 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
                         m.uid()
                     )));
                 }
+                // and the directory that holds it: a root-owned link in a
+                // directory another user may write can be swapped by them
+                if let Some(dir) = sofar.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    let dm = std::fs::metadata(dir)?;
+                    let sticky = dm.mode() & 0o1000 != 0;
+                    if (dm.uid() != 0 && dm.uid() != me) || (dm.mode() & 0o022 != 0 && !sticky) {
+                        return Err(bad(format!(
+                            "{} (on the way to {}) is a symlink in {}, which other users can change (owner uid {}, mode {:o}); keep gpu-quota's state under root-owned directories",
+                            sofar.display(),
+                            path.display(),
+                            dir.display(),
+                            dm.uid(),
+                            dm.mode() & 0o7777
+                        )));
+                    }
+                }
             }
             prefixes.push((sofar.clone(), m));
         }
@@ -521,6 +537,22 @@ mod tests {
         let e = secure_dir(&p, 0o700).unwrap_err().to_string();
         assert!(e.contains("can be changed by other users"), "{e}");
         std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // a root-owned link in a directory another user owns: they can swap
+        // it, though every ancestor of where it points is safe
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let home = d.path().join("home");
+            let target = d.path().join("target");
+            std::fs::create_dir(&home).unwrap();
+            std::fs::create_dir(&target).unwrap();
+            std::os::unix::fs::symlink(&target, home.join("link")).unwrap();
+            let via = home.join("link/state");
+            secure_dir(&via, 0o700).unwrap(); // control: home is root's
+            let via2 = home.join("link/state2");
+            std::os::unix::fs::chown(&home, Some(1000), None).unwrap();
+            let e = secure_dir(&via2, 0o700).unwrap_err().to_string();
+            assert!(e.contains("which other users can change"), "{e}");
+        }
         // a directory others can write is refused
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = secure_dir(&p, 0o755).unwrap_err().to_string();

@@ -282,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn a_static_binary_reads_nvml_through_the_driver_helper_child() {
+    fn the_nvml_inventory_child_gets_an_empty_environment_and_its_errors_name_it() {
         let d = tempfile::tempdir().unwrap();
         let inv = Inventory {
             gpus: vec![Gpu {
