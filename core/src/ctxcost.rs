@@ -364,7 +364,6 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
     let libnvml =
         crate::driver::libnvml_of(&files).ok_or_else(|| fail("no libnvidia-ml".into()))?;
     let helper = crate::paths::driver_helper(cfg)
-        .filter(|p| p.is_file())
         .ok_or_else(|| fail(format!("{} not found", crate::paths::DRIVER_HELPER_NAME)))?;
     let inv = crate::Inventory::load(cfg).map_err(|e| fail(e.to_string()))?;
     let targets: Vec<Target> = inv

@@ -216,7 +216,7 @@ fn replace_unsynced(tmp: &Path, path: &Path) -> std::io::Result<()> {
 }
 
 /// Replace `path` with `bytes` atomically for readers (temp file in the same
-/// directory, rename over) but without fsync: for files that need no
+/// directory, names exchanged: `replace_unsynced`) but without fsync: for files that need no
 /// durability across a power loss, only never to be seen half-written by
 /// another process (the bundle's config.json, which every engine writes
 /// anew at each create; see docs/benchmarks.md).
@@ -341,8 +341,7 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
                 // directory another user may write can be swapped by them
                 if let Some(dir) = sofar.parent().filter(|d| !d.as_os_str().is_empty()) {
                     let dm = std::fs::metadata(dir)?;
-                    let sticky = dm.mode() & 0o1000 != 0;
-                    if (dm.uid() != 0 && dm.uid() != me) || (dm.mode() & 0o022 != 0 && !sticky) {
+                    if others_can_change(&dm) {
                         return Err(bad(format!(
                             "{} (on the way to {}) is a symlink in {}, which other users can change (owner uid {}, mode {:o}); keep gpu-quota's state under root-owned directories",
                             sofar.display(),
@@ -378,8 +377,7 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
             .collect::<std::io::Result<_>>()?
     };
     for (a, m) in &ancestors {
-        let sticky = m.mode() & 0o1000 != 0;
-        if (m.uid() != 0 && m.uid() != me) || (m.mode() & 0o022 != 0 && !sticky) {
+        if others_can_change(m) {
             return Err(bad(format!(
                 "{} (a parent of {}) can be changed by other users (owner uid {}, mode {:o}); keep gpu-quota's state under root-owned directories",
                 a.display(),
@@ -393,6 +391,18 @@ pub fn secure_dir(path: &Path, mode: u32) -> std::io::Result<()> {
         checked_dirs(|seen| seen.push(id));
     }
     Ok(())
+}
+
+/// Whether a user other than root or this process's can change what `m`
+/// describes: its owner is someone else, or group or others may write it
+/// (a sticky directory excepted: there only an entry's owner may replace
+/// it). The one test of "others can change it" for host paths.
+pub fn others_can_change(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let sticky_dir = m.is_dir() && m.mode() & 0o1000 != 0;
+    (m.uid() != 0 && m.uid() != me) || (m.mode() & 0o022 != 0 && !sticky_dir)
 }
 
 /// The directories `secure_dir` found safe in this process: an absolute

@@ -36,3 +36,12 @@ pub mod spec;
 pub mod state;
 pub mod toolkit;
 pub mod usage;
+
+/// In the static musl build of gpu-quota-runtime and gpu-quota-hook (`make
+/// build`; both link this crate, and nothing else is built for musl),
+/// dlmalloc: musl's allocator returns freed memory to the kernel at once
+/// (an munmap and fresh page faults for every large buffer), which costs a
+/// start more than the allocations themselves.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;

@@ -130,14 +130,16 @@ impl Bundle {
             .is_some()
     }
 
-    /// Modify: device nodes and rules, the hook entries, the annotation.
+    /// Modify: device nodes and rules, the hook entries, the annotations
+    /// (the assigned GPUs, the record hint).
     pub fn patch(
         &mut self,
         nodes: &[devices::DeviceNode],
         hook: &spec::HookSpec,
         assigned: &str,
+        record: Option<&str>,
     ) -> Result<(), LifecycleError> {
-        spec::patch(&mut self.config, nodes, hook, assigned).map_err(|message| {
+        spec::patch(&mut self.config, nodes, hook, assigned, record).map_err(|message| {
             LifecycleError::Patch {
                 path: self.config_path(),
                 message,
@@ -399,14 +401,8 @@ pub fn setup(
         let nodes = devices::nodes_for(&cfg.driver.dev_root, inv, &r.slices)?;
         let hs = hook_spec(cfg, &root)?;
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
-        bundle.patch(&nodes, &hs, &assigned.join(","))?;
-        let file = crate::ledger::records::name_of(r);
-        spec::set_record_hint(&mut bundle.config, file.as_deref()).map_err(|message| {
-            LifecycleError::Patch {
-                path: bundle.config_path(),
-                message,
-            }
-        })?;
+        let record = crate::ledger::records::name_of(r);
+        bundle.patch(&nodes, &hs, &assigned.join(","), record.as_deref())?;
         state::create(cfg, r, state::UsageBacking::Tmpfs).map_err(|err| LifecycleError::State {
             path: state::container_dir(cfg, r),
             err,
@@ -487,7 +483,7 @@ impl<'a> HostEffects<'a> {
 
 impl Effects for HostEffects<'_> {
     fn clear_driver_limit(&mut self, dir: &Path) {
-        if let Err(e) = clear_driver_limit(self.cfg, dir) {
+        if let Err(e) = drvlimit::clear_in_dir(self.cfg, dir) {
             eprintln!(
                 "gpu-quota: warning: driver memory limit recorded in {} not cleared: {e}",
                 dir.display()
@@ -573,38 +569,13 @@ pub fn release_orphan(cfg: &Config, id: &str, root: &str, bundle: &str) {
     if held.iter().any(|r| state::container_dir(cfg, r) == dir) {
         return;
     }
-    if let Err(e) = clear_driver_limit(cfg, &dir) {
+    if let Err(e) = drvlimit::clear_in_dir(cfg, &dir) {
         eprintln!(
             "gpu-quota: warning: driver memory limit recorded in {} not cleared: {e}",
             dir.display()
         );
     }
     let _ = state::remove(&dir);
-}
-
-/// Clear the driver limit recorded in state directory `dir`. Ok(None):
-/// nothing recorded there (drivers before r615, cgroup v1: the common case
-/// costs one stat and no child).
-pub fn clear_driver_limit(
-    cfg: &Config,
-    dir: &Path,
-) -> Result<Option<drvlimit::Cleared>, drvlimit::DrvLimitError> {
-    if !dir.join(drvlimit::RECORD_FILE).is_file() {
-        return Ok(None);
-    }
-    let hook = paths::driver_helper(cfg).ok_or_else(|| {
-        drvlimit::DrvLimitError::Output(format!("{} not found", paths::DRIVER_HELPER_NAME))
-    })?;
-    let files =
-        crate::driver::discover(&cfg.driver).map_err(|e| drvlimit::DrvLimitError::Load {
-            path: cfg.driver.ldcache.clone(),
-            message: e.to_string(),
-        })?;
-    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| drvlimit::DrvLimitError::Load {
-        path: "libnvidia-ml.so.1".into(),
-        message: "not found among the driver files".into(),
-    })?;
-    drvlimit::clear_recorded(&hook, &nvml, dir)
 }
 
 #[cfg(test)]
@@ -708,7 +679,7 @@ mod tests {
             args: vec![spec::HOOK_ROOT_ARG.into(), "/r".into()],
             timeout_secs: 1,
         };
-        b.patch(&[], &hs, "GPU-1").unwrap();
+        b.patch(&[], &hs, "GPU-1", None).unwrap();
         b.flush().unwrap();
         let again = Bundle::load(d.path()).unwrap();
         assert!(again.prepared_by_runtime());

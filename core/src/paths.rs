@@ -44,14 +44,12 @@ pub fn driver_helper(cfg: &Config) -> Option<PathBuf> {
 /// process's user) that group and others cannot write, in a directory of
 /// the same kind.
 pub fn trusted_program(p: &std::path::Path) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
+    use crate::fsutil::others_can_change;
     let canon = std::fs::canonicalize(p).ok()?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    let safe = |m: &std::fs::Metadata| (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0;
     let file = std::fs::metadata(&canon).ok()?;
     let dir = std::fs::metadata(canon.parent()?).ok()?;
-    (file.is_file() && safe(&file) && dir.is_dir() && safe(&dir)).then_some(canon)
+    (file.is_file() && !others_can_change(&file) && dir.is_dir() && !others_can_change(&dir))
+        .then_some(canon)
 }
 
 /// libgpuquota.so: config `interceptor`, else `../lib/gpu-quota/` from this

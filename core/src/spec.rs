@@ -13,17 +13,6 @@ pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
 /// records when the hint is missing or wrong).
 pub const RECORD_ANNOTATION: &str = "gpu-quota.io/record";
 
-/// Set the record hint (see [`RECORD_ANNOTATION`]), or remove one the
-/// config came with when the reservation has no record (a claim's).
-pub fn set_record_hint(config: &mut Value, file: Option<&str>) -> Result<(), String> {
-    let ann = obj(config, "annotations")?;
-    match file {
-        Some(f) => ann.insert(RECORD_ANNOTATION.into(), Value::String(f.into())),
-        None => ann.remove(RECORD_ANNOTATION),
-    };
-    Ok(())
-}
-
 /// The record hint of a config, if it has one.
 pub fn record_hint(config: &Value) -> Option<&str> {
     config
@@ -111,8 +100,9 @@ fn arr<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value
         .ok_or_else(|| format!("`{key}` is not an array"))
 }
 
-/// Add device nodes, their cgroup allow rules, the hooks and the
-/// assignment annotation. Idempotent: entries already present are kept,
+/// Add device nodes, their cgroup allow rules, the hooks, the
+/// assignment annotation and the record hint (`record`: the reservation's
+/// record file; `None` removes a hint the config came with). Idempotent: entries already present are kept,
 /// except our own hook entries, which are replaced in place (a bundle
 /// reused under another runc root gets this container's key).
 pub fn patch(
@@ -120,6 +110,7 @@ pub fn patch(
     nodes: &[DeviceNode],
     hook: &HookSpec,
     assigned: &str,
+    record: Option<&str>,
 ) -> Result<(), String> {
     {
         let linux = obj(config, "linux")?;
@@ -172,6 +163,10 @@ pub fn patch(
     }
     let ann = obj(config, "annotations")?;
     ann.insert(ASSIGNED_ANNOTATION.into(), Value::String(assigned.into()));
+    match record {
+        Some(f) => ann.insert(RECORD_ANNOTATION.into(), Value::String(f.into())),
+        None => ann.remove(RECORD_ANNOTATION),
+    };
     Ok(())
 }
 
@@ -202,10 +197,14 @@ mod tests {
             r#"{"ociVersion":"1.0.2","zzz":{"keep":[1,2]},"process":{"args":["sh"]},"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}},"hooks":{"prestart":[{"path":"/x"}]}}"#,
         )
         .unwrap();
-        patch(&mut v, &nodes(), &hook(), "GPU-1").unwrap();
+        patch(&mut v, &nodes(), &hook(), "GPU-1", Some("r-1")).unwrap();
         let once = v.clone();
-        patch(&mut v, &nodes(), &hook(), "GPU-1").unwrap();
+        patch(&mut v, &nodes(), &hook(), "GPU-1", Some("r-1")).unwrap();
         assert_eq!(v, once, "idempotent");
+        assert_eq!(record_hint(&v), Some("r-1"));
+        patch(&mut v, &nodes(), &hook(), "GPU-1", None).unwrap();
+        assert_eq!(record_hint(&v), None, "a hint without a record is removed");
+        patch(&mut v, &nodes(), &hook(), "GPU-1", Some("r-1")).unwrap();
         assert_eq!(v["zzz"]["keep"], json!([1, 2]));
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
         assert_eq!(
@@ -244,10 +243,10 @@ mod tests {
     fn reused_bundle_gets_this_containers_key() {
         let mut v: Value =
             serde_json::from_str(r#"{"hooks":{"poststop":[{"path":"/x","args":["x"]}]}}"#).unwrap();
-        patch(&mut v, &nodes(), &hook(), "GPU-1").unwrap();
+        patch(&mut v, &nodes(), &hook(), "GPU-1", Some("r-1")).unwrap();
         let mut two = hook();
         two.args = vec![HOOK_ROOT_ARG.into(), "/run/two".into()];
-        patch(&mut v, &nodes(), &two, "GPU-1").unwrap();
+        patch(&mut v, &nodes(), &two, "GPU-1", Some("r-1")).unwrap();
         for (stage, arg) in [
             ("createRuntime", "create-runtime"),
             ("poststop", "poststop"),

@@ -49,14 +49,6 @@ The OCI hook that gpu-quota-runtime puts into config.json; runc runs it, not you
 create-runtime/prestart: confirm the slice, mount the driver and the interceptor; poststop: release.
 Configuration: $GPU_QUOTA_CONFIG, else /etc/gpu-quota/config.toml.";
 
-/// In the static musl build (`make build`), dlmalloc: musl's allocator
-/// returns freed memory to the kernel at once (an munmap and fresh page
-/// faults for every large buffer), which costs a start more than the
-/// allocations themselves.
-#[cfg(target_env = "musl")]
-#[global_allocator]
-static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
-
 fn main() {
     // SIGALRM's default action ends the process: nothing the image can do
     // (a FIFO, a slow FUSE mount) keeps a root process waiting past this.

@@ -28,14 +28,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// runc's default state root for root.
 const DEFAULT_RUNC_ROOT: &str = "/run/runc";
 
-/// In the static musl build (`make build`), dlmalloc: musl's allocator
-/// returns freed memory to the kernel at once (an munmap and fresh page
-/// faults for every large buffer), which costs a start more than the
-/// allocations themselves.
-#[cfg(target_env = "musl")]
-#[global_allocator]
-static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
-
 fn main() {
     let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
     let a = args::parse(&argv);

@@ -334,7 +334,18 @@ pub fn clear_for_container(
             return Ok(None);
         }
     }
-    let hook = crate::paths::driver_helper(cfg).ok_or_else(|| {
+    clear_in_dir(cfg, &dir)
+}
+
+/// Clear the driver limit recorded in state directory `dir` through
+/// gpu-quota-driver and the host's NVML. Ok(None): nothing recorded there
+/// (drivers before r615, cgroup v1: the common case costs one stat and no
+/// child).
+pub fn clear_in_dir(cfg: &crate::Config, dir: &Path) -> Result<Option<Cleared>, DrvLimitError> {
+    if !dir.join(RECORD_FILE).is_file() {
+        return Ok(None);
+    }
+    let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
         DrvLimitError::Output(format!("{} not found", crate::paths::DRIVER_HELPER_NAME))
     })?;
     let files = crate::driver::discover(&cfg.driver).map_err(|e| DrvLimitError::Load {
@@ -345,7 +356,7 @@ pub fn clear_for_container(
         path: "libnvidia-ml.so.1".into(),
         message: "not found among the driver files".into(),
     })?;
-    clear_recorded(&hook, &nvml, &dir)
+    clear_recorded(&helper, &nvml, dir)
 }
 
 #[cfg(test)]

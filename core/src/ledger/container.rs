@@ -236,31 +236,31 @@ impl Ledger {
                 .and_then(records::parse_name)
                 .filter(|n| n.key == h && n.file == hint.unwrap_or_default())
                 .map(|n| n.file);
-            // the hinted record first; the listing only when that is not it
-            let mut tried = None;
-            for pass in 0..2 {
-                let names: Vec<String> = if pass == 0 {
-                    hinted.iter().cloned().collect()
-                } else {
-                    self.list_records(&bdir, true)?
-                        .into_iter()
-                        .filter(|n| n.key == h && Some(&n.file) != tried.as_ref())
-                        .map(|n| n.file)
-                        .collect()
+            // one record, confirmed when it is this container's; whatever
+            // the hinted file is, it only costs the listing
+            let mut confirm_in = |file: &str, hinted: bool| {
+                let path = bdir.join(file);
+                let read = match self.read_record(&path, true, false) {
+                    Err(_) if hinted => None,
+                    r => r?,
                 };
-                for file in names {
-                    let path = bdir.join(&file);
-                    let read = match self.read_record(&path, true, false) {
-                        // whatever the hinted file is, it only costs the listing
-                        Err(_) if pass == 0 => None,
-                        r => r?,
-                    };
-                    if let Some(mut r) = read.filter(|r| key.matches(r)) {
-                        confirm(&mut r);
-                        self.write_record(&path, &r, observe)?;
+                let Some(mut r) = read.filter(|r| key.matches(r)) else {
+                    return Ok(None);
+                };
+                confirm(&mut r);
+                self.write_record(&path, &r, observe)?;
+                Ok::<_, LedgerError>(Some(r))
+            };
+            if let Some(f) = &hinted {
+                if let Some(r) = confirm_in(f, true)? {
+                    return Ok(r);
+                }
+            }
+            for n in self.list_records(&bdir, true)? {
+                if n.key == h && Some(&n.file) != hinted.as_ref() {
+                    if let Some(r) = confirm_in(&n.file, false)? {
                         return Ok(r);
                     }
-                    tried = Some(file);
                 }
             }
         }
