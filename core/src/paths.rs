@@ -40,9 +40,10 @@ pub fn driver_helper(cfg: &Config) -> Option<PathBuf> {
     .find_map(|p| trusted_program(p))
 }
 
-/// `p`'s canonical path when it is a regular file owned by root (or this
-/// process's user) that group and others cannot write, in a directory of
-/// the same kind.
+/// `p`'s canonical path when neither it (a regular file) nor its directory
+/// can be changed by another user (`fsutil::others_can_change`: owned by
+/// root or this process's user, not writable by group or others, a sticky
+/// directory excepted).
 pub fn trusted_program(p: &std::path::Path) -> Option<PathBuf> {
     use crate::fsutil::others_can_change;
     let canon = std::fs::canonicalize(p).ok()?;
