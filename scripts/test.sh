@@ -9,6 +9,13 @@
 #      Debian 13, downloaded into a private prefix: docker 26, compose 2.26,
 #      containerd 1.7; ctr and CRI on both containerds), which start and stop
 #      their own daemons.
+# Steps 2-4 run in the private host of scripts/sandbox.sh (fresh /tmp, /var/tmp,
+# /run and engine state directories, overlays over /etc, /var/lib, /var/cache,
+# /var/log, /opt, /root; own mount and PID namespaces): nothing a machine held
+# before can hide a leftover or fail a test, and what the run leaves there is
+# named by the sandbox before it goes. Around it, the whole host is compared
+# before and after (scripts/host-snapshot.sh). docs/testing.md says how a run on
+# a machine nobody prepared is checked.
 # Ends with one line "N passed, M failed" summed over every suite, and the
 # time each step took.
 set -u -o pipefail
@@ -17,9 +24,10 @@ ROOT=$(pwd)
 LOG=$(mktemp -d /tmp/gq-test-logs.XXXXXX)
 passed=0; failed=0; broken=()
 
-need=()
-T0=$SECONDS
+T0=$((SECONDS - ${GQ_T0:-0}))
 step() { echo "   ($1: $((SECONDS - T0))s since start)"; }
+need=()
+[ "${GQ_IN_SANDBOX:-}" = 1 ] ||   # the host's packages are installed before the sandbox is made
 for p in runc:runc busybox:busybox-static dockerd:docker.io containerd:containerd podman:podman gcc:gcc make:make readelf:binutils protoc:protobuf-compiler tmux:tmux; do
   command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p##*:}")
 done
@@ -35,11 +43,12 @@ fi
 # the musl target that `make build` links the runtime and the hook against
 # (without it they are linked statically against glibc, which starts slower)
 musl=$(rustc -vV 2>/dev/null | sed -n 's/^host: //p' | sed 's/-gnu$/-musl/')
-if command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
+if [ "${GQ_IN_SANDBOX:-}" != 1 ] && command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
   echo "== installing the rust target $musl"
   rustup target add "$musl" >/dev/null 2>&1 || echo "   (not available: the static binaries are linked against glibc)"
 fi
 
+if [ "${GQ_IN_SANDBOX:-}" = 1 ]; then
 # count NAME LOGFILE RC: add a suite's counts from its closing lines
 count() {
   local name=$1 log=$2 rc=$3 p f
@@ -52,18 +61,12 @@ count() {
   fi
 }
 
-step "dependencies"
-
 echo "== docs name what exists (scripts/doc-paths.py: paths, tests, links, make targets, env variables, architecture.md's lists)"
 if python3 scripts/doc-paths.py; then
   passed=$((passed + 1))
 else
   broken+=("doc-paths"); failed=$((failed + 1))
 fi
-
-# What the host looks like before anything of ours runs (after the dependencies,
-# whose packages are meant to stay): compared with the same snapshot at the end.
-bash scripts/host-snapshot.sh >"$LOG/host.before"
 
 echo "== build (debug, for the unit and e2e tests; release, for the engine suite)"
 # pipefail: a failed build stops here (tail alone would succeed)
@@ -101,6 +104,40 @@ if [ -f tests/engines/run.sh ]; then
   count engines "$LOG/engines.log" "${PIPESTATUS[0]}"
   step "engines"
 fi
+
+  rm -rf "$LOG"
+  [ ${#broken[@]} -eq 0 ] || echo "failing suites: ${broken[*]}"
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ] && [ ${#broken[@]} -eq 0 ]
+  exit $?
+fi
+step "dependencies"
+
+# What the host looks like before anything of ours runs (after the dependencies,
+# whose packages are meant to stay): compared with the same snapshot at the end.
+bash scripts/host-snapshot.sh >"$LOG/host.before"
+
+echo "== the private host's own check (scripts/sandbox.sh --self-test: leftovers in it are named)"
+bash scripts/sandbox.sh --self-test 2>&1 | tee "$LOG/sandbox-self.log"
+rc=${PIPESTATUS[0]}
+p=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\1/p' "$LOG/sandbox-self.log" | tail -1)
+f=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\2/p' "$LOG/sandbox-self.log" | tail -1)
+passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+[ "$rc" = 0 ] || { broken+=("sandbox-self-test"); [ "${f:-0}" -gt 0 ] || failed=$((failed + 1)); }
+
+echo "== in the private host (scripts/sandbox.sh): build, unit, e2e, interceptor, engines"
+bash scripts/sandbox.sh -- env GQ_IN_SANDBOX=1 GQ_T0=$((SECONDS - T0)) bash scripts/test.sh 2>&1 | tee "$LOG/suite.log"
+rc=${PIPESTATUS[0]}
+p=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\1/p' "$LOG/suite.log" | tail -1)
+f=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\2/p' "$LOG/suite.log" | tail -1)
+passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+if grep -q '^sandbox: nothing left in the private host' "$LOG/suite.log"; then
+  passed=$((passed + 1))
+else
+  broken+=("private-host-leftovers"); failed=$((failed + 1))
+fi
+[ "$rc" = 0 ] || [ "$rc" = 3 ] || { broken+=("suite"); [ "${f:-0}" -gt 0 ] || failed=$((failed + 1)); }
+step "suite"
 
 echo "== nothing left on the host (whole mount table, /tmp, /var/tmp, cgroups, /etc /var/lib /var/cache /var/log /run /opt /root, processes)"
 # cargo's and the compilers' own caches are not the suite's leftovers

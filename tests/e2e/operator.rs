@@ -482,17 +482,28 @@ fn release_and_gc_on_real_containers_one_sigkilled() {
     assert_eq!((c.admissions, c.releases, c.reclaims), (3, 2, 1));
 }
 
-/// A tmux server of our own (its socket name is unique to this test).
-struct Tmux(String);
+/// A tmux server of our own: its socket and temp files live in a temp dir of
+/// this test (`-S`, `TMUX_TMPDIR`), never in the host's /tmp/tmux-UID.
+struct Tmux {
+    dir: tempfile::TempDir,
+}
 
 impl Tmux {
-    fn new(n: u32) -> Tmux {
-        Tmux(format!("gq-top-{}-{n}", std::process::id()))
+    fn new() -> Tmux {
+        Tmux {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn command(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.env("TMUX_TMPDIR", self.dir.path())
+            .arg("-S")
+            .arg(self.dir.path().join("sock"));
+        c
     }
     fn run(&self, args: &[&str]) -> Output {
-        let o = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.0)
+        let o = self
+            .command()
             .args(args)
             .output()
             .expect("tmux (apt-get install tmux)");
@@ -516,9 +527,7 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.0, "kill-server"])
-            .output();
+        let _ = self.command().arg("kill-server").output();
     }
 }
 
@@ -539,7 +548,7 @@ fn top_in_tmux_refreshes_and_quits_on_q_and_ctrl_c() {
         "alpha",
     );
     for (n, key) in [(0, "q"), (1, "C-c")] {
-        let t = Tmux::new(n);
+        let t = Tmux::new();
         let done = logs.path().join(format!("exit{n}"));
         let cmd = format!(
             "GPU_QUOTA_CONFIG={} {} top; echo $? > {}; sleep 60",
