@@ -11,7 +11,7 @@ REL := target/release
 DBG := target/debug
 SO := interceptor/target/release/libgpuquota.so
 
-.PHONY: all build build-debug interceptor device-plugin dra test fuzz demo install uninstall bench gpu-carry clean
+.PHONY: all build build-debug build-demo interceptor device-plugin dra test fuzz demo install uninstall bench gpu-carry clean
 
 all: build
 
@@ -41,6 +41,16 @@ build: interceptor
 	RUSTFLAGS="$$RUSTFLAGS $$flags" $(CARGO) build --release $(CARGO_Q) --target $$t -p gpu-quota-shim -p gpu-quota-hook --bin gpu-quota-runtime --bin gpu-quota-hook && \
 	install -m 0755 target/$$t/release/gpu-quota-runtime target/$$t/release/gpu-quota-hook $(REL)/
 	install -m 0644 $(SO) $(REL)/libgpuquota.so
+
+# What `make demo` runs and nothing else, in one cargo invocation for the host
+# target: the `demo` profile (Cargo.toml) skips LTO and the static pair's second
+# target, which would compile every shared dependency twice. The demo measures
+# nothing, so its binaries need no release tuning.
+DEMO := target/demo
+build-demo: interceptor
+	$(CARGO) build --profile demo $(CARGO_Q) -p gpu-quota-shim -p gpu-quota-hook -p gpu-quota-install \
+	  --bin gpu-quota-runtime --bin gpu-quota-hook --bin gpu-quota-driver --bin gpu-quota
+	install -m 0644 $(SO) $(DEMO)/libgpuquota.so
 
 # The Kubernetes device plugin (its image: deploy/kubernetes/Dockerfile; docs/kubernetes.md).
 device-plugin:

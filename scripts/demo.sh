@@ -13,12 +13,12 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "== building (release; the first build compiles every dependency and takes a few minutes)"
-make -s build CARGO_Q=
+echo "== building what the demo runs (make build-demo; the first build compiles every dependency: about 2 minutes on 2 cores)"
+make -s build-demo CARGO_Q=
 make -s -C tests/fake
 
 D=$(mktemp -d /tmp/gpu-quota-demo.XXXXXX)
-R="$ROOT/target/release"
+R="$ROOT/target/demo"
 RUNC_ROOT="$D/runc-root"
 cleanup() {
   for id in $(runc --root "$RUNC_ROOT" list -q 2>/dev/null); do "$R/gpu-quota-runtime" --root "$RUNC_ROOT" delete --force "$id" >/dev/null 2>&1 || true; done

@@ -187,6 +187,32 @@ impl Cache {
     }
 }
 
+/// What a context is known to cost on this host, for admission
+/// ([`crate::placement::ContextCosts`]): the configured size, else the
+/// newest successful measurement per GPU model in the cache. The cache is
+/// read only for a request that could be that small (under
+/// `MAX_PLAUSIBLE_BYTES` + margin on some GPU), so large slices cost no read.
+pub fn known_costs(cfg: &crate::Config, could_be_small: bool) -> crate::placement::ContextCosts {
+    let mut out = crate::placement::ContextCosts::default();
+    match cfg.context_overhead_setting() {
+        Ok(Setting::Bytes(b)) => out.configured = Some(b),
+        Ok(_) if could_be_small => {
+            let mut measured: Vec<Entry> = Cache::new(&cfg.ledger_dir)
+                .entries()
+                .into_iter()
+                .filter(|e| e.error.is_none() && e.measured.is_some())
+                .collect();
+            // the newest measurement of a model wins (as in get_any_driver)
+            measured.sort_by_key(|e| e.at_unix);
+            for e in measured {
+                out.measured.insert(e.key.gpu_name, e.charge_bytes);
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
 /// Something that measures a context on one GPU (the child process; a
 /// closure in tests).
 pub trait Measurer {

@@ -91,6 +91,7 @@ pub fn reason_of(e: &LedgerError) -> &'static str {
             PlacementError::Duplicate { .. } => "invalid_request",
             PlacementError::NotEnoughGpus { .. } => "not_enough_gpus",
             PlacementError::TooLarge { .. } => "too_large",
+            PlacementError::TooSmallForContext { .. } => "too_small_for_context",
             PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
         },
         LedgerError::Duplicate { .. } => "duplicate",

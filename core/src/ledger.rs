@@ -20,7 +20,7 @@
 use crate::config::Config;
 use crate::fsutil::{self, WriteStep};
 use crate::inventory::Inventory;
-use crate::placement::{PlacementError, Placer, Slice, Usage};
+use crate::placement::{ContextCosts, PlacementError, Placer, Slice, Usage};
 use crate::request::Request;
 use crate::units::human;
 use serde::{Deserialize, Serialize};

@@ -35,7 +35,7 @@
 use crate::{
     claims::{self, ClaimError, Presented},
     config::Config,
-    devices, drvlimit, events, fsutil,
+    ctxcost, devices, drvlimit, events, fsutil,
     ledger::{self, Key, LedgerError},
     paths, spec, state, Inventory, Ledger, Request, Reservation,
 };
@@ -192,9 +192,14 @@ pub fn admit(
     precheck(cfg, bundle, id, &request, src)?;
     let ledger = Ledger::new(cfg);
     let mut reclaimed = vec![];
-    let admitted = ledger.admit(
+    let could_be_small = inv.gpus.iter().any(|g| {
+        req.vram.resolve(g.total_bytes) <= ctxcost::MAX_PLAUSIBLE_BYTES + ctxcost::MARGIN_BYTES
+    });
+    let contexts = ctxcost::known_costs(cfg, could_be_small);
+    let admitted = ledger.admit_knowing(
         cfg,
         inv,
+        &contexts,
         req,
         id,
         Some(root),

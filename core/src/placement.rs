@@ -57,6 +57,15 @@ pub enum PlacementError {
         holders: usize,
         elsewhere: String,
     },
+    #[error("requested {requested} on {gpu}, which cannot hold a CUDA context: every process is charged {charge} for its context on this GPU ({how}), so no CUDA program could run in it. The smallest useful slice on this GPU is {smallest}; ask for at least that (e.g. vram={suggest})")]
+    TooSmallForContext {
+        requested: String,
+        gpu: String,
+        charge: String,
+        how: &'static str,
+        smallest: String,
+        suggest: String,
+    },
     #[error("requested {requested} on {count} GPU(s), but no {count} GPU(s) have that much free; free now: {free}. Ask for less or wait until a slice is released (see `gpu-quota ls`)")]
     NoFit {
         requested: String,
@@ -68,12 +77,46 @@ pub enum PlacementError {
 /// What is already held on each GPU (by uuid): bytes and number of holders.
 pub type Usage = BTreeMap<String, (u64, usize)>;
 
+/// What a CUDA context is known to cost on this host, per GPU model: the
+/// config's `context_overhead` when it is a size, else what the hook
+/// measured here (`context-cost.json`). Every process in a slice is charged
+/// that much before its first allocation, so a slice no larger than it can
+/// run no CUDA code: placement refuses it with the figures. Unknown (no
+/// setting, nothing measured yet): no check here; the interceptor names the
+/// quota at the container's first CUDA call instead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContextCosts {
+    pub configured: Option<u64>,
+    /// GPU model name → measured charge.
+    pub measured: BTreeMap<String, u64>,
+}
+
+/// The smallest slice worth granting above a context: one allocation of the
+/// driver's 2 MiB granularity.
+pub const MIN_USEFUL_ABOVE_CONTEXT: u64 = 2 << 20;
+
+impl ContextCosts {
+    /// The charge on GPU `g` and where it comes from, when known.
+    pub fn of(&self, g: &Gpu) -> Option<(u64, &'static str)> {
+        match self.configured {
+            Some(0) => None,
+            Some(b) => Some((b, "the config's context_overhead")),
+            None => self
+                .measured
+                .get(&g.name)
+                .map(|b| (*b, "measured on this host")),
+        }
+    }
+}
+
 pub struct Placer<'a> {
     pub inventory: &'a Inventory,
     pub policy: Policy,
     pub reserve: u64,
     /// GPUs that may be sliced (indices or UUIDs); empty = all.
     pub sliceable: &'a [String],
+    /// What a context costs here, where known.
+    pub contexts: &'a ContextCosts,
 }
 
 /// Whether `g` may be sliced under the config's `gpus` list (indices or
@@ -251,6 +294,20 @@ impl Placer<'_> {
                     elsewhere: self.free_list(usage, Some(&g.uuid)),
                 });
             }
+            if let Some((charge, how)) = self.contexts.of(g) {
+                if bytes <= charge {
+                    let smallest = charge + MIN_USEFUL_ABOVE_CONTEXT;
+                    let mib = 1u64 << 20;
+                    return Err(PlacementError::TooSmallForContext {
+                        requested: format!("{} ({})", human(bytes), req.origin),
+                        gpu: describe(g),
+                        charge: human(charge),
+                        how,
+                        smallest: human(smallest),
+                        suggest: format!("{}m", smallest.div_ceil(mib)),
+                    });
+                }
+            }
         }
         Ok(chosen.into_iter().map(slice).collect())
     }
@@ -301,6 +358,7 @@ mod tests {
             policy: Policy::Binpack,
             reserve: 0,
             sliceable: &[],
+            contexts: &ContextCosts::default(),
         };
         assert_eq!(
             p.place(&r, &u).unwrap()[0].index,
@@ -312,6 +370,7 @@ mod tests {
             policy: Policy::Spread,
             reserve: 0,
             sliceable: &[],
+            contexts: &ContextCosts::default(),
         };
         assert_eq!(
             p.place(&r, &u).unwrap()[0].index,
@@ -329,6 +388,7 @@ mod tests {
             policy: Policy::Binpack,
             reserve: 0,
             sliceable: &[],
+            contexts: &ContextCosts::default(),
         };
         let e = p
             .place(
@@ -364,6 +424,7 @@ mod tests {
             policy: Policy::Binpack,
             reserve: G,
             sliceable: &[],
+            contexts: &ContextCosts::default(),
         };
         let e = p
             .place(
@@ -403,6 +464,7 @@ mod tests {
             policy: Policy::Binpack,
             reserve: 0,
             sliceable: &sl,
+            contexts: &ContextCosts::default(),
         };
         let r = |g: Vec<GpuRef>| req(Size::Bytes(G), GpuSelector::List(g));
         assert!(matches!(
@@ -430,10 +492,65 @@ mod tests {
             policy: Policy::Binpack,
             reserve: 0,
             sliceable: &[],
+            contexts: &ContextCosts::default(),
         };
         assert_eq!(
             p.place(&r(vec![GpuRef::Index(0)]), &Usage::new()),
             Err(PlacementError::NoGpus)
         );
+    }
+
+    #[test]
+    fn a_slice_that_cannot_hold_a_known_context_is_refused_with_the_figures() {
+        let i = inv(2, 16 * G);
+        let mib = 1u64 << 20;
+        let measured = ContextCosts {
+            configured: None,
+            measured: [(i.gpus[0].name.clone(), 614 * mib)].into(),
+        };
+        let place = |c: &ContextCosts, b: u64| {
+            Placer {
+                inventory: &i,
+                policy: Policy::Binpack,
+                reserve: 0,
+                sliceable: &[],
+                contexts: c,
+            }
+            .place(&req(Size::Bytes(b), GpuSelector::Count(1)), &Usage::new())
+        };
+        let err = place(&measured, 512 * mib).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, PlacementError::TooSmallForContext { .. }),
+            "{msg}"
+        );
+        for want in [
+            "512.00 MiB",
+            "614.00 MiB",
+            "616.00 MiB",
+            "measured on this host",
+            "vram=616m",
+        ] {
+            assert!(msg.contains(want), "{want:?} missing in: {msg}");
+        }
+        // exactly the context: nothing left for an allocation
+        assert!(place(&measured, 614 * mib).is_err());
+        // negative controls: one granule more fits; unknown cost = no check;
+        // a configured 0 charges nothing
+        assert!(place(&measured, 616 * mib).is_ok());
+        assert!(place(&ContextCosts::default(), 512 * mib).is_ok());
+        let zero = ContextCosts {
+            configured: Some(0),
+            ..measured.clone()
+        };
+        assert!(place(&zero, 512 * mib).is_ok());
+        // the configured figure wins over the measured one
+        let conf = ContextCosts {
+            configured: Some(256 * mib),
+            ..measured
+        };
+        assert!(place(&conf, 512 * mib).is_ok());
+        let msg = place(&conf, 200 * mib).unwrap_err().to_string();
+        assert!(msg.contains("the config's context_overhead"), "{msg}");
     }
 }

@@ -221,6 +221,15 @@ fn admit_slow(
     Err(())
 }
 
+/// The slice of a device being charged a context of `charge` bytes, when
+/// the slice can never hold it (foreign GPUs excepted: their own line says
+/// why they refuse): the caller refuses with [`msg::context_too_big`]
+/// instead of the allocation's line.
+pub fn slice_below(dev: Dev, charge: u64) -> Option<u64> {
+    let (_, limit) = ctx(&dev)?;
+    (charge > limit && !crate::foreign::is_foreign(dev.idx)).then_some(limit)
+}
+
 /// Does n more bytes fit right now (no reservation; graph memory nodes)?
 pub fn fits(api: &[u8], dev: Dev, n: u64) -> bool {
     fits_after(api, dev, n, 0)

@@ -61,3 +61,19 @@ pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
     b.push(b" in use by this container");
     finish(b);
 }
+
+/// A slice that cannot hold the context being created: the one line says
+/// so, with the smallest slice that could (the context and one 2 MiB
+/// allocation), as admission says it where the charge was known there.
+pub fn context_too_big(charge: u64, slice: u64, ordinal: i32) {
+    let Some(mut b) = gate::<256>() else { return };
+    b.push(b"gpu-quota: this container's slice (");
+    b.push_size(slice);
+    b.push(b" on GPU ");
+    b.push_i64(ordinal as i64);
+    b.push(b") cannot hold a CUDA context, which is charged ");
+    b.push_size(charge);
+    b.push(b" per process here; ask for at least ");
+    b.push_size(charge + (2 << 20));
+    finish(b);
+}

@@ -114,6 +114,17 @@ int t_ctx(void) {
   return failures ? 1 : 0;
 }
 
+/* a slice smaller than one context: the first context fails with the
+   driver's out-of-memory code, the one line names the context, and nothing
+   is charged (the slice stays empty) */
+int t_ctxsmall(void) {
+  int d; void *c;
+  REQUIRE(A.cuInit(0) == 0 && A.cuDeviceGet(&d, 0) == 0, "init");
+  CHECK(A.cuDevicePrimaryCtxRetain(&c, d) == 2, "primary context in a slice below its charge: want CUDA_ERROR_OUT_OF_MEMORY");
+  CHECK(A.cuCtxCreate_v4(&c, 0, 0, d) == 2, "cuCtxCreate: want CUDA_ERROR_OUT_OF_MEMORY");
+  return failures ? 1 : 0;
+}
+
 /* a context made behind the interceptor's back (the driver's own entry
    point): its overhead is charged at the first query/allocation on it */
 int t_ctxunseen(void) {

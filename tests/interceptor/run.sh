@@ -172,6 +172,14 @@ msg() {
   grep -qxF "$want" "$T/msg.err" || { echo "message differs from: $want"; return 1; }
 }
 t refusal_message_rate_limited msg
+ctx_small() {
+  env GPU_QUOTA_VRAM=8m GPU_QUOTA_CONTEXT_OVERHEAD=16m LD_PRELOAD="$SO" "$B/gqtest_dl" ctxsmall 2>"$T/ctxsmall.err" || return 1
+  cat "$T/ctxsmall.err"
+  local want="gpu-quota: this container's slice (8.00 MiB on GPU 0) cannot hold a CUDA context, which is charged 16.00 MiB per process here; ask for at least 18.00 MiB"
+  [ "$(grep -c '^gpu-quota:' "$T/ctxsmall.err")" = 1 ] || { echo "expected exactly one line"; return 1; }
+  grep -qxF "$want" "$T/ctxsmall.err" || { echo "message differs from: $want"; return 1; }
+}
+t slice_below_one_context_names_it ctx_small
 
 echo "== container state directory"
 mkstate() { # DIR VRAM [extra lines]

@@ -23,12 +23,31 @@ impl Ledger {
         bundle: &str,
         reclaimed: &mut Vec<Reservation>,
     ) -> Result<Reservation, LedgerError> {
+        let unknown = ContextCosts::default();
+        self.admit_knowing(cfg, inv, &unknown, req, id, root, bundle, reclaimed)
+    }
+
+    /// [`Ledger::admit`] where what a context costs is known
+    /// (`contexts`): a slice that cannot hold one is refused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn admit_knowing(
+        &self,
+        cfg: &Config,
+        inv: &Inventory,
+        contexts: &ContextCosts,
+        req: &Request,
+        id: &str,
+        root: Option<&str>,
+        bundle: &str,
+        reclaimed: &mut Vec<Reservation>,
+    ) -> Result<Reservation, LedgerError> {
         let reserve = cfg.reserve_bytes().unwrap_or(0);
         let placer = Placer {
             inventory: inv,
             policy: cfg.placement,
             reserve,
             sliceable: &cfg.gpus,
+            contexts,
         };
         if let Some(r) = self.admit_record(&placer, req, id, root, bundle)? {
             return Ok(r);

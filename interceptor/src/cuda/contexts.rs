@@ -23,6 +23,13 @@ unsafe fn with_ctx_charge(api: &[u8], ordinal: c_int, call: impl FnOnce() -> CUr
     if flag.compare_exchange(0, 1, AcqRel, Acquire).is_err() {
         return call();
     }
+    // a slice smaller than one context: no CUDA program can run in it, and
+    // the line should say so rather than describe a refused allocation
+    if let Some(slice) = account::slice_below(dev, ov) {
+        flag.store(0, Release);
+        crate::msg::context_too_big(ov, slice, dev.ordinal);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     let ch = match account::admit(api, dev, ov) {
         Ok(c) => c,
         Err(()) => {
