@@ -178,6 +178,15 @@ fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, 
     let total_bytes: u64 = r.slices.iter().map(|s| s.bytes).sum();
     let pid = r.pid.unwrap_or(0);
     let age_secs = crate::fsutil::now_unix().saturating_sub(r.created_unix);
+    // who the container is to its engine (empty where the engine said nothing)
+    let w = r.workload.clone().unwrap_or_default();
+    let part = |v: &Option<String>| v.clone().unwrap_or_default();
+    let (namespace, pod, pod_uid, container_name) = (
+        part(&w.namespace),
+        part(&w.pod),
+        part(&w.pod_uid),
+        part(&w.container),
+    );
     emit(cfg, src, &|| {
         tracing::info!(
             event = kind.as_str(),
@@ -190,6 +199,10 @@ fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, 
             slice_bytes,
             total_bytes,
             request = r.request.as_str(),
+            namespace = namespace.as_str(),
+            pod = pod.as_str(),
+            pod_uid = pod_uid.as_str(),
+            container_name = container_name.as_str(),
             pid,
             age_secs,
             reason,
@@ -331,6 +344,39 @@ mod tests {
             ),
             (1, 1, 1, 2)
         );
+    }
+
+    #[test]
+    fn an_admission_names_the_pod_where_the_engine_said() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path(), LogTarget::File);
+        let r = Reservation {
+            workload: Some(crate::workload::Workload {
+                namespace: Some("ml".into()),
+                pod: Some("train-0".into()),
+                pod_uid: Some("u-1".into()),
+                container: Some("trainer".into()),
+            }),
+            ..res("c1")
+        };
+        admitted(&c, SRC, &r);
+        admitted(&c, SRC, &res("c2"));
+        let l = lines(&c.log_file);
+        assert_eq!(
+            (
+                &l[0]["namespace"],
+                &l[0]["pod"],
+                &l[0]["pod_uid"],
+                &l[0]["container_name"]
+            ),
+            (
+                &"ml".into(),
+                &"train-0".into(),
+                &"u-1".into(),
+                &"trainer".into()
+            )
+        );
+        assert_eq!(l[1]["pod"], "", "no workload: empty");
     }
 
     #[test]

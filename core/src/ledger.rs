@@ -23,6 +23,7 @@ use crate::inventory::Inventory;
 use crate::placement::{ContextCosts, PlacementError, Placer, Slice, Usage};
 use crate::request::Request;
 use crate::units::human;
+use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -78,6 +79,10 @@ pub struct Reservation {
     /// bytes, so sums and fit checks skip this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_claim: Option<String>,
+    /// Who the container is to its engine (pod, namespace, name), for the
+    /// operator's view only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
 }
 
 /// A prepared DRA claim, as its ledger entry records it.
@@ -131,6 +136,7 @@ impl Reservation {
             boot_id: None,
             claim: None,
             bound_claim: None,
+            workload: None,
         }
     }
 
@@ -526,6 +532,15 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     f.write_all(bytes)
+}
+
+/// What admission knows besides the request: what a context costs here
+/// (a slice that cannot hold one is refused) and who the container is to
+/// its engine (recorded with the reservation).
+#[derive(Debug, Clone, Default)]
+pub struct AdmitInfo {
+    pub contexts: ContextCosts,
+    pub workload: Option<Workload>,
 }
 
 pub fn describe_slices(s: &[Slice]) -> String {

@@ -36,6 +36,7 @@ pub mod spec;
 pub mod state;
 pub mod toolkit;
 pub mod usage;
+pub mod workload;
 
 /// In the static musl build of gpu-quota-runtime and gpu-quota-hook (`make
 /// build`; both link this crate, and nothing else is built for musl),

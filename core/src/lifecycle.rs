@@ -195,11 +195,14 @@ pub fn admit(
     let could_be_small = inv.gpus.iter().any(|g| {
         req.vram.resolve(g.total_bytes) <= ctxcost::MAX_PLAUSIBLE_BYTES + ctxcost::MARGIN_BYTES
     });
-    let contexts = ctxcost::known_costs(cfg, could_be_small);
+    let info = ledger::AdmitInfo {
+        contexts: ctxcost::known_costs(cfg, could_be_small),
+        workload: crate::workload::Workload::from_config(&bundle.config),
+    };
     let admitted = ledger.admit_knowing(
         cfg,
         inv,
-        &contexts,
+        &info,
         req,
         id,
         Some(root),

@@ -15,8 +15,9 @@ use std::path::Path;
 const FLOORS: &[&[&str]] = &[
     // 0: formats, files, processes, libraries; no knowledge of gpu-quota's policy
     &["units", "fsutil", "ldcache", "out", "helper", "dl"],
-    // 1: the request grammar, event counters, the usage file's reader
-    &["request", "counters", "usage"],
+    // 1: the request grammar, event counters, the usage file's reader, who a
+    //    container is to its engine (pod, name)
+    &["request", "counters", "usage", "workload"],
     // 2: the host configuration (settings parsing included)
     &["config"],
     // 3: where our binaries are (the driver helper included)

@@ -6,7 +6,7 @@
 //! `UUID` and `modelName` labels so that one dashboard can join
 //! `DCGM_FI_DEV_FB_USED` with these series. Every family is written with
 //! its HELP and TYPE even when it has no sample yet.
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ContainerView, Snapshot};
 use std::fmt::Write as _;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -35,6 +35,24 @@ impl Out {
             let _ = writeln!(self.0, "{name}{{{}}} {v}", l.join(","));
         }
     }
+}
+
+/// A container's identifying labels: its id, and under Kubernetes its
+/// pod's (`namespace`, `pod`, `pod_uid`, `container_name`; empty where the
+/// engine named none, so that every series of a family has the same label
+/// set), so per-pod memory is one `sum by (namespace, pod)` away.
+fn who(c: &ContainerView) -> Vec<(&'static str, &str)> {
+    let w = c.workload.as_ref();
+    let part = |f: fn(&gpuquota_core::workload::Workload) -> &Option<String>| {
+        w.and_then(|w| f(w).as_deref()).unwrap_or("")
+    };
+    vec![
+        ("container", c.id.as_str()),
+        ("namespace", part(|w| &w.namespace)),
+        ("pod", part(|w| &w.pod)),
+        ("pod_uid", part(|w| &w.pod_uid)),
+        ("container_name", part(|w| &w.container)),
+    ]
 }
 
 pub fn render(s: &Snapshot) -> String {
@@ -138,16 +156,13 @@ pub fn render(s: &Snapshot) -> String {
         "One series per container holding a slice: its state (running, reserved, stale), engine and request.",
     );
     for c in &s.containers {
-        o.sample(
-            "gpu_quota_container_info",
-            &[
-                ("container", &c.id),
-                ("state", c.state),
-                ("engine", c.engine),
-                ("request", &c.request),
-            ],
-            1,
-        );
+        let mut l = who(c);
+        l.extend([
+            ("state", c.state),
+            ("engine", c.engine),
+            ("request", c.request.as_str()),
+        ]);
+        o.sample("gpu_quota_container_info", &l, 1);
     }
     o.family(
         "gpu_quota_container_slice_bytes",
@@ -157,11 +172,9 @@ pub fn render(s: &Snapshot) -> String {
     for c in &s.containers {
         for sl in &c.slices {
             let i = sl.index.to_string();
-            o.sample(
-                "gpu_quota_container_slice_bytes",
-                &[("container", &c.id), ("gpu", &i)],
-                sl.bytes,
-            );
+            let mut l = who(c);
+            l.push(("gpu", &i));
+            o.sample("gpu_quota_container_slice_bytes", &l, sl.bytes);
         }
     }
     o.family(
@@ -187,11 +200,9 @@ pub fn render(s: &Snapshot) -> String {
         for sl in &c.slices {
             if let Some(u) = sl.used {
                 let i = sl.index.to_string();
-                o.sample(
-                    "gpu_quota_container_used_bytes",
-                    &[("container", &c.id), ("gpu", &i)],
-                    u,
-                );
+                let mut l = who(c);
+                l.push(("gpu", &i));
+                o.sample("gpu_quota_container_used_bytes", &l, u);
             }
         }
     }
@@ -289,12 +300,29 @@ mod tests {
                 used: None,
             }],
             refusals: None,
+            workload: None,
         });
         s.claims.push(crate::snapshot::ClaimView {
             name: "ml/v".into(),
             index: 0,
             bytes: 8,
             bound: None,
+        });
+        s.containers.push(ContainerView {
+            id: "k".into(),
+            workload: Some(gpuquota_core::workload::Workload {
+                namespace: Some("ml".into()),
+                pod: Some("p-0".into()),
+                pod_uid: Some("u".into()),
+                container: Some("main".into()),
+            }),
+            slices: vec![SliceView {
+                index: 0,
+                uuid: "GPU-0".into(),
+                bytes: 8,
+                used: None,
+            }],
+            ..s.containers[0].clone()
         });
         s.counters.admissions = 3;
         s.counters.refusals.insert("does_not_fit".into(), 2);
@@ -304,7 +332,8 @@ mod tests {
             "gpu_quota_gpu_info{gpu=\"0\",UUID=\"GPU-0\",modelName=\"NVIDIA \\\"H200\\\"\",simulated=\"false\"} 1",
             "gpu_quota_gpu_used_bytes{gpu=\"0\",uuid=\"GPU-0\",simulated=\"false\"} 55",
             "gpu_quota_gpu_reserve_bytes{gpu=\"0\",uuid=\"GPU-0\",simulated=\"false\"} 10",
-            "gpu_quota_container_slice_bytes{container=\"c\\\\1\",gpu=\"0\"} 40",
+            "gpu_quota_container_slice_bytes{container=\"c\\\\1\",namespace=\"\",pod=\"\",pod_uid=\"\",container_name=\"\",gpu=\"0\"} 40",
+            "gpu_quota_container_slice_bytes{container=\"k\",namespace=\"ml\",pod=\"p-0\",pod_uid=\"u\",container_name=\"main\",gpu=\"0\"} 8",
             "gpu_quota_container_age_seconds{container=\"c\\\\1\"} 7",
             "gpu_quota_claim_bytes{claim=\"ml/v\",gpu=\"0\",bound=\"false\"} 8",
             "gpu_quota_admissions_total 3",

@@ -124,14 +124,15 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         return Ok(());
     }
     gpuquota_core::outln!(
-        "{:<20} {:<8} {:<6} {:>12} {:>12} {:>8} {:>8}  REQUEST",
+        "{:<20} {:<8} {:<6} {:>12} {:>12} {:>8} {:>8}  {:<16} WORKLOAD",
         "CONTAINER",
         "STATE",
         "GPU",
         "SLICE",
         "USED",
         "PID",
-        "AGE"
+        "AGE",
+        "REQUEST"
     );
     for r in data.reservations.iter().filter(|r| !r.is_claim()) {
         let id: String = r.container_id.chars().take(20).collect();
@@ -153,9 +154,10 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         let pid = r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
         let age = now.saturating_sub(r.created_unix);
         gpuquota_core::outln!(
-            "{id:<20} {state:<8} {gpus:<6} {slice:>12} {used:>12} {pid:>8} {:>7}s  {}",
+            "{id:<20} {state:<8} {gpus:<6} {slice:>12} {used:>12} {pid:>8} {:>7}s  {:<16} {}",
             age,
-            r.request
+            r.request,
+            r.workload.as_ref().map(|w| w.label()).unwrap_or_default()
         );
     }
     for line in claim_lines(&data) {

@@ -78,6 +78,19 @@ pub struct ContainerView {
     pub slices: Vec<SliceView>,
     /// Allocations the interceptor refused in this container.
     pub refusals: Option<u64>,
+    /// Who it is to its engine (pod, namespace, name), where known.
+    pub workload: Option<gpuquota_core::workload::Workload>,
+}
+
+impl ContainerView {
+    /// The name an operator knows it by: `namespace/pod/container` where
+    /// the engine said, else the container id.
+    pub fn display_name(&self) -> String {
+        match &self.workload {
+            Some(w) => w.label(),
+            None => self.id.clone(),
+        }
+    }
 }
 
 /// A prepared DRA claim (issue 20): its bytes on its GPU, held for the pod
@@ -199,6 +212,7 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
                     })
                     .collect(),
                 refusals: u.as_ref().map(|u| u.refusals),
+                workload: r.workload.clone(),
             }
         })
         .collect();

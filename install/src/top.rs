@@ -205,7 +205,7 @@ fn draw(f: &mut ratatui::Frame, s: &Snapshot) {
             Row::new(vec![
                 ratatui::widgets::Cell::from(GLYPHS[i % GLYPHS.len()].to_string())
                     .style(Style::default().fg(PALETTE[i % PALETTE.len()])),
-                c.id.clone().into(),
+                c.display_name().into(),
                 c.state.into(),
                 c.engine.into(),
                 gpu.into(),
@@ -303,7 +303,7 @@ pub fn plain(s: &Snapshot) -> String {
             o,
             "{}  {:<24} {:<8} {:<10} {:<5} {:>11} {:>11} {:>7}",
             GLYPHS[i % GLYPHS.len()],
-            c.id,
+            c.display_name(),
             c.state,
             c.engine,
             gpu,
@@ -349,6 +349,7 @@ mod tests {
                 used,
             }],
             refusals: None,
+            workload: None,
         }
     }
 

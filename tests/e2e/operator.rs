@@ -366,6 +366,70 @@ fn exporter_is_scraped_while_real_containers_start_and_stop() {
 }
 
 #[test]
+fn a_pods_names_from_the_cri_annotations_are_in_ls_the_metrics_and_the_events() {
+    require_e2e!();
+    let (h, log) = host();
+    let pod = [
+        ("vram", "2g"),
+        ("io.kubernetes.cri.sandbox-namespace", "ml"),
+        ("io.kubernetes.cri.sandbox-name", "train-0"),
+        (
+            "io.kubernetes.cri.sandbox-uid",
+            "6f1c2a7e-0d4b-4e8a-9c1d-2b3a4c5d6e7f",
+        ),
+        ("io.kubernetes.cri.container-name", "trainer"),
+    ];
+    assert_ok(&create(&h, "podc", &pod), "pod's container");
+    // a forged name with a terminal escape is not shown
+    assert_ok(
+        &create(
+            &h,
+            "evil",
+            &[
+                ("vram", "1g"),
+                ("io.kubernetes.cri.sandbox-name", "x\u{1b}]0;owned\u{7}"),
+            ],
+        ),
+        "evil",
+    );
+    let ls = out(&gq(&h, &["ls"], ""));
+    let line = ls.lines().find(|l| l.starts_with("podc")).expect(&ls);
+    assert!(line.ends_with("ml/train-0/trainer"), "{ls}");
+    assert!(!ls.contains('\u{1b}') && !ls.contains("owned"), "{ls:?}");
+    let json: Value = serde_json::from_str(&out(&gq(&h, &["ls", "--json"], ""))).unwrap();
+    let r = json["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["container_id"] == "podc")
+        .unwrap();
+    assert_eq!(r["workload"]["pod"], "train-0");
+    let m = parse(&out(&gq(&h, &["metrics"], "")));
+    let want = [
+        ("container", "podc"),
+        ("namespace", "ml"),
+        ("pod", "train-0"),
+        ("pod_uid", "6f1c2a7e-0d4b-4e8a-9c1d-2b3a4c5d6e7f"),
+        ("container_name", "trainer"),
+        ("gpu", "0"),
+    ];
+    assert_eq!(
+        value(&m, "gpu_quota_container_slice_bytes", &want),
+        Some((2u64 << 30) as f64)
+    );
+    let ev = log_lines(&log);
+    let a = events_of(&ev, "admission", "podc");
+    assert_eq!(a.len(), 1, "{ev:?}");
+    assert_eq!(
+        (&a[0]["namespace"], &a[0]["pod"]),
+        (&"ml".into(), &"train-0".into())
+    );
+    for id in ["podc", "evil"] {
+        let _ = h.runtime(&["delete", "--force", id]);
+    }
+}
+
+#[test]
 fn release_and_gc_on_real_containers_one_sigkilled() {
     require_e2e!();
     let (h, log) = host();

@@ -33,6 +33,16 @@ cri_slice() {
   local l; l=$(Q exec "$CRI_C1" -- cat /run/gpu-quota/limits) || { echo "$l"; return 1; }
   has "$l" "vram_bytes=$((2 * GIB))"
 }
+cri_workload() {
+  # the CRI's annotations name the pod: gpu-quota ls, the metrics' labels and the event log show it
+  local out; out=$("$REL/gpu-quota" ls 2>&1) || { echo "$out"; return 1; }
+  has "$out" "gq-test/gq-pod1/main" || { echo "ls: $out"; return 1; }
+  out=$("$REL/gpu-quota" metrics 2>&1) || { echo "$out"; return 1; }
+  has "$out" 'namespace="gq-test"' && has "$out" 'pod="gq-pod1"' && has "$out" 'container_name="main"' &&
+    has "$out" 'pod_uid="gq-uid-gq-pod1"' || { echo "metrics: $(grep gpu_quota_container_slice_bytes <<<"$out")"; return 1; }
+  has "$(cat "$GQ/gq.log")" '"pod":"gq-pod1"' || { echo "events: $(tail -3 "$GQ/gq.log")"; return 1; }
+  note "$(grep '^gq-\|CONTAINER' <<<"$("$REL/gpu-quota" ls)" | head -3)"
+}
 cri_refusal() {
   # 15 GiB pinned to the GPU that holds the first pod's 2 GiB
   local g out rc c; g=$(ledger_gpu)
@@ -105,6 +115,7 @@ cri_cases() {
   check "$CRI: Version over the CRI socket answers" cri_version
   check "$CRI: RunPodSandbox (handler gpu-quota, pod annotation gpu-quota.io/vram=2g): the sandbox (pause) is not charged" cri_sandbox_free
   check "$CRI: CreateContainer + StartContainer in that pod: the container sees its 2 GiB slice" cri_slice
+  check "$CRI: the pod's namespace, name, uid and container name (CRI annotations) are in gpu-quota ls, the metrics' labels and the event log" cri_workload
   check "$CRI: a pod request that does not fit is refused with the gpu-quota message (at StartContainer: CreateContainer does not run the runtime)" cri_refusal
   check "$CRI: StopPodSandbox releases the slice; RemovePodSandbox removes the pods" cri_release
   check "$CRI: a pod annotation outside the pod_annotations allowlist (and container annotations) never reach the runtime" cri_allowlist

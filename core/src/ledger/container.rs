@@ -23,18 +23,26 @@ impl Ledger {
         bundle: &str,
         reclaimed: &mut Vec<Reservation>,
     ) -> Result<Reservation, LedgerError> {
-        let unknown = ContextCosts::default();
-        self.admit_knowing(cfg, inv, &unknown, req, id, root, bundle, reclaimed)
+        self.admit_knowing(
+            cfg,
+            inv,
+            &AdmitInfo::default(),
+            req,
+            id,
+            root,
+            bundle,
+            reclaimed,
+        )
     }
 
-    /// [`Ledger::admit`] where what a context costs is known
-    /// (`contexts`): a slice that cannot hold one is refused.
+    /// [`Ledger::admit`] knowing more ([`AdmitInfo`]): a slice that cannot
+    /// hold a context of known cost is refused; the workload is recorded.
     #[allow(clippy::too_many_arguments)]
     pub fn admit_knowing(
         &self,
         cfg: &Config,
         inv: &Inventory,
-        contexts: &ContextCosts,
+        info: &AdmitInfo,
         req: &Request,
         id: &str,
         root: Option<&str>,
@@ -47,9 +55,13 @@ impl Ledger {
             policy: cfg.placement,
             reserve,
             sliceable: &cfg.gpus,
-            contexts,
+            contexts: &info.contexts,
         };
-        if let Some(r) = self.admit_record(&placer, req, id, root, bundle)? {
+        let reservation = |slices| Reservation {
+            workload: info.workload.clone(),
+            ..Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now()
+        };
+        if let Some(r) = self.admit_record(&placer, req, id, root, &reservation)? {
             return Ok(r);
         }
         // Whole-ledger: a refusal (after reclaiming what dead containers
@@ -99,8 +111,7 @@ impl Ledger {
             };
             d.reservations
                 .retain(|r| !Key::Root { id, root }.matches(r));
-            let r =
-                Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now();
+            let r = reservation(slices);
             d.reservations.push(r.clone());
             Ok((Ok(r), true))
         })?
@@ -118,7 +129,7 @@ impl Ledger {
         req: &Request,
         id: &str,
         root: Option<&str>,
-        bundle: &str,
+        reservation: &dyn Fn(Vec<Slice>) -> Reservation,
     ) -> Result<Option<Reservation>, LedgerError> {
         let Some(bdir) = self.boot_dir() else {
             return Ok(None);
@@ -167,7 +178,7 @@ impl Ledger {
         let Ok(slices) = placer.place(req, &usage) else {
             return Ok(None);
         };
-        let r = Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now();
+        let r = reservation(slices);
         let Some(name) = records::name_of(&r) else {
             return Ok(None);
         };
