@@ -35,6 +35,7 @@ use crate::{
 use gpuquota_formats::keys;
 use serde_json::Value;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// What claims may take together on one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,8 +68,16 @@ pub struct Prepared {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
-    #[error("claim asks for {} on GPU {gpu}, but only {} of it are free for claims (the rest is held by other claims or by containers outside DRA); the scheduler should not have allocated it: wait for a slice to be released, or check `gpu-quota ls`", human(*asked), human(*free))]
-    DoesNotFit { asked: u64, free: u64, gpu: String },
+    #[error("claim asks for {} on GPU {gpu}, but only {} of it are free for claims{}; held by {holders}. The memory is still held on this node: the kubelet retries the prepare, and it succeeds once a holder ends (check `gpu-quota ls`)", human(*asked), human(*free), waited(*waited_ms))]
+    DoesNotFit {
+        asked: u64,
+        free: u64,
+        gpu: String,
+        /// What holds the GPU, for the message (`holders_of`).
+        holders: String,
+        /// How long the prepare waited for holders to release.
+        waited_ms: u64,
+    },
     #[error("claim names GPU {gpu}, which is not a GPU gpu-quota may slice on this host; sliceable GPUs: {known}")]
     UnknownGpu { gpu: String, known: String },
     #[error("claim {uid} is already prepared as {held}, not {asked}; unprepare it first")]
@@ -112,6 +121,81 @@ pub fn reason_of(e: &ClaimError) -> &'static str {
         ClaimError::Invalid { .. } => "invalid_request",
         _ => "claim",
     }
+}
+
+fn waited(ms: u64) -> String {
+    if ms == 0 {
+        String::new()
+    } else {
+        format!(
+            " after waiting {:.1} s for earlier holders to release",
+            ms as f64 / 1000.0
+        )
+    }
+}
+
+/// How long a prepare waits for the GPU's earlier holders to release: the
+/// kubelet prepares a force-deleted pod's replacement while the old pod's
+/// claim is still being unprepared (about a second later), and a refusal
+/// costs the new pod the kubelet's back-off (tens of seconds).
+pub const RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// Between two tries while waiting (each one a transaction under the
+/// ledger's lock, as any prepare).
+const RELEASE_POLL: Duration = Duration::from_millis(100);
+/// Holders named in a refusal; the rest are counted.
+const MAX_HOLDERS_NAMED: usize = 6;
+
+/// What holds GPU `gpu` in `held`, for a refusal: each claim (and whether
+/// a running container is bound to it; one without is waiting for the
+/// kubelet's unprepare, its pod having ended) and each container outside
+/// DRA, with its bytes.
+fn holders_of(ledger: &Ledger, held: &[Reservation], gpu: &str, now: u64) -> String {
+    let bytes = |r: &Reservation| -> u64 {
+        r.slices
+            .iter()
+            .filter(|s| s.uuid == gpu)
+            .map(|s| s.bytes)
+            .sum()
+    };
+    let mut named: Vec<String> = held
+        .iter()
+        .filter(|r| r.counts() && bytes(r) > 0)
+        .map(|r| match &r.claim {
+            Some(c) => {
+                let running = held
+                    .iter()
+                    .filter(|b| {
+                        b.bound_claim.as_deref() == Some(c.uid.as_str()) && !ledger.is_stale(b, now)
+                    })
+                    .count();
+                let state = match running {
+                    0 => "no running container: its pods have ended and the kubelet has not unprepared it yet".to_string(),
+                    1 => "1 running container".to_string(),
+                    n => format!("{n} running containers"),
+                };
+                format!("claim {} ({}, {state})", label(c), human(bytes(r)))
+            }
+            None => format!(
+                "container {} outside DRA ({}{})",
+                r.container_id.chars().take(64).collect::<String>(),
+                human(bytes(r)),
+                if ledger.is_stale(r, now) {
+                    ", exited, not yet released"
+                } else {
+                    ""
+                }
+            ),
+        })
+        .collect();
+    if named.is_empty() {
+        return "nothing (the configured reserve)".into();
+    }
+    let more = named.len().saturating_sub(MAX_HOLDERS_NAMED);
+    named.truncate(MAX_HOLDERS_NAMED);
+    if more > 0 {
+        named.push(format!("{more} more"));
+    }
+    named.join(", ")
 }
 
 /// Longest uid, namespace or name accepted (Kubernetes: a UUID; names are
@@ -291,8 +375,52 @@ fn remove_cdi(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
 }
 
 /// Reserve the claim's bytes on its GPU, make its token and its CDI spec.
-/// Idempotent for the same uid, GPU and bytes.
+/// Idempotent for the same uid, GPU and bytes. Refused at once when the
+/// bytes are not free ([`prepare_waiting`] waits for releases).
 pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
+    prepare_waiting(cfg, a, Duration::ZERO)
+}
+
+/// [`prepare`], and while the claim's bytes are held by others, try again
+/// every 100 ms for at most `wait` (the driver: [`RELEASE_WAIT`]), each
+/// try under the ledger's lock. The refusal names what holds the GPU and
+/// how long it waited.
+pub fn prepare_waiting(
+    cfg: &Config,
+    a: &ClaimAlloc,
+    wait: Duration,
+) -> Result<Prepared, ClaimError> {
+    let start = Instant::now();
+    loop {
+        match prepare_once(cfg, a) {
+            Err(ClaimError::DoesNotFit { .. }) if start.elapsed() + RELEASE_POLL <= wait => {
+                std::thread::sleep(RELEASE_POLL)
+            }
+            Err(ClaimError::DoesNotFit {
+                asked,
+                free,
+                gpu,
+                holders,
+                ..
+            }) => {
+                return Err(ClaimError::DoesNotFit {
+                    asked,
+                    free,
+                    gpu,
+                    holders,
+                    waited_ms: if wait.is_zero() {
+                        0
+                    } else {
+                        start.elapsed().as_millis() as u64
+                    },
+                })
+            }
+            r => return r,
+        }
+    }
+}
+
+fn prepare_once(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
     check(a)?;
     let inv = Inventory::load(cfg)?;
     let Some(g) = inv.gpus.iter().find(|g| {
@@ -363,6 +491,8 @@ pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
                     asked: a.bytes,
                     free,
                     gpu: g.uuid.clone(),
+                    holders: holders_of(&ledger, &d.reservations, &g.uuid, fsutil::now_unix()),
+                    waited_ms: 0,
                 }),
                 false,
             ));

@@ -90,7 +90,9 @@ fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
     container(&cfg, "docker1", 0, 10 * G);
     let e = prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap_err();
     match &e {
-        ClaimError::DoesNotFit { asked, free, gpu } => {
+        ClaimError::DoesNotFit {
+            asked, free, gpu, ..
+        } => {
             assert_eq!((*asked, *free, gpu.as_str()), (8 * G, 6 * G, GPU0))
         }
         other => panic!("{other:?}"),
@@ -98,6 +100,10 @@ fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
     let m = e.to_string();
     assert!(
         m.contains("8.00 GiB") && m.contains("6.00 GiB") && m.contains(GPU0),
+        "{m}"
+    );
+    assert!(
+        m.contains("held by container docker1 outside DRA (10.00 GiB)") && !m.contains("waiting"),
         "{m}"
     );
     assert_eq!(entries(&cfg).len(), 1, "nothing reserved");
@@ -594,4 +600,47 @@ fn hostile_cdi_paths_and_an_old_0644_ledger() {
     std::fs::create_dir(cdi_path(&cfg, "u-2")).unwrap();
     assert!(prepare(&cfg, &alloc("u-2", GPU0, G)).is_err());
     assert_eq!(entries(&cfg).len(), 2);
+}
+
+#[test]
+fn a_prepare_waits_briefly_for_an_earlier_holder_that_is_releasing() {
+    let (_d, cfg) = setup();
+    // a force-deleted pod's claim holds 12 of GPU 0's 16 GiB; its
+    // replacement's claim is prepared before the old one is unprepared
+    prepare(&cfg, &alloc("old-uid", GPU0, 12 * G)).unwrap();
+    let release = {
+        let cfg = cfg.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            unprepare(&cfg, "old-uid").unwrap();
+        })
+    };
+    let t = std::time::Instant::now();
+    prepare_waiting(&cfg, &alloc("new-uid", GPU0, 8 * G), RELEASE_WAIT)
+        .expect("prepared once the old claim is released");
+    assert!(t.elapsed() >= std::time::Duration::from_millis(600));
+    assert!(t.elapsed() < std::time::Duration::from_secs(3));
+    release.join().unwrap();
+    // nothing is released: refused after the bounded wait, naming the
+    // holder and saying it has no running container and that it waited
+    let t = std::time::Instant::now();
+    let e = prepare_waiting(
+        &cfg,
+        &alloc("third", GPU0, 12 * G),
+        std::time::Duration::from_millis(800),
+    )
+    .unwrap_err();
+    assert!(t.elapsed() >= std::time::Duration::from_millis(700));
+    assert!(t.elapsed() < std::time::Duration::from_secs(3));
+    let m = e.to_string();
+    assert!(m.contains("after waiting"), "{m}");
+    assert!(
+        m.contains("claim default/c-new-uid (uid new-uid) (8.00 GiB, no running container"),
+        "{m}"
+    );
+    assert_eq!(
+        entries(&cfg).len(),
+        1,
+        "nothing reserved by the refused one"
+    );
 }
