@@ -33,10 +33,16 @@
 #      variable gets nothing
 #   6. fragmentation: two GPUs with 6 GiB offered each do not take an 8 GiB
 #      claim (Pending), a 6 GiB claim runs
-#   7. SIGTERM: the driver deletes its slice and exits 0
+#   7. SIGTERM: the driver exits 0 and leaves its slice to the kubelet
+#      (docs/kubernetes.md, "Stopping"), which withdraws it when the driver
+#      does not register again
 #   8. the kubelet's health stream (NodeWatchResources) is served without error
-# Everything runs in a private mount namespace over tmpfs directories; the
-# host keeps nothing (checked at the end).
+# Everything runs in a private mount namespace over tmpfs directories, and
+# containerd listens on a socket under the run's own directory, so its shims
+# (whose command lines name that socket) are told apart from any other
+# containerd's on the host. Cleanup ends only what this run started, by pid:
+# its daemons, its containerd's shims and every process below them. The
+# host keeps nothing (checked at the end: files, processes, mounts, cgroups).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 GQ_BIN=${GQ_BIN:-$ROOT/target/release}
@@ -61,21 +67,33 @@ BB=$(command -v busybox) || skip "busybox missing"
 # ---------------------------------------------------------------- private mount namespace
 if [ -z "${GQ_DRA_INNER:-}" ]; then
   before=$(mktemp); after=$(mktemp)
+  GQ_DRA_T=$(mktemp -d /tmp/gq-dra.XXXXXX)
   snap() {
     find /etc /var/lib /var/log /var/run /run /opt -maxdepth 2 2>/dev/null | grep -iE 'kube|containerd|cdi|gpu-quota|etcd|cni' | sort
+    # cgroups: the top levels, and the kubelet's and containerd's anywhere near them
     ls /sys/fs/cgroup/*/ 2>/dev/null | sort -u
+    find /sys/fs/cgroup -maxdepth 4 -type d \( -name 'kubepods*' -o -name 'k8s.io' -o -name 'gq-dra' \
+      -o -name 'cri-containerd-*' -o -name 'pod*-*' \) 2>/dev/null | sort
     ps -eo comm= | grep -E '^(kube|etcd|containerd|gpu-quota)' | sort
-    ls -d /tmp/gq-dra.* 2>/dev/null
+    # processes of this run: anything naming its directory (its containerd's
+    # shims name its socket; the containers' bundles are under it)
+    local p
+    for p in /proc/[0-9]*; do
+      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$GQ_DRA_T" && echo "process: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+    done
+    # the host's mounts (the run's own are in its private namespace)
+    grep -E "kube|containerd|gpu-quota|cdi|$GQ_DRA_T" /proc/self/mounts | cut -d' ' -f2 | sort
   }
   snap >"$before"
-  GQ_DRA_INNER=1 unshare -m --propagation private "$0" "$@"; rc=$?
+  GQ_DRA_INNER=1 GQ_DRA_T=$GQ_DRA_T unshare -m --propagation private "$0" "$@"; rc=$?
   snap >"$after"
   if ! diff -u "$before" "$after"; then echo "FAIL: the host kept something (above)"; rc=1; else echo "host: nothing left behind"; fi
   rm -f "$before" "$after"
+  rmdir "$GQ_DRA_T" 2>/dev/null
   exit $rc
 fi
 
-T=$(mktemp -d /tmp/gq-dra.XXXXXX)
+T=$GQ_DRA_T
 LOG=$T/log; mkdir -p "$LOG"
 PIDS=()
 PASS=0; FAIL=0; RESULTS=()
@@ -84,12 +102,20 @@ for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var
   [ -d "$d" ] || { mkdir -p "$d" && echo "$d" >>"$T/made"; }
   mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
+# the mount the host's containerd would use: if it stops being this run's
+# (seen once: containerd wrote into the host's /run/containerd), stop at once
+CTD_MNT=$(awk '$5 == "/run/containerd" {print $1}' /proc/self/mountinfo | tail -1)
+private_ok() {
+  [ "$(awk '$5 == "/run/containerd" {print $1}' /proc/self/mountinfo | tail -1)" = "$CTD_MNT" ] ||
+    { echo "FAIL: /run/containerd is no longer this run's private tmpfs: stopping"; exit 1; }
+}
 
 export PATH=$CTD_PREFIX/usr/bin:$K8S_BIN:$PATH
 KC() { timeout 30 kubectl --kubeconfig "$T/pki/admin.kubeconfig" "$@"; }
 note() { echo "    $*"; if [ -n "$OUT" ]; then echo "    $*" >>"$OUT"; fi; }
 check() {  # NAME FN...
   local name=$1 out rc; shift
+  private_ok
   # not in a subshell: the steps start daemons whose pids cleanup needs
   "$@" >"$T/check.out" 2>&1; rc=$?; out=$(cat "$T/check.out")
   if [ $rc -eq 0 ]; then PASS=$((PASS + 1)); RESULTS+=("PASS $name"); echo "PASS $name"
@@ -105,17 +131,35 @@ waitfor() {  # SECS 'SHELL CONDITION': true within SECS (evaluated anew each tim
   eval "$*"
 }
 
+# the shims of this run's containerd: their command lines name its socket
+our_shims() {
+  local p
+  for p in /proc/[0-9]*; do
+    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $CSOCK " && echo "${p#/proc/}"
+  done
+}
+# PIDS... and every process below them (a container's processes are below its shim)
+tree() {
+  local todo=("$@") all=() p c
+  while [ ${#todo[@]} -gt 0 ]; do
+    p=${todo[0]}; todo=("${todo[@]:1}"); all+=("$p")
+    for c in $(ps -eo pid=,ppid= | awk -v p="$p" '$2 == p {print $1}'); do todo+=("$c"); done
+  done
+  echo "${all[@]}"
+}
+
 cleanup() {
   set +e
   if [ -n "${GQ_DRA_KEEP_LOGS:-}" ]; then mkdir -p "$GQ_DRA_KEEP_LOGS" && cp -r "$LOG"/. "$GQ_DRA_KEEP_LOGS"/; fi
   KC delete pods --all --grace-period=0 --force >/dev/null 2>&1
   [ -n "${DRA_PID:-}" ] && kill "$DRA_PID" 2>/dev/null
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  # what this run started, by pid, read before anything is stopped (a shim
+  # whose containerd is gone is still found by its command line)
+  local p mine
+  mine=$(tree "${PIDS[@]}" $(our_shims))
+  for p in $mine; do kill "$p" 2>/dev/null; done
   sleep 2
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  # containers the kubelet left (their shims), then their cgroups
-  pkill -9 -f "containerd-shim-runc-v2 -namespace" 2>/dev/null
+  for p in $mine $(tree $(our_shims)); do kill -9 "$p" 2>/dev/null; done
   sleep 0.5
   local c
   for c in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/gq-dra /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/*/default; do
@@ -197,7 +241,8 @@ control_plane() {
 
 # ---------------------------------------------------------------- node: fake GPU host, containerd, kubelet
 GQ=$T/gq
-CSOCK=/run/containerd/containerd.sock
+# under the run's directory: its shims' command lines name it (our_shims)
+CSOCK=$T/containerd.sock
 RT=$GQ_BIN/gpu-quota-runtime
 export GPU_QUOTA_CONFIG=$T/etc/gpu-quota/config.toml
 IMG=docker.io/library/gq-dra-busybox:latest
@@ -444,7 +489,10 @@ case_sigterm() {
   waitfor 60 '[ -z "$(KC get pods -o name)" ]'  || return 1
   kill -TERM "$DRA_PID"; local rc=0; wait "$DRA_PID" || rc=$?; DRA_PID=""
   [ $rc -eq 0 ] || { echo "gpu-quota-dra exited $rc"; tail -5 "$LOG/dra.log"; return 1; }
-  [ -z "$(KC get resourceslices -o name)" ] || { echo "slice left: $(KC get resourceslices -o name)"; return 1; }
+  # the slice is left to the kubelet: it withdraws it once the driver has
+  # not registered again within its grace period (30 s in 1.36)
+  [ -n "$(KC get resourceslices -o name)" ] || { echo "the slice was deleted at stop"; return 1; }
+  waitfor 60 '[ -z "$(KC get resourceslices -o name)" ]' || { echo "the kubelet did not withdraw the slice: $(KC get resourceslices -o name)"; return 1; }
   waitfor 10 '[ -z "$(ls /var/run/cdi)" ]'  || { echo "CDI files left: $(ls /var/run/cdi)"; return 1; }
   [ "$(ledger | grep -c '"container_id"')" = 0 ] || { ledger; return 1; }
 }
@@ -458,7 +506,7 @@ check "3. a third 8Gi pod is left Pending by the scheduler (never bound to the n
 check "4. deleting one of the two lets the third run" case_release
 check "5. a pod setting gpu-quota annotations, env requests and a forged claim variable gets nothing" case_forge
 check "6. fragmentation: two GPUs offering 6 GiB each leave an 8Gi claim Pending; a 6Gi claim runs" case_fragment
-check "7. SIGTERM: the driver deletes its slice, claims unprepared, exit 0" case_sigterm
+check "7. SIGTERM: the driver exits 0, claims unprepared, the slice left to the kubelet, which withdraws it" case_sigterm
 health() {  # the kubelet watched the driver's device health without an error
   ! grep -q "Error receiving from WatchResources stream" "$LOG/kubelet.log" ||
     { grep "WatchResources" "$LOG/kubelet.log" | tail -3; return 1; }
