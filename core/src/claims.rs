@@ -14,13 +14,18 @@
 //!   same uid, GPU and bytes (same token, the spec rewritten).
 //! * [`bind`] (called by `lifecycle` at the runtime's `create`): a
 //!   container presenting that variable gets exactly the claim's slice if
-//!   and only if the token matches (constant time) and no other *live*
-//!   container is bound to the claim. Its own ledger entry records the
-//!   claim's uid and never counts (the claim's entry holds the bytes).
+//!   and only if the token matches (constant time). Every container the
+//!   kubelet gave the claim's CDI device (its pod's containers, the pods a
+//!   named claim is reserved for) is bound to it, at once or one after
+//!   another, as they would share a device: their ledger entries record the
+//!   claim's uid and never count (the claim's entry holds the bytes), and
+//!   they share one usage file ([`shared_usage`], `state::claim_dir`), so
+//!   together they never use more than the claim's slice. When one ends,
+//!   [`consumer_gone`] frees its processes' usage in that file.
 //! * [`unprepare`]: refused while a live container is bound; else the CDI
 //!   spec goes and the claim's entry is taken out of the ledger and its
-//!   release recorded (a claim has no state directory or driver limit: the
-//!   container bound to it releases those through `lifecycle`).
+//!   release recorded (a claim has no driver limit: each container bound to
+//!   it releases its own through `lifecycle`).
 //!
 //! The token never leaves the ledger and the CDI spec: no event, error or
 //! `Debug` output carries it.
@@ -30,6 +35,7 @@ use crate::{
     inventory::{Inventory, InventoryError},
     ledger::{ClaimEntry, Key, Ledger, LedgerError, Reservation},
     placement::{self, Slice},
+    state,
     units::human,
 };
 use gpuquota_formats::keys;
@@ -100,8 +106,6 @@ pub enum ClaimError {
     WrongToken { var: String, claim: String },
     #[error("the container's environment carries two different claims ({first:?}, {second:?}); a container is bound to at most one claim: request one claim per container")]
     TwoClaims { first: String, second: String },
-    #[error("claim {claim} is already bound to running container {container}; a claim is one slice for one running container at a time: give each container its own claim, or wait until {container} exits")]
-    Bound { claim: String, container: String },
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
@@ -117,7 +121,7 @@ pub fn reason_of(e: &ClaimError) -> &'static str {
         ClaimError::UnknownClaim { .. } => "claim_unknown",
         ClaimError::WrongToken { .. } => "claim_token",
         ClaimError::TwoClaims { .. } => "claim_two",
-        ClaimError::Bound { .. } | ClaimError::InUse { .. } => "claim_bound",
+        ClaimError::InUse { .. } => "claim_bound",
         ClaimError::Invalid { .. } => "invalid_request",
         _ => "claim",
     }
@@ -569,6 +573,13 @@ pub fn unprepare(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
         if let Err(e) = remove_cdi(cfg, uid) {
             return Ok((Err(e), false));
         }
+        if !d
+            .reservations
+            .iter()
+            .any(|r| r.bound_claim.as_deref() == Some(uid))
+        {
+            let _ = state::remove(&state::claim_dir(cfg, uid));
+        }
         Ok((Ok(Some(d.reservations.remove(i))), true))
     })??;
     if let Some(r) = gone {
@@ -666,10 +677,10 @@ pub fn strip(config: &mut Value) {
 
 /// Bind container `id` (runc root `root`, `bundle`) to the claim it
 /// presents: under the ledger's lock, the token is compared in constant
-/// time with the claim entry's; a live container already bound to the
-/// claim refuses it, a dead one is reclaimed (appended to `reclaimed`, for
-/// the caller's release). The container's entry gets the claim's slice
-/// and the claim's uid.
+/// time with the claim entry's. Containers already bound to the claim stay
+/// bound (they share it); dead ones are reclaimed on the way (appended to
+/// `reclaimed`, for the caller's release). The container's entry gets the
+/// claim's slice and the claim's uid.
 pub fn bind(
     cfg: &Config,
     p: &Presented,
@@ -714,25 +725,14 @@ pub fn bind(
                 false,
             ));
         }
-        let holders = |r: &Reservation| r.bound_claim.as_deref() == Some(&c.uid) && !key.matches(r);
-        if let Some(live) = d
-            .reservations
-            .iter()
-            .find(|r| holders(r) && !ledger.is_stale(r, now))
-        {
-            return Ok((
-                Err(ClaimError::Bound {
-                    claim: label(c),
-                    container: live.container_id.clone(),
-                }),
-                false,
-            ));
-        }
+        let dead_holder = |r: &Reservation| {
+            r.bound_claim.as_deref() == Some(&c.uid) && !key.matches(r) && ledger.is_stale(r, now)
+        };
         // dead holders of the claim and a dead entry of this container's key
         let (gone, keep): (Vec<_>, Vec<_>) = d
             .reservations
             .drain(..)
-            .partition(|r| holders(r) || key.matches(r));
+            .partition(|r| dead_holder(r) || key.matches(r));
         d.reservations = keep;
         reclaimed.extend(gone);
         let r = Reservation {
@@ -750,6 +750,49 @@ pub fn bind(
         d.reservations.push(r.clone());
         Ok((Ok(r), true))
     })?
+}
+
+/// Make the shared usage file of the claim `r` is bound to, unless it is
+/// there, under the ledger's lock (the runtime's setup, before the
+/// container's state directory binds it).
+pub fn shared_usage(
+    cfg: &Config,
+    r: &Reservation,
+    backing: state::UsageBacking,
+) -> Result<(), ClaimError> {
+    let Some(uid) = r.bound_claim.as_deref() else {
+        return Ok(());
+    };
+    let dir = state::claim_dir(cfg, uid);
+    Ledger::new(cfg)
+        .transact(|_| Ok((state::ensure_claim_usage(cfg, uid, backing), false)))?
+        .map(|_| ())
+        .map_err(|e| ClaimError::Io(dir, e))
+}
+
+/// A container bound to a claim ended (`r`, out of the ledger): its
+/// processes' usage is freed in the claim's shared usage file (the other
+/// consumers cannot judge them: another pid namespace), and the file goes
+/// with the claim's last consumer, under the ledger's lock.
+pub fn consumer_gone(cfg: &Config, r: &Reservation) {
+    let Some(uid) = r.bound_claim.as_deref() else {
+        return;
+    };
+    if !valid_uid(uid) {
+        return; // a hand-edited ledger: no path is made of it
+    }
+    let dir = state::claim_dir(cfg, uid);
+    let _ = crate::usage::free_group(&state::usage_path(&dir), state::consumer_group(r));
+    let _ = Ledger::new(cfg).transact(|d| {
+        if !d
+            .reservations
+            .iter()
+            .any(|x| x.bound_claim.as_deref() == Some(uid))
+        {
+            let _ = state::remove(&dir);
+        }
+        Ok(((), false))
+    });
 }
 
 #[cfg(test)]

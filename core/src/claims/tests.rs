@@ -311,7 +311,7 @@ fn tokens_are_random_256_bits_and_never_logged_or_printed() {
 }
 
 #[test]
-fn binding_takes_the_right_token_only_and_one_live_container_at_a_time() {
+fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
     let (d, cfg) = setup();
     prepare(&cfg, &alloc("u-1", GPU1, 8 * G)).unwrap();
     let t = token_of(&cfg, "u-1");
@@ -336,12 +336,44 @@ fn binding_takes_the_right_token_only_and_one_live_container_at_a_time() {
     assert_eq!(r.bound_claim.as_deref(), Some("u-1"));
     assert_eq!(r.slices[0].bytes, 8 * G);
     assert_eq!(r.slices[0].uuid, GPU1);
-    // a second container while c1 lives
-    let e = bind(&cfg, &presenting("u-1", &t), "c2", &root, "/b", &mut vec![]).unwrap_err();
-    assert!(
-        matches!(&e, ClaimError::Bound { container, .. } if container == "c1"),
-        "{e:?}"
-    );
+    // a second container while c1 lives: bound too (its pod's sidecar, or
+    // another pod the named claim is reserved for); the claim's bytes
+    // still count once
+    let r2 = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c3",
+        &root,
+        "/b3",
+        &mut vec![],
+    )
+    .unwrap();
+    assert_eq!(r2.bound_claim.as_deref(), Some("u-1"));
+    assert_eq!(r2.slices, r.slices);
+    let data = Ledger::new(&cfg).read().unwrap();
+    assert_eq!(data.usage()[GPU1].0, 8 * G, "counted once");
+    // each consumer has its own group in the shared usage file
+    assert_ne!(state::consumer_group(&r), state::consumer_group(&r2));
+    assert!(state::limits_text(&r, 0)
+        .unwrap()
+        .contains(&format!("consumer_group={}\n", state::consumer_group(&r))));
+    // the forged ones are still refused with consumers bound
+    let e = bind(
+        &cfg,
+        &presenting("u-1", &wrong),
+        "c4",
+        &root,
+        "/b4",
+        &mut vec![],
+    )
+    .unwrap_err();
+    assert!(matches!(e, ClaimError::WrongToken { .. }), "{e:?}");
+    Ledger::new(&cfg)
+        .release(crate::ledger::Key::Root {
+            id: "c3",
+            root: Some(&root),
+        })
+        .unwrap();
     // c1 gone (created long ago, runc has no state for it): c2 takes the claim
     Ledger::new(&cfg)
         .transact(|d| {
