@@ -795,5 +795,35 @@ pub fn consumer_gone(cfg: &Config, r: &Reservation) {
     });
 }
 
+/// `gc`'s sweep of the claims' shared usage files: under the ledger's
+/// lock (a consumer binding meanwhile makes one), remove every
+/// `<state_dir>/claims/<uid>` no reservation in the ledger is bound to
+/// (left by a crash). Returns what was removed.
+pub fn sweep_shared(cfg: &Config) -> Result<Vec<PathBuf>, ClaimError> {
+    let root = cfg.state_dir.join("claims");
+    if !root.is_dir() {
+        return Ok(vec![]);
+    }
+    Ledger::new(cfg)
+        .transact(|d| {
+            let mut gone = vec![];
+            for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !d
+                    .reservations
+                    .iter()
+                    .any(|r| r.bound_claim.as_deref() == Some(name.as_str()))
+                {
+                    let p = e.path();
+                    if state::remove(&p).is_ok() {
+                        gone.push(p);
+                    }
+                }
+            }
+            Ok((gone, false))
+        })
+        .map_err(ClaimError::from)
+}
+
 #[cfg(test)]
 mod tests;

@@ -676,3 +676,60 @@ fn a_prepare_waits_briefly_for_an_earlier_holder_that_is_releasing() {
         "nothing reserved by the refused one"
     );
 }
+
+#[test]
+fn the_shared_usage_of_a_claim_goes_with_its_last_consumer_and_gc_sweeps_orphans() {
+    let (d, cfg) = setup();
+    prepare(&cfg, &alloc("u-1", GPU1, 8 * G)).unwrap();
+    let t = token_of(&cfg, "u-1");
+    let root = d.path().join("runc").to_string_lossy().into_owned();
+    let a = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c1",
+        &root,
+        "/b1",
+        &mut vec![],
+    )
+    .unwrap();
+    let b = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c2",
+        &root,
+        "/b2",
+        &mut vec![],
+    )
+    .unwrap();
+    shared_usage(&cfg, &a, state::UsageBacking::Plain).unwrap();
+    shared_usage(&cfg, &b, state::UsageBacking::Plain).unwrap();
+    let dir = state::claim_dir(&cfg, "u-1");
+    assert!(state::usage_path(&dir).is_file());
+    // one consumer ends: the other still uses the file
+    let gone = Ledger::new(&cfg)
+        .release(crate::ledger::Key::Root {
+            id: "c1",
+            root: Some(&root),
+        })
+        .unwrap();
+    consumer_gone(&cfg, &gone[0]);
+    assert!(state::usage_path(&dir).is_file(), "kept for c2");
+    assert_eq!(
+        sweep_shared(&cfg).unwrap(),
+        Vec::<PathBuf>::new(),
+        "c2 is bound"
+    );
+    // the last one ends: the file goes with it
+    let gone = Ledger::new(&cfg)
+        .release(crate::ledger::Key::Root {
+            id: "c2",
+            root: Some(&root),
+        })
+        .unwrap();
+    consumer_gone(&cfg, &gone[0]);
+    assert!(!dir.exists());
+    // a crash left one behind: gc's sweep removes it
+    shared_usage(&cfg, &b, state::UsageBacking::Plain).unwrap();
+    assert_eq!(sweep_shared(&cfg).unwrap(), vec![dir.clone()]);
+    assert!(!dir.exists());
+}
