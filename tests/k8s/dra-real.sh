@@ -37,6 +37,12 @@
 #      (docs/kubernetes.md, "Stopping"), which withdraws it when the driver
 #      does not register again
 #   8. the kubelet's health stream (NodeWatchResources) is served without error
+#   9. slices deleted by hand are published again within 15 s
+#  10. a kubelet restart with claim pods running: they keep running, the slice
+#      the kubelet wiped comes back, a new claim pod schedules and runs
+#  11. one claim, every consumer: two containers, a sidecar and the main
+#      container, an init and the main container, two pods on a named claim
+#  12. a force-deleted pod's replacement (which needs its bytes) runs within 15 s
 # Everything runs in a private mount namespace over tmpfs directories, and
 # containerd listens on a socket under the run's own directory, so its shims
 # (whose command lines name that socket) are told apart from any other
@@ -216,6 +222,12 @@ start() {  # NAME CMD...: in the background, logged, remembered
   PIDS+=($!)
 }
 
+kubelet_start() {  # the kubelet, its pid in KUBELET_PID (and in PIDS, for cleanup)
+  start kubelet kubelet --config "$T/kubelet.yaml" --kubeconfig "$T/pki/kubelet.kubeconfig" \
+    --hostname-override "$NODE" --node-ip 127.0.0.1 --root-dir /var/lib/kubelet
+  KUBELET_PID=${PIDS[-1]}
+}
+
 control_plane() {
   pki || return 1
   start etcd "$ETCD" --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$ETCDPORT" \
@@ -307,8 +319,7 @@ evictionHard: {}
 imageGCHighThresholdPercent: 100
 featureGates: {DRAConsumableCapacity: true}
 EOF
-  start kubelet kubelet --config "$T/kubelet.yaml" --kubeconfig "$T/pki/kubelet.kubeconfig" \
-    --hostname-override "$NODE" --node-ip 127.0.0.1 --root-dir /var/lib/kubelet
+  kubelet_start
   waitfor 90 KC get node "$NODE" || { tail -30 "$LOG/kubelet.log"; return 1; }
   note "$(KC get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}')"
   KC apply -f "$ROOT/deploy/kubernetes/runtimeclass.yaml" >/dev/null || return 1
@@ -484,6 +495,118 @@ case_fragment() {
   waitfor 90 running p6 || { KC describe pod p6 | tail -20; return 1; }
   note "p6 (6Gi) runs: $(pod_claim_alloc p6)"
 }
+# ---------------------------------------------------------------- issue 31: a living cluster
+reset_pods() {  # no pod and no container outside Kubernetes left
+  KC delete pods --all --grace-period=1 >/dev/null 2>&1
+  local o; for o in gq-out1 gq-out2 gq-out3; do outside_rm "$o" >/dev/null 2>&1; done
+  waitfor 60 '[ -z "$(KC get pods -o name)" ]'
+}
+case_slices_deleted() {  # deleted by hand: published again within seconds
+  reset_pods || return 1
+  KC delete resourceslices --all >/dev/null || return 1
+  local t0=$SECONDS
+  waitfor 15 '[ -n "$(cap_of 0)" ]' || { echo "no slice 15 s after the deletion"; tail -5 "$LOG/dra.log"; return 1; }
+  note "deleted by hand: published again after $((SECONDS - t0)) s (gpu-0 $(cap_of 0))"
+}
+case_kubelet_restart() {  # claim pods keep running; the wiped slice comes back; a new pod schedules
+  claim_pod k1 4Gi && claim_pod k2 4Gi || return 1
+  waitfor 90 running k1 && waitfor 60 running k2 || { KC describe pod k2 | tail -20; return 1; }
+  local regs; regs=$(grep -c "registered with the kubelet" "$LOG/dra.log")
+  kill -TERM "$KUBELET_PID"; wait "$KUBELET_PID" 2>/dev/null
+  kubelet_start
+  local t0=$SECONDS
+  waitfor 30 '[ "$(grep -c "registered with the kubelet" "$LOG/dra.log")" -gt "$regs" ]' || { echo "not registered again"; return 1; }
+  waitfor 20 '[ -n "$(cap_of 0)" ]' || { echo "no slice 20 s after the kubelet's restart"; return 1; }
+  note "kubelet restarted: slice back after $((SECONDS - t0)) s; k1 $(phase k1), k2 $(phase k2)"
+  running k1 && running k2 || return 1
+  claim_pod k3 4Gi || return 1
+  waitfor 60 running k3 || { KC describe pod k3 | tail -20; return 1; }
+  note "a new 4Gi pod after the restart runs: $(pod_claim_alloc k3)"
+}
+shared_pod() {  # NAME CLAIM-SOURCE CONTAINERS-YAML: a pod whose containers use claim "vram"
+  cat <<EOF | KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  runtimeClassName: gpu-quota
+  restartPolicy: Never
+  hostNetwork: true
+  automountServiceAccountToken: false
+  tolerations: [{operator: Exists}]
+  resourceClaims: [{name: vram, $2}]
+$3
+EOF
+}
+ctr_yaml() {  # NAME RESTART-POLICY SCRIPT: one container on claim "vram" printing its limits first
+  echo "  - name: $1"
+  echo "    image: $IMG"
+  echo "    imagePullPolicy: Never"
+  [ -n "$2" ] && echo "    restartPolicy: $2"
+  echo "    command: [\"/bin/sh\", \"-c\", \"cat /run/gpu-quota/limits; $3\"]"
+  echo "    resources: {claims: [{name: vram}]}"
+}
+limits_of() { cat /var/log/pods/default_"$1"_*/"$2"/0.log 2>/dev/null | grep -o 'vram_bytes=[0-9]*' | head -1; }
+case_shared() {  # one claim, every consumer: two containers, sidecar + main, init + main, two pods
+  reset_pods || return 1
+  # the template vram-4gi (claim_pod makes it), then four pods on claims of their own, two on a named one
+  claim_pod s-tpl 4Gi && KC delete pod s-tpl --grace-period=0 --force >/dev/null 2>&1
+  local tpl='resourceClaimTemplateName: vram-4gi'
+  shared_pod s-two "$tpl" "  containers:
+$(ctr_yaml a "" "sleep 3600")
+$(ctr_yaml b "" "sleep 3600")" || return 1
+  shared_pod s-side "$tpl" "  initContainers:
+$(ctr_yaml side Always "sleep 3600")
+  containers:
+$(ctr_yaml main "" "sleep 3600")" || return 1
+  shared_pod s-init "$tpl" "  initContainers:
+$(ctr_yaml init "" "true")
+  containers:
+$(ctr_yaml main "" "sleep 3600")" || return 1
+  cat <<EOF | KC apply -f - >/dev/null
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: named-4gi}
+spec:
+  devices:
+    requests:
+    - name: vram
+      exactly:
+        deviceClassName: vram.gpu-quota.io
+        capacity: {requests: {memory: 4Gi}}
+EOF
+  shared_pod s-p1 "resourceClaimName: named-4gi" "  containers:
+$(ctr_yaml c "" "sleep 3600")" || return 1
+  shared_pod s-p2 "resourceClaimName: named-4gi" "  containers:
+$(ctr_yaml c "" "sleep 3600")" || return 1
+  local p bad=0
+  for p in s-two s-side s-init s-p1 s-p2; do
+    waitfor 90 running "$p" || { echo "$p: $(phase "$p")"; KC describe pod "$p" | tail -15; bad=1; }
+  done
+  [ $bad -eq 0 ] || return 1
+  local want="vram_bytes=$((4 * GIB))" pc
+  for pc in s-two/a s-two/b s-side/side s-side/main s-init/init s-init/main s-p1/c s-p2/c; do
+    waitfor 20 '[ -n "$(limits_of "${pc%/*}" "${pc#*/}")" ]'
+    [ "$(limits_of "${pc%/*}" "${pc#*/}")" = "$want" ] || { echo "$pc: '$(limits_of "${pc%/*}" "${pc#*/}")', want $want"; bad=1; }
+  done
+  [ $bad -eq 0 ] || return 1
+  note "two containers, sidecar + main, init + main and two pods on a named claim: every consumer runs with $want"
+  # a container of an unrelated pod presenting the claim is refused: case 5 (forge)
+}
+case_force_delete() {  # the replacement of a force-deleted pod runs within 15 s
+  reset_pods || return 1
+  outside gq-out1 1 12g || return 1   # gpu-1 offers 4Gi: f2 can only go where f1 is
+  waitfor 10 '[ "$(cap_of 1)" = 4Gi ]' || { echo "gpu-1 offers $(cap_of 1)"; return 1; }
+  claim_pod f1 12Gi && waitfor 90 running f1 || return 1
+  claim_pod f2 12Gi || return 1
+  sleep 3
+  [ "$(phase f2)" = Pending ] || { echo "f2 is $(phase f2) before f1 is gone"; return 1; }
+  KC delete pod f1 --grace-period=0 --force >/dev/null 2>&1
+  local t0=$SECONDS
+  waitfor 30 running f2 || { KC describe pod f2 | tail -15; return 1; }
+  note "force-deleted f1 (12Gi): f2 (12Gi) ran after $((SECONDS - t0)) s"
+  [ $((SECONDS - t0)) -le 15 ] || { grep "prepare" "$LOG/dra.log" | tail -3; return 1; }
+}
 case_sigterm() {
   KC delete pods --all --grace-period=1 >/dev/null; outside_rm gq-out2; outside_rm gq-out3
   waitfor 60 '[ -z "$(KC get pods -o name)" ]'  || return 1
@@ -506,6 +629,10 @@ check "3. a third 8Gi pod is left Pending by the scheduler (never bound to the n
 check "4. deleting one of the two lets the third run" case_release
 check "5. a pod setting gpu-quota annotations, env requests and a forged claim variable gets nothing" case_forge
 check "6. fragmentation: two GPUs offering 6 GiB each leave an 8Gi claim Pending; a 6Gi claim runs" case_fragment
+check "9. slices deleted by hand are published again within 15 s" case_slices_deleted
+check "10. a kubelet restart with claim pods running: the slice is back, the pods run, a new pod schedules" case_kubelet_restart
+check "11. one claim, every consumer: two containers, sidecar + main, init + main, two pods on a named claim" case_shared
+check "12. a force-deleted pod's replacement runs within 15 s" case_force_delete
 check "7. SIGTERM: the driver exits 0, claims unprepared, the slice left to the kubelet, which withdraws it" case_sigterm
 health() {  # the kubelet watched the driver's device health without an error
   ! grep -q "Error receiving from WatchResources stream" "$LOG/kubelet.log" ||
