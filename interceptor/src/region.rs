@@ -8,6 +8,10 @@
 //! above the limit it subtracts n again and fails. Two racers can both fail,
 //! never both succeed past the limit.
 
+pub use crate::slotgroup::set_my_group;
+#[cfg(test)]
+use crate::slotgroup::{forget_live_fd, live_fd};
+use crate::slotgroup::{lock_slot, my_group, set_live_fd, slot_locked};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 // The layout is gpuquota_formats::usage (shared with the host's reader and
@@ -515,104 +519,6 @@ impl Region {
     }
 }
 
-// The usage file's descriptor, kept open for the slots' liveness locks
-// (open file description locks: they go when the last descriptor of the
-// description is closed, i.e. when the process, and any child that
-// inherited it without exec, is gone; descriptors are close-on-exec).
-#[cfg(not(test))]
-static LIVE_FD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
-#[cfg(not(test))]
-fn live_fd() -> i32 {
-    LIVE_FD.load(SeqCst)
-}
-/// Keep `fd` (the first usage file opened); false when one is kept already.
-#[cfg(not(test))]
-fn set_live_fd(fd: i32) -> bool {
-    LIVE_FD.compare_exchange(-1, fd, SeqCst, SeqCst).is_ok()
-}
-#[cfg(test)]
-std::thread_local!(static LIVE_FD: core::cell::Cell<i32> = const { core::cell::Cell::new(-1) });
-#[cfg(test)]
-fn live_fd() -> i32 {
-    LIVE_FD.with(|c| c.get())
-}
-#[cfg(test)]
-fn set_live_fd(fd: i32) -> bool {
-    LIVE_FD.with(|c| {
-        if c.get() >= 0 {
-            return false;
-        }
-        c.set(fd);
-        true
-    })
-}
-#[cfg(test)]
-pub fn forget_live_fd() {
-    LIVE_FD.with(|c| c.set(-1))
-}
-
-fn slot_lock(off: usize, kind: i32) -> libc::flock {
-    let mut l: libc::flock = unsafe { core::mem::zeroed() };
-    l.l_type = kind as _;
-    l.l_whence = libc::SEEK_SET as _;
-    l.l_start = off as _;
-    l.l_len = 1;
-    l
-}
-
-/// Lock the first byte of the slot at `off` (an open file description
-/// lock; best effort: without it the slot is judged alive by others).
-fn lock_slot(off: usize) {
-    let fd = live_fd();
-    if fd >= 0 {
-        let l = slot_lock(off, libc::F_WRLCK);
-        unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &l) };
-    }
-}
-
-/// Whether some process holds the lock of the slot at `off`; None when
-/// it cannot be known (no file).
-fn slot_locked(off: usize) -> Option<bool> {
-    let fd = live_fd();
-    if fd < 0 {
-        return None;
-    }
-    let mut l = slot_lock(off, libc::F_WRLCK);
-    if unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut l) } != 0 {
-        return None;
-    }
-    Some(l.l_type as i32 != libc::F_UNLCK)
-}
-
-/// This process's consumer group (the limits file's `consumer_group`, set
-/// once at initialisation; 0 without one).
-#[cfg(not(test))]
-static MY_GROUP: AtomicU64 = AtomicU64::new(0);
-
-#[cfg(not(test))]
-pub fn set_my_group(g: u64) {
-    MY_GROUP.store(g, SeqCst);
-}
-
-#[cfg(not(test))]
-fn my_group() -> u64 {
-    MY_GROUP.load(SeqCst)
-}
-
-// per test thread: the unit tests run in parallel in one process
-#[cfg(test)]
-std::thread_local!(static MY_GROUP: core::cell::Cell<u64> = const { core::cell::Cell::new(0) });
-
-#[cfg(test)]
-pub fn set_my_group(g: u64) {
-    MY_GROUP.with(|c| c.set(g))
-}
-
-#[cfg(test)]
-fn my_group() -> u64 {
-    MY_GROUP.with(|c| c.get())
-}
-
 /// Liveness of a slot owner: kill(pid,0) != ESRCH and, when both are known,
 /// the process start time (low 32 bits) still matches (pid reuse).
 pub fn owner_alive(word: u64) -> bool {
@@ -722,9 +628,16 @@ mod tests {
         r.charge(a, 0, 1 << 30);
         set_my_group(9);
         let b = r.claim_slot(4242, 1, &|_| true).unwrap();
-        assert_ne!(a, b, "the same pid and start time in another group: its own slot");
+        assert_ne!(
+            a, b,
+            "the same pid and start time in another group: its own slot"
+        );
         r.charge(b, 0, 1 << 20);
-        assert_eq!(r.reclaim_dead(usize::MAX, &|_| false), 1, "only its own group's");
+        assert_eq!(
+            r.reclaim_dead(usize::MAX, &|_| false),
+            1,
+            "only its own group's"
+        );
         assert_eq!(r.used(0), 1 << 30, "group 7's usage stays");
         set_my_group(7);
         assert_eq!(r.reclaim_dead(usize::MAX, &|_| false), 1);
@@ -742,13 +655,17 @@ mod tests {
         let path = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
         forget_live_fd();
         set_my_group(7);
-        let a = Region::open_file(path.as_ptr(), false, &init()).ok().unwrap();
+        let a = Region::open_file(path.as_ptr(), false, &init())
+            .ok()
+            .unwrap();
         let fd_a = live_fd();
         let sa = a.claim_slot(4242, 1, &|_| true).unwrap();
         a.charge(sa, 0, 1 << 30);
         forget_live_fd();
         set_my_group(9);
-        let b = Region::open_file(path.as_ptr(), false, &init()).ok().unwrap();
+        let b = Region::open_file(path.as_ptr(), false, &init())
+            .ok()
+            .unwrap();
         let fd_b = live_fd();
         assert_ne!(fd_a, fd_b);
         // group 7's process holds its lock: alive whatever its pid says here
