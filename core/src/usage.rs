@@ -77,7 +77,12 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
 /// reader never sees a free slot with usage. By `pread`/`pwrite`, never a
 /// mapping: the file is writable by the containers, and one truncated
 /// under a mapping would kill the caller. Only a regular file of exactly
-/// the format's size and header is written. Returns the slots freed.
+/// the format's size and header is written. A slot whose liveness lock is
+/// held (docs/interceptor.md) is left alone, and each slot is read again
+/// just before it is freed: an interceptor may have reclaimed and given it
+/// to a new process meanwhile (a new owner locks the slot before it
+/// publishes itself, so what is left is the few instructions between
+/// that re-read and the write). Returns the slots freed.
 pub fn free_group(path: &Path, group: u64) -> std::io::Result<usize> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
@@ -109,11 +114,36 @@ pub fn free_group(path: &Path, group: u64) -> std::io::Result<usize> {
         {
             continue;
         }
+        let mut now = [0u8; 32];
+        f.read_exact_at(&mut now, s as u64)?;
+        if u64_at(&now, S_OWNER) != Some(owner)
+            || u64_at(&now, layout::S_GROUP) != Some(group)
+            || slot_locked(&f, s)
+        {
+            continue;
+        }
         f.write_all_at(&[0u8; 8 * DEV_COUNT], (s + SLOT_USED_OFFSET) as u64)?;
         f.write_all_at(&layout::OWNER_FREE.to_le_bytes(), (s + S_OWNER) as u64)?;
         n += 1;
     }
     Ok(n)
+}
+
+/// Whether a process holds the liveness lock of the slot at `off` (an open
+/// file description lock on its first byte); true when it cannot be known.
+fn slot_locked(f: &std::fs::File, off: usize) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain struct, zeroed is a valid value.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as _;
+    l.l_whence = libc::SEEK_SET as _;
+    l.l_start = off as _;
+    l.l_len = 1;
+    // SAFETY: a valid descriptor and a pointer to a flock for the call.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
+        return true;
+    }
+    l.l_type as i32 != libc::F_UNLCK
 }
 
 /// Read a usage file: a regular file, not followed through a symlink,
@@ -203,7 +233,28 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("usage");
         std::fs::write(&p, &b).unwrap();
-        assert_eq!(free_group(&p, 5).unwrap(), 2);
+        // slot 2's process is alive: it holds its slot's lock
+        let holder = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: zeroed flock, then a valid descriptor and pointer.
+            let mut l: libc::flock = unsafe { std::mem::zeroed() };
+            l.l_type = libc::F_WRLCK as _;
+            l.l_start = (4096 + 2 * 256) as _;
+            l.l_len = 1;
+            assert_eq!(
+                unsafe { libc::fcntl(holder.as_raw_fd(), libc::F_OFD_SETLK, &l) },
+                0
+            );
+        }
+        assert_eq!(free_group(&p, 5).unwrap(), 1, "the live slot is left alone");
+        assert_eq!(read(&p).unwrap().used[0], 90);
+        drop(holder);
+        assert_eq!(free_group(&p, 5).unwrap(), 1);
         let u = read(&p).unwrap();
         assert_eq!((u.used[0], u.processes), (40, 1));
         assert_eq!(free_group(&p, 0).unwrap(), 0, "group 0 is no group");

@@ -327,8 +327,12 @@ impl Region {
             {
                 let off = self.slot_off(s);
                 // locked before the owner word is published: no other
-                // group ever sees this slot owned and unlocked
-                lock_slot(off);
+                // group ever sees this slot owned and unlocked; no lock, no
+                // slot (another group would reclaim it as dead)
+                if !lock_slot(off) {
+                    o.store(OWNER_FREE, SeqCst);
+                    return None;
+                }
                 self.u64_at(off + S_START_TIME).store(start_time, Relaxed);
                 self.u64_at(off + S_PID).store(pid as u32 as u64, Relaxed);
                 self.u64_at(off + S_GROUP).store(my_group(), SeqCst);
@@ -623,9 +627,26 @@ mod tests {
         // two containers of one claim share the file; pids of the other's
         // namespace mean nothing here
         let r = Region::anonymous(&init()).unwrap();
+        // each group's process has its own description of the file its
+        // slot locks live on (fail closed without one: no slot)
+        let d = std::env::temp_dir().join(format!("gq-group-{}", std::process::id()));
+        std::fs::write(&d, b"").unwrap();
+        let open = || {
+            let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+            unsafe { libc::open(c.as_ptr(), libc::O_RDWR) }
+        };
+        let (fd7, fd9) = (open(), open());
+        forget_live_fd();
         set_my_group(7);
+        assert!(
+            r.claim_slot(4242, 1, &|_| true).is_none(),
+            "no lock, no slot"
+        );
+        set_live_fd(fd7);
         let a = r.claim_slot(4242, 1, &|_| true).unwrap();
         r.charge(a, 0, 1 << 30);
+        forget_live_fd();
+        set_live_fd(fd9);
         set_my_group(9);
         let b = r.claim_slot(4242, 1, &|_| true).unwrap();
         assert_ne!(
@@ -639,10 +660,18 @@ mod tests {
             "only its own group's"
         );
         assert_eq!(r.used(0), 1 << 30, "group 7's usage stays");
+        forget_live_fd();
+        set_live_fd(fd7);
         set_my_group(7);
         assert_eq!(r.reclaim_dead(usize::MAX, &|_| false), 1);
         assert_eq!(r.used(0), 0);
         set_my_group(0);
+        forget_live_fd();
+        unsafe {
+            libc::close(fd7);
+            libc::close(fd9);
+        }
+        let _ = std::fs::remove_file(&d);
     }
 
     #[test]

@@ -55,13 +55,20 @@ fn slot_lock(off: usize, kind: i32) -> libc::flock {
 }
 
 /// Lock the first byte of the slot at `off` (an open file description
-/// lock; best effort: without it the slot is judged alive by others).
-pub(crate) fn lock_slot(off: usize) {
-    let fd = live_fd();
-    if fd >= 0 {
-        let l = slot_lock(off, libc::F_WRLCK);
-        unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &l) };
+/// lock). False when this process is in a consumer group and the lock
+/// could not be taken: the caller must not use the slot, since another
+/// group would judge it dead (fail closed). Without a group no lock is
+/// needed: true.
+pub(crate) fn lock_slot(off: usize) -> bool {
+    if my_group() == 0 {
+        return true;
     }
+    let fd = live_fd();
+    if fd < 0 {
+        return false;
+    }
+    let l = slot_lock(off, libc::F_WRLCK);
+    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &l) == 0 }
 }
 
 /// Whether some process holds the lock of the slot at `off`; None when
