@@ -14,13 +14,18 @@
 //!   same uid, GPU and bytes (same token, the spec rewritten).
 //! * [`bind`] (called by `lifecycle` at the runtime's `create`): a
 //!   container presenting that variable gets exactly the claim's slice if
-//!   and only if the token matches (constant time) and no other *live*
-//!   container is bound to the claim. Its own ledger entry records the
-//!   claim's uid and never counts (the claim's entry holds the bytes).
+//!   and only if the token matches (constant time). Every container the
+//!   kubelet gave the claim's CDI device (its pod's containers, the pods a
+//!   named claim is reserved for) is bound to it, at once or one after
+//!   another, as they would share a device: their ledger entries record the
+//!   claim's uid and never count (the claim's entry holds the bytes), and
+//!   they share one usage file ([`shared_usage`], `state::claim_dir`), so
+//!   together they never use more than the claim's slice. When one ends,
+//!   [`consumer_gone`] frees its processes' usage in that file.
 //! * [`unprepare`]: refused while a live container is bound; else the CDI
 //!   spec goes and the claim's entry is taken out of the ledger and its
-//!   release recorded (a claim has no state directory or driver limit: the
-//!   container bound to it releases those through `lifecycle`).
+//!   release recorded (a claim has no driver limit: each container bound to
+//!   it releases its own through `lifecycle`).
 //!
 //! The token never leaves the ledger and the CDI spec: no event, error or
 //! `Debug` output carries it.
@@ -30,11 +35,13 @@ use crate::{
     inventory::{Inventory, InventoryError},
     ledger::{ClaimEntry, Key, Ledger, LedgerError, Reservation},
     placement::{self, Slice},
+    state,
     units::human,
 };
 use gpuquota_formats::keys;
 use serde_json::Value;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// What claims may take together on one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,8 +74,16 @@ pub struct Prepared {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
-    #[error("claim asks for {} on GPU {gpu}, but only {} of it are free for claims (the rest is held by other claims or by containers outside DRA); the scheduler should not have allocated it: wait for a slice to be released, or check `gpu-quota ls`", human(*asked), human(*free))]
-    DoesNotFit { asked: u64, free: u64, gpu: String },
+    #[error("claim asks for {} on GPU {gpu}, but only {} of it are free for claims{}; held by {holders}. The memory is still held on this node: the kubelet retries the prepare, and it succeeds once a holder ends (check `gpu-quota ls`)", human(*asked), human(*free), waited(*waited_ms))]
+    DoesNotFit {
+        asked: u64,
+        free: u64,
+        gpu: String,
+        /// What holds the GPU, for the message (`holders_of`).
+        holders: String,
+        /// How long the prepare waited for holders to release.
+        waited_ms: u64,
+    },
     #[error("claim names GPU {gpu}, which is not a GPU gpu-quota may slice on this host; sliceable GPUs: {known}")]
     UnknownGpu { gpu: String, known: String },
     #[error("claim {uid} is already prepared as {held}, not {asked}; unprepare it first")]
@@ -91,8 +106,6 @@ pub enum ClaimError {
     WrongToken { var: String, claim: String },
     #[error("the container's environment carries two different claims ({first:?}, {second:?}); a container is bound to at most one claim: request one claim per container")]
     TwoClaims { first: String, second: String },
-    #[error("claim {claim} is already bound to running container {container}; a claim is one slice for one running container at a time: give each container its own claim, or wait until {container} exits")]
-    Bound { claim: String, container: String },
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
@@ -108,10 +121,85 @@ pub fn reason_of(e: &ClaimError) -> &'static str {
         ClaimError::UnknownClaim { .. } => "claim_unknown",
         ClaimError::WrongToken { .. } => "claim_token",
         ClaimError::TwoClaims { .. } => "claim_two",
-        ClaimError::Bound { .. } | ClaimError::InUse { .. } => "claim_bound",
+        ClaimError::InUse { .. } => "claim_bound",
         ClaimError::Invalid { .. } => "invalid_request",
         _ => "claim",
     }
+}
+
+fn waited(ms: u64) -> String {
+    if ms == 0 {
+        String::new()
+    } else {
+        format!(
+            " after waiting {:.1} s for earlier holders to release",
+            ms as f64 / 1000.0
+        )
+    }
+}
+
+/// How long a prepare waits for the GPU's earlier holders to release: the
+/// kubelet prepares a force-deleted pod's replacement while the old pod's
+/// claim is still being unprepared (about a second later), and a refusal
+/// costs the new pod the kubelet's back-off (tens of seconds).
+pub const RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// Between two tries while waiting (each one a transaction under the
+/// ledger's lock, as any prepare).
+const RELEASE_POLL: Duration = Duration::from_millis(100);
+/// Holders named in a refusal; the rest are counted.
+const MAX_HOLDERS_NAMED: usize = 6;
+
+/// What holds GPU `gpu` in `held`, for a refusal: each claim (and whether
+/// a running container is bound to it; one without is waiting for the
+/// kubelet's unprepare, its pod having ended) and each container outside
+/// DRA, with its bytes.
+fn holders_of(ledger: &Ledger, held: &[Reservation], gpu: &str, now: u64) -> String {
+    let bytes = |r: &Reservation| -> u64 {
+        r.slices
+            .iter()
+            .filter(|s| s.uuid == gpu)
+            .map(|s| s.bytes)
+            .sum()
+    };
+    let mut named: Vec<String> = held
+        .iter()
+        .filter(|r| r.counts() && bytes(r) > 0)
+        .map(|r| match &r.claim {
+            Some(c) => {
+                let running = held
+                    .iter()
+                    .filter(|b| {
+                        b.bound_claim.as_deref() == Some(c.uid.as_str()) && !ledger.is_stale(b, now)
+                    })
+                    .count();
+                let state = match running {
+                    0 => "no running container: its pods have ended and the kubelet has not unprepared it yet".to_string(),
+                    1 => "1 running container".to_string(),
+                    n => format!("{n} running containers"),
+                };
+                format!("claim {} ({}, {state})", label(c), human(bytes(r)))
+            }
+            None => format!(
+                "container {} outside DRA ({}{})",
+                r.container_id.chars().take(64).collect::<String>(),
+                human(bytes(r)),
+                if ledger.is_stale(r, now) {
+                    ", exited, not yet released"
+                } else {
+                    ""
+                }
+            ),
+        })
+        .collect();
+    if named.is_empty() {
+        return "nothing (the configured reserve)".into();
+    }
+    let more = named.len().saturating_sub(MAX_HOLDERS_NAMED);
+    named.truncate(MAX_HOLDERS_NAMED);
+    if more > 0 {
+        named.push(format!("{more} more"));
+    }
+    named.join(", ")
 }
 
 /// Longest uid, namespace or name accepted (Kubernetes: a UUID; names are
@@ -291,8 +379,52 @@ fn remove_cdi(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
 }
 
 /// Reserve the claim's bytes on its GPU, make its token and its CDI spec.
-/// Idempotent for the same uid, GPU and bytes.
+/// Idempotent for the same uid, GPU and bytes. Refused at once when the
+/// bytes are not free ([`prepare_waiting`] waits for releases).
 pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
+    prepare_waiting(cfg, a, Duration::ZERO)
+}
+
+/// [`prepare`], and while the claim's bytes are held by others, try again
+/// every 100 ms for at most `wait` (the driver: [`RELEASE_WAIT`]), each
+/// try under the ledger's lock. The refusal names what holds the GPU and
+/// how long it waited.
+pub fn prepare_waiting(
+    cfg: &Config,
+    a: &ClaimAlloc,
+    wait: Duration,
+) -> Result<Prepared, ClaimError> {
+    let start = Instant::now();
+    loop {
+        match prepare_once(cfg, a) {
+            Err(ClaimError::DoesNotFit { .. }) if start.elapsed() + RELEASE_POLL <= wait => {
+                std::thread::sleep(RELEASE_POLL)
+            }
+            Err(ClaimError::DoesNotFit {
+                asked,
+                free,
+                gpu,
+                holders,
+                ..
+            }) => {
+                return Err(ClaimError::DoesNotFit {
+                    asked,
+                    free,
+                    gpu,
+                    holders,
+                    waited_ms: if wait.is_zero() {
+                        0
+                    } else {
+                        start.elapsed().as_millis() as u64
+                    },
+                })
+            }
+            r => return r,
+        }
+    }
+}
+
+fn prepare_once(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
     check(a)?;
     let inv = Inventory::load(cfg)?;
     let Some(g) = inv.gpus.iter().find(|g| {
@@ -363,6 +495,8 @@ pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
                     asked: a.bytes,
                     free,
                     gpu: g.uuid.clone(),
+                    holders: holders_of(&ledger, &d.reservations, &g.uuid, fsutil::now_unix()),
+                    waited_ms: 0,
                 }),
                 false,
             ));
@@ -438,6 +572,13 @@ pub fn unprepare(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
         }
         if let Err(e) = remove_cdi(cfg, uid) {
             return Ok((Err(e), false));
+        }
+        if !d
+            .reservations
+            .iter()
+            .any(|r| r.bound_claim.as_deref() == Some(uid))
+        {
+            let _ = state::remove(&state::claim_dir(cfg, uid));
         }
         Ok((Ok(Some(d.reservations.remove(i))), true))
     })??;
@@ -536,10 +677,10 @@ pub fn strip(config: &mut Value) {
 
 /// Bind container `id` (runc root `root`, `bundle`) to the claim it
 /// presents: under the ledger's lock, the token is compared in constant
-/// time with the claim entry's; a live container already bound to the
-/// claim refuses it, a dead one is reclaimed (appended to `reclaimed`, for
-/// the caller's release). The container's entry gets the claim's slice
-/// and the claim's uid.
+/// time with the claim entry's. Containers already bound to the claim stay
+/// bound (they share it); dead ones are reclaimed on the way (appended to
+/// `reclaimed`, for the caller's release). The container's entry gets the
+/// claim's slice and the claim's uid.
 pub fn bind(
     cfg: &Config,
     p: &Presented,
@@ -584,25 +725,14 @@ pub fn bind(
                 false,
             ));
         }
-        let holders = |r: &Reservation| r.bound_claim.as_deref() == Some(&c.uid) && !key.matches(r);
-        if let Some(live) = d
-            .reservations
-            .iter()
-            .find(|r| holders(r) && !ledger.is_stale(r, now))
-        {
-            return Ok((
-                Err(ClaimError::Bound {
-                    claim: label(c),
-                    container: live.container_id.clone(),
-                }),
-                false,
-            ));
-        }
+        let dead_holder = |r: &Reservation| {
+            r.bound_claim.as_deref() == Some(&c.uid) && !key.matches(r) && ledger.is_stale(r, now)
+        };
         // dead holders of the claim and a dead entry of this container's key
         let (gone, keep): (Vec<_>, Vec<_>) = d
             .reservations
             .drain(..)
-            .partition(|r| holders(r) || key.matches(r));
+            .partition(|r| dead_holder(r) || key.matches(r));
         d.reservations = keep;
         reclaimed.extend(gone);
         let r = Reservation {
@@ -621,6 +751,9 @@ pub fn bind(
         Ok((Ok(r), true))
     })?
 }
+
+mod shared;
+pub use shared::{consumer_gone, shared_usage, sweep_shared};
 
 #[cfg(test)]
 mod tests;

@@ -411,6 +411,7 @@ pub fn setup(
         let assigned: Vec<&str> = r.slices.iter().map(|s| s.uuid.as_str()).collect();
         let record = crate::ledger::records::name_of(r);
         bundle.patch(&nodes, &hs, &assigned.join(","), record.as_deref())?;
+        claims::shared_usage(cfg, r, state::UsageBacking::Tmpfs)?;
         state::create(cfg, r, state::UsageBacking::Tmpfs).map_err(|err| LifecycleError::State {
             path: state::container_dir(cfg, r),
             err,
@@ -500,6 +501,7 @@ impl Effects for HostEffects<'_> {
     }
     fn remove_state(&mut self, r: &Reservation, held: Option<&[Reservation]>) {
         let _ = state::remove_released(self.cfg, r, held);
+        claims::consumer_gone(self.cfg, r);
     }
     fn held(&mut self) -> Option<Vec<Reservation>> {
         Ledger::new(self.cfg).read().ok().map(|d| d.reservations)

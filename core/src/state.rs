@@ -76,7 +76,72 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
         context_overhead,
     )
     .ok()?;
+    if r.bound_claim.is_some() {
+        limits::write_group(&mut s, consumer_group(r)).ok()?;
+    }
     Some(s)
+}
+
+/// A container's tag in a usage file shared by the consumers of one DRA
+/// claim (the slots' `group`): stable for the container (its id, runc
+/// root and bundle, as its directory's name), never 0.
+pub fn consumer_group(r: &Reservation) -> u64 {
+    fnv(
+        FNV_OFFSET,
+        dir_name(&r.container_id, r.runtime_root.as_deref(), &r.bundle).as_bytes(),
+    ) | 1
+}
+
+/// The directory of a DRA claim's shared usage file:
+/// `<state_dir>/claims/<uid>` (a uid is a checked name, see
+/// `claims::prepare`). Its `rw/` is a tmpfs of its own holding only the
+/// usage file, for the reasons the container's own `rw/` is; every
+/// container bound to the claim gets it bind-mounted on its own `rw/`, so
+/// all of them count against the claim's one slice.
+pub fn claim_dir(cfg: &Config, uid: &str) -> PathBuf {
+    cfg.state_dir.join("claims").join(uid)
+}
+
+/// Make the claim's shared usage area unless it is there (the caller
+/// holds the ledger's lock, so two consumers never both make it).
+pub fn ensure_claim_usage(
+    cfg: &Config,
+    uid: &str,
+    backing: UsageBacking,
+) -> std::io::Result<PathBuf> {
+    crate::fsutil::secure_dir(&cfg.state_dir, 0o755)?;
+    let root = cfg.state_dir.join("claims");
+    crate::fsutil::secure_dir(&root, 0o700)?;
+    let dir = claim_dir(cfg, uid);
+    if std::fs::symlink_metadata(usage_path(&dir)).is_ok_and(|m| m.is_file()) {
+        return Ok(dir);
+    }
+    remove(&dir)?;
+    std::fs::create_dir(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    let made = (|| {
+        let rw = dir.join(USAGE_FS_DIR);
+        std::fs::create_dir(&rw)?;
+        std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
+        if backing == UsageBacking::Tmpfs {
+            use nix::mount::{mount, MsFlags};
+            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            let opts = format!("size={USAGE_FS_BYTES},nr_inodes={USAGE_FS_INODES},mode=0755");
+            mount(
+                Some("gpu-quota-usage"),
+                &rw,
+                Some("tmpfs"),
+                flags,
+                Some(opts.as_str()),
+            )?;
+        }
+        write(&usage_path(&dir), b"", 0o666)
+    })();
+    if let Err(e) = made {
+        let _ = remove(&dir);
+        return Err(e);
+    }
+    Ok(dir)
 }
 
 /// The host state directory of a reservation:
@@ -236,6 +301,19 @@ pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::
         let rw = dir.join(USAGE_FS_DIR);
         std::fs::create_dir(&rw)?;
         std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
+        if let (Some(uid), UsageBacking::Tmpfs) = (&r.bound_claim, backing) {
+            // the claim's shared usage file (made by the caller, under the
+            // ledger's lock), not one of its own
+            use nix::mount::{mount, MsFlags};
+            let shared = claim_dir(cfg, uid).join(USAGE_FS_DIR);
+            return Ok(mount(
+                Some(&shared),
+                &rw,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )?);
+        }
         let usage_opts = format!("size={USAGE_FS_BYTES},nr_inodes={USAGE_FS_INODES},mode=0755");
         tmpfs("gpu-quota-usage", &rw, usage_opts)?;
         write(&usage_path(&dir), b"", 0o666)

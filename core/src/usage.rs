@@ -70,6 +70,82 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
     Some(u)
 }
 
+/// Free every slot of consumer group `group` in the usage file at `path`
+/// (a usage file shared by a DRA claim's consumers, when one of them
+/// ended: its processes are gone, and no other consumer may judge them by
+/// pid). Each slot's counters are zeroed, then its owner set free, so a
+/// reader never sees a free slot with usage. By `pread`/`pwrite`, never a
+/// mapping: the file is writable by the containers, and one truncated
+/// under a mapping would kill the caller. Only a regular file of exactly
+/// the format's size and header is written. A slot whose liveness lock is
+/// held (docs/interceptor.md) is left alone, and each slot is read again
+/// just before it is freed: an interceptor may have reclaimed and given it
+/// to a new process meanwhile (a new owner locks the slot before it
+/// publishes itself, so what is left is the few instructions between
+/// that re-read and the write). Returns the slots freed.
+pub fn free_group(path: &Path, group: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    if group == 0 {
+        return Ok(0);
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() || m.len() != TOTAL_SIZE as u64 {
+        return Err(bad("not a usage file"));
+    }
+    let mut b = vec![0u8; TOTAL_SIZE];
+    f.read_exact_at(&mut b, 0)?;
+    if parse(&b).is_none() {
+        return Err(bad("not a version-1 usage file"));
+    }
+    let high = (u32_at(&b, H_HIGH_WATER).unwrap_or(0) as usize).min(SLOT_COUNT);
+    let mut n = 0;
+    for i in 0..high {
+        let s = layout::slot_offset(i);
+        let owner = u64_at(&b, s + S_OWNER).unwrap_or(0);
+        if owner == layout::OWNER_FREE
+            || owner == layout::OWNER_RECLAIMING
+            || u64_at(&b, s + layout::S_GROUP) != Some(group)
+        {
+            continue;
+        }
+        let mut now = [0u8; 32];
+        f.read_exact_at(&mut now, s as u64)?;
+        if u64_at(&now, S_OWNER) != Some(owner)
+            || u64_at(&now, layout::S_GROUP) != Some(group)
+            || slot_locked(&f, s)
+        {
+            continue;
+        }
+        f.write_all_at(&[0u8; 8 * DEV_COUNT], (s + SLOT_USED_OFFSET) as u64)?;
+        f.write_all_at(&layout::OWNER_FREE.to_le_bytes(), (s + S_OWNER) as u64)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Whether a process holds the liveness lock of the slot at `off` (an open
+/// file description lock on its first byte); true when it cannot be known.
+fn slot_locked(f: &std::fs::File, off: usize) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain struct, zeroed is a valid value.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as _;
+    l.l_whence = libc::SEEK_SET as _;
+    l.l_start = off as _;
+    l.l_len = 1;
+    // SAFETY: a valid descriptor and a pointer to a flock for the call.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
+        return true;
+    }
+    l.l_type as i32 != libc::F_UNLCK
+}
+
 /// Read a usage file: a regular file, not followed through a symlink,
 /// never more than `TOTAL_SIZE` bytes (a FIFO or a huge sparse file there
 /// cannot stall or exhaust the reader).
@@ -140,6 +216,53 @@ mod tests {
         assert!(read(&big).is_some());
         std::os::unix::fs::symlink(&big, d.path().join("link")).unwrap();
         assert_eq!(read(&d.path().join("link")), None);
+    }
+
+    #[test]
+    fn free_group_frees_that_groups_slots_only() {
+        let mut b = header();
+        b[40..44].copy_from_slice(&3u32.to_le_bytes());
+        for (slot, owner, group, used) in
+            [(0usize, 7u64, 5u64, 100u64), (1, 8, 6, 40), (2, 9, 5, 50)]
+        {
+            let s = 4096 + slot * 256;
+            b[s..s + 8].copy_from_slice(&owner.to_le_bytes());
+            b[s + 24..s + 32].copy_from_slice(&group.to_le_bytes());
+            b[s + 64..s + 72].copy_from_slice(&used.to_le_bytes());
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("usage");
+        std::fs::write(&p, &b).unwrap();
+        // slot 2's process is alive: it holds its slot's lock
+        let holder = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: zeroed flock, then a valid descriptor and pointer.
+            let mut l: libc::flock = unsafe { std::mem::zeroed() };
+            l.l_type = libc::F_WRLCK as _;
+            l.l_start = (4096 + 2 * 256) as _;
+            l.l_len = 1;
+            assert_eq!(
+                unsafe { libc::fcntl(holder.as_raw_fd(), libc::F_OFD_SETLK, &l) },
+                0
+            );
+        }
+        assert_eq!(free_group(&p, 5).unwrap(), 1, "the live slot is left alone");
+        assert_eq!(read(&p).unwrap().used[0], 90);
+        drop(holder);
+        assert_eq!(free_group(&p, 5).unwrap(), 1);
+        let u = read(&p).unwrap();
+        assert_eq!((u.used[0], u.processes), (40, 1));
+        assert_eq!(free_group(&p, 0).unwrap(), 0, "group 0 is no group");
+        // not a usage file: nothing written
+        std::fs::write(&p, &b[..100]).unwrap();
+        assert!(free_group(&p, 6).is_err());
+        std::os::unix::fs::symlink(&p, d.path().join("link")).unwrap();
+        assert!(free_group(&d.path().join("link"), 6).is_err());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The driver's life: serve the DRA socket, then the registration socket
 //! (the kubelet's plugin watcher finds it and registers us), keep this
-//! node's ResourceSlice in step with the ledger, and on request stop:
-//! sockets removed, slice deleted. One poll reads the node's offers; the
-//! slice publisher and the health streams both take that read.
+//! node's ResourceSlice in step with the ledger and the API server
+//! (`publish::run`), and on request stop: sockets removed, the slice left
+//! to the kubelet. One poll reads the node's offers; the slice publisher and
+//! the health streams both take that read.
 use crate::api::dra::dra_plugin_server::DraPluginServer;
 use crate::api::health::dra_resource_health_server::DraResourceHealthServer;
 use crate::api::registration::registration_server::RegistrationServer;
@@ -10,16 +11,15 @@ use crate::api::{registration_socket, DRA_SOCKET};
 use crate::h2authority::Adapted;
 use crate::health::{HealthService, Polled, Tracker};
 use crate::node::Node;
-use crate::publish::{Publisher, SliceStore};
+use crate::publish::{self, SliceStore};
 use crate::service::{DraService, RegistrationService};
-use crate::slice;
 use crate::source::ClaimSource;
 use std::future::Future;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio_stream::StreamExt;
 
 #[derive(Debug, Clone)]
@@ -32,6 +32,9 @@ pub struct Options {
     pub node_name: String,
     /// How often the offers are re-read.
     pub poll: Duration,
+    /// How often the API server's copy of the slice is re-read
+    /// (`publish::Timing`).
+    pub resync: Duration,
     /// The health stream's `health_check_timeout_seconds` (whole seconds,
     /// at least 1); the devices are re-sent every third of it
     /// (`health::DEFAULT_TIMEOUT` in the binary).
@@ -103,103 +106,6 @@ async fn poll_loop(
     }
 }
 
-/// Publish the slice at every change of the polled offers until `stop`.
-async fn publish_loop(
-    opts: Options,
-    mut polled: watch::Receiver<Option<Arc<Polled>>>,
-    store: Arc<dyn SliceStore>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let owner = match store.node_uid(&opts.node_name).await {
-        Ok(Some(uid)) => Some(slice::node_owner(&opts.node_name, &uid)),
-        Ok(None) => {
-            tracing::warn!(
-                "node {} not found on the API server: the slice has no owner",
-                opts.node_name
-            );
-            None
-        }
-        Err(e) => {
-            tracing::warn!("{e}: the slice has no owner");
-            None
-        }
-    };
-    let name = slice::slice_name(&opts.node_name);
-    // the slice left by an earlier run, so its pool generation is carried
-    // on (the scheduler must never see a generation go back): read it
-    // before writing anything, however long the API server takes
-    let mut logged = false;
-    let existing = loop {
-        match store.get(&name).await {
-            Ok(s) => break s,
-            Err(e) if !logged => {
-                tracing::warn!("{e}; retrying");
-                logged = true;
-            }
-            Err(_) => {}
-        }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(opts.poll) => {}
-        }
-    };
-    let mut p = Publisher::new(&opts.node_name, owner, existing.as_ref());
-    let mut last_err = String::new();
-    loop {
-        // the latest read (at once if one came while the slice was read)
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => break,
-            r = polled.wait_for(|p| p.is_some()) => if r.is_err() { break },
-        }
-        let Some(read) = polled.borrow_and_update().clone() else {
-            continue;
-        };
-        match &read.offers {
-            Ok(o) => {
-                last_err.clear();
-                if let Some(s) = p.next(o) {
-                    match store.apply(&s).await {
-                        Ok(()) => tracing::info!(
-                            "published ResourceSlice {name} generation {}: {}",
-                            s.spec.pool.generation,
-                            o.iter()
-                                .map(|g| format!(
-                                    "{} {} of {} bytes",
-                                    slice::device_name(g.index),
-                                    g.offer_bytes / slice::STEP_BYTES * slice::STEP_BYTES,
-                                    g.total_bytes
-                                ))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                        Err(e) => {
-                            tracing::warn!("{e}; retrying");
-                            p.failed();
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                if *e != last_err {
-                    tracing::warn!(
-                        "cannot read this node's GPUs ({e}); the slice is left as it was"
-                    );
-                    last_err = e.clone();
-                }
-            }
-        }
-        // the next read
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => break,
-            r = polled.changed() => if r.is_err() { break },
-        }
-    }
-    match store.delete(&name).await {
-        Ok(()) => tracing::info!("deleted ResourceSlice {name}"),
-        Err(e) => tracing::warn!("{e}"),
-    }
-}
-
 /// Run until `shutdown` resolves. `slices`: where the ResourceSlice is
 /// published (None: not published, for tests of the kubelet side alone).
 pub async fn run(
@@ -213,11 +119,20 @@ pub async fn run(
     let reg_sock = opts.registry_dir.join(registration_socket());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (polled_tx, polled_rx) = watch::channel(None);
+    // each registration with the kubelet (one at its every start) makes
+    // the publisher read the API's copy again
+    let registered = Arc::new(Notify::new());
     let publisher = slices.map(|s| {
-        tokio::spawn(publish_loop(
-            opts.clone(),
+        tokio::spawn(publish::run(
+            opts.node_name.clone(),
+            publish::Timing {
+                resync: opts.resync,
+                after_registration: publish::AFTER_REGISTRATION,
+                retry: opts.poll,
+            },
             polled_rx.clone(),
             s,
+            registered.clone(),
             stop_rx.clone(),
         ))
     });
@@ -266,6 +181,7 @@ pub async fn run(
         tonic::transport::Server::builder()
             .add_service(RegistrationServer::new(RegistrationService {
                 endpoint: dra_sock.display().to_string(),
+                registered,
             }))
             // through the :authority adapter: the kubelet dials this socket
             // with its path as :authority, which h2 refuses (h2authority.rs);
@@ -309,7 +225,7 @@ pub async fn run(
             .await
             .is_err()
         {
-            tracing::warn!("the slice was not deleted within 10 s");
+            tracing::warn!("publishing the slice did not stop within 10 s");
         }
     }
     tracing::info!("stopped");

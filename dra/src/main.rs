@@ -31,6 +31,10 @@ struct Cli {
     /// How often the GPUs' offers are re-read and the ResourceSlice updated (milliseconds).
     #[arg(long, default_value_t = 1000)]
     poll_ms: u64,
+    /// How often the API server's copy of the ResourceSlice is read and, when it is
+    /// missing or differs, written again (milliseconds).
+    #[arg(long, default_value_t = publish::DEFAULT_RESYNC.as_millis() as u64)]
+    resync_ms: u64,
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
@@ -89,6 +93,7 @@ fn main() -> Result<()> {
                 registry_dir: cli.registry_dir,
                 node_name,
                 poll: Duration::from_millis(cli.poll_ms.max(10)),
+                resync: Duration::from_millis(cli.resync_ms.max(100)),
                 health_timeout: gpuquota_dra::health::DEFAULT_TIMEOUT,
             },
             Arc::new(node::HostNode {

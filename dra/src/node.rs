@@ -40,7 +40,11 @@ impl Node for HostNode {
     }
 
     fn prepare(&self, a: &ClaimAlloc) -> Result<Prepared, NodeError> {
-        Ok(gpuquota_core::claims::prepare(&self.config()?, a)?)
+        Ok(gpuquota_core::claims::prepare_waiting(
+            &self.config()?,
+            a,
+            gpuquota_core::claims::RELEASE_WAIT,
+        )?)
     }
 
     fn unprepare(&self, uid: &str) -> Result<(), NodeError> {

@@ -1,11 +1,26 @@
-//! Keeping this node's ResourceSlice in step with the ledger: a new pool
-//! generation whenever the content changes, nothing written otherwise, the
-//! slice deleted when the driver stops.
+//! Keeping this node's ResourceSlice in step with the ledger *and* with
+//! the API server's copy: a new pool generation whenever the content
+//! changes, and the slice written again whenever the API's copy is not the
+//! one last written (missing, deleted, edited by someone else). The
+//! kubelet deletes every slice of its node when it starts
+//! (`wipeResourceSlices`), and a slice can be deleted by hand or lost with
+//! an etcd restore: a publisher that only compared with its own last write
+//! would offer nothing after any of these, for good. The API's copy is
+//! re-read (one GET by name) every `resync`, at every poll for a while after
+//! a registration with the kubelet (its wipe may come after it), and at
+//! every poll while the API server does not answer; writes happen only when
+//! something differs.
+use crate::health::Polled;
 use crate::node::Offer;
+use crate::quantity;
 use crate::slice::{self, slice_for};
 use k8s_openapi::api::core::v1::Node as NodeObject;
-use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
+use k8s_openapi::api::resource::v1::{ResourceSlice, ResourceSliceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{what}: {err}")]
@@ -32,7 +47,53 @@ pub struct Publisher {
     node: String,
     owner: Option<OwnerReference>,
     generation: i64,
-    last: Option<Option<Vec<Device>>>,
+    /// The slice last written (and confirmed by the store); None: write at
+    /// the next call of `next`.
+    last: Option<ResourceSlice>,
+}
+
+/// How the API server's copy compares with the last write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drift {
+    /// The same offer: nothing to do.
+    InStep,
+    /// Nothing written yet (or the last write failed): `next` writes anyway.
+    Unwritten,
+    /// The API has no such slice (the kubelet's wipe, a delete by hand).
+    Missing,
+    /// The API's copy differs (edited by someone else, or an older one).
+    Edited,
+}
+
+/// The parts of a spec that make the offer, quantities as bytes (the API
+/// server may write a quantity in another form than ours).
+fn offer_of(spec: &ResourceSliceSpec) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "driver": spec.driver,
+        "nodeName": spec.node_name,
+        "pool": spec.pool,
+        "devices": spec.devices,
+    });
+    fn bytes_of_quantities(v: &mut serde_json::Value, key: Option<&str>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    bytes_of_quantities(x, Some(k));
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| bytes_of_quantities(x, key)),
+            serde_json::Value::String(q)
+                if matches!(key, Some("value" | "default" | "min" | "max" | "step")) =>
+            {
+                if let Ok(b) = quantity::bytes(q) {
+                    *v = serde_json::Value::from(b);
+                }
+            }
+            _ => {}
+        }
+    }
+    bytes_of_quantities(&mut v, None);
+    v
 }
 
 impl Publisher {
@@ -55,13 +116,17 @@ impl Publisher {
     /// last written. The first call always writes.
     pub fn next(&mut self, offers: &[Offer]) -> Option<ResourceSlice> {
         let mut s = slice_for(&self.node, offers);
-        if self.last.as_ref() == Some(&s.spec.devices) {
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|l| l.spec.devices == s.spec.devices)
+        {
             return None;
         }
         self.generation += 1;
         s.spec.pool.generation = self.generation;
         s.metadata.owner_references = self.owner.clone().map(|o| vec![o]);
-        self.last = Some(s.spec.devices.clone());
+        self.last = Some(s.clone());
         Some(s)
     }
 
@@ -70,8 +135,187 @@ impl Publisher {
         self.last = None;
     }
 
+    /// Compare the API server's copy (`found`, None when it has none) with
+    /// the last write. On any difference the next call of `next` writes
+    /// again, at a pool generation above both (the scheduler must never
+    /// see one go back, and an edited copy may carry a higher one).
+    pub fn check(&mut self, found: Option<&ResourceSlice>) -> Drift {
+        let Some(last) = &self.last else {
+            return Drift::Unwritten;
+        };
+        let drift = match found {
+            None => Drift::Missing,
+            Some(f) if offer_of(&f.spec) == offer_of(&last.spec) => return Drift::InStep,
+            Some(_) => Drift::Edited,
+        };
+        if let Some(f) = found {
+            self.generation = self.generation.max(f.spec.pool.generation);
+        }
+        self.last = None;
+        drift
+    }
+
     pub fn name(&self) -> String {
         slice::slice_name(&self.node)
+    }
+}
+
+/// How often the loop below reads the API server's copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Between two reads when all is well (a GET of one slice by name).
+    pub resync: Duration,
+    /// After a registration with the kubelet, the copy is read at every
+    /// poll for this long: the kubelet's wipe of its node's slices may come
+    /// just after it registered us.
+    pub after_registration: Duration,
+    /// The retry interval of the first read (the generation to carry on).
+    pub retry: Duration,
+}
+
+/// The default `Timing::resync` (`--resync-ms` of the binary).
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(5);
+/// The default `Timing::after_registration`.
+pub const AFTER_REGISTRATION: Duration = Duration::from_secs(30);
+
+fn describe(o: &[Offer]) -> String {
+    o.iter()
+        .map(|g| {
+            format!(
+                "{} {} of {} bytes",
+                slice::device_name(g.index),
+                g.offer_bytes / slice::STEP_BYTES * slice::STEP_BYTES,
+                g.total_bytes
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Publish this node's slice at every change of the polled offers, and
+/// again whenever the API server's copy is not the last write, until
+/// `stop`. `registered` is notified at each registration with the kubelet.
+/// At stop the slice is left in place (docs/kubernetes.md, "Stopping"): the
+/// kubelet withdraws a driver's slices itself when it does not register
+/// again, and a restart (a rolling update) does not stop the node's
+/// scheduling meanwhile.
+pub async fn run(
+    node: String,
+    timing: Timing,
+    mut polled: watch::Receiver<Option<Arc<Polled>>>,
+    store: Arc<dyn SliceStore>,
+    registered: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let owner = match store.node_uid(&node).await {
+        Ok(Some(uid)) => Some(slice::node_owner(&node, &uid)),
+        Ok(None) => {
+            tracing::warn!("node {node} not found on the API server: the slice has no owner");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{e}: the slice has no owner");
+            None
+        }
+    };
+    let name = slice::slice_name(&node);
+    // the slice left by an earlier run, so its pool generation is carried
+    // on (the scheduler must never see a generation go back): read it
+    // before writing anything, however long the API server takes
+    let mut logged = false;
+    let existing = loop {
+        match store.get(&name).await {
+            Ok(s) => break s,
+            Err(e) if !logged => {
+                tracing::warn!("{e}; retrying");
+                logged = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(timing.retry) => {}
+        }
+    };
+    let mut p = Publisher::new(&node, owner, existing.as_ref());
+    let mut last_err = String::new();
+    let mut api_down = false;
+    let mut next_check = Instant::now() + timing.resync;
+    let mut watchful_until = Instant::now();
+    let mut check_now = false;
+    loop {
+        // the latest read (at once if one came while the slice was read)
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            r = polled.wait_for(|p| p.is_some()) => if r.is_err() { return },
+        }
+        let Some(read) = polled.borrow_and_update().clone() else {
+            continue;
+        };
+        match &read.offers {
+            Ok(o) => {
+                last_err.clear();
+                let now = Instant::now();
+                if check_now || api_down || now >= next_check || now < watchful_until {
+                    check_now = false;
+                    next_check = now + timing.resync;
+                    match store.get(&name).await {
+                        Ok(found) => {
+                            if api_down {
+                                tracing::info!("the API server answers again");
+                                api_down = false;
+                            }
+                            match p.check(found.as_ref()) {
+                                Drift::InStep | Drift::Unwritten => {}
+                                Drift::Missing => tracing::warn!(
+                                    "ResourceSlice {name} is gone from the API server (the kubelet's restart, or deleted by hand): publishing it again"
+                                ),
+                                Drift::Edited => tracing::warn!(
+                                    "ResourceSlice {name} on the API server is not the one this driver wrote (edited by someone else): writing it again"
+                                ),
+                            }
+                        }
+                        Err(e) => {
+                            if !api_down {
+                                tracing::warn!("{e}; reading it again at every poll");
+                                api_down = true;
+                            }
+                        }
+                    }
+                }
+                if let Some(s) = p.next(o) {
+                    match store.apply(&s).await {
+                        Ok(()) => tracing::info!(
+                            "published ResourceSlice {name} generation {}: {}",
+                            s.spec.pool.generation,
+                            describe(o)
+                        ),
+                        Err(e) => {
+                            tracing::warn!("{e}; retrying");
+                            p.failed();
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                if *e != last_err {
+                    tracing::warn!(
+                        "cannot read this node's GPUs ({e}); the slice is left as it was"
+                    );
+                    last_err = e.clone();
+                }
+            }
+        }
+        // the next read, or a registration (then the API's copy is read
+        // with the next read and at every poll for a while)
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            r = polled.changed() => if r.is_err() { return },
+            _ = registered.notified() => {
+                check_now = true;
+                watchful_until = Instant::now() + timing.after_registration;
+            }
+        }
     }
 }
 
@@ -165,6 +409,40 @@ mod tests {
                 .generation,
             3
         );
+    }
+
+    #[test]
+    fn a_missing_or_edited_copy_is_written_again_above_its_generation() {
+        let mut p = Publisher::new("n", None, None);
+        assert_eq!(p.check(None), Drift::Unwritten);
+        let s = p.next(&offers(15 * GI)).unwrap();
+        assert_eq!(p.check(Some(&s)), Drift::InStep);
+        assert!(p.next(&offers(15 * GI)).is_none());
+        // the same offer with its quantities in another form: in step
+        let mut other = s.clone();
+        let cap = other.spec.devices.as_mut().unwrap()[0]
+            .capacity
+            .as_mut()
+            .unwrap()
+            .get_mut(slice::MEMORY)
+            .unwrap();
+        cap.value = k8s_openapi::apimachinery::pkg::api::resource::Quantity((15 * GI).to_string());
+        assert_eq!(p.check(Some(&other)), Drift::InStep);
+        // gone: written again
+        assert_eq!(p.check(None), Drift::Missing);
+        let s2 = p.next(&offers(15 * GI)).expect("written again");
+        assert_eq!(s2.spec.pool.generation, 2);
+        assert_eq!(s2.spec.devices, s.spec.devices);
+        // edited, with a higher generation: written above it
+        let mut edited = s2.clone();
+        edited.spec.devices.as_mut().unwrap()[0].name = "gpu-7".into();
+        edited.spec.pool.generation = 9;
+        assert_eq!(p.check(Some(&edited)), Drift::Edited);
+        assert_eq!(p.next(&offers(15 * GI)).unwrap().spec.pool.generation, 10);
+        // an older generation of the same devices is not the last write
+        let mut old = s.clone();
+        old.spec.pool.generation = 3;
+        assert_eq!(p.check(Some(&old)), Drift::Edited);
     }
 
     #[test]

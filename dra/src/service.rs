@@ -16,6 +16,10 @@ use tonic::{Request, Response, Status};
 pub struct RegistrationService {
     /// The DRA socket's absolute path.
     pub endpoint: String,
+    /// Notified at each accepted registration: the kubelet (re)started and
+    /// may have deleted this node's slices, so the publisher reads the API
+    /// server's copy again.
+    pub registered: Arc<tokio::sync::Notify>,
 }
 
 #[tonic::async_trait]
@@ -42,6 +46,7 @@ impl Registration for RegistrationService {
                 "registered with the kubelet as {DRIVER} ({})",
                 self.endpoint
             );
+            self.registered.notify_one();
         } else {
             tracing::warn!(
                 "the kubelet refused the registration of {DRIVER}: {}",

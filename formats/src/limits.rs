@@ -15,6 +15,7 @@
 //! | `gpus` | comma-separated UUIDs of the reserved GPUs (at most [`MAX_GPUS`] are kept) |
 //! | `gpu.<uuid>.vram_bytes` | the slice reserved on that GPU, one line per GPU of `gpus` (the interceptor enforces `vram_bytes` on every GPU; these record what the ledger holds per GPU) |
 //! | `context_overhead_bytes` | charge per process and GPU (absent = 0) |
+//! | `consumer_group` | the container's tag in a usage file shared by the consumers of one DRA claim (absent = 0); see the usage slot's `group` |
 use core::fmt;
 
 pub const FILE_NAME: &str = "limits";
@@ -29,6 +30,7 @@ pub const KEY_CONTAINER_ID: &str = "container_id";
 pub const KEY_VRAM_BYTES: &str = "vram_bytes";
 pub const KEY_GPUS: &str = "gpus";
 pub const KEY_CONTEXT_OVERHEAD_BYTES: &str = "context_overhead_bytes";
+pub const KEY_CONSUMER_GROUP: &str = "consumer_group";
 /// `gpu.<uuid>.vram_bytes`
 pub const KEY_GPU_PREFIX: &str = "gpu.";
 pub const KEY_GPU_SUFFIX: &str = ".vram_bytes";
@@ -88,12 +90,22 @@ where
     Ok(())
 }
 
+/// The `consumer_group` line (after [`write`]; 0 writes nothing).
+pub fn write_group<W: fmt::Write>(w: &mut W, group: u64) -> fmt::Result {
+    if group != 0 {
+        writeln!(w, "{KEY_CONSUMER_GROUP}={group}")?;
+    }
+    Ok(())
+}
+
 /// What the interceptor takes from a limits file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub version: u64,
     pub vram_bytes: Option<u64>,
     pub context_overhead_bytes: Option<u64>,
+    /// `consumer_group` (0 when absent).
+    pub consumer_group: u64,
     pub container_id: [u8; MAX_CONTAINER_ID],
     pub container_id_len: usize,
     pub gpus: [[u8; 16]; MAX_GPUS],
@@ -111,6 +123,7 @@ impl Limits {
             version: 0,
             vram_bytes: None,
             context_overhead_bytes: None,
+            consumer_group: 0,
             container_id: [0; MAX_CONTAINER_ID],
             container_id_len: 0,
             gpus: [[0; 16]; MAX_GPUS],
@@ -231,6 +244,8 @@ pub fn parse(text: &[u8]) -> Limits {
             l.vram_bytes = parse_u64(val);
         } else if key == KEY_CONTEXT_OVERHEAD_BYTES.as_bytes() {
             l.context_overhead_bytes = parse_u64(val);
+        } else if key == KEY_CONSUMER_GROUP.as_bytes() {
+            l.consumer_group = parse_u64(val).unwrap_or(0);
         } else if key == KEY_CONTAINER_ID.as_bytes() {
             let n = core::cmp::min(val.len(), MAX_CONTAINER_ID);
             l.container_id = [0; MAX_CONTAINER_ID];

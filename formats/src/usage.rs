@@ -78,7 +78,14 @@ pub struct Slot {
     /// Full start time (clock ticks since boot).
     pub start_time: u64,
     pub pid: u64,
-    pub reserved0: [u8; 40],
+    /// The consumer group of the process that owns the slot (the
+    /// `consumer_group` of its limits file; 0: none). A usage file shared
+    /// by the containers of one DRA claim holds processes of several pid
+    /// namespaces: a process judges only the slots of its own group by pid
+    /// (a pid of another namespace means nothing in its own); the host
+    /// frees a group's slots when that container ends.
+    pub group: u64,
+    pub reserved0: [u8; 32],
     /// Atomic: bytes charged by this process per device.
     pub used: [u64; DEV_COUNT],
     pub reserved1: [u8; 64],
@@ -106,6 +113,7 @@ pub const H_CONTAINER_ID: usize = offset_of!(Header, container_id);
 pub const S_OWNER: usize = offset_of!(Slot, owner);
 pub const S_START_TIME: usize = offset_of!(Slot, start_time);
 pub const S_PID: usize = offset_of!(Slot, pid);
+pub const S_GROUP: usize = offset_of!(Slot, group);
 pub const SLOT_USED_OFFSET: usize = offset_of!(Slot, used);
 
 const _: () = {
@@ -126,7 +134,8 @@ const _: () = {
             + (HEADER_SIZE - 576)
             == HEADER_SIZE
     );
-    assert!(8 + 8 + 8 + 40 + 8 * DEV_COUNT + 64 == SLOT_SIZE);
+    assert!(8 + 8 + 8 + 8 + 32 + 8 * DEV_COUNT + 64 == SLOT_SIZE);
+    assert!(S_GROUP % 8 == 0);
     // the 8-byte atomics are naturally aligned
     assert!(H_MAGIC % 8 == 0 && H_SLOTS_OFFSET % 8 == 0 && H_LIMIT % 8 == 0);
     assert!(H_CTX_OVERHEAD % 8 == 0 && H_REFUSALS % 8 == 0);

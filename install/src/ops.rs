@@ -299,6 +299,9 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         for p in gpuquota_core::state::sweep(&cfg, &live)? {
             gpuquota_core::outln!("removed orphaned state {}", p.display());
         }
+        for p in gpuquota_core::claims::sweep_shared(&cfg)? {
+            gpuquota_core::outln!("removed orphaned claim usage {}", p.display());
+        }
     }
     Ok(())
 }

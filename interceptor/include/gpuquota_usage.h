@@ -23,6 +23,13 @@
  * allocation, on a refusal, on cuMemGetInfo/nvmlDeviceGetMemoryInfo), so a
  * host tool that cannot check pids in the container's namespace may see
  * stale usage of crashed processes until then.
+ * A file may be shared by several containers (the consumers of one DRA
+ * claim), each in its own pid namespace: a slot carries its process's
+ * consumer `group` (from the container's limits file), a process judges
+ * only slots of its own group by pid, and the host frees a group's slots
+ * when its container ends. A slot is claimed by moving its owner from free
+ * to GQ_OWNER_RECLAIMING, writing pid, start time and group, then storing
+ * the owner word: a reader never judges a half-written slot.
  * See docs/interceptor.md. The layout is defined once, in the Rust crate
  * gpu-quota-formats (formats/src/usage.rs); formats/tests/usage_header.rs
  * compiles this header and fails when any define, offset or size differs.
@@ -74,7 +81,8 @@ struct gq_usage_slot {
   uint64_t owner;        /*   0 atomic, see above */
   uint64_t start_time;   /*   8 full start time (clock ticks since boot) */
   uint64_t pid;          /*  16 */
-  uint8_t reserved0[40]; /*  24 */
+  uint64_t group;        /*  24 consumer group (limits' consumer_group; 0 none) */
+  uint8_t reserved0[32]; /*  32 */
   uint64_t used[16];     /*  64 atomic: bytes charged by this process per device */
   uint8_t reserved1[64]; /* 192 */
 };

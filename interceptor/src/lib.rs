@@ -10,6 +10,7 @@ pub mod config;
 pub mod fmt;
 pub mod ptrtable;
 pub mod region;
+mod slotgroup;
 pub mod sys;
 
 #[cfg(not(test))]

@@ -8,6 +8,10 @@
 //! above the limit it subtracts n again and fails. Two racers can both fail,
 //! never both succeed past the limit.
 
+pub use crate::slotgroup::set_my_group;
+#[cfg(test)]
+use crate::slotgroup::{forget_live_fd, live_fd};
+use crate::slotgroup::{lock_slot, my_group, set_live_fd, slot_locked};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 // The layout is gpuquota_formats::usage (shared with the host's reader and
@@ -17,7 +21,7 @@ pub use gpuquota_formats::usage::{
     H_CTX_OVERHEAD, H_DEV_COUNT, H_FLAGS, H_HEADER_SIZE, H_HIGH_WATER, H_LIMIT, H_MAGIC,
     H_REFUSALS, H_SLOTS_OFFSET, H_SLOT_COUNT, H_SLOT_SIZE, H_SLOT_USED_OFFSET, H_UUID,
     H_UUID_STATE, H_VERSION, MAGIC, OWNER_FREE, OWNER_RECLAIMING, SLOT_COUNT, SLOT_SIZE,
-    SLOT_USED_OFFSET, S_OWNER, S_PID, S_START_TIME, TOTAL_SIZE, UUID_EMPTY, UUID_VALID,
+    SLOT_USED_OFFSET, S_GROUP, S_OWNER, S_PID, S_START_TIME, TOTAL_SIZE, UUID_EMPTY, UUID_VALID,
     UUID_WRITING, VERSION,
 };
 
@@ -173,7 +177,12 @@ impl Region {
                 return Err(OpenError::Open);
             }
             let res = Self::open_fd(fd, create, init);
-            libc::close(fd);
+            // in a file shared by consumer groups (a DRA claim's), kept
+            // open for the slots' liveness locks (`lock_slot`): a process of
+            // another group sees the lock go when this process is gone
+            if res.is_err() || my_group() == 0 || !set_live_fd(fd) {
+                libc::close(fd);
+            }
             res
         }
     }
@@ -310,21 +319,50 @@ impl Region {
             if o.load(Relaxed) != OWNER_FREE {
                 continue;
             }
-            if o.compare_exchange(OWNER_FREE, word, SeqCst, Relaxed)
+            // held as "being reclaimed" (skipped by every reader) until
+            // pid, start time and group are written: a process of another
+            // group must never judge this slot by its pid
+            if o.compare_exchange(OWNER_FREE, OWNER_RECLAIMING, SeqCst, Relaxed)
                 .is_ok()
             {
                 let off = self.slot_off(s);
+                // locked before the owner word is published: no other
+                // group ever sees this slot owned and unlocked; no lock, no
+                // slot (another group would reclaim it as dead)
+                if !lock_slot(off) {
+                    o.store(OWNER_FREE, SeqCst);
+                    return None;
+                }
                 self.u64_at(off + S_START_TIME).store(start_time, Relaxed);
                 self.u64_at(off + S_PID).store(pid as u32 as u64, Relaxed);
+                self.u64_at(off + S_GROUP).store(my_group(), SeqCst);
                 for d in 0..self.ndev {
                     // a reclaimed slot is zero already; be defensive
                     self.used_cell(s, d).store(0, SeqCst);
                 }
+                o.store(word, SeqCst);
                 self.u32_at(H_HIGH_WATER).fetch_max((s + 1) as u32, SeqCst);
                 return Some(s);
             }
         }
         None
+    }
+
+    /// Whether slot `s` belongs to this process's consumer group (only
+    /// those are judged by pid here).
+    fn ours(&self, s: usize) -> bool {
+        self.u64_at(self.slot_off(s) + S_GROUP).load(SeqCst) == my_group()
+    }
+
+    /// Whether the owner of slot `s` is alive: by pid in this process's
+    /// own group, by the slot's lock in another's (its pids are another
+    /// namespace's). Without a file to lock (an anonymous region, an old
+    /// file) a slot of another group is alive: never reclaimed here.
+    fn owner_alive_at(&self, s: usize, w: u64, alive: &dyn Fn(u64) -> bool) -> bool {
+        if self.ours(s) {
+            return alive(w);
+        }
+        slot_locked(self.slot_off(s)).unwrap_or(true)
     }
 
     /// Give a slot back (process exit of a known owner; tests).
@@ -348,7 +386,7 @@ impl Region {
             if w == OWNER_FREE || w == OWNER_RECLAIMING {
                 continue;
             }
-            if alive(w) {
+            if self.owner_alive_at(s, w, alive) {
                 continue;
             }
             if o.compare_exchange(w, OWNER_RECLAIMING, SeqCst, Relaxed)
@@ -370,7 +408,7 @@ impl Region {
         let mut n = 0;
         for s in 0..self.high_water() {
             let o = self.owner(s);
-            if o.load(SeqCst) != word {
+            if o.load(SeqCst) != word || !self.ours(s) {
                 continue;
             }
             if o.compare_exchange(word, OWNER_RECLAIMING, SeqCst, Relaxed)
@@ -584,6 +622,102 @@ mod tests {
         assert!(Region::open_file(cp.as_ptr(), false, &init()).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
+    #[test]
+    fn a_slot_of_another_consumer_group_is_never_judged_by_pid() {
+        // two containers of one claim share the file; pids of the other's
+        // namespace mean nothing here
+        let r = Region::anonymous(&init()).unwrap();
+        // each group's process has its own description of the file its
+        // slot locks live on (fail closed without one: no slot)
+        let d = std::env::temp_dir().join(format!("gq-group-{}", std::process::id()));
+        std::fs::write(&d, b"").unwrap();
+        let open = || {
+            let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+            unsafe { libc::open(c.as_ptr(), libc::O_RDWR) }
+        };
+        let (fd7, fd9) = (open(), open());
+        forget_live_fd();
+        set_my_group(7);
+        assert!(
+            r.claim_slot(4242, 1, &|_| true).is_none(),
+            "no lock, no slot"
+        );
+        set_live_fd(fd7);
+        let a = r.claim_slot(4242, 1, &|_| true).unwrap();
+        r.charge(a, 0, 1 << 30);
+        forget_live_fd();
+        set_live_fd(fd9);
+        set_my_group(9);
+        let b = r.claim_slot(4242, 1, &|_| true).unwrap();
+        assert_ne!(
+            a, b,
+            "the same pid and start time in another group: its own slot"
+        );
+        r.charge(b, 0, 1 << 20);
+        assert_eq!(
+            r.reclaim_dead(usize::MAX, &|_| false),
+            1,
+            "only its own group's"
+        );
+        assert_eq!(r.used(0), 1 << 30, "group 7's usage stays");
+        forget_live_fd();
+        set_live_fd(fd7);
+        set_my_group(7);
+        assert_eq!(r.reclaim_dead(usize::MAX, &|_| false), 1);
+        assert_eq!(r.used(0), 0);
+        set_my_group(0);
+        forget_live_fd();
+        unsafe {
+            libc::close(fd7);
+            libc::close(fd9);
+        }
+        let _ = std::fs::remove_file(&d);
+    }
+
+    #[test]
+    fn another_groups_slot_is_dead_once_its_lock_is_gone() {
+        // two consumers' processes: each its own open file description of
+        // the one usage file (here two opens in one thread)
+        let d = std::env::temp_dir().join(format!("gq-live-{}", std::process::id()));
+        let _ = std::fs::remove_file(&d);
+        std::fs::write(&d, b"").unwrap();
+        let path = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+        forget_live_fd();
+        set_my_group(7);
+        let a = Region::open_file(path.as_ptr(), false, &init())
+            .ok()
+            .unwrap();
+        let fd_a = live_fd();
+        let sa = a.claim_slot(4242, 1, &|_| true).unwrap();
+        a.charge(sa, 0, 1 << 30);
+        forget_live_fd();
+        set_my_group(9);
+        let b = Region::open_file(path.as_ptr(), false, &init())
+            .ok()
+            .unwrap();
+        let fd_b = live_fd();
+        assert_ne!(fd_a, fd_b);
+        // group 7's process holds its lock: alive whatever its pid says here
+        assert_eq!(b.reclaim_dead(usize::MAX, &|_| false), 0);
+        assert_eq!(b.used(0), 1 << 30);
+        // it is gone (its descriptor closed and its mapping, which holds
+        // the description too, unmapped: a process exit does both): dead,
+        // reclaimed by group 9
+        unsafe {
+            libc::close(fd_a);
+            a.unmap();
+        }
+        assert_eq!(b.reclaim_dead(usize::MAX, &|_| true), 1);
+        assert_eq!(b.used(0), 0);
+        unsafe {
+            libc::close(fd_b);
+            b.unmap();
+        }
+        forget_live_fd();
+        set_my_group(0);
+        let _ = std::fs::remove_file(&d);
+    }
+
     #[test]
     fn zombie_is_dead() {
         let child = std::process::Command::new("true").spawn().unwrap();

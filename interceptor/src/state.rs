@@ -213,6 +213,7 @@ unsafe fn load_config_inner(c: &mut Config) {
             }
         }
         c.ctx_overhead = l.context_overhead_bytes.unwrap_or(0);
+        region::set_my_group(l.consumer_group);
         if let Some(u) = PathBuf::join(d.bytes(), USAGE_FILE.as_bytes()) {
             c.usage_path = u;
         }

@@ -210,8 +210,216 @@ fn a_wrong_or_unknown_claim_variable_is_refused_with_nothing_reserved() {
     assert!(containers(&h).is_empty());
 }
 
+/// The UUID the fake driver (tests/fake) reports for its GPU `i`.
+fn fake_uuid(i: u32) -> String {
+    format!("GPU-face3344-5566-7788-99aa-bbccddeeff{i:02x}")
+}
+
+fn ldd_libs(bin: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let o = std::process::Command::new("ldd").arg(bin).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find(|w| w.starts_with('/'))
+                .map(std::path::PathBuf::from)
+        })
+        .collect()
+}
+
+/// A host whose driver is the fake one (tests/fake), with the real
+/// interceptor, no context charge; its inventory's GPUs are the fake's.
+fn cuda_host() -> Host {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let fake = root.join("tests/fake/build");
+    let so = bin("libgpuquota.so");
+    assert!(
+        fake.join("libcuda.so.1").exists() && so.exists(),
+        "build first: make build-debug && make -C tests/fake"
+    );
+    let h = Host::new(HostOpts {
+        lib_dir: Some(fake),
+        interceptor: Some(so),
+        extra_config: "context_overhead = \"0\"".into(),
+        ..HostOpts::default()
+    });
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    std::fs::write(
+        h.config(),
+        cfg.replace(&uuid(0), &fake_uuid(0))
+            .replace(&uuid(1), &fake_uuid(1)),
+    )
+    .unwrap();
+    h
+}
+
+/// A bundle whose image has the CUDA probe and exactly its libraries.
+fn cuda_bundle(h: &Host, name: &str) -> Bundle {
+    let b = h.bundle(name);
+    let rootfs = b.rootfs();
+    let probe = rootfs.join("bin/cuda_probe");
+    cc("cuda_probe.c", &probe, &["-ldl"]);
+    let mut libs = ldd_libs(&probe);
+    libs.extend(ldd_libs(&bin("libgpuquota.so")));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    libs.extend(ldd_libs(&root.join("tests/fake/build/libcuda.so.1")));
+    libs.sort();
+    libs.dedup();
+    for l in &libs {
+        let dst = rootfs.join(l.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(std::fs::canonicalize(l).unwrap(), &dst).unwrap();
+    }
+    b
+}
+
+fn run(h: &Host, b: &Bundle, id: &str) {
+    assert_ok(
+        &h.runtime(&["create", "--bundle", &b.bundle_arg(), id]),
+        &format!("create {id}"),
+    );
+    assert_ok(&h.runtime(&["start", id]), &format!("start {id}"));
+}
+
+fn wait_stopped(h: &Host, id: &str) {
+    for _ in 0..100 {
+        let st = h.runc(&["state", id]);
+        if String::from_utf8_lossy(&st.stdout).contains("\"stopped\"") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{id} did not stop");
+}
+
+const MEM: &str = "FAKE_CUDA_MEM_BYTES=17179869184";
+
+/// A claim is shared by every container the kubelet gave its CDI device
+/// (its pod's init, sidecar and regular containers, the pods a named claim
+/// is reserved for), as a device would be: each sees the claim's total,
+/// together they never use more than it, an exited one's usage is gone;
+/// a container presenting a forged variable is still refused.
 #[test]
-fn one_live_container_per_claim_and_the_next_once_it_exits() {
+fn a_claims_consumers_share_its_slice_and_an_exited_ones_usage_is_gone() {
+    require_e2e!();
+    let h = cuda_host();
+    let o = h.claim(&[
+        "prepare",
+        UID,
+        "default",
+        "shared-4g",
+        &fake_uuid(0),
+        &(4 * GIB).to_string(),
+    ]);
+    assert_ok(&o, "gq-claim prepare");
+    let var = h.cdi_env(UID);
+    // consumer a holds 3 GiB of the claim's 4
+    let a = cuda_bundle(&h, "a");
+    a.set(&[], "cuda_probe hold 3 600 > /out/hold 2>&1", &[&var, MEM]);
+    run(&h, &a, "a");
+    let mut held = String::new();
+    for _ in 0..200 {
+        held = std::fs::read_to_string(a.out.join("hold")).unwrap_or_default();
+        if held.contains("rc=") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(held, "alloc 3 GiB rc=0\n");
+    // consumer b, at the same time: bound to the same claim, it sees the
+    // claim's total and what a left of it; over it is refused, within it not
+    let b = cuda_bundle(&h, "b");
+    b.set(
+        &[],
+        "cuda_probe info > /out/info 2>&1; cuda_probe alloc 2 > /out/over 2>&1; \
+         cuda_probe alloc 1 > /out/fits 2>&1; touch /out/done; sleep 600",
+        &[&var, MEM],
+    );
+    run(&h, &b, "b");
+    b.wait_out("done", 20).expect("b ran its probes");
+    let read = |b: &Bundle, n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
+    assert!(
+        read(&b, "info").contains(&format!("rc=0 total={} free={}", 4 * GIB, GIB)),
+        "b sees the claim's total and a's use: {}",
+        read(&b, "info")
+    );
+    assert!(
+        read(&b, "over").contains("alloc 2 GiB rc=2"),
+        "together never over the claim: {}",
+        read(&b, "over")
+    );
+    assert!(
+        read(&b, "fits").contains("alloc 1 GiB rc=0"),
+        "{}",
+        read(&b, "fits")
+    );
+    // the ledger: both bound, the claim's bytes counted once
+    let c = containers(&h);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert!(c.iter().all(|r| r["bound_claim"] == UID), "{c:?}");
+    let json: Value = serde_json::from_str(&ls(&h, &["--json"])).unwrap();
+    assert_eq!(json["gpus"][0]["reserved_bytes"], 4 * GIB, "{json}");
+    // a container of an unrelated pod: no CDI device, so at most a forged
+    // variable; refused while the consumers run, nothing reserved
+    let token = var.split_once('=').unwrap().1;
+    let forged = var.replace(token, &"0".repeat(token.len()));
+    let x = cuda_bundle(&h, "x");
+    x.set(&[], "touch /out/done; sleep 600", &[&forged, MEM]);
+    let o = h.runtime(&["create", "--bundle", &x.bundle_arg(), "x"]);
+    assert!(!o.status.success(), "a forged variable is refused");
+    assert!(
+        stderr(&o).contains("does not match the token"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(containers(&h).len(), 2);
+    // a exits (an init container that finished: stopped, not deleted yet):
+    // its 3 GiB are gone for the next consumer
+    assert_ok(&h.runtime(&["kill", "a", "KILL"]), "kill a");
+    wait_stopped(&h, "a");
+    let d = cuda_bundle(&h, "d");
+    d.set(
+        &[],
+        "cuda_probe alloc 3.5 > /out/alloc 2>&1; touch /out/done; sleep 600",
+        &[&var, MEM],
+    );
+    run(&h, &d, "d");
+    d.wait_out("done", 20).expect("d ran its probe");
+    assert!(
+        read(&d, "alloc").contains("alloc 3.5 GiB rc=0"),
+        "the exited consumer's usage is gone: {}",
+        read(&d, "alloc")
+    );
+    // unprepare waits for the last consumer; the shared usage goes with it
+    let o = h.claim(&["unprepare", UID]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let shared = h.path().join("state/claims").join(UID);
+    assert!(shared.join("rw/usage").exists());
+    for id in ["a", "b", "d"] {
+        assert_ok(
+            &h.runtime(&["delete", "--force", id]),
+            &format!("delete {id}"),
+        );
+    }
+    assert!(
+        !shared.exists(),
+        "the claim's shared usage went with its last consumer"
+    );
+    assert_ok(&h.claim(&["unprepare", UID]), "unprepare");
+    assert!(h.reservations().is_empty());
+}
+
+/// One consumer after another (an init container, then the main one): the
+/// second is bound once the first exited, and deleting the first leaves
+/// the second's binding.
+#[test]
+fn consumers_one_after_another_keep_the_later_binding() {
     require_e2e!();
     let h = Host::new(HostOpts::default());
     ok_claim(&h, UID, "vram-2g", 0, 2 * GIB);
@@ -224,25 +432,10 @@ fn one_live_container_per_claim_and_the_next_once_it_exits() {
     );
     assert_ok(&h.runtime(&["start", "first"]), "start first");
     first.wait_out("done", 20).unwrap();
+    assert_ok(&h.runtime(&["kill", "first", "KILL"]), "kill");
+    wait_stopped(&h, "first");
     let second = h.bundle("second");
     second.set(&[], "touch /out/done; sleep 600", &[&var]);
-    let o = h.runtime(&["create", "--bundle", &second.bundle_arg(), "second"]);
-    assert!(!o.status.success(), "a second live container is refused");
-    assert!(
-        stderr(&o).contains("already bound to running container first"),
-        "{}",
-        stderr(&o)
-    );
-    assert_eq!(containers(&h).len(), 1);
-    // the first one's process exits (runc still knows it, stopped)
-    assert_ok(&h.runtime(&["kill", "first", "KILL"]), "kill");
-    for _ in 0..100 {
-        let st = h.runc(&["state", "first"]);
-        if String::from_utf8_lossy(&st.stdout).contains("\"stopped\"") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     let o = h.runtime(&["create", "--bundle", &second.bundle_arg(), "second"]);
     assert_ok(&o, "create second once the first exited");
     let c = containers(&h);

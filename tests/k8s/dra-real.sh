@@ -33,10 +33,22 @@
 #      variable gets nothing
 #   6. fragmentation: two GPUs with 6 GiB offered each do not take an 8 GiB
 #      claim (Pending), a 6 GiB claim runs
-#   7. SIGTERM: the driver deletes its slice and exits 0
+#   7. SIGTERM: the driver exits 0 and leaves its slice to the kubelet
+#      (docs/kubernetes.md, "Stopping"), which withdraws it when the driver
+#      does not register again
 #   8. the kubelet's health stream (NodeWatchResources) is served without error
-# Everything runs in a private mount namespace over tmpfs directories; the
-# host keeps nothing (checked at the end).
+#   9. slices deleted by hand are published again within 15 s
+#  10. a kubelet restart with claim pods running: they keep running, the slice
+#      the kubelet wiped comes back, a new claim pod schedules and runs
+#  11. one claim, every consumer: two containers, a sidecar and the main
+#      container, an init and the main container, two pods on a named claim
+#  12. a force-deleted pod's replacement (which needs its bytes) runs within 15 s
+# Everything runs in a private mount namespace over tmpfs directories, and
+# containerd listens on a socket under the run's own directory, so its shims
+# (whose command lines name that socket) are told apart from any other
+# containerd's on the host. Cleanup ends only what this run started, by pid:
+# its daemons, its containerd's shims and every process below them. The
+# host keeps nothing (checked at the end: files, processes, mounts, cgroups).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 GQ_BIN=${GQ_BIN:-$ROOT/target/release}
@@ -61,21 +73,33 @@ BB=$(command -v busybox) || skip "busybox missing"
 # ---------------------------------------------------------------- private mount namespace
 if [ -z "${GQ_DRA_INNER:-}" ]; then
   before=$(mktemp); after=$(mktemp)
+  GQ_DRA_T=$(mktemp -d /tmp/gq-dra.XXXXXX)
   snap() {
     find /etc /var/lib /var/log /var/run /run /opt -maxdepth 2 2>/dev/null | grep -iE 'kube|containerd|cdi|gpu-quota|etcd|cni' | sort
+    # cgroups: the top levels, and the kubelet's and containerd's anywhere near them
     ls /sys/fs/cgroup/*/ 2>/dev/null | sort -u
+    find /sys/fs/cgroup -maxdepth 4 -type d \( -name 'kubepods*' -o -name 'k8s.io' -o -name 'gq-dra' \
+      -o -name 'cri-containerd-*' -o -name 'pod*-*' \) 2>/dev/null | sort
     ps -eo comm= | grep -E '^(kube|etcd|containerd|gpu-quota)' | sort
-    ls -d /tmp/gq-dra.* 2>/dev/null
+    # processes of this run: anything naming its directory (its containerd's
+    # shims name its socket; the containers' bundles are under it)
+    local p
+    for p in /proc/[0-9]*; do
+      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$GQ_DRA_T" && echo "process: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+    done
+    # the host's mounts (the run's own are in its private namespace)
+    grep -E "kube|containerd|gpu-quota|cdi|$GQ_DRA_T" /proc/self/mounts | cut -d' ' -f2 | sort
   }
   snap >"$before"
-  GQ_DRA_INNER=1 unshare -m --propagation private "$0" "$@"; rc=$?
+  GQ_DRA_INNER=1 GQ_DRA_T=$GQ_DRA_T unshare -m --propagation private "$0" "$@"; rc=$?
   snap >"$after"
   if ! diff -u "$before" "$after"; then echo "FAIL: the host kept something (above)"; rc=1; else echo "host: nothing left behind"; fi
   rm -f "$before" "$after"
+  rmdir "$GQ_DRA_T" 2>/dev/null
   exit $rc
 fi
 
-T=$(mktemp -d /tmp/gq-dra.XXXXXX)
+T=$GQ_DRA_T
 LOG=$T/log; mkdir -p "$LOG"
 PIDS=()
 PASS=0; FAIL=0; RESULTS=()
@@ -84,12 +108,20 @@ for d in /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /var
   [ -d "$d" ] || { mkdir -p "$d" && echo "$d" >>"$T/made"; }
   mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
+# the mount the host's containerd would use: if it stops being this run's
+# (seen once: containerd wrote into the host's /run/containerd), stop at once
+CTD_MNT=$(awk '$5 == "/run/containerd" {print $1}' /proc/self/mountinfo | tail -1)
+private_ok() {
+  [ "$(awk '$5 == "/run/containerd" {print $1}' /proc/self/mountinfo | tail -1)" = "$CTD_MNT" ] ||
+    { echo "FAIL: /run/containerd is no longer this run's private tmpfs: stopping"; exit 1; }
+}
 
 export PATH=$CTD_PREFIX/usr/bin:$K8S_BIN:$PATH
 KC() { timeout 30 kubectl --kubeconfig "$T/pki/admin.kubeconfig" "$@"; }
 note() { echo "    $*"; if [ -n "$OUT" ]; then echo "    $*" >>"$OUT"; fi; }
 check() {  # NAME FN...
   local name=$1 out rc; shift
+  private_ok
   # not in a subshell: the steps start daemons whose pids cleanup needs
   "$@" >"$T/check.out" 2>&1; rc=$?; out=$(cat "$T/check.out")
   if [ $rc -eq 0 ]; then PASS=$((PASS + 1)); RESULTS+=("PASS $name"); echo "PASS $name"
@@ -105,17 +137,35 @@ waitfor() {  # SECS 'SHELL CONDITION': true within SECS (evaluated anew each tim
   eval "$*"
 }
 
+# the shims of this run's containerd: their command lines name its socket
+our_shims() {
+  local p
+  for p in /proc/[0-9]*; do
+    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $CSOCK " && echo "${p#/proc/}"
+  done
+}
+# PIDS... and every process below them (a container's processes are below its shim)
+tree() {
+  local todo=("$@") all=() p c
+  while [ ${#todo[@]} -gt 0 ]; do
+    p=${todo[0]}; todo=("${todo[@]:1}"); all+=("$p")
+    for c in $(ps -eo pid=,ppid= | awk -v p="$p" '$2 == p {print $1}'); do todo+=("$c"); done
+  done
+  echo "${all[@]}"
+}
+
 cleanup() {
   set +e
   if [ -n "${GQ_DRA_KEEP_LOGS:-}" ]; then mkdir -p "$GQ_DRA_KEEP_LOGS" && cp -r "$LOG"/. "$GQ_DRA_KEEP_LOGS"/; fi
   KC delete pods --all --grace-period=0 --force >/dev/null 2>&1
   [ -n "${DRA_PID:-}" ] && kill "$DRA_PID" 2>/dev/null
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  # what this run started, by pid, read before anything is stopped (a shim
+  # whose containerd is gone is still found by its command line)
+  local p mine
+  mine=$(tree "${PIDS[@]}" $(our_shims))
+  for p in $mine; do kill "$p" 2>/dev/null; done
   sleep 2
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  # containers the kubelet left (their shims), then their cgroups
-  pkill -9 -f "containerd-shim-runc-v2 -namespace" 2>/dev/null
+  for p in $mine $(tree $(our_shims)); do kill -9 "$p" 2>/dev/null; done
   sleep 0.5
   local c
   for c in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/gq-dra /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/*/default; do
@@ -172,6 +222,12 @@ start() {  # NAME CMD...: in the background, logged, remembered
   PIDS+=($!)
 }
 
+kubelet_start() {  # the kubelet, its pid in KUBELET_PID (and in PIDS, for cleanup)
+  start kubelet kubelet --config "$T/kubelet.yaml" --kubeconfig "$T/pki/kubelet.kubeconfig" \
+    --hostname-override "$NODE" --node-ip 127.0.0.1 --root-dir /var/lib/kubelet
+  KUBELET_PID=${PIDS[-1]}
+}
+
 control_plane() {
   pki || return 1
   start etcd "$ETCD" --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$ETCDPORT" \
@@ -197,7 +253,8 @@ control_plane() {
 
 # ---------------------------------------------------------------- node: fake GPU host, containerd, kubelet
 GQ=$T/gq
-CSOCK=/run/containerd/containerd.sock
+# under the run's directory: its shims' command lines name it (our_shims)
+CSOCK=$T/containerd.sock
 RT=$GQ_BIN/gpu-quota-runtime
 export GPU_QUOTA_CONFIG=$T/etc/gpu-quota/config.toml
 IMG=docker.io/library/gq-dra-busybox:latest
@@ -262,8 +319,7 @@ evictionHard: {}
 imageGCHighThresholdPercent: 100
 featureGates: {DRAConsumableCapacity: true}
 EOF
-  start kubelet kubelet --config "$T/kubelet.yaml" --kubeconfig "$T/pki/kubelet.kubeconfig" \
-    --hostname-override "$NODE" --node-ip 127.0.0.1 --root-dir /var/lib/kubelet
+  kubelet_start
   waitfor 90 KC get node "$NODE" || { tail -30 "$LOG/kubelet.log"; return 1; }
   note "$(KC get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}')"
   KC apply -f "$ROOT/deploy/kubernetes/runtimeclass.yaml" >/dev/null || return 1
@@ -439,12 +495,127 @@ case_fragment() {
   waitfor 90 running p6 || { KC describe pod p6 | tail -20; return 1; }
   note "p6 (6Gi) runs: $(pod_claim_alloc p6)"
 }
+# ---------------------------------------------------------------- issue 31: a living cluster
+reset_pods() {  # no pod and no container outside Kubernetes left
+  KC delete pods --all --grace-period=1 >/dev/null 2>&1
+  local o; for o in gq-out1 gq-out2 gq-out3; do outside_rm "$o" >/dev/null 2>&1; done
+  waitfor 60 '[ -z "$(KC get pods -o name)" ]'
+}
+case_slices_deleted() {  # deleted by hand: published again within seconds
+  reset_pods || return 1
+  KC delete resourceslices --all >/dev/null || return 1
+  local t0=$SECONDS
+  waitfor 15 '[ -n "$(cap_of 0)" ]' || { echo "no slice 15 s after the deletion"; tail -5 "$LOG/dra.log"; return 1; }
+  note "deleted by hand: published again after $((SECONDS - t0)) s (gpu-0 $(cap_of 0))"
+}
+case_kubelet_restart() {  # claim pods keep running; the wiped slice comes back; a new pod schedules
+  claim_pod k1 4Gi && claim_pod k2 4Gi || return 1
+  waitfor 90 running k1 && waitfor 60 running k2 || { KC describe pod k2 | tail -20; return 1; }
+  local regs; regs=$(grep -c "registered with the kubelet" "$LOG/dra.log")
+  kill -TERM "$KUBELET_PID"; wait "$KUBELET_PID" 2>/dev/null
+  kubelet_start
+  local t0=$SECONDS
+  waitfor 30 '[ "$(grep -c "registered with the kubelet" "$LOG/dra.log")" -gt "$regs" ]' || { echo "not registered again"; return 1; }
+  waitfor 20 '[ -n "$(cap_of 0)" ]' || { echo "no slice 20 s after the kubelet's restart"; return 1; }
+  note "kubelet restarted: slice back after $((SECONDS - t0)) s; k1 $(phase k1), k2 $(phase k2)"
+  running k1 && running k2 || return 1
+  claim_pod k3 4Gi || return 1
+  waitfor 60 running k3 || { KC describe pod k3 | tail -20; return 1; }
+  note "a new 4Gi pod after the restart runs: $(pod_claim_alloc k3)"
+}
+shared_pod() {  # NAME CLAIM-SOURCE CONTAINERS-YAML: a pod whose containers use claim "vram"
+  cat <<EOF | KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  runtimeClassName: gpu-quota
+  restartPolicy: Never
+  hostNetwork: true
+  automountServiceAccountToken: false
+  tolerations: [{operator: Exists}]
+  resourceClaims: [{name: vram, $2}]
+$3
+EOF
+}
+ctr_yaml() {  # NAME RESTART-POLICY SCRIPT: one container on claim "vram" printing its limits first
+  echo "  - name: $1"
+  echo "    image: $IMG"
+  echo "    imagePullPolicy: Never"
+  [ -n "$2" ] && echo "    restartPolicy: $2"
+  echo "    command: [\"/bin/sh\", \"-c\", \"cat /run/gpu-quota/limits; $3\"]"
+  echo "    resources: {claims: [{name: vram}]}"
+}
+limits_of() { cat /var/log/pods/default_"$1"_*/"$2"/0.log 2>/dev/null | grep -o 'vram_bytes=[0-9]*' | head -1; }
+case_shared() {  # one claim, every consumer: two containers, sidecar + main, init + main, two pods
+  reset_pods || return 1
+  # the template vram-4gi (claim_pod makes it), then four pods on claims of their own, two on a named one
+  claim_pod s-tpl 4Gi && KC delete pod s-tpl --grace-period=0 --force >/dev/null 2>&1
+  local tpl='resourceClaimTemplateName: vram-4gi'
+  shared_pod s-two "$tpl" "  containers:
+$(ctr_yaml a "" "sleep 3600")
+$(ctr_yaml b "" "sleep 3600")" || return 1
+  shared_pod s-side "$tpl" "  initContainers:
+$(ctr_yaml side Always "sleep 3600")
+  containers:
+$(ctr_yaml main "" "sleep 3600")" || return 1
+  shared_pod s-init "$tpl" "  initContainers:
+$(ctr_yaml init "" "true")
+  containers:
+$(ctr_yaml main "" "sleep 3600")" || return 1
+  cat <<EOF | KC apply -f - >/dev/null
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: named-4gi}
+spec:
+  devices:
+    requests:
+    - name: vram
+      exactly:
+        deviceClassName: vram.gpu-quota.io
+        capacity: {requests: {memory: 4Gi}}
+EOF
+  shared_pod s-p1 "resourceClaimName: named-4gi" "  containers:
+$(ctr_yaml c "" "sleep 3600")" || return 1
+  shared_pod s-p2 "resourceClaimName: named-4gi" "  containers:
+$(ctr_yaml c "" "sleep 3600")" || return 1
+  local p bad=0
+  for p in s-two s-side s-init s-p1 s-p2; do
+    waitfor 90 running "$p" || { echo "$p: $(phase "$p")"; KC describe pod "$p" | tail -15; bad=1; }
+  done
+  [ $bad -eq 0 ] || return 1
+  local want="vram_bytes=$((4 * GIB))" pc
+  for pc in s-two/a s-two/b s-side/side s-side/main s-init/init s-init/main s-p1/c s-p2/c; do
+    waitfor 20 '[ -n "$(limits_of "${pc%/*}" "${pc#*/}")" ]'
+    [ "$(limits_of "${pc%/*}" "${pc#*/}")" = "$want" ] || { echo "$pc: '$(limits_of "${pc%/*}" "${pc#*/}")', want $want"; bad=1; }
+  done
+  [ $bad -eq 0 ] || return 1
+  note "two containers, sidecar + main, init + main and two pods on a named claim: every consumer runs with $want"
+  # a container of an unrelated pod presenting the claim is refused: case 5 (forge)
+}
+case_force_delete() {  # the replacement of a force-deleted pod runs within 15 s
+  reset_pods || return 1
+  outside gq-out1 1 12g || return 1   # gpu-1 offers 4Gi: f2 can only go where f1 is
+  waitfor 10 '[ "$(cap_of 1)" = 4Gi ]' || { echo "gpu-1 offers $(cap_of 1)"; return 1; }
+  claim_pod f1 12Gi && waitfor 90 running f1 || return 1
+  claim_pod f2 12Gi || return 1
+  sleep 3
+  [ "$(phase f2)" = Pending ] || { echo "f2 is $(phase f2) before f1 is gone"; return 1; }
+  KC delete pod f1 --grace-period=0 --force >/dev/null 2>&1
+  local t0=$SECONDS
+  waitfor 30 running f2 || { KC describe pod f2 | tail -15; return 1; }
+  note "force-deleted f1 (12Gi): f2 (12Gi) ran after $((SECONDS - t0)) s"
+  [ $((SECONDS - t0)) -le 15 ] || { grep "prepare" "$LOG/dra.log" | tail -3; return 1; }
+}
 case_sigterm() {
   KC delete pods --all --grace-period=1 >/dev/null; outside_rm gq-out2; outside_rm gq-out3
   waitfor 60 '[ -z "$(KC get pods -o name)" ]'  || return 1
   kill -TERM "$DRA_PID"; local rc=0; wait "$DRA_PID" || rc=$?; DRA_PID=""
   [ $rc -eq 0 ] || { echo "gpu-quota-dra exited $rc"; tail -5 "$LOG/dra.log"; return 1; }
-  [ -z "$(KC get resourceslices -o name)" ] || { echo "slice left: $(KC get resourceslices -o name)"; return 1; }
+  # the slice is left to the kubelet: it withdraws it once the driver has
+  # not registered again within its grace period (30 s in 1.36)
+  [ -n "$(KC get resourceslices -o name)" ] || { echo "the slice was deleted at stop"; return 1; }
+  waitfor 60 '[ -z "$(KC get resourceslices -o name)" ]' || { echo "the kubelet did not withdraw the slice: $(KC get resourceslices -o name)"; return 1; }
   waitfor 10 '[ -z "$(ls /var/run/cdi)" ]'  || { echo "CDI files left: $(ls /var/run/cdi)"; return 1; }
   [ "$(ledger | grep -c '"container_id"')" = 0 ] || { ledger; return 1; }
 }
@@ -458,7 +629,11 @@ check "3. a third 8Gi pod is left Pending by the scheduler (never bound to the n
 check "4. deleting one of the two lets the third run" case_release
 check "5. a pod setting gpu-quota annotations, env requests and a forged claim variable gets nothing" case_forge
 check "6. fragmentation: two GPUs offering 6 GiB each leave an 8Gi claim Pending; a 6Gi claim runs" case_fragment
-check "7. SIGTERM: the driver deletes its slice, claims unprepared, exit 0" case_sigterm
+check "9. slices deleted by hand are published again within 15 s" case_slices_deleted
+check "10. a kubelet restart with claim pods running: the slice is back, the pods run, a new pod schedules" case_kubelet_restart
+check "11. one claim, every consumer: two containers, sidecar + main, init + main, two pods on a named claim" case_shared
+check "12. a force-deleted pod's replacement runs within 15 s" case_force_delete
+check "7. SIGTERM: the driver exits 0, claims unprepared, the slice left to the kubelet, which withdraws it" case_sigterm
 health() {  # the kubelet watched the driver's device health without an error
   ! grep -q "Error receiving from WatchResources stream" "$LOG/kubelet.log" ||
     { grep "WatchResources" "$LOG/kubelet.log" | tail -3; return 1; }

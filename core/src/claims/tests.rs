@@ -90,7 +90,9 @@ fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
     container(&cfg, "docker1", 0, 10 * G);
     let e = prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap_err();
     match &e {
-        ClaimError::DoesNotFit { asked, free, gpu } => {
+        ClaimError::DoesNotFit {
+            asked, free, gpu, ..
+        } => {
             assert_eq!((*asked, *free, gpu.as_str()), (8 * G, 6 * G, GPU0))
         }
         other => panic!("{other:?}"),
@@ -98,6 +100,10 @@ fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
     let m = e.to_string();
     assert!(
         m.contains("8.00 GiB") && m.contains("6.00 GiB") && m.contains(GPU0),
+        "{m}"
+    );
+    assert!(
+        m.contains("held by container docker1 outside DRA (10.00 GiB)") && !m.contains("waiting"),
         "{m}"
     );
     assert_eq!(entries(&cfg).len(), 1, "nothing reserved");
@@ -305,7 +311,7 @@ fn tokens_are_random_256_bits_and_never_logged_or_printed() {
 }
 
 #[test]
-fn binding_takes_the_right_token_only_and_one_live_container_at_a_time() {
+fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
     let (d, cfg) = setup();
     prepare(&cfg, &alloc("u-1", GPU1, 8 * G)).unwrap();
     let t = token_of(&cfg, "u-1");
@@ -330,12 +336,44 @@ fn binding_takes_the_right_token_only_and_one_live_container_at_a_time() {
     assert_eq!(r.bound_claim.as_deref(), Some("u-1"));
     assert_eq!(r.slices[0].bytes, 8 * G);
     assert_eq!(r.slices[0].uuid, GPU1);
-    // a second container while c1 lives
-    let e = bind(&cfg, &presenting("u-1", &t), "c2", &root, "/b", &mut vec![]).unwrap_err();
-    assert!(
-        matches!(&e, ClaimError::Bound { container, .. } if container == "c1"),
-        "{e:?}"
-    );
+    // a second container while c1 lives: bound too (its pod's sidecar, or
+    // another pod the named claim is reserved for); the claim's bytes
+    // still count once
+    let r2 = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c3",
+        &root,
+        "/b3",
+        &mut vec![],
+    )
+    .unwrap();
+    assert_eq!(r2.bound_claim.as_deref(), Some("u-1"));
+    assert_eq!(r2.slices, r.slices);
+    let data = Ledger::new(&cfg).read().unwrap();
+    assert_eq!(data.usage()[GPU1].0, 8 * G, "counted once");
+    // each consumer has its own group in the shared usage file
+    assert_ne!(state::consumer_group(&r), state::consumer_group(&r2));
+    assert!(state::limits_text(&r, 0)
+        .unwrap()
+        .contains(&format!("consumer_group={}\n", state::consumer_group(&r))));
+    // the forged ones are still refused with consumers bound
+    let e = bind(
+        &cfg,
+        &presenting("u-1", &wrong),
+        "c4",
+        &root,
+        "/b4",
+        &mut vec![],
+    )
+    .unwrap_err();
+    assert!(matches!(e, ClaimError::WrongToken { .. }), "{e:?}");
+    Ledger::new(&cfg)
+        .release(crate::ledger::Key::Root {
+            id: "c3",
+            root: Some(&root),
+        })
+        .unwrap();
     // c1 gone (created long ago, runc has no state for it): c2 takes the claim
     Ledger::new(&cfg)
         .transact(|d| {
@@ -594,4 +632,104 @@ fn hostile_cdi_paths_and_an_old_0644_ledger() {
     std::fs::create_dir(cdi_path(&cfg, "u-2")).unwrap();
     assert!(prepare(&cfg, &alloc("u-2", GPU0, G)).is_err());
     assert_eq!(entries(&cfg).len(), 2);
+}
+
+#[test]
+fn a_prepare_waits_briefly_for_an_earlier_holder_that_is_releasing() {
+    let (_d, cfg) = setup();
+    // a force-deleted pod's claim holds 12 of GPU 0's 16 GiB; its
+    // replacement's claim is prepared before the old one is unprepared
+    prepare(&cfg, &alloc("old-uid", GPU0, 12 * G)).unwrap();
+    let release = {
+        let cfg = cfg.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            unprepare(&cfg, "old-uid").unwrap();
+        })
+    };
+    let t = std::time::Instant::now();
+    prepare_waiting(&cfg, &alloc("new-uid", GPU0, 8 * G), RELEASE_WAIT)
+        .expect("prepared once the old claim is released");
+    assert!(t.elapsed() >= std::time::Duration::from_millis(600));
+    assert!(t.elapsed() < std::time::Duration::from_secs(3));
+    release.join().unwrap();
+    // nothing is released: refused after the bounded wait, naming the
+    // holder and saying it has no running container and that it waited
+    let t = std::time::Instant::now();
+    let e = prepare_waiting(
+        &cfg,
+        &alloc("third", GPU0, 12 * G),
+        std::time::Duration::from_millis(800),
+    )
+    .unwrap_err();
+    assert!(t.elapsed() >= std::time::Duration::from_millis(700));
+    assert!(t.elapsed() < std::time::Duration::from_secs(3));
+    let m = e.to_string();
+    assert!(m.contains("after waiting"), "{m}");
+    assert!(
+        m.contains("claim default/c-new-uid (uid new-uid) (8.00 GiB, no running container"),
+        "{m}"
+    );
+    assert_eq!(
+        entries(&cfg).len(),
+        1,
+        "nothing reserved by the refused one"
+    );
+}
+
+#[test]
+fn the_shared_usage_of_a_claim_goes_with_its_last_consumer_and_gc_sweeps_orphans() {
+    let (d, cfg) = setup();
+    prepare(&cfg, &alloc("u-1", GPU1, 8 * G)).unwrap();
+    let t = token_of(&cfg, "u-1");
+    let root = d.path().join("runc").to_string_lossy().into_owned();
+    let a = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c1",
+        &root,
+        "/b1",
+        &mut vec![],
+    )
+    .unwrap();
+    let b = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c2",
+        &root,
+        "/b2",
+        &mut vec![],
+    )
+    .unwrap();
+    shared_usage(&cfg, &a, state::UsageBacking::Plain).unwrap();
+    shared_usage(&cfg, &b, state::UsageBacking::Plain).unwrap();
+    let dir = state::claim_dir(&cfg, "u-1");
+    assert!(state::usage_path(&dir).is_file());
+    // one consumer ends: the other still uses the file
+    let gone = Ledger::new(&cfg)
+        .release(crate::ledger::Key::Root {
+            id: "c1",
+            root: Some(&root),
+        })
+        .unwrap();
+    consumer_gone(&cfg, &gone[0]);
+    assert!(state::usage_path(&dir).is_file(), "kept for c2");
+    assert_eq!(
+        sweep_shared(&cfg).unwrap(),
+        Vec::<PathBuf>::new(),
+        "c2 is bound"
+    );
+    // the last one ends: the file goes with it
+    let gone = Ledger::new(&cfg)
+        .release(crate::ledger::Key::Root {
+            id: "c2",
+            root: Some(&root),
+        })
+        .unwrap();
+    consumer_gone(&cfg, &gone[0]);
+    assert!(!dir.exists());
+    // a crash left one behind: gc's sweep removes it
+    shared_usage(&cfg, &b, state::UsageBacking::Plain).unwrap();
+    assert_eq!(sweep_shared(&cfg).unwrap(), vec![dir.clone()]);
+    assert!(!dir.exists());
 }

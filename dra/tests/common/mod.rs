@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -41,25 +42,54 @@ pub fn fixture(name: &str) -> ResourceClaim {
     }
 }
 
-/// The API server's slices, in memory.
+/// The API server's slices, in memory; `writes` counts applies and
+/// deletes, `down` makes every call fail as an unreachable API server.
 #[derive(Default)]
-pub struct Slices(pub Mutex<BTreeMap<String, ResourceSlice>>);
+pub struct Slices(
+    pub Mutex<BTreeMap<String, ResourceSlice>>,
+    pub AtomicUsize,
+    pub AtomicBool,
+);
+
+impl Slices {
+    pub fn writes(&self) -> usize {
+        self.1.load(SeqCst)
+    }
+    pub fn set_down(&self, down: bool) {
+        self.2.store(down, SeqCst)
+    }
+    fn up(&self, what: &str) -> Result<(), StoreError> {
+        if self.2.load(SeqCst) {
+            return Err(StoreError {
+                what: what.into(),
+                err: "connection refused".into(),
+            });
+        }
+        Ok(())
+    }
+}
 
 #[tonic::async_trait]
 impl SliceStore for Slices {
     async fn node_uid(&self, node: &str) -> Result<Option<String>, StoreError> {
+        self.up("get node")?;
         Ok((node == NODE).then(|| "9f8e7d6c-0000-4000-8000-node0000000a".to_string()))
     }
     async fn get(&self, name: &str) -> Result<Option<ResourceSlice>, StoreError> {
+        self.up("get resourceslice")?;
         Ok(self.0.lock().unwrap().get(name).cloned())
     }
     async fn apply(&self, s: &ResourceSlice) -> Result<(), StoreError> {
+        self.up("apply resourceslice")?;
         let name = s.metadata.name.clone().unwrap();
         self.0.lock().unwrap().insert(name, s.clone());
+        self.1.fetch_add(1, SeqCst);
         Ok(())
     }
     async fn delete(&self, name: &str) -> Result<(), StoreError> {
+        self.up("delete resourceslice")?;
         self.0.lock().unwrap().remove(name);
+        self.1.fetch_add(1, SeqCst);
         Ok(())
     }
 }
@@ -93,6 +123,13 @@ pub struct Host {
 
 impl Host {
     pub async fn start() -> Host {
+        Host::start_with(Duration::from_millis(300), Arc::new(Slices::default())).await
+    }
+
+    /// A node whose driver re-reads the API's copy of its slice every
+    /// `resync`, publishing into `slices` (a slice already there is what an
+    /// earlier run left).
+    pub async fn start_with(resync: Duration, slices: Arc<Slices>) -> Host {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         for d in ["ledger", "dev", "cdi", "plugins", "registry"] {
@@ -110,13 +147,13 @@ impl Host {
         ] {
             claims.insert(fixture(f));
         }
-        let slices = Arc::new(Slices::default());
         let (tx, rx) = tokio::sync::oneshot::channel();
         let opts = daemon::Options {
             plugin_dir: root.join("plugins"),
             registry_dir: root.join("registry"),
             node_name: NODE.into(),
             poll: Duration::from_millis(50),
+            resync,
             health_timeout: HEALTH_TIMEOUT,
         };
         let node: Arc<dyn Node> = Arc::new(HostNode {
