@@ -110,6 +110,11 @@ inside() {
     i=$((i + 1)); [ -d "$RUN/keep/$i" ] || continue
     mkdir -p "$d"; mount --rbind "$RUN/keep/$i" "$d"
   done
+  # a booted host's mounts are shared (systemd makes / rshared), and engines
+  # act on it: dockerd makes a private data root a shared mount of its own.
+  # Shared here means among this namespace's mounts only: they were all made
+  # private to the host first.
+  mount --make-rshared /
   # the upper layers now hold the mount points made above: part of the baseline
   snapshot "$RUN/before"
   set +e
