@@ -90,6 +90,7 @@ fn main() -> Result<()> {
                 node_name,
                 poll: Duration::from_millis(cli.poll_ms.max(10)),
                 health_timeout: gpuquota_dra::health::DEFAULT_TIMEOUT,
+                limits: gpuquota_dra::conns::LIMITS,
             },
             Arc::new(node::HostNode {
                 config_path: config,

@@ -93,6 +93,11 @@ pub struct Host {
 
 impl Host {
     pub async fn start() -> Host {
+        Host::start_with(gpuquota_dra::conns::LIMITS).await
+    }
+
+    /// A node whose sockets have these connection bounds.
+    pub async fn start_with(limits: gpuquota_dra::conns::Limits) -> Host {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         for d in ["ledger", "dev", "cdi", "plugins", "registry"] {
@@ -118,6 +123,7 @@ impl Host {
             node_name: NODE.into(),
             poll: Duration::from_millis(50),
             health_timeout: HEALTH_TIMEOUT,
+            limits,
         };
         let node: Arc<dyn Node> = Arc::new(HostNode {
             config_path: root.join("config.toml"),
