@@ -13,6 +13,7 @@ mod engines;
 mod metrics;
 mod metrics_server;
 mod ops;
+mod peer;
 mod release;
 mod snapshot;
 mod top;

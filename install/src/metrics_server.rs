@@ -4,13 +4,23 @@
 //! methods). Binds exactly the address given.
 //!
 //! A scrape target must answer every client within bounds, whatever the
-//! others do (issue 16): hyper's HTTP/1 server on a single-threaded tokio
-//! runtime, every connection its own task, with the limits of [`LIMITS`]
+//! others do: hyper's HTTP/1 server on a single-threaded tokio runtime,
+//! every connection its own task, with the limits of [`LIMITS`]
 //! (docs/security.md, "The metrics exporter"). A client that pipelines and
 //! never reads blocks only its own connection until the write timeout; a
 //! header over the cap is answered 431 and the connection closed; scrapes
 //! render off the runtime thread, one at a time, so a slow render never
 //! delays `/healthz`.
+//!
+//! Connections are shared out by peer ([`peer::Peer`]: a local client's
+//! uid, a remote one's address): one peer holds at most
+//! [`Limits::max_per_peer`], and when all [`Limits::max_connections`] are
+//! taken a newcomer closes the oldest connection of the peer holding the
+//! most, if that peer holds more than the newcomer's would. So whatever
+//! one user opens or cycles, a probe from another gets a slot at once; and
+//! a peer has one scrape queued at a time, so another's scrape waits for at
+//! most one render per peer.
+use crate::peer::{self, Peer};
 use crate::{metrics, snapshot};
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
@@ -21,25 +31,29 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Sleep;
 
 /// What bounds the exporter's work per client.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connections served at once; one more is closed at once (after a
-    /// best-effort 503).
+    /// Connections served at once; one more either closes the oldest of
+    /// the busiest peer's or is closed at once (after a best-effort 503).
     pub max_connections: usize,
+    /// Connections one peer holds at once; one more is closed at once
+    /// (after a best-effort 503).
+    pub max_per_peer: usize,
     /// hyper's read buffer: a request head (request line and headers) that
     /// does not fit is answered 431 and the connection closed. hyper's
     /// minimum is 8 KiB.
@@ -57,6 +71,7 @@ pub struct Limits {
 
 pub const LIMITS: Limits = Limits {
     max_connections: 64,
+    max_per_peer: 16,
     max_request_bytes: 8 << 10,
     header_read_timeout: Duration::from_secs(5),
     write_timeout: Duration::from_secs(10),
@@ -108,11 +123,11 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
     rt.block_on(async move {
         let listener =
             tokio::net::TcpListener::from_std(listener).context("cannot register the listener")?;
-        let conns = Arc::new(Semaphore::new(limits.max_connections));
+        let table = Arc::new(Mutex::new(Table::default()));
         let renders = Arc::new(Semaphore::new(1));
         loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
+            let (stream, remote) = match listener.accept().await {
+                Ok(s) => s,
                 // out of descriptors or memory, or an aborted handshake:
                 // nothing to answer; do not spin
                 Err(_) => {
@@ -120,28 +135,122 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
                     continue;
                 }
             };
-            let Ok(permit) = conns.clone().try_acquire_owned() else {
+            let who = match stream.local_addr() {
+                Ok(local) => peer::identify(local, remote),
+                Err(_) => Peer::Addr(remote.ip()),
+            };
+            let Some(ticket) = Table::admit(&table, who, &limits) else {
                 let _ = stream.try_write(BUSY);
                 continue;
             };
-            let (scrape, renders) = (scrape.clone(), renders.clone());
+            let renders = renders.clone();
+            let scrape = scrape.clone();
             tokio::spawn(async move {
-                let _permit = permit;
                 let _ = stream.set_nodelay(true);
                 let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
+                let mine = ticket.render.clone();
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .max_buf_size(limits.max_request_bytes)
                     .header_read_timeout(limits.header_read_timeout)
                     .serve_connection(
                         io,
-                        service_fn(move |req| handle(req, scrape.clone(), renders.clone())),
+                        service_fn(move |req| {
+                            handle(req, scrape.clone(), mine.clone(), renders.clone())
+                        }),
                     );
-                // past the lifetime the connection is dropped, which closes it
-                let _ = tokio::time::timeout(limits.connection_lifetime, conn).await;
+                // past the lifetime, or evicted, the connection is dropped,
+                // which closes it
+                tokio::select! {
+                    _ = tokio::time::timeout(limits.connection_lifetime, conn) => {}
+                    _ = ticket.evicted.notified() => {}
+                }
             });
         }
     })
+}
+
+/// The connections served, by peer.
+#[derive(Default)]
+struct Table {
+    peers: HashMap<Peer, Held>,
+    total: usize,
+    next_id: u64,
+}
+
+struct Held {
+    /// (id, eviction signal), the oldest first.
+    conns: VecDeque<(u64, Arc<Notify>)>,
+    /// One scrape of this peer's queued or rendering at a time.
+    render: Arc<Semaphore>,
+}
+
+/// A served connection's place in the table; given back on drop.
+struct Ticket {
+    table: Arc<Mutex<Table>>,
+    peer: Peer,
+    id: u64,
+    evicted: Arc<Notify>,
+    render: Arc<Semaphore>,
+}
+
+impl Table {
+    /// A slot for a connection of `who`, or None (refuse it).
+    fn admit(table: &Arc<Mutex<Table>>, who: Peer, limits: &Limits) -> Option<Ticket> {
+        let mut t = table.lock().unwrap();
+        let mine = t.peers.get(&who).map_or(0, |h| h.conns.len());
+        if mine >= limits.max_per_peer {
+            return None;
+        }
+        if t.total >= limits.max_connections {
+            // the busiest peer gives up its oldest, if it holds more than
+            // `who` will; otherwise the newcomer is the one over its share
+            let busiest = t
+                .peers
+                .iter_mut()
+                .max_by_key(|(_, h)| h.conns.len())
+                .filter(|(_, h)| h.conns.len() > mine + 1)
+                .and_then(|(_, h)| h.conns.pop_front());
+            let (_, evict) = busiest?;
+            evict.notify_one();
+            t.total -= 1;
+            t.peers.retain(|_, h| !h.conns.is_empty());
+        }
+        let id = t.next_id;
+        t.next_id += 1;
+        t.total += 1;
+        let evicted = Arc::new(Notify::new());
+        let held = t.peers.entry(who).or_insert_with(|| Held {
+            conns: VecDeque::new(),
+            render: Arc::new(Semaphore::new(1)),
+        });
+        held.conns.push_back((id, evicted.clone()));
+        Some(Ticket {
+            table: table.clone(),
+            peer: who,
+            id,
+            evicted,
+            render: held.render.clone(),
+        })
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut t = self.table.lock().unwrap();
+        let Some(h) = t.peers.get_mut(&self.peer) else {
+            return;
+        };
+        let before = h.conns.len();
+        h.conns.retain(|(id, _)| *id != self.id);
+        // an evicted connection left the table when it was evicted
+        let gone = before - h.conns.len();
+        let empty = h.conns.is_empty();
+        t.total -= gone;
+        if empty {
+            t.peers.remove(&self.peer);
+        }
+    }
 }
 
 const BUSY: &[u8] =
@@ -150,6 +259,7 @@ const BUSY: &[u8] =
 async fn handle(
     req: Request<Incoming>,
     scrape: Arc<dyn Scrape>,
+    mine: Arc<Semaphore>,
     renders: Arc<Semaphore>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     const PLAIN: &str = "text/plain; charset=utf-8";
@@ -164,11 +274,14 @@ async fn handle(
         "/metrics" => {
             // the permit travels with the render: a render whose client is
             // gone still holds it until it ends
-            let Ok(permit) = renders.acquire_owned().await else {
+            // this peer's turn first, so the shared queue holds at most one
+            // scrape per peer
+            let (Ok(own), Ok(permit)) = (mine.acquire_owned().await, renders.acquire_owned().await)
+            else {
                 return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "busy\n", PLAIN));
             };
             match tokio::task::spawn_blocking(move || {
-                let _permit = permit;
+                let _permits = (own, permit);
                 scrape.render()
             })
             .await
@@ -310,6 +423,7 @@ mod tests {
 
     const SHORT: Limits = Limits {
         max_connections: 64,
+        max_per_peer: 64,
         max_request_bytes: 8 << 10,
         header_read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
@@ -551,5 +665,162 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         }
         assert_eq!(scrape.join().unwrap(), Some((200, b"m 1\n".to_vec())));
+    }
+
+    #[test]
+    fn a_peer_over_its_share_is_refused_and_the_busiest_gives_way() {
+        let limits = Limits {
+            max_connections: 4,
+            max_per_peer: 3,
+            ..SHORT
+        };
+        let t = Arc::new(Mutex::new(Table::default()));
+        let (a, b, c) = (Peer::Uid(65534), Peer::Uid(0), Peer::Uid(1000));
+        let a1 = Table::admit(&t, a, &limits).unwrap();
+        let _a2 = Table::admit(&t, a, &limits).unwrap();
+        let _a3 = Table::admit(&t, a, &limits).unwrap();
+        // over a's own share
+        assert!(Table::admit(&t, a, &limits).is_none());
+        let _b1 = Table::admit(&t, b, &limits).unwrap();
+        // full: c (none held) takes a's oldest
+        let c1 = Table::admit(&t, c, &limits).unwrap();
+        assert!(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    tokio::time::timeout(Duration::from_millis(10), a1.evicted.notified())
+                        .await
+                        .is_ok()
+                }),
+            "a's oldest was not told to close"
+        );
+        // a (2 held) against the busiest (a itself, 2): refused, nobody evicted
+        assert!(Table::admit(&t, a, &limits).is_none());
+        // c's second: c would hold 2, a holds 2: refused
+        assert!(Table::admit(&t, c, &limits).is_none());
+        assert_eq!(t.lock().unwrap().total, 4);
+        // the evicted one's drop does not free a second slot
+        drop(a1);
+        assert_eq!(t.lock().unwrap().total, 4);
+        drop(c1);
+        assert_eq!(t.lock().unwrap().total, 3);
+        assert!(!t.lock().unwrap().peers.contains_key(&c));
+    }
+
+    /// Env of the load child: the exporter's address and how long to run.
+    const LOAD_ADDR: &str = "GQ_EXPORTER_LOAD_ADDR";
+    const LOAD_SECS: &str = "GQ_EXPORTER_LOAD_SECS";
+
+    /// The abusive local user (run by the test below as uid 65534): 70
+    /// connections, one `GET /healthz` on each every 3 s, and a connection
+    /// that is refused or cut is opened again at once. Prints what it got.
+    #[test]
+    #[ignore = "the load child of one_local_user_cycling_70_connections_leaves_healthz_answered"]
+    fn load_child() {
+        let Ok(addr) = std::env::var(LOAD_ADDR) else {
+            return;
+        };
+        let addr: SocketAddr = addr.parse().unwrap();
+        let secs: u64 = std::env::var(LOAD_SECS).unwrap().parse().unwrap();
+        let until = Instant::now() + Duration::from_secs(secs);
+        let answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let threads: Vec<_> = (0..70)
+            .map(|_| {
+                let (answered, refused) = (answered.clone(), refused.clone());
+                std::thread::spawn(move || {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    while Instant::now() < until {
+                        let Ok(mut s) = TcpStream::connect(addr) else {
+                            refused.fetch_add(1, Relaxed);
+                            continue;
+                        };
+                        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        while Instant::now() < until {
+                            let ok = s
+                                .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                                .is_ok()
+                                && answer(&mut s).is_some_and(|a| a.0 == 200);
+                            if !ok {
+                                refused.fetch_add(1, Relaxed);
+                                break;
+                            }
+                            answered.fetch_add(1, Relaxed);
+                            std::thread::sleep(Duration::from_secs(3));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        println!(
+            "load: answered {} refused {}",
+            answered.load(std::sync::atomic::Ordering::Relaxed),
+            refused.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+
+    /// The acceptance under abuse: while another local user (uid 65534)
+    /// cycles 70 connections, fresh `/healthz` probes from this one (root)
+    /// are answered 200 within 100 ms, at least 99 % of them. 12 s of load
+    /// by default; GQ_EXPORTER_LOAD_SECS=60 is the issue's full minute.
+    /// Needs root (to start the load as another uid).
+    #[test]
+    fn one_local_user_cycling_70_connections_leaves_healthz_answered() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to run the load as uid 65534");
+            return;
+        }
+        use std::os::unix::process::CommandExt;
+        let secs: u64 = std::env::var(LOAD_SECS)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(12);
+        let addr = start(LIMITS, "m 1\n", Duration::ZERO);
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "metrics_server::tests::load_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(LOAD_ADDR, addr.to_string())
+            .env(LOAD_SECS, secs.to_string())
+            .uid(65534)
+            .gid(65534)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // the load has taken what it can
+        std::thread::sleep(Duration::from_secs(1));
+        let t = Instant::now();
+        let (mut n, mut good, mut worst) = (0, 0, Duration::ZERO);
+        while t.elapsed() + Duration::from_secs(2) < Duration::from_secs(secs) {
+            let p = Instant::now();
+            let ok = get(addr, "/healthz").is_some_and(|a| a.0 == 200);
+            let took = p.elapsed();
+            n += 1;
+            if ok && took < Duration::from_millis(100) {
+                good += 1;
+            }
+            worst = worst.max(took);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let load = String::from_utf8_lossy(&out.stdout);
+        let load = load.lines().find(|l| l.starts_with("load:")).unwrap_or("");
+        eprintln!("{secs} s: {good} of {n} /healthz within 100 ms (slowest {worst:?}); {load}");
+        // the load bit: it was refused or cut, and served too
+        let nums: Vec<u64> = load
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert!(nums.len() == 2 && nums[0] > 0 && nums[1] > 0, "{load:?}");
+        assert!(n >= 50, "{n} probes");
+        assert!(good * 100 >= n * 99, "{good} of {n} within 100 ms");
     }
 }
