@@ -10,6 +10,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod engines;
+mod fair;
 mod metrics;
 mod metrics_server;
 mod ops;

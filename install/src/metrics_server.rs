@@ -20,6 +20,7 @@
 //! one user opens or cycles, a probe from another gets a slot at once; and
 //! a peer has one scrape queued at a time, so another's scrape waits for at
 //! most one render per peer.
+use crate::fair::Table;
 use crate::peer::{self, Peer};
 use crate::{metrics, snapshot};
 use anyhow::{anyhow, Context, Result};
@@ -31,7 +32,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -42,7 +42,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 
 /// What bounds the exporter's work per client.
@@ -139,7 +139,9 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
                 Ok(local) => peer::identify(local, remote),
                 Err(_) => Peer::Addr(remote.ip()),
             };
-            let Some(ticket) = Table::admit(&table, who, &limits) else {
+            let Some(ticket) =
+                Table::admit(&table, who, limits.max_connections, limits.max_per_peer)
+            else {
                 let _ = stream.try_write(BUSY);
                 continue;
             };
@@ -168,89 +170,6 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
             });
         }
     })
-}
-
-/// The connections served, by peer.
-#[derive(Default)]
-struct Table {
-    peers: HashMap<Peer, Held>,
-    total: usize,
-    next_id: u64,
-}
-
-struct Held {
-    /// (id, eviction signal), the oldest first.
-    conns: VecDeque<(u64, Arc<Notify>)>,
-    /// One scrape of this peer's queued or rendering at a time.
-    render: Arc<Semaphore>,
-}
-
-/// A served connection's place in the table; given back on drop.
-struct Ticket {
-    table: Arc<Mutex<Table>>,
-    peer: Peer,
-    id: u64,
-    evicted: Arc<Notify>,
-    render: Arc<Semaphore>,
-}
-
-impl Table {
-    /// A slot for a connection of `who`, or None (refuse it).
-    fn admit(table: &Arc<Mutex<Table>>, who: Peer, limits: &Limits) -> Option<Ticket> {
-        let mut t = table.lock().unwrap();
-        let mine = t.peers.get(&who).map_or(0, |h| h.conns.len());
-        if mine >= limits.max_per_peer {
-            return None;
-        }
-        if t.total >= limits.max_connections {
-            // the busiest peer gives up its oldest, if it holds more than
-            // `who` will; otherwise the newcomer is the one over its share
-            let busiest = t
-                .peers
-                .iter_mut()
-                .max_by_key(|(_, h)| h.conns.len())
-                .filter(|(_, h)| h.conns.len() > mine + 1)
-                .and_then(|(_, h)| h.conns.pop_front());
-            let (_, evict) = busiest?;
-            evict.notify_one();
-            t.total -= 1;
-            t.peers.retain(|_, h| !h.conns.is_empty());
-        }
-        let id = t.next_id;
-        t.next_id += 1;
-        t.total += 1;
-        let evicted = Arc::new(Notify::new());
-        let held = t.peers.entry(who).or_insert_with(|| Held {
-            conns: VecDeque::new(),
-            render: Arc::new(Semaphore::new(1)),
-        });
-        held.conns.push_back((id, evicted.clone()));
-        Some(Ticket {
-            table: table.clone(),
-            peer: who,
-            id,
-            evicted,
-            render: held.render.clone(),
-        })
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let mut t = self.table.lock().unwrap();
-        let Some(h) = t.peers.get_mut(&self.peer) else {
-            return;
-        };
-        let before = h.conns.len();
-        h.conns.retain(|(id, _)| *id != self.id);
-        // an evicted connection left the table when it was evicted
-        let gone = before - h.conns.len();
-        let empty = h.conns.is_empty();
-        t.total -= gone;
-        if empty {
-            t.peers.remove(&self.peer);
-        }
-    }
 }
 
 const BUSY: &[u8] =
@@ -665,48 +584,6 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         }
         assert_eq!(scrape.join().unwrap(), Some((200, b"m 1\n".to_vec())));
-    }
-
-    #[test]
-    fn a_peer_over_its_share_is_refused_and_the_busiest_gives_way() {
-        let limits = Limits {
-            max_connections: 4,
-            max_per_peer: 3,
-            ..SHORT
-        };
-        let t = Arc::new(Mutex::new(Table::default()));
-        let (a, b, c) = (Peer::Uid(65534), Peer::Uid(0), Peer::Uid(1000));
-        let a1 = Table::admit(&t, a, &limits).unwrap();
-        let _a2 = Table::admit(&t, a, &limits).unwrap();
-        let _a3 = Table::admit(&t, a, &limits).unwrap();
-        // over a's own share
-        assert!(Table::admit(&t, a, &limits).is_none());
-        let _b1 = Table::admit(&t, b, &limits).unwrap();
-        // full: c (none held) takes a's oldest
-        let c1 = Table::admit(&t, c, &limits).unwrap();
-        assert!(
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    tokio::time::timeout(Duration::from_millis(10), a1.evicted.notified())
-                        .await
-                        .is_ok()
-                }),
-            "a's oldest was not told to close"
-        );
-        // a (2 held) against the busiest (a itself, 2): refused, nobody evicted
-        assert!(Table::admit(&t, a, &limits).is_none());
-        // c's second: c would hold 2, a holds 2: refused
-        assert!(Table::admit(&t, c, &limits).is_none());
-        assert_eq!(t.lock().unwrap().total, 4);
-        // the evicted one's drop does not free a second slot
-        drop(a1);
-        assert_eq!(t.lock().unwrap().total, 4);
-        drop(c1);
-        assert_eq!(t.lock().unwrap().total, 3);
-        assert!(!t.lock().unwrap().peers.contains_key(&c));
     }
 
     /// Env of the load child: the exporter's address and how long to run.
