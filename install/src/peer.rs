@@ -11,6 +11,10 @@
 use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A failed lookup is said once, not per connection.
+static WARNED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Peer {
@@ -46,10 +50,18 @@ fn canonical(a: SocketAddr) -> SocketAddr {
 pub fn identify(local: SocketAddr, remote: SocketAddr) -> Peer {
     let (local, remote) = (canonical(local), canonical(remote));
     if remote.ip().is_loopback() {
-        if let Ok(uid) = socket_uid(remote, local) {
-            return Peer::Uid(uid);
+        match socket_uid(remote, local) {
+            Ok(uid) => return Peer::Uid(uid),
+            Err(e) => {
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "gpu-quota: cannot read the uid of a local client's socket ({e}); local \
+                         clients share one connection budget (a sandbox without AF_NETLINK?)"
+                    );
+                }
+                return Peer::Addr(remote.ip());
+            }
         }
-        return Peer::Addr(remote.ip());
     }
     match remote.ip() {
         IpAddr::V6(v6) => {
