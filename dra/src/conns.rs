@@ -27,6 +27,8 @@
 //! - More than [`Limits::max_continuations`] CONTINUATION frames in one
 //!   header block closes the connection: empty ones add no bytes, so no
 //!   byte bound would ever end them.
+//! - The kernel's accept queue is as long as the cap, so a new dial waits
+//!   behind at most that many connections.
 //! - A failed accept (out of descriptors) waits before the next try.
 use std::future::Future;
 use std::io;
@@ -158,6 +160,18 @@ pub fn incoming(
     listener: UnixListener,
     gate: Arc<Gate>,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<Guarded<UnixStream>>> {
+    // The kernel's accept queue is served in order: a kubelet that dials
+    // behind a thousand queued connections waits for all of them to be
+    // accepted (and evicted). A queue as long as the cap bounds that wait;
+    // a client beyond it waits in connect() instead. (listen() again on a
+    // listening socket only changes its backlog.)
+    // SAFETY: a plain syscall on a descriptor the listener owns.
+    unsafe {
+        libc::listen(
+            std::os::fd::AsRawFd::as_raw_fd(&listener),
+            gate.limits.max_connections.min(i32::MAX as usize) as i32,
+        )
+    };
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
         let mut warned = false;

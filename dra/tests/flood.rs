@@ -147,15 +147,19 @@ async fn two_thousand_idle_connections_on_each_socket_leave_the_kubelet_served()
     raise_nofile();
     let h = Host::start().await;
     // the control: answered before the flood
-    assert!(timed_prepare(&h).await < Duration::from_secs(1));
+    let before = timed_prepare(&h).await;
+    assert!(before < Duration::from_secs(1), "prepare took {before:?}");
     let reg = hold(h.reg_sock(), 2000, handshake()).await;
     let dra = hold(h.dra_sock(), 2000, handshake()).await;
     // a second of quiet: the daemon has seen all of them
     tokio::time::sleep(Duration::from_secs(1)).await;
     let took = timed_prepare(&h).await;
+    let info = timed_get_info(&h).await;
+    eprintln!(
+        "prepare {before:?} before; with 2000 idle clients per socket: prepare {took:?}, GetInfo {info:?}"
+    );
     assert!(took < Duration::from_secs(1), "prepare took {took:?}");
-    let took = timed_get_info(&h).await;
-    assert!(took < Duration::from_secs(1), "GetInfo took {took:?}");
+    assert!(info < Duration::from_secs(1), "GetInfo took {info:?}");
     let bound = 2 * LIMITS.max_connections;
     let (r, d) = (server_side(&h.reg_sock()), server_side(&h.dra_sock()));
     eprintln!("daemon's connections with 2000 idle clients per socket: registration {r}, DRA {d}");
@@ -239,5 +243,35 @@ async fn endless_empty_continuation_frames_close_the_connection() {
     }
     // and the kubelet is served
     assert!(timed_prepare(&h).await < Duration::from_secs(1));
+    h.stop().await;
+}
+
+/// The negative control of the idle deadline: the kubelet's health stream
+/// sends nothing after its request, but the daemon writes to it every third
+/// of the health timeout (1 s here), so it outlives an idle deadline of 2 s.
+#[tokio::test]
+async fn the_health_stream_is_never_idle() {
+    use gpuquota_dra::api::health::{self, dra_resource_health_client::DraResourceHealthClient};
+    let limits = Limits {
+        idle: Duration::from_secs(2),
+        ..LIMITS
+    };
+    let h = Host::start_with(limits).await;
+    let mut s = DraResourceHealthClient::new(channel(&h.dra_sock()).await)
+        .node_watch_resources(health::NodeWatchResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let t = Instant::now();
+    let mut got = 0;
+    while t.elapsed() < Duration::from_secs(6) {
+        tokio::time::timeout(HEALTH_TIMEOUT, s.message())
+            .await
+            .expect("a message within the health timeout")
+            .expect("the stream is not failed")
+            .expect("the stream goes on");
+        got += 1;
+    }
+    assert!(got >= 5, "{got} messages in 6 s");
     h.stop().await;
 }
