@@ -6,7 +6,7 @@
 use crate::peer::Peer;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 /// The connections served, by peer.
 #[derive(Default)]
@@ -19,8 +19,6 @@ pub struct Table {
 struct Held {
     /// (id, eviction signal), the oldest first.
     conns: VecDeque<(u64, Arc<Notify>)>,
-    /// One scrape of this peer's queued or rendering at a time.
-    render: Arc<Semaphore>,
 }
 
 /// A served connection's place in the table; given back on drop.
@@ -30,8 +28,6 @@ pub struct Ticket {
     id: u64,
     /// Told once when the connection must close to make room.
     pub evicted: Arc<Notify>,
-    /// This peer's turn at a scrape render.
-    pub render: Arc<Semaphore>,
 }
 
 impl Table {
@@ -68,7 +64,6 @@ impl Table {
         let evicted = Arc::new(Notify::new());
         let held = t.peers.entry(who).or_insert_with(|| Held {
             conns: VecDeque::new(),
-            render: Arc::new(Semaphore::new(1)),
         });
         held.conns.push_back((id, evicted.clone()));
         Some(Ticket {
@@ -76,7 +71,6 @@ impl Table {
             peer: who,
             id,
             evicted,
-            render: held.render.clone(),
         })
     }
 }

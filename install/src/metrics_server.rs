@@ -17,9 +17,7 @@
 //! [`Limits::max_per_peer`], and when all [`Limits::max_connections`] are
 //! taken a newcomer closes the oldest connection of the peer holding the
 //! most, if that peer holds more than the newcomer's would. So whatever
-//! one user opens or cycles, a probe from another gets a slot at once; and
-//! a peer has one scrape queued at a time, so another's scrape waits for at
-//! most one render per peer.
+//! one user opens or cycles, a probe from another gets a slot at once.
 use crate::fair::Table;
 use crate::peer::{self, Peer};
 use crate::{metrics, snapshot};
@@ -150,16 +148,13 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
             tokio::spawn(async move {
                 let _ = stream.set_nodelay(true);
                 let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
-                let mine = ticket.render.clone();
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .max_buf_size(limits.max_request_bytes)
                     .header_read_timeout(limits.header_read_timeout)
                     .serve_connection(
                         io,
-                        service_fn(move |req| {
-                            handle(req, scrape.clone(), mine.clone(), renders.clone())
-                        }),
+                        service_fn(move |req| handle(req, scrape.clone(), renders.clone())),
                     );
                 // past the lifetime, or evicted, the connection is dropped,
                 // which closes it
@@ -178,7 +173,6 @@ const BUSY: &[u8] =
 async fn handle(
     req: Request<Incoming>,
     scrape: Arc<dyn Scrape>,
-    mine: Arc<Semaphore>,
     renders: Arc<Semaphore>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     const PLAIN: &str = "text/plain; charset=utf-8";
@@ -193,14 +187,11 @@ async fn handle(
         "/metrics" => {
             // the permit travels with the render: a render whose client is
             // gone still holds it until it ends
-            // this peer's turn first, so the shared queue holds at most one
-            // scrape per peer
-            let (Ok(own), Ok(permit)) = (mine.acquire_owned().await, renders.acquire_owned().await)
-            else {
+            let Ok(permit) = renders.acquire_owned().await else {
                 return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "busy\n", PLAIN));
             };
             match tokio::task::spawn_blocking(move || {
-                let _permits = (own, permit);
+                let _permit = permit;
                 scrape.render()
             })
             .await
