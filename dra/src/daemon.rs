@@ -8,6 +8,7 @@ use crate::api::dra::dra_plugin_server::DraPluginServer;
 use crate::api::health::dra_resource_health_server::DraResourceHealthServer;
 use crate::api::registration::registration_server::RegistrationServer;
 use crate::api::{registration_socket, DRA_SOCKET};
+use crate::conns::{self, Gate};
 use crate::h2authority::Adapted;
 use crate::health::{HealthService, Polled, Tracker};
 use crate::node::Node;
@@ -39,6 +40,9 @@ pub struct Options {
     /// at least 1); the devices are re-sent every third of it
     /// (`health::DEFAULT_TIMEOUT` in the binary).
     pub health_timeout: Duration,
+    /// The bounds on each socket's connections (`conns::LIMITS` in the
+    /// binary).
+    pub limits: conns::Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,7 +165,7 @@ pub async fn run(
                 opts.health_timeout,
             )))
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(dra_listener),
+                conns::incoming(dra_listener, Gate::new("DRA", opts.limits)),
                 async move {
                     let _ = server_stop.wait_for(|s| *s).await;
                 },
@@ -188,7 +192,7 @@ pub async fn run(
             // the DRA socket above is dialed as unix:<path> (authority
             // localhost) and is served as is
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(reg_listener)
+                conns::incoming(reg_listener, Gate::new("registration", opts.limits))
                     .map(|c| c.map(Adapted::new)),
                 async move {
                     let _ = server_stop.wait_for(|s| *s).await;

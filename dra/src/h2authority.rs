@@ -24,7 +24,9 @@
 //! parsed by root): a header block over [`MAX_BLOCK`] bytes, a decoded
 //! header list over [`MAX_DECODED`] bytes, a dynamic-table size update
 //! above h2's advertised 4096, an HPACK error, or another frame inside a
-//! header block closes the connection. Memory per connection: one read
+//! header block closes the connection. A block of endless empty CONTINUATION
+//! frames never reaches a byte bound: the connection under the adapter
+//! (`conns::Guarded`) counts them. Memory per connection: one read
 //! buffer, one header block, the 4 KiB dynamic table and the rewritten
 //! block.
 //!

@@ -8,9 +8,10 @@
 //! write the slice); `node` is the node behind a trait (`core::claims`),
 //! `source` the API server's claims behind a trait, `service` the kubelet's
 //! gRPC services, `health` the kubelet's device health stream, `h2authority` the registration socket's adapter for the
-//! kubelet's `:authority`, and `daemon` ties them together.
+//! kubelet's `:authority`, `conns` the bounds on both sockets' connections, and `daemon` ties them together.
 pub mod api;
 pub mod claim;
+pub mod conns;
 pub mod daemon;
 pub mod h2authority;
 pub mod health;

@@ -95,6 +95,7 @@ fn main() -> Result<()> {
                 poll: Duration::from_millis(cli.poll_ms.max(10)),
                 resync: Duration::from_millis(cli.resync_ms.max(100)),
                 health_timeout: gpuquota_dra::health::DEFAULT_TIMEOUT,
+                limits: gpuquota_dra::conns::LIMITS,
             },
             Arc::new(node::HostNode {
                 config_path: config,

@@ -10,9 +10,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod engines;
+mod fair;
 mod metrics;
 mod metrics_server;
 mod ops;
+mod peer;
 mod release;
 mod snapshot;
 mod top;

@@ -4,13 +4,22 @@
 //! methods). Binds exactly the address given.
 //!
 //! A scrape target must answer every client within bounds, whatever the
-//! others do (issue 16): hyper's HTTP/1 server on a single-threaded tokio
-//! runtime, every connection its own task, with the limits of [`LIMITS`]
+//! others do: hyper's HTTP/1 server on a single-threaded tokio runtime,
+//! every connection its own task, with the limits of [`LIMITS`]
 //! (docs/security.md, "The metrics exporter"). A client that pipelines and
 //! never reads blocks only its own connection until the write timeout; a
 //! header over the cap is answered 431 and the connection closed; scrapes
 //! render off the runtime thread, one at a time, so a slow render never
 //! delays `/healthz`.
+//!
+//! Connections are shared out by peer ([`peer::Peer`]: a local client's
+//! uid, a remote one's address): one peer holds at most
+//! [`Limits::max_per_peer`], and when all [`Limits::max_connections`] are
+//! taken a newcomer closes the oldest connection of the peer holding the
+//! most, if that peer holds more than the newcomer's would. So whatever
+//! one user opens or cycles, a probe from another gets a slot at once.
+use crate::fair::Table;
+use crate::peer::{self, Peer};
 use crate::{metrics, snapshot};
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
@@ -26,7 +35,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -37,9 +46,12 @@ use tokio::time::Sleep;
 /// What bounds the exporter's work per client.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connections served at once; one more is closed at once (after a
-    /// best-effort 503).
+    /// Connections served at once; one more either closes the oldest of
+    /// the busiest peer's or is closed at once (after a best-effort 503).
     pub max_connections: usize,
+    /// Connections one peer holds at once; one more is closed at once
+    /// (after a best-effort 503).
+    pub max_per_peer: usize,
     /// hyper's read buffer: a request head (request line and headers) that
     /// does not fit is answered 431 and the connection closed. hyper's
     /// minimum is 8 KiB.
@@ -57,6 +69,7 @@ pub struct Limits {
 
 pub const LIMITS: Limits = Limits {
     max_connections: 64,
+    max_per_peer: 16,
     max_request_bytes: 8 << 10,
     header_read_timeout: Duration::from_secs(5),
     write_timeout: Duration::from_secs(10),
@@ -108,11 +121,11 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
     rt.block_on(async move {
         let listener =
             tokio::net::TcpListener::from_std(listener).context("cannot register the listener")?;
-        let conns = Arc::new(Semaphore::new(limits.max_connections));
+        let table = Arc::new(Mutex::new(Table::default()));
         let renders = Arc::new(Semaphore::new(1));
         loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
+            let (stream, remote) = match listener.accept().await {
+                Ok(s) => s,
                 // out of descriptors or memory, or an aborted handshake:
                 // nothing to answer; do not spin
                 Err(_) => {
@@ -120,13 +133,19 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
                     continue;
                 }
             };
-            let Ok(permit) = conns.clone().try_acquire_owned() else {
+            let who = match stream.local_addr() {
+                Ok(local) => peer::identify(local, remote),
+                Err(_) => Peer::Addr(remote.ip()),
+            };
+            let Some(ticket) =
+                Table::admit(&table, who, limits.max_connections, limits.max_per_peer)
+            else {
                 let _ = stream.try_write(BUSY);
                 continue;
             };
-            let (scrape, renders) = (scrape.clone(), renders.clone());
+            let renders = renders.clone();
+            let scrape = scrape.clone();
             tokio::spawn(async move {
-                let _permit = permit;
                 let _ = stream.set_nodelay(true);
                 let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
                 let conn = http1::Builder::new()
@@ -137,8 +156,12 @@ pub fn run(listener: std::net::TcpListener, scrape: Arc<dyn Scrape>, limits: Lim
                         io,
                         service_fn(move |req| handle(req, scrape.clone(), renders.clone())),
                     );
-                // past the lifetime the connection is dropped, which closes it
-                let _ = tokio::time::timeout(limits.connection_lifetime, conn).await;
+                // past the lifetime, or evicted, the connection is dropped,
+                // which closes it
+                tokio::select! {
+                    _ = tokio::time::timeout(limits.connection_lifetime, conn) => {}
+                    _ = ticket.evicted.notified() => {}
+                }
             });
         }
     })
@@ -310,6 +333,7 @@ mod tests {
 
     const SHORT: Limits = Limits {
         max_connections: 64,
+        max_per_peer: 64,
         max_request_bytes: 8 << 10,
         header_read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
@@ -551,5 +575,120 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         }
         assert_eq!(scrape.join().unwrap(), Some((200, b"m 1\n".to_vec())));
+    }
+
+    /// Env of the load child: the exporter's address and how long to run.
+    const LOAD_ADDR: &str = "GQ_EXPORTER_LOAD_ADDR";
+    const LOAD_SECS: &str = "GQ_EXPORTER_LOAD_SECS";
+
+    /// The abusive local user (run by the test below as uid 65534): 70
+    /// connections, one `GET /healthz` on each every 3 s, and a connection
+    /// that is refused or cut is opened again at once. Prints what it got.
+    #[test]
+    #[ignore = "the load child of one_local_user_cycling_70_connections_leaves_healthz_answered"]
+    fn load_child() {
+        let Ok(addr) = std::env::var(LOAD_ADDR) else {
+            return;
+        };
+        let addr: SocketAddr = addr.parse().unwrap();
+        let secs: u64 = std::env::var(LOAD_SECS).unwrap().parse().unwrap();
+        let until = Instant::now() + Duration::from_secs(secs);
+        let answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let threads: Vec<_> = (0..70)
+            .map(|_| {
+                let (answered, refused) = (answered.clone(), refused.clone());
+                std::thread::spawn(move || {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    while Instant::now() < until {
+                        let Ok(mut s) = TcpStream::connect(addr) else {
+                            refused.fetch_add(1, Relaxed);
+                            continue;
+                        };
+                        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        while Instant::now() < until {
+                            let ok = s
+                                .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                                .is_ok()
+                                && answer(&mut s).is_some_and(|a| a.0 == 200);
+                            if !ok {
+                                refused.fetch_add(1, Relaxed);
+                                break;
+                            }
+                            answered.fetch_add(1, Relaxed);
+                            std::thread::sleep(Duration::from_secs(3));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        println!(
+            "load: answered {} refused {}",
+            answered.load(std::sync::atomic::Ordering::Relaxed),
+            refused.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+
+    /// The acceptance under abuse: while another local user (uid 65534)
+    /// cycles 70 connections, fresh `/healthz` probes from this one (root)
+    /// are answered 200 within 100 ms, at least 99 % of them. 12 s of load
+    /// by default; GQ_EXPORTER_LOAD_SECS=60 is the issue's full minute.
+    /// Needs root (to start the load as another uid).
+    #[test]
+    fn one_local_user_cycling_70_connections_leaves_healthz_answered() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to run the load as uid 65534");
+            return;
+        }
+        use std::os::unix::process::CommandExt;
+        let secs: u64 = std::env::var(LOAD_SECS)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(12);
+        let addr = start(LIMITS, "m 1\n", Duration::ZERO);
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "metrics_server::tests::load_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(LOAD_ADDR, addr.to_string())
+            .env(LOAD_SECS, secs.to_string())
+            .uid(65534)
+            .gid(65534)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // the load has taken what it can
+        std::thread::sleep(Duration::from_secs(1));
+        let t = Instant::now();
+        let (mut n, mut good, mut worst) = (0, 0, Duration::ZERO);
+        while t.elapsed() + Duration::from_secs(2) < Duration::from_secs(secs) {
+            let p = Instant::now();
+            let ok = get(addr, "/healthz").is_some_and(|a| a.0 == 200);
+            let took = p.elapsed();
+            n += 1;
+            if ok && took < Duration::from_millis(100) {
+                good += 1;
+            }
+            worst = worst.max(took);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let load = String::from_utf8_lossy(&out.stdout);
+        let load = load.lines().find(|l| l.starts_with("load:")).unwrap_or("");
+        eprintln!("{secs} s: {good} of {n} /healthz within 100 ms (slowest {worst:?}); {load}");
+        // the load bit: it was refused or cut, and served too
+        let nums: Vec<u64> = load
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert!(nums.len() == 2 && nums[0] > 0 && nums[1] > 0, "{load:?}");
+        assert!(n >= 50, "{n} probes");
+        assert!(good * 100 >= n * 99, "{good} of {n} within 100 ms");
     }
 }

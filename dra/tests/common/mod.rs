@@ -123,13 +123,36 @@ pub struct Host {
 
 impl Host {
     pub async fn start() -> Host {
-        Host::start_with(Duration::from_millis(300), Arc::new(Slices::default())).await
+        Host::start_full(
+            Duration::from_millis(300),
+            Arc::new(Slices::default()),
+            gpuquota_dra::conns::LIMITS,
+        )
+        .await
     }
 
     /// A node whose driver re-reads the API's copy of its slice every
     /// `resync`, publishing into `slices` (a slice already there is what an
     /// earlier run left).
     pub async fn start_with(resync: Duration, slices: Arc<Slices>) -> Host {
+        Host::start_full(resync, slices, gpuquota_dra::conns::LIMITS).await
+    }
+
+    /// A node whose sockets have these connection bounds.
+    pub async fn start_limited(limits: gpuquota_dra::conns::Limits) -> Host {
+        Host::start_full(
+            Duration::from_millis(300),
+            Arc::new(Slices::default()),
+            limits,
+        )
+        .await
+    }
+
+    async fn start_full(
+        resync: Duration,
+        slices: Arc<Slices>,
+        limits: gpuquota_dra::conns::Limits,
+    ) -> Host {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         for d in ["ledger", "dev", "cdi", "plugins", "registry"] {
@@ -155,6 +178,7 @@ impl Host {
             poll: Duration::from_millis(50),
             resync,
             health_timeout: HEALTH_TIMEOUT,
+            limits,
         };
         let node: Arc<dyn Node> = Arc::new(HostNode {
             config_path: root.join("config.toml"),
