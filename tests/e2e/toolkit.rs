@@ -419,7 +419,10 @@ fn ctr_gpus_with_vram_gets_its_slice_only() {
     assert_eq!(std::fs::read(b.config_path()).unwrap(), before);
     assert_eq!(gpu_nodes(&b), ["nvidia1"]);
     assert!(log_of(&log).contains("cli ran"));
-    assert!(h.ledger_bytes().is_none());
+    assert!(
+        h.reservations().is_empty(),
+        "no reservation without a request"
+    );
 }
 
 /// NVIDIA's always-on hooks.d hook (podman, CRI-O): an image with

@@ -112,6 +112,12 @@ fn cli_devices(after_configure: &[&str]) -> String {
 /// What hook `h` (in `stage`) does.
 pub fn role(stage: &str, h: &Value) -> Role {
     let w = words(h);
+    // the toolkit's CDI hooks by their own path first: their arguments name
+    // directories, which could end in a toolkit program's name
+    let first = w.first().map_or("", |x| program(x));
+    if CDI_HOOKS.contains(&first) {
+        return Role::Cdi;
+    }
     if let Some(i) = w.iter().position(|x| program(x) == CLI) {
         let rest = &w[i + 1..];
         // `nvidia-container-cli` without `configure` (info, list) hands out
@@ -146,10 +152,6 @@ pub fn role(stage: &str, h: &Value) -> Role {
             && args[0].rsplit('/').next() == Some(name)
             && args[1] == "prestart";
         return Role::Legacy { docker };
-    }
-    let first = w.first().map_or("", |x| program(x));
-    if CDI_HOOKS.contains(&first) {
-        return Role::Cdi;
     }
     Role::Other
 }
@@ -262,6 +264,8 @@ mod tests {
         assert_eq!(role("prestart", &wrapped), Role::Legacy { docker: false });
         // the CDI hooks, and others
         let cdi = json!({"path": "/usr/bin/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "update-ldcache"]});
+        assert_eq!(role("createContainer", &cdi), Role::Cdi);
+        let cdi = json!({"path": "/usr/bin/nvidia-ctk", "args": ["nvidia-ctk", "hook", "update-ldcache", "--folder", "/usr/lib/nvidia-container-toolkit"]});
         assert_eq!(role("createContainer", &cdi), Role::Cdi);
         assert_eq!(
             role("prestart", &json!({"path": "/usr/bin/other-hook"})),
