@@ -99,10 +99,8 @@ fn cli_devices(after_configure: &[&str]) -> String {
             Some(v)
         } else if *w == "--device" || *w == "-d" {
             it.next().copied()
-        } else if let Some(v) = w.strip_prefix("-d").filter(|v| !v.is_empty()) {
-            Some(v)
         } else {
-            None
+            w.strip_prefix("-d")
         };
         out.extend(v.filter(|v| !v.is_empty()));
     }
