@@ -55,7 +55,7 @@ ctr_gpus() {
   local tk=$R/ctr-tk out rc=0
   mkdir -p "$tk" && cp "$ROOT/tests/toolkit/nvidia-container-cli" "$tk/" || return 1
   printf 'dev_root=%s\nlog=%s\n' "$GQ/dev" "$tk/standin.log" >"$tk/standin.conf"; : >"$tk/standin.log"
-  local probe='ls /dev | grep -E "^nvidia[0-9]+$" | tr "\n" " "; echo; cat /run/gpu-quota/limits 2>/dev/null'
+  local probe='ls /dev | grep -E "^nvidia[0-9]+$" | tr "\n" " "; echo; cat /run/gpu-quota/limits 2>/dev/null; true'
   out=$(PATH=$tk:$PATH ctr_run --rm --gpus 1 --annotation vram=2g "$CIMG" gq-cg1 sh -c "$probe" 2>&1) || { echo "$out"; return 1; }
   note "with vram: $(head -1 <<<"$out")"
   [ "$(head -1 <<<"$out")" = "nvidia1 " ] || { echo "GPU nodes: $out"; rc=1; }
