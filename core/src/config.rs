@@ -135,6 +135,21 @@ impl Default for DriverConfig {
 /// written by `gpu-quota install crio`.
 pub const KUBERNETES_RUNC_ROOTS: [&str; 2] = ["/run/containerd/runc/k8s.io", "/run/gpu-quota-runc"];
 
+fn root_in(roots: &[String], runc_root: Option<&str>) -> bool {
+    let Some(root) = runc_root else {
+        return false;
+    };
+    let root = root.trim_end_matches('/');
+    !root.is_empty() && roots.iter().any(|k| k.trim_end_matches('/') == root)
+}
+
+/// Default `docker_runc_roots`: dockerd's runc root under its default
+/// `--exec-root` (`/var/run` is a link to `/run`).
+pub const DOCKER_RUNC_ROOTS: [&str; 2] = [
+    "/run/docker/runtime-runc/moby",
+    "/var/run/docker/runtime-runc/moby",
+];
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -174,6 +189,13 @@ pub struct Config {
     /// `GPU_QUOTA_VRAM` then bypassed the scheduler). Default: containerd's
     /// CRI (`k8s.io` namespace) and the CRI-O handler of `install crio`.
     pub kubernetes_runc_roots: Vec<String>,
+    /// The runc roots of Docker's containers. Only there is the
+    /// `NVIDIA_VISIBLE_DEVICES` beside the toolkit's legacy hook the
+    /// engine's own (`--gpus` appends it after the image's ENV and adds the
+    /// hook); under any other root the hook may be an always-on hooks.d hook
+    /// and the variable the image's, so it never chooses GPUs there (see
+    /// `toolkit`). Default: dockerd's default `--exec-root`.
+    pub docker_runc_roots: Vec<String>,
     /// Seconds a reservation may stay without a container process before
     /// it counts as abandoned (a create that crashed).
     pub create_grace_secs: u64,
@@ -204,6 +226,7 @@ impl Default for Config {
             gpus: vec![],
             env_requests: false,
             kubernetes_runc_roots: KUBERNETES_RUNC_ROOTS.map(String::from).to_vec(),
+            docker_runc_roots: DOCKER_RUNC_ROOTS.map(String::from).to_vec(),
             create_grace_secs: 120,
             log: LogTarget::Auto,
             log_file: "/var/log/gpu-quota.log".into(),
@@ -291,15 +314,13 @@ impl Config {
     /// `kubernetes_runc_roots` (compared without trailing slashes; a root
     /// inside or beside one is not).
     pub fn is_kubernetes_root(&self, runc_root: Option<&str>) -> bool {
-        let Some(root) = runc_root else {
-            return false;
-        };
-        let root = root.trim_end_matches('/');
-        !root.is_empty()
-            && self
-                .kubernetes_runc_roots
-                .iter()
-                .any(|k| k.trim_end_matches('/') == root)
+        root_in(&self.kubernetes_runc_roots, runc_root)
+    }
+
+    /// Whether `runc_root` is one of `docker_runc_roots` (compared as
+    /// `is_kubernetes_root` does).
+    pub fn is_docker_root(&self, runc_root: Option<&str>) -> bool {
+        root_in(&self.docker_runc_roots, runc_root)
     }
 
     /// The request policy for the environment of a container started

@@ -319,7 +319,8 @@ pub fn engine_request_for_claim(
     use crate::request::{GpuRef, GpuSelector, Origin};
     use crate::toolkit;
     let host = toolkit::host_gpus(inv);
-    let engine = match toolkit::detect(&bundle.config, &host) {
+    let from = toolkit::VisibleFrom::for_root(cfg, r.runtime_root.as_deref());
+    let engine = match toolkit::detect(&bundle.config, &host, from) {
         Ok(Some(e)) => e,
         Ok(None) => return Ok(()),
         Err(e) => return Err(refuse_bound(cfg, r, src, e)),

@@ -40,17 +40,25 @@ pub fn driver_helper(cfg: &Config) -> Option<PathBuf> {
     .find_map(|p| trusted_program(p))
 }
 
-/// `p`'s canonical path when neither it (a regular file) nor its directory
-/// can be changed by another user (`fsutil::others_can_change`: owned by
-/// root or this process's user, not writable by group or others, a sticky
-/// directory excepted).
+/// `p`'s canonical path when neither it (a regular file) nor any directory
+/// above it can be changed by another user (`fsutil::others_can_change`:
+/// owned by root or this process's user, not writable by group or others,
+/// a sticky directory excepted): whoever can rename an ancestor can put
+/// another program at that path, as `secure_dir` holds its ancestors too.
 pub fn trusted_program(p: &std::path::Path) -> Option<PathBuf> {
     use crate::fsutil::others_can_change;
     let canon = std::fs::canonicalize(p).ok()?;
     let file = std::fs::metadata(&canon).ok()?;
-    let dir = std::fs::metadata(canon.parent()?).ok()?;
-    (file.is_file() && !others_can_change(&file) && dir.is_dir() && !others_can_change(&dir))
-        .then_some(canon)
+    if !file.is_file() || others_can_change(&file) {
+        return None;
+    }
+    for dir in canon.ancestors().skip(1) {
+        let m = std::fs::metadata(dir).ok()?;
+        if !m.is_dir() || others_can_change(&m) {
+            return None;
+        }
+    }
+    Some(canon)
 }
 
 /// libgpuquota.so: config `interceptor`, else `../lib/gpu-quota/` from this
@@ -123,6 +131,46 @@ mod tests {
         if unsafe { libc::geteuid() } == 0 {
             std::os::unix::fs::chown(&helper, Some(1000), None).unwrap();
             assert_eq!(driver_helper(&cfg), None, "owned by another user");
+            std::os::unix::fs::chown(&helper, Some(0), None).unwrap();
+        }
+    }
+
+    /// An ancestor another user can change (here: owns) lets them put
+    /// another program at the path: refused, as `secure_dir` refuses it.
+    #[test]
+    fn the_driver_helpers_ancestors_are_checked() {
+        let top = tempfile::tempdir().unwrap();
+        let mode = |p: &std::path::Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(top.path(), 0o755);
+        let mid = top.path().join("mid");
+        let dir = mid.join("bin");
+        std::fs::create_dir_all(&dir).unwrap();
+        mode(&mid, 0o755);
+        mode(&dir, 0o755);
+        let helper = dir.join(DRIVER_HELPER_NAME);
+        std::fs::write(&helper, b"").unwrap();
+        mode(&helper, 0o755);
+        let canon = std::fs::canonicalize(&helper).unwrap();
+        assert_eq!(trusted_program(&helper), Some(canon.clone()));
+        mode(&mid, 0o777);
+        assert_eq!(trusted_program(&helper), None, "a writable grandparent");
+        mode(&mid, 0o1777);
+        assert_eq!(
+            trusted_program(&helper),
+            Some(canon),
+            "a sticky one is fine"
+        );
+        mode(&mid, 0o755);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&mid, Some(1000), None).unwrap();
+            assert_eq!(
+                trusted_program(&helper),
+                None,
+                "a grandparent another user owns"
+            );
         }
     }
 }

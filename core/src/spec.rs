@@ -5,8 +5,9 @@ use crate::devices::DeviceNode;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 
-/// Annotation the runtime adds with the GPUs it assigned (informational).
-pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
+/// Annotation the runtime adds with the GPUs it assigned: toolkit reads it
+/// to tell its own nodes in a reused bundle from an engine's request.
+pub use crate::toolkit::ASSIGNED_ANNOTATION;
 /// Annotation the runtime adds with the file name of the container's ledger
 /// record, so that the hook opens that record instead of listing every
 /// container's (a hint: the hook checks the record's key, and lists the

@@ -1,33 +1,52 @@
-//! Beside the NVIDIA Container Toolkit (issue 19): what an engine asked for
-//! with `--gpus`, a Compose device reservation or a CDI device, reconciled
-//! with the gpu-quota request, and the spec edits that leave the container
-//! exactly its slice's GPUs.
+//! Beside the NVIDIA Container Toolkit: what an engine asked for with
+//! `--gpus`, a Compose device reservation, `ctr run --gpus` or a CDI
+//! device, reconciled with the gpu-quota request, and the spec edits that
+//! leave the container exactly its slice's GPUs.
 //!
 //! An engine request is detected by what the engine adds to config.json,
-//! never by the image's `ENV`:
-//! - the toolkit's legacy hook (`nvidia-container-runtime-hook`, or its old
-//!   name `nvidia-container-toolkit`, as the path's basename of any hook): it
-//!   would mount the GPUs named by `NVIDIA_VISIBLE_DEVICES` (the last
-//!   definition in `process.env`, as the toolkit reads it) into the
-//!   container; Docker's `--gpus` writes `all`, the ids given, or for a
-//!   count N `0,1,…,N-1`;
-//! - CDI edits: NVIDIA GPU device nodes (`/dev/nvidiaN`) in `linux.devices`
-//!   (with `nvidia-cdi-hook` / `nvidia-ctk` hooks or not): the GPUs named
-//!   by those nodes.
+//! never by the image's `ENV`; hooks by what they run ([`hooks`]), not by
+//! their file name:
+//! - `nvidia-container-cli … configure --device=…` (containerd's `oci-hook`
+//!   for `ctr run --gpus` and nerdctl, or any wrapper): the GPUs of its
+//!   `--device`, which only the engine writes;
+//! - the toolkit's legacy hook (`nvidia-container-runtime-hook`, its old
+//!   name `nvidia-container-toolkit`, any wrapper naming them): it mounts
+//!   the GPUs `NVIDIA_VISIBLE_DEVICES` names (the last definition, as the
+//!   toolkit reads it). That variable is the engine's only under Docker
+//!   (`--gpus` appends it after the image's ENV and writes the hook as
+//!   [`hooks::Role::Legacy`] `docker`), known by the runc root
+//!   (`docker_runc_roots`). Anywhere else the hook may be NVIDIA's always-on
+//!   hooks.d hook (podman, CRI-O), which puts it in every container, and the
+//!   variable is the image's or `-e`'s: it is not read, gpu-quota's own keys
+//!   place the slice ([`VisibleFrom`]);
+//! - CDI edits: NVIDIA GPU device nodes (`/dev/nvidiaN`) in `linux.devices`:
+//!   the GPUs named by those nodes, except the nodes gpu-quota itself added
+//!   to a bundle now reused (named by its `gpu-quota.io/assigned`).
 //!
-//! `NVIDIA_VISIBLE_DEVICES` without the hook means nothing (CUDA base images
-//! set it to `all` themselves).
+//! With a request, gpu-quota owns the container's GPU devices: hooks that
+//! hand out GPUs are removed (gpu-quota's own hook injects the driver files
+//! and spec::patch the slice's nodes), other GPUs' nodes, DRM nodes, rules
+//! and mounts go, and `NVIDIA_VISIBLE_DEVICES`/`CUDA_VISIBLE_DEVICES` name
+//! the slice ([`narrow`]).
 //!
-//! Everything here is pure: the inventory comes in as a list of GPUs.
+//! Everything here but [`drm::owner`] is pure: the inventory comes in as a
+//! list of GPUs.
 use crate::request::{GpuRef, GpuSelector, Origin, Request};
 use serde_json::Value;
 
-/// Basenames of the toolkit's legacy OCI hook.
-pub const LEGACY_HOOKS: [&str; 2] = ["nvidia-container-runtime-hook", "nvidia-container-toolkit"];
-/// Basenames of the toolkit's CDI hooks (kept: they set up driver files).
-pub const CDI_HOOKS: [&str; 2] = ["nvidia-cdi-hook", "nvidia-ctk"];
+pub mod drm;
+pub mod hooks;
+
+pub use hooks::{CDI_HOOKS, CLI, LEGACY_HOOKS};
+
 /// The variable the toolkit and Docker use to name GPUs.
 pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+/// The variable CUDA uses to choose among the GPUs it sees.
+pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// Annotation the runtime adds with the GPUs it assigned (their UUIDs,
+/// comma-separated): in a bundle reused after a create, the nodes of those
+/// GPUs are gpu-quota's own edit, not an engine's request.
+pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
 /// Major number of the NVIDIA GPU and control device nodes.
 pub const NVIDIA_MAJOR: u64 = 195;
 /// Minors above this on major 195 are control nodes (nvidiactl 255,
@@ -37,17 +56,41 @@ pub const MAX_GPU_MINOR: u64 = 253;
 const MAX_VALUE: usize = 4096;
 /// Most entries of a list looked at (no host has more GPUs).
 const MAX_LIST: usize = 64;
+/// Most distinct DRM nodes whose owner is looked up (the rest go).
+const MAX_DRM_LOOKUPS: usize = 64;
+
+/// Who may have set `NVIDIA_VISIBLE_DEVICES` beside the legacy hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisibleFrom {
+    /// The engine (Docker's `--gpus`): its value is a request.
+    Engine,
+    /// Maybe the image or `-e` (an always-on hooks.d hook): never read.
+    Unknown,
+}
+
+impl VisibleFrom {
+    /// For a container created under `runc_root`.
+    pub fn for_root(cfg: &crate::config::Config, runc_root: Option<&str>) -> Self {
+        if cfg.is_docker_root(runc_root) {
+            VisibleFrom::Engine
+        } else {
+            VisibleFrom::Unknown
+        }
+    }
+}
 
 /// Which GPUs the engine asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EngineGpus {
     /// `void`, `none`, empty: no GPU.
     Nothing,
-    /// `all`, or CDI nodes of every GPU of the host.
+    /// `all`, CDI nodes of every GPU of the host, or GPUs the engine did not
+    /// choose (a hook whose variable is not read, gpu-quota's own nodes).
     All,
     /// `0,1,…,N-1`: what `--gpus N` and Compose `count: N` write.
     Count(u32),
-    /// Exactly these GPUs (`--gpus device=…`, Compose `device_ids`, CDI).
+    /// Exactly these GPUs (`--gpus device=…`, Compose `device_ids`, CDI,
+    /// `ctr run --gpus N`).
     List(Vec<GpuRef>),
 }
 
@@ -57,6 +100,8 @@ pub struct EngineRequest {
     pub gpus: EngineGpus,
     /// The legacy hook is in the spec.
     pub legacy_hook: bool,
+    /// An `nvidia-container-cli configure` hook is in the spec.
+    pub cli_hook: bool,
     /// NVIDIA GPU device nodes were injected (CDI).
     pub cdi_nodes: bool,
     /// As the user would recognise it, for messages.
@@ -75,40 +120,30 @@ pub struct HostGpu {
 pub enum ToolkitError {
     #[error("the engine asked for GPUs with {engine} but the gpu-quota request says {ours}; these contradict each other. Name the GPUs once: drop `--gpus`, the device reservation or `nvidia.com/gpu` and use gpu-quota's keys (gpu=…, gpus=…), or make both agree")]
     Contradiction { engine: String, ours: String },
-    #[error("{VISIBLE_DEVICES}={value:?} set with the NVIDIA Container Toolkit hook is not understood: {reason}; use all, a count (--gpus 2), or GPU indices/UUIDs (--gpus '\"device=0,1\"')")]
-    Invalid { value: String, reason: String },
+    #[error("{what}={value:?} is not understood: {reason}; use all, a count (--gpus 2), or GPU indices/UUIDs (--gpus '\"device=0,1\"')")]
+    Invalid {
+        what: String,
+        value: String,
+        reason: String,
+    },
     #[error("the engine injected NVIDIA device node {path} (CDI), which is not a GPU of this host's inventory; refusing rather than leaving it in the container")]
     UnknownNode { path: String },
+    #[error("the engine asked for GPU {gpu} with {engine}, which this host does not have; GPUs here: {known}")]
+    UnknownGpu {
+        engine: String,
+        gpu: String,
+        known: String,
+    },
 }
 
-fn basename(p: &str) -> &str {
-    p.rsplit('/').next().unwrap_or(p)
-}
-
-fn hook_entries(config: &Value) -> impl Iterator<Item = (&str, &Value)> {
-    config
-        .get("hooks")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|m| m.iter())
-        .filter_map(|(stage, v)| Some((stage.as_str(), v.as_array()?)))
-        .flat_map(|(stage, a)| a.iter().map(move |h| (stage, h)))
-}
-
-fn hook_is(h: &Value, names: &[&str]) -> bool {
-    h.get("path")
-        .and_then(Value::as_str)
-        .is_some_and(|p| names.contains(&basename(p)))
-}
-
-/// Does the spec carry the toolkit's legacy hook?
+/// Does the spec carry the toolkit's legacy hook (by any name)?
 pub fn has_legacy_hook(config: &Value) -> bool {
-    hook_entries(config).any(|(_, h)| hook_is(h, &LEGACY_HOOKS))
+    hooks::entries(config).any(|(s, h)| matches!(hooks::role(s, h), hooks::Role::Legacy { .. }))
 }
 
 /// Does the spec carry one of the toolkit's CDI hooks?
 pub fn has_cdi_hook(config: &Value) -> bool {
-    hook_entries(config).any(|(_, h)| hook_is(h, &CDI_HOOKS))
+    hooks::entries(config).any(|(s, h)| hooks::role(s, h) == hooks::Role::Cdi)
 }
 
 /// `/dev/nvidiaN` → N (a GPU node; not nvidiactl, nvidia-uvm, …).
@@ -134,6 +169,21 @@ fn injected_gpu_nodes(config: &Value) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// The GPUs gpu-quota assigned to this bundle at an earlier create.
+fn assigned_uuids(config: &Value) -> Vec<String> {
+    config
+        .pointer("/annotations")
+        .and_then(|a| a.get(ASSIGNED_ANNOTATION))
+        .and_then(Value::as_str)
+        .map(|s| {
+            s.split(',')
+                .take(MAX_LIST)
+                .map(|u| u.trim().to_ascii_lowercase())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The last `NVIDIA_VISIBLE_DEVICES` of `process.env` (the toolkit reads
 /// the environment into a map: the last definition wins).
 pub fn visible_devices(config: &Value) -> Option<String> {
@@ -149,7 +199,17 @@ pub fn visible_devices(config: &Value) -> Option<String> {
 
 /// Parse a `NVIDIA_VISIBLE_DEVICES` value.
 pub fn parse_visible(value: &str) -> Result<EngineGpus, ToolkitError> {
+    parse_gpus(
+        &format!("{VISIBLE_DEVICES} (set with the NVIDIA Container Toolkit hook)"),
+        value,
+    )
+}
+
+/// Parse a list of GPUs as the toolkit reads it (`what`: where it was
+/// found, for the error).
+fn parse_gpus(what: &str, value: &str) -> Result<EngineGpus, ToolkitError> {
     let bad = |reason: String| ToolkitError::Invalid {
+        what: what.into(),
         value: value.chars().take(128).collect(),
         reason,
     };
@@ -201,66 +261,114 @@ pub fn parse_visible(value: &str) -> Result<EngineGpus, ToolkitError> {
     Ok(EngineGpus::List(list))
 }
 
-/// The engine's GPU request in `config`, if it made one.
-pub fn detect(config: &Value, host: &[HostGpu]) -> Result<Option<EngineRequest>, ToolkitError> {
-    let legacy_hook = has_legacy_hook(config);
+/// Both of two engine choices, as the container would get them.
+fn union(a: EngineGpus, b: EngineGpus) -> EngineGpus {
+    match (a, b) {
+        (EngineGpus::Nothing, c) | (c, EngineGpus::Nothing) => c,
+        (EngineGpus::All, c) | (c, EngineGpus::All) => c,
+        (a, b) if a == b => a,
+        // two sources disagree: the union is what it would get
+        (_, _) => EngineGpus::All,
+    }
+}
+
+/// The engine's GPU request in `config`, if it made one (also when only
+/// gpu-quota's own nodes of an earlier create are there: they must be
+/// narrowed too). `from`: who may have set `NVIDIA_VISIBLE_DEVICES`.
+pub fn detect(
+    config: &Value,
+    host: &[HostGpu],
+    from: VisibleFrom,
+) -> Result<Option<EngineRequest>, ToolkitError> {
+    let roles: Vec<hooks::Role> = hooks::entries(config)
+        .map(|(s, h)| hooks::role(s, h))
+        .filter(hooks::Role::hands_out_gpus)
+        .collect();
     let nodes = injected_gpu_nodes(config);
-    if !legacy_hook && nodes.is_empty() {
+    if roles.is_empty() && nodes.is_empty() {
         return Ok(None);
     }
     let mut parts = vec![];
     let mut gpus = EngineGpus::Nothing;
-    if legacy_hook {
-        let v = visible_devices(config);
-        // the hook with the variable unset: the toolkit may still mount
-        // every GPU (legacy CUDA images): treat it as all
-        gpus = match &v {
-            Some(v) => parse_visible(v)?,
-            None => EngineGpus::All,
-        };
-        parts.push(format!(
-            "the NVIDIA Container Toolkit hook ({VISIBLE_DEVICES}={})",
-            v.as_deref().unwrap_or("unset")
-        ));
+    let legacy: Vec<bool> = roles
+        .iter()
+        .filter_map(|r| match r {
+            hooks::Role::Legacy { docker } => Some(*docker),
+            _ => None,
+        })
+        .collect();
+    if !legacy.is_empty() {
+        if from == VisibleFrom::Engine && legacy.iter().all(|d| *d) {
+            let v = visible_devices(config);
+            // the hook with the variable unset: the toolkit may still mount
+            // every GPU (legacy CUDA images): treat it as all
+            gpus = match &v {
+                Some(v) => parse_visible(v)?,
+                None => EngineGpus::All,
+            };
+            parts.push(format!(
+                "the NVIDIA Container Toolkit hook ({VISIBLE_DEVICES}={})",
+                v.as_deref().unwrap_or("unset")
+            ));
+        } else {
+            gpus = EngineGpus::All;
+            parts.push(format!("the NVIDIA Container Toolkit hook (an always-on or wrapped hook: its {VISIBLE_DEVICES} may be the image's and is not read)"));
+        }
+    }
+    for r in &roles {
+        if let hooks::Role::Cli { devices } = r {
+            let what = format!("{CLI} configure --device");
+            gpus = union(gpus, parse_gpus(&what, devices)?);
+            parts.push(format!(
+                "the {CLI} hook (ctr run --gpus, nerdctl: --device={devices})"
+            ));
+        }
     }
     if !nodes.is_empty() {
+        let own = assigned_uuids(config);
         let mut list = vec![];
+        let mut foreign = vec![];
         for (path, minor) in &nodes {
             let g = host
                 .iter()
                 .find(|g| g.minor == *minor)
                 .ok_or_else(|| ToolkitError::UnknownNode { path: path.clone() })?;
+            if own.contains(&g.uuid.to_ascii_lowercase()) {
+                continue;
+            }
+            foreign.push(path.as_str());
             let r = GpuRef::Uuid(g.uuid.clone());
             if !list.contains(&r) {
                 list.push(r);
             }
         }
-        let cdi = if list.len() == host.len() {
+        let cdi = if list.is_empty() {
+            // only gpu-quota's own nodes: no choice, but narrowed
+            EngineGpus::All
+        } else if list.len() == host.len() {
             EngineGpus::All
         } else {
             EngineGpus::List(list)
         };
-        parts.push(format!(
-            "GPU device nodes (CDI or a device plugin) {}",
-            nodes
-                .iter()
-                .map(|(p, _)| p.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
-        ));
-        gpus = match (gpus, cdi) {
-            (EngineGpus::Nothing, c) => c,
-            (EngineGpus::All, c) | (c, EngineGpus::All) => c,
-            (a, b) if a == b => a,
-            // the hook and CDI disagree: the union is what it would get
-            (_, _) => EngineGpus::All,
-        };
+        if !foreign.is_empty() {
+            parts.push(format!(
+                "GPU device nodes (CDI or a device plugin) {}",
+                foreign.join(",")
+            ));
+        }
+        gpus = union(gpus, cdi);
     }
+    let has = |f: fn(&hooks::Role) -> bool| roles.iter().any(f);
     Ok(Some(EngineRequest {
         gpus,
-        legacy_hook,
+        legacy_hook: has(|r| matches!(r, hooks::Role::Legacy { .. })),
+        cli_hook: has(|r| matches!(r, hooks::Role::Cli { .. })),
         cdi_nodes: !nodes.is_empty(),
-        described: parts.join(" and "),
+        described: if parts.is_empty() {
+            "gpu-quota's own device nodes of an earlier create".into()
+        } else {
+            parts.join(" and ")
+        },
     }))
 }
 
@@ -323,6 +431,19 @@ pub fn reconcile(
             "one GPU".into()
         },
     };
+    if let EngineGpus::List(e) = &engine.gpus {
+        if let Some(r) = e.iter().find(|r| uuid_of(r, host).is_none()) {
+            return Err(ToolkitError::UnknownGpu {
+                engine: engine.described.clone(),
+                gpu: r.to_string(),
+                known: host
+                    .iter()
+                    .map(|g| format!("{} ({})", g.index, g.uuid))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
     let mut out = ours.clone();
     match &engine.gpus {
         // no GPU from the engine, or any: placement chooses as asked
@@ -342,11 +463,9 @@ pub fn reconcile(
                 // the same GPUs, however each side named them
                 let mut a: Vec<Option<String>> = l.iter().map(|r| uuid_of(r, host)).collect();
                 let mut b: Vec<Option<String>> = e.iter().map(|r| uuid_of(r, host)).collect();
-                if a.iter().chain(b.iter()).any(Option::is_none) {
-                    // an unknown GPU: placement names it in its refusal
-                    if l != e {
-                        return Err(conflict());
-                    }
+                if a.iter().any(Option::is_none) && l != e {
+                    // our own unknown GPU: placement names it in its refusal
+                    return Err(conflict());
                 }
                 a.sort();
                 b.sort();
@@ -369,21 +488,56 @@ pub struct Narrowed {
     pub removed_mounts: usize,
 }
 
-/// Leave the container its slice's GPUs only: remove the toolkit's legacy
-/// hook (as the toolkit's own hook remover does), the GPU device nodes of
-/// other GPUs (`slice_minors` are kept), their cgroup allow rules (and a
-/// wildcard allow of every NVIDIA node), bind mounts of other GPUs' nodes,
-/// and point `NVIDIA_VISIBLE_DEVICES` at the slice's UUIDs. gpu-quota's
-/// own edits (spec::patch) then add the slice's nodes and rules.
-pub fn narrow(config: &mut Value, slice_minors: &[u32], slice_uuids: &[String]) -> Narrowed {
-    let mut out = Narrowed::default();
-    if let Some(hooks) = config.get_mut("hooks").and_then(Value::as_object_mut) {
-        for list in hooks.values_mut().filter_map(Value::as_array_mut) {
-            let before = list.len();
-            list.retain(|h| !hook_is(h, &LEGACY_HOOKS));
-            out.removed_hooks += before - list.len();
-        }
+/// DRM nodes' owners, looked up once each and at most
+/// [`MAX_DRM_LOOKUPS`] times in all (an unlooked-up node is not the
+/// slice's).
+struct DrmOwners<'a> {
+    owner: &'a dyn Fn(u32) -> Option<u32>,
+    seen: Vec<(u32, Option<u32>)>,
+}
+
+impl DrmOwners<'_> {
+    fn ours(&mut self, drm_minor: u32, slice_minors: &[u32]) -> bool {
+        let o = match self.seen.iter().find(|(m, _)| *m == drm_minor) {
+            Some((_, o)) => *o,
+            None if self.seen.len() >= MAX_DRM_LOOKUPS => None,
+            None => {
+                let o = (self.owner)(drm_minor);
+                self.seen.push((drm_minor, o));
+                o
+            }
+        };
+        o.is_some_and(|g| slice_minors.contains(&g))
     }
+}
+
+fn is_drm_path(p: &str) -> bool {
+    p == "/dev/dri" || p.starts_with("/dev/dri/")
+}
+
+/// Leave the container its slice's GPUs only: remove every hook that hands
+/// out GPUs ([`hooks::Role::hands_out_gpus`]), the GPU device nodes of
+/// other GPUs (`slice_minors` are kept), their cgroup allow rules (and a
+/// wildcard allow of every NVIDIA node), DRM nodes and their rules unless
+/// `drm_owner` (DRM minor → NVIDIA minor, [`drm::owner`]) proves them the
+/// slice's, bind mounts of other GPUs' nodes, and point
+/// `NVIDIA_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES` at the slice's
+/// UUIDs. gpu-quota's own edits (spec::patch) then add the slice's nodes
+/// and rules.
+pub fn narrow(
+    config: &mut Value,
+    slice_minors: &[u32],
+    slice_uuids: &[String],
+    drm_owner: &dyn Fn(u32) -> Option<u32>,
+) -> Narrowed {
+    let mut out = Narrowed {
+        removed_hooks: hooks::remove_gpu_hooks(config),
+        ..Narrowed::default()
+    };
+    let mut drm = DrmOwners {
+        owner: drm_owner,
+        seen: vec![],
+    };
     let foreign_node = |p: &str| gpu_node_minor(p).is_some_and(|m| !slice_minors.contains(&m));
     if let Some(devs) = config
         .pointer_mut("/linux/devices")
@@ -391,12 +545,20 @@ pub fn narrow(config: &mut Value, slice_minors: &[u32], slice_uuids: &[String]) 
     {
         devs.retain(|d| {
             let p = d.get("path").and_then(Value::as_str).unwrap_or("");
-            if foreign_node(p) {
-                out.removed_nodes.push(p.to_string());
-                false
+            let major = d.get("major").and_then(Value::as_u64);
+            let keep = if major == Some(drm::DRM_MAJOR) || is_drm_path(p) {
+                major == Some(drm::DRM_MAJOR)
+                    && d.get("minor")
+                        .and_then(Value::as_u64)
+                        .and_then(|m| u32::try_from(m).ok())
+                        .is_some_and(|m| drm.ours(m, slice_minors))
             } else {
-                true
+                !foreign_node(p)
+            };
+            if !keep {
+                out.removed_nodes.push(p.to_string());
             }
+            keep
         });
     }
     if let Some(rules) = config
@@ -417,6 +579,8 @@ pub fn narrow(config: &mut Value, slice_minors: &[u32], slice_uuids: &[String]) 
                 (Some(195), Some(m)) => {
                     !(0..=MAX_GPU_MINOR as i64).contains(&m) || slice_minors.contains(&(m as u32))
                 }
+                (Some(226), Some(m)) => u32::try_from(m).is_ok_and(|m| drm.ours(m, slice_minors)),
+                (Some(226), None) => false,
                 _ => true,
             }
         });
@@ -435,10 +599,12 @@ pub fn narrow(config: &mut Value, slice_minors: &[u32], slice_uuids: &[String]) 
         .pointer_mut("/process/env")
         .and_then(Value::as_array_mut)
     {
-        let prefix = format!("{VISIBLE_DEVICES}=");
-        for e in env.iter_mut() {
-            if e.as_str().is_some_and(|s| s.starts_with(&prefix)) {
-                *e = Value::String(format!("{prefix}{}", slice_uuids.join(",")));
+        for var in [VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES] {
+            let prefix = format!("{var}=");
+            for e in env.iter_mut() {
+                if e.as_str().is_some_and(|s| s.starts_with(&prefix)) {
+                    *e = Value::String(format!("{prefix}{}", slice_uuids.join(",")));
+                }
             }
         }
     }
@@ -463,9 +629,10 @@ pub fn request_for_create(
     config: &Value,
     req: &Request,
     inv: &crate::Inventory,
+    from: VisibleFrom,
 ) -> Result<(Request, Option<EngineRequest>), ToolkitError> {
     let host = host_gpus(inv);
-    let Some(engine) = detect(config, &host)? else {
+    let Some(engine) = detect(config, &host, from)? else {
         return Ok((req.clone(), None));
     };
     let named = names_gpus(config, req);
@@ -484,264 +651,9 @@ pub fn narrow_to_slices(
         .filter_map(|s| inv.find_uuid(&s.uuid).map(|g| g.minor))
         .collect();
     let uuids: Vec<String> = slices.iter().map(|s| s.uuid.clone()).collect();
-    narrow(config, &minors, &uuids)
+    let host = drm::HostPaths::default();
+    narrow(config, &minors, &uuids, &|m| drm::owner(&host, m))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::units::Size;
-    use serde_json::json;
-
-    fn host() -> Vec<HostGpu> {
-        (0..4)
-            .map(|i| HostGpu {
-                index: i,
-                uuid: format!("GPU-0000000{i}-0000-0000-0000-000000000000"),
-                minor: i,
-            })
-            .collect()
-    }
-    fn req(gpus: GpuSelector) -> Request {
-        Request {
-            vram: Size::Bytes(8 << 30),
-            gpus,
-            origin: Origin::Annotation("vram".into()),
-        }
-    }
-    /// What dockerd 26 writes for `--gpus X` (legacy hook + env).
-    fn docker(visible: &str) -> Value {
-        json!({
-            "process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", format!("NVIDIA_VISIBLE_DEVICES={visible}")]},
-            "hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["/usr/bin/nvidia-container-runtime-hook", "prestart"]}]},
-            "annotations": {"vram": "8g"}
-        })
-    }
-    fn engine(v: &Value) -> EngineRequest {
-        detect(v, &host()).unwrap().unwrap()
-    }
-
-    #[test]
-    fn image_env_alone_is_not_a_request() {
-        let v = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=12.4"]},
-                        "hooks": {"prestart": [{"path": "/usr/bin/other-hook"}]}});
-        assert_eq!(detect(&v, &host()), Ok(None));
-        assert_eq!(detect(&json!({}), &host()), Ok(None));
-    }
-
-    #[test]
-    fn docker_gpus_forms() {
-        assert_eq!(engine(&docker("all")).gpus, EngineGpus::All);
-        assert_eq!(engine(&docker("0,1")).gpus, EngineGpus::Count(2));
-        assert_eq!(engine(&docker("0")).gpus, EngineGpus::Count(1));
-        assert_eq!(
-            engine(&docker("1")).gpus,
-            EngineGpus::List(vec![GpuRef::Index(1)])
-        );
-        assert_eq!(
-            engine(&docker("1,GPU-ABCD-01")).gpus,
-            EngineGpus::List(vec![GpuRef::Index(1), GpuRef::Uuid("GPU-abcd-01".into())])
-        );
-        assert_eq!(engine(&docker("void")).gpus, EngineGpus::Nothing);
-        assert_eq!(engine(&docker("none")).gpus, EngineGpus::Nothing);
-        // the last definition counts (the image's `all` comes first)
-        let e = engine(&docker("2"));
-        assert!(e.legacy_hook && !e.cdi_nodes);
-        assert!(
-            e.described.contains("NVIDIA_VISIBLE_DEVICES=2"),
-            "{}",
-            e.described
-        );
-        // the old hook name, in createRuntime
-        let v = json!({"hooks": {"createRuntime": [{"path": "/x/nvidia-container-toolkit"}]}});
-        assert_eq!(engine(&v).gpus, EngineGpus::All, "unset: all");
-        for bad in ["MIG-1234", "0:1", "GPU-xyz", "one"] {
-            assert!(
-                matches!(
-                    detect(&docker(bad), &host()),
-                    Err(ToolkitError::Invalid { .. })
-                ),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn cdi_nodes() {
-        let v = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]},
-            "linux": {"devices": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia2"}, {"path": "/dev/nvidia-uvm"}]},
-            "hooks": {"createContainer": [{"path": "/usr/bin/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "update-ldcache"]}]}});
-        let e = engine(&v);
-        assert!(e.cdi_nodes && !e.legacy_hook);
-        assert!(has_cdi_hook(&v));
-        assert_eq!(
-            e.gpus,
-            EngineGpus::List(vec![GpuRef::Uuid(host()[2].uuid.clone())])
-        );
-        let all = json!({"linux": {"devices": (0..4).map(|i| json!({"path": format!("/dev/nvidia{i}")})).collect::<Vec<_>>()}});
-        assert_eq!(engine(&all).gpus, EngineGpus::All);
-        let unknown = json!({"linux": {"devices": [{"path": "/dev/nvidia9"}]}});
-        assert!(matches!(
-            detect(&unknown, &host()),
-            Err(ToolkitError::UnknownNode { .. })
-        ));
-        assert_eq!(gpu_node_minor("/dev/nvidia-uvm"), None);
-        assert_eq!(gpu_node_minor("/dev/nvidiactl"), None);
-        assert_eq!(gpu_node_minor("/dev/nvidia12"), Some(12));
-    }
-
-    #[test]
-    fn reconcile_rules() {
-        let h = host();
-        let one = req(GpuSelector::Count(1));
-        // --gpus device=1 chooses the GPU of the slice
-        let r = reconcile(&one, false, &engine(&docker("1")), &h).unwrap();
-        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
-        // --gpus 2 is gpus=2
-        let r = reconcile(&one, false, &engine(&docker("0,1")), &h).unwrap();
-        assert_eq!(r.gpus, GpuSelector::Count(2));
-        // --gpus all: placement chooses what the request says
-        let r = reconcile(&one, false, &engine(&docker("all")), &h).unwrap();
-        assert_eq!(r.gpus, GpuSelector::Count(1));
-        let r = reconcile(
-            &req(GpuSelector::Count(3)),
-            true,
-            &engine(&docker("all")),
-            &h,
-        )
-        .unwrap();
-        assert_eq!(r.gpus, GpuSelector::Count(3));
-        // agreeing: by index on one side, UUID on the other
-        let g1 = req(GpuSelector::List(vec![GpuRef::Uuid(h[1].uuid.clone())]));
-        let r = reconcile(&g1, true, &engine(&docker("1")), &h).unwrap();
-        assert_eq!(r.gpus, g1.gpus);
-        let r = reconcile(
-            &req(GpuSelector::Count(2)),
-            true,
-            &engine(&docker("0,1")),
-            &h,
-        )
-        .unwrap();
-        assert_eq!(r.gpus, GpuSelector::Count(2));
-        // contradictions, naming both
-        let g0 = req(GpuSelector::List(vec![GpuRef::Index(0)]));
-        let e = reconcile(&g0, true, &engine(&docker("1")), &h).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            msg.contains("NVIDIA_VISIBLE_DEVICES=1") && msg.contains("gpu=0"),
-            "{msg}"
-        );
-        assert!(reconcile(
-            &req(GpuSelector::Count(1)),
-            true,
-            &engine(&docker("0,1")),
-            &h
-        )
-        .is_err());
-        assert!(reconcile(&req(GpuSelector::All), true, &engine(&docker("0,1")), &h).is_err());
-        assert!(reconcile(&req(GpuSelector::Count(2)), true, &engine(&docker("1")), &h).is_err());
-        assert!(reconcile(
-            &req(GpuSelector::List(vec![GpuRef::Index(2), GpuRef::Index(3)])),
-            true,
-            &engine(&docker("0,1")),
-            &h
-        )
-        .is_ok());
-        assert!(reconcile(
-            &req(GpuSelector::List(vec![GpuRef::Index(2)])),
-            true,
-            &engine(&docker("0,1")),
-            &h
-        )
-        .is_err());
-    }
-
-    #[test]
-    fn names_gpus_by_origin() {
-        let v = json!({"annotations": {"vram": "8g", "gpu-quota.io/gpus": "2"}});
-        assert!(names_gpus(&v, &req(GpuSelector::Count(2))));
-        assert!(!names_gpus(
-            &json!({"annotations": {"vram": "8g"}}),
-            &req(GpuSelector::Count(1))
-        ));
-        let mut r = req(GpuSelector::Count(1));
-        r.origin = Origin::Env("GPU_QUOTA_VRAM");
-        assert!(names_gpus(
-            &json!({"process": {"env": ["GPU_QUOTA_GPU=1"]}}),
-            &r
-        ));
-        assert!(!names_gpus(&json!({"annotations": {"gpu": "1"}}), &r));
-    }
-
-    #[test]
-    fn narrow_to_the_slice() {
-        let mut v = json!({
-            "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "A=b", "NVIDIA_VISIBLE_DEVICES=void"]},
-            "hooks": {
-                "prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook"}, {"path": "/usr/bin/keep"}],
-                "createContainer": [{"path": "/usr/bin/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "update-ldcache"]}]
-            },
-            "mounts": [
-                {"destination": "/dev/nvidia3", "source": "/dev/nvidia3", "type": "bind"},
-                {"destination": "/usr/lib/libcuda.so.1", "source": "/usr/lib/libcuda.so.1", "type": "bind"}
-            ],
-            "linux": {
-                "devices": [{"path": "/dev/nvidia0"}, {"path": "/dev/nvidia1"}, {"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}, {"path": "/dev/null"}],
-                "resources": {"devices": [
-                    {"allow": false, "access": "rwm"},
-                    {"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"},
-                    {"allow": true, "type": "c", "major": 195, "minor": 1, "access": "rwm"},
-                    {"allow": true, "type": "c", "major": 195, "minor": 255, "access": "rwm"},
-                    {"allow": true, "type": "c", "major": 195, "access": "rwm"},
-                    {"allow": true, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
-                ]}
-            }
-        });
-        let n = narrow(&mut v, &[1], &["GPU-1".into()]);
-        assert_eq!(n.removed_hooks, 1);
-        assert_eq!(n.removed_nodes, vec!["/dev/nvidia0".to_string()]);
-        assert_eq!(n.removed_rules, 2);
-        assert_eq!(n.removed_mounts, 1);
-        assert_eq!(v["hooks"]["prestart"], json!([{"path": "/usr/bin/keep"}]));
-        assert_eq!(
-            v["hooks"]["createContainer"].as_array().unwrap().len(),
-            1,
-            "CDI hooks kept"
-        );
-        let paths: Vec<&str> = v["linux"]["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["path"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            paths,
-            [
-                "/dev/nvidia1",
-                "/dev/nvidiactl",
-                "/dev/nvidia-uvm",
-                "/dev/null"
-            ]
-        );
-        let minors: Vec<Value> = v["linux"]["resources"]["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["minor"].clone())
-            .collect();
-        assert_eq!(minors, [Value::Null, json!(1), json!(255), json!(3)]);
-        assert_eq!(
-            v["process"]["env"],
-            json!([
-                "NVIDIA_VISIBLE_DEVICES=GPU-1",
-                "A=b",
-                "NVIDIA_VISIBLE_DEVICES=GPU-1"
-            ])
-        );
-        assert!(!has_legacy_hook(&v));
-        // idempotent
-        let once = v.clone();
-        assert_eq!(narrow(&mut v, &[1], &["GPU-1".into()]), Narrowed::default());
-        assert_eq!(v, once);
-    }
-}
+mod tests;

@@ -156,10 +156,11 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     let runc = runc_path(&cfg.runc)?;
     let inv = Inventory::load(&cfg)?;
     let root = effective_root(a);
-    // --gpus, a Compose device reservation or CDI devices (issue 19): the
-    // engine's GPU request reconciled with ours, refused before anything is
-    // reserved when they contradict
-    let (req, engine) = match toolkit::request_for_create(&bundle.config, &req, &inv) {
+    // --gpus, a Compose device reservation, ctr's nvidia-container-cli hook
+    // or CDI devices: the engine's GPU request reconciled with ours, refused
+    // before anything is reserved when they contradict
+    let from = toolkit::VisibleFrom::for_root(&cfg, Some(&root));
+    let (req, engine) = match toolkit::request_for_create(&bundle.config, &req, &inv, from) {
         Ok(x) => x,
         Err(e) => {
             let request = gpuquota_core::ledger::describe_request(&req);
@@ -176,8 +177,8 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     };
     let r = lifecycle::admit(&cfg, &inv, &bundle, &req, &id, &root, source(a, "create"))?;
     if engine.is_some() {
-        // gpu-quota owns this container's GPU devices: the toolkit's hook
-        // goes, other GPUs' nodes, rules and mounts go
+        // gpu-quota owns this container's GPU devices: hooks that hand out
+        // GPUs go, other GPUs' nodes (DRM ones too), rules and mounts go
         toolkit::narrow_to_slices(&mut bundle.config, &inv, &r.slices);
     }
     lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;

@@ -3,6 +3,12 @@
 //! NVIDIA_VISIBLE_DEVICES; CDI → device nodes in linux.devices) never widens
 //! a slice, and without a gpu-quota request nothing changes.
 //!
+//! Issue 27: containerd's `ctr run --gpus` hook (the real `containerd
+//! oci-hook` running tests/toolkit/nvidia-container-cli, a stand-in that
+//! makes the nodes and device-cgroup rules `--device` names), NVIDIA's
+//! always-on hooks.d hook (the image's NVIDIA_VISIBLE_DEVICES), other GPUs'
+//! DRM nodes and a reused bundle are narrowed to the slice too.
+//!
 //! The toolkit's hook is tests/toolkit/nvidia-container-runtime-hook, a
 //! stand-in that makes the /dev/nvidiaN nodes NVIDIA_VISIBLE_DEVICES names
 //! in the container and records each run; the specs are written the way
@@ -15,16 +21,23 @@ use std::path::PathBuf;
 const PROBE: &str =
     "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits 2>/dev/null; touch /out/done";
 
+/// A host whose runc root counts as Docker's (`docker_runc_roots`): there
+/// NVIDIA_VISIBLE_DEVICES beside Docker's hook is the engine's request.
+fn docker_host() -> Host {
+    Host::new(HostOpts {
+        extra_config: "docker_runc_roots = [\"@HOST@/runc-root\"]".into(),
+        ..HostOpts::default()
+    })
+}
+
 /// The stand-in hook, installed in this host's directory.
 fn standin(h: &Host) -> (PathBuf, PathBuf) {
     let dir = h.path().join("toolkit");
     std::fs::create_dir_all(&dir).unwrap();
     let hook = dir.join("nvidia-container-runtime-hook");
-    std::fs::copy(
-        repo_dir().join("tests/toolkit/nvidia-container-runtime-hook"),
-        &hook,
-    )
-    .unwrap();
+    for f in ["nvidia-container-runtime-hook", "nvidia-container-cli"] {
+        std::fs::copy(repo_dir().join("tests/toolkit").join(f), dir.join(f)).unwrap();
+    }
     let log = dir.join("standin.log");
     std::fs::write(
         dir.join("standin.conf"),
@@ -129,7 +142,7 @@ fn standin_hook_widens_under_plain_runc() {
 #[test]
 fn gpus_all_with_vram_gets_its_slice_only() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
+    let h = docker_host();
     let (hook, log) = standin(&h);
     let b = h.bundle("all");
     b.set(&[("vram", "4g")], PROBE, &["NVIDIA_VISIBLE_DEVICES=all"]);
@@ -161,7 +174,7 @@ fn gpus_all_with_vram_gets_its_slice_only() {
 #[test]
 fn gpus_device_and_count() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
+    let h = docker_host();
     let (hook, log) = standin(&h);
     let b = h.bundle("dev1");
     b.set(&[("vram", "4g")], PROBE, &[]);
@@ -193,7 +206,7 @@ fn gpus_device_and_count() {
 #[test]
 fn contradiction_is_refused_before_reserving() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
+    let h = docker_host();
     let (hook, log) = standin(&h);
     for (id, ann, vis) in [
         ("c1", vec![("vram", "4g"), ("gpu", "0")], "1"),
@@ -262,7 +275,7 @@ fn cdi_devices_are_narrowed_to_the_slice() {
 #[test]
 fn without_vram_untouched_and_image_env_is_no_request() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
+    let h = docker_host();
     let (hook, log) = standin(&h);
     for (id, vis, want) in [
         ("n-all", "all", vec!["nvidia0", "nvidia1"]),
@@ -314,4 +327,277 @@ fn without_vram_untouched_and_image_env_is_no_request() {
             .contains(&json!("NVIDIA_VISIBLE_DEVICES=all")),
         "image env left alone"
     );
+}
+
+/// Lists the GPU nodes and whether each opens past the device cgroup
+/// (the fake nodes have no driver: ENXIO when allowed, EPERM when not).
+const PROBE_OPEN: &str = "ls /dev > /out/dev; ls /dev/dri > /out/dri 2>/dev/null; for n in /dev/nvidia[0-9]*; do [ -e $n ] && echo \"$n $( (: <$n) 2>&1 | sed 's/.*: //')\"; done > /out/open; touch /out/done";
+
+/// What containerd's `contrib/nvidia` writes for `ctr run --gpus DEVICE`
+/// (nerdctl's `--gpus` too): the real `containerd oci-hook --` running the
+/// stand-in nvidia-container-cli found where ctr would find it.
+fn ctr_gpus(b: &Bundle, cli: &std::path::Path, device: &str) {
+    let containerd = gpu_quota_e2e::which("containerd").expect("containerd installed");
+    let mut c = b.config();
+    c["hooks"] = json!({"prestart": [{"path": containerd, "args": [
+        "containerd", "oci-hook", "--", cli, "--load-kmods", "configure",
+        format!("--device={device}"), "--compute", "--compat32", "--graphics", "--utility",
+        "--video", "--display", "--pid={{pid}}", "{{rootfs}}"],
+        "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}]});
+    b.write_config(&c);
+}
+
+fn cli_path(h: &Host) -> PathBuf {
+    h.path().join("toolkit/nvidia-container-cli")
+}
+
+/// The negative control of the stand-in: under plain runc containerd's
+/// hook gives the container GPU 1's node and lets it open it.
+#[test]
+fn ctr_gpus_standin_works_under_plain_runc() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let (_, log) = standin(&h);
+    let b = h.bundle("ctr-plain");
+    b.set(&[], PROBE_OPEN, &[]);
+    ctr_gpus(&b, &cli_path(&h), "1");
+    assert_ok(
+        &h.runc(&["run", "--bundle", &b.bundle_arg(), "ctr-plain"]),
+        "runc run",
+    );
+    assert_eq!(gpu_nodes(&b), ["nvidia1"]);
+    let open = std::fs::read_to_string(b.out.join("open")).unwrap();
+    assert!(open.contains("/dev/nvidia1 No such device"), "{open}");
+    assert!(
+        log_of(&log).contains("cli ran") && log_of(&log).contains("devices=1"),
+        "{}",
+        log_of(&log)
+    );
+}
+
+/// `ctr run --gpus 1 --annotation vram=4g`: the slice is on GPU 1 (ctr's
+/// choice), the container has GPU 1's node only, and containerd's hook
+/// never runs (on 6cea19e the hook stayed: the slice went to GPU 0 and the
+/// hook added GPU 1 outside the ledger).
+#[test]
+fn ctr_gpus_with_vram_gets_its_slice_only() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let (_, log) = standin(&h);
+    let b = h.bundle("ctr1");
+    b.set(&[("vram", "4g")], PROBE_OPEN, &[]);
+    ctr_gpus(&b, &cli_path(&h), "1");
+    assert_ok(&run_one(&h, &b, "ctr1"), "create");
+    assert_eq!(slices(&h), [(1, 4 * GIB)]);
+    assert_eq!(gpu_nodes(&b), ["nvidia1"]);
+    assert_eq!(log_of(&log), "", "containerd's hook did not run");
+    assert!(!b.config().to_string().contains("oci-hook"));
+    assert_ok(&h.runtime(&["delete", "--force", "ctr1"]), "delete");
+    // gpu=0 beside --gpus 1: refused, nothing reserved, config untouched
+    let b = h.bundle("ctr2");
+    b.set(&[("vram", "4g"), ("gpu", "0")], PROBE_OPEN, &[]);
+    ctr_gpus(&b, &cli_path(&h), "1");
+    let before = std::fs::read(b.config_path()).unwrap();
+    let o = h.runtime(&["create", "--bundle", &b.bundle_arg(), "ctr2"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--device=1") && stderr(&o).contains("gpu=0"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(h.reservations().is_empty());
+    assert_eq!(std::fs::read(b.config_path()).unwrap(), before);
+    // without a request: byte-identical, the hook ran, GPU 1 is there
+    let b = h.bundle("ctr3");
+    b.set(&[], PROBE_OPEN, &[]);
+    ctr_gpus(&b, &cli_path(&h), "1");
+    let before = std::fs::read(b.config_path()).unwrap();
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "ctr3"]),
+        "run",
+    );
+    assert_eq!(std::fs::read(b.config_path()).unwrap(), before);
+    assert_eq!(gpu_nodes(&b), ["nvidia1"]);
+    assert!(log_of(&log).contains("cli ran"));
+    assert!(
+        h.reservations().is_empty(),
+        "no reservation without a request"
+    );
+}
+
+/// NVIDIA's always-on hooks.d hook (podman, CRI-O): an image with
+/// `ENV NVIDIA_VISIBLE_DEVICES=0,1` and vram=1g gets one 1 GiB slice
+/// (on 6cea19e: two, both charged), only its node, and the variables name
+/// the slice. `=1` does not move it either.
+#[test]
+fn always_on_hook_image_env_chooses_nothing() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let (hook, log) = standin(&h);
+    for (id, image) in [("ao-both", "0,1"), ("ao-one", "1")] {
+        let b = h.bundle(id);
+        b.set(
+            &[("vram", "1g")],
+            PROBE_OPEN,
+            &[
+                &format!("NVIDIA_VISIBLE_DEVICES={image}"),
+                "CUDA_VISIBLE_DEVICES=1",
+            ],
+        );
+        let mut c = b.config();
+        // oci-nvidia-hook.json: the old name, only PATH in its env
+        c["hooks"] = json!({"prestart": [{"path": hook.with_file_name("nvidia-container-toolkit"), "args": ["nvidia-container-toolkit", "prestart"], "env": ["PATH=/usr/bin:/bin"]}]});
+        std::fs::copy(&hook, hook.with_file_name("nvidia-container-toolkit")).unwrap();
+        b.write_config(&c);
+        assert_ok(&run_one(&h, &b, id), "create");
+        let s = slices(&h);
+        assert_eq!(s.len(), 1, "{id}: one slice, not the image's GPUs: {s:?}");
+        assert_eq!(s[0].1, GIB);
+        assert_eq!(gpu_nodes(&b), [format!("nvidia{}", s[0].0)], "{id}");
+        let env = b.config()["process"]["env"].clone();
+        for var in ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"] {
+            assert!(
+                env.as_array()
+                    .unwrap()
+                    .contains(&json!(format!("{var}={}", uuid(s[0].0 as u32)))),
+                "{env}"
+            );
+        }
+        assert_ok(&h.runtime(&["delete", "--force", id]), "delete");
+    }
+    assert_eq!(log_of(&log), "", "the hook never ran");
+}
+
+/// Negative control: Docker's `--gpus '"device=1"'` under Docker's runc
+/// root still chooses GPU 1, and an unknown GPU is named as the engine's.
+#[test]
+fn docker_gpus_still_honoured_under_docker_root() {
+    require_e2e!();
+    let h = docker_host();
+    let (hook, _) = standin(&h);
+    let b = h.bundle("dk1");
+    b.set(&[("vram", "1g")], PROBE, &["NVIDIA_VISIBLE_DEVICES=0"]);
+    docker_gpus(&b, &hook, "1");
+    assert_ok(&run_one(&h, &b, "dk1"), "create");
+    assert_eq!(slices(&h), [(1, GIB)]);
+    assert_ok(&h.runtime(&["delete", "--force", "dk1"]), "delete");
+    let b = h.bundle("dk7");
+    b.set(&[("vram", "1g")], PROBE, &[]);
+    docker_gpus(&b, &hook, "7");
+    let o = h.runtime(&["create", "--bundle", &b.bundle_arg(), "dk7"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("NVIDIA_VISIBLE_DEVICES=7") && e.contains("GPU 7"),
+        "{e}"
+    );
+    assert!(!e.contains("annotation vram names"), "{e}");
+}
+
+/// CDI's DRM nodes of both GPUs (as `nvidia-ctk cdi generate` lists them
+/// where nvidia-drm is loaded): with a slice none that sysfs cannot prove
+/// the slice's is left (this host has no DRM nodes: all go), nor their
+/// major-226 rules (on 6cea19e both GPUs' stayed); without a request they
+/// are all there.
+#[test]
+fn cdi_drm_nodes_of_other_gpus_go() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let add_drm = |b: &Bundle| {
+        let mut c = b.config();
+        for (p, m) in [
+            ("card1", 1),
+            ("renderD128", 128),
+            ("card2", 2),
+            ("renderD129", 129),
+        ] {
+            c["linux"]["devices"].as_array_mut().unwrap().push(json!({"path": format!("/dev/dri/{p}"), "type": "c", "major": 226, "minor": m, "fileMode": 0o666, "uid": 0, "gid": 0}));
+            c["linux"]["resources"]["devices"]
+                .as_array_mut()
+                .unwrap()
+                .push(
+                    json!({"allow": true, "type": "c", "major": 226, "minor": m, "access": "rwm"}),
+                );
+        }
+        b.write_config(&c);
+    };
+    let b = h.bundle("drm");
+    b.set(&[("vram", "4g")], PROBE_OPEN, &[]);
+    cdi(&b, &[0, 1]);
+    add_drm(&b);
+    assert_ok(&run_one(&h, &b, "drm"), "create");
+    assert_eq!(slices(&h).len(), 1);
+    b.wait_out("done", 20).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(b.out.join("dri")).unwrap_or_default(),
+        ""
+    );
+    let c = b.config();
+    assert!(
+        c["linux"]["resources"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["major"] != 226),
+        "{}",
+        c["linux"]["resources"]["devices"]
+    );
+    assert_ok(&h.runtime(&["delete", "--force", "drm"]), "delete");
+    let b = h.bundle("drm-plain");
+    b.set(&[], PROBE_OPEN, &[]);
+    cdi(&b, &[0, 1]);
+    add_drm(&b);
+    let before = std::fs::read(b.config_path()).unwrap();
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "drm-plain"]),
+        "run",
+    );
+    assert_eq!(std::fs::read(b.config_path()).unwrap(), before);
+    b.wait_out("done", 20).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(b.out.join("dri")).unwrap(),
+        "card1\ncard2\nrenderD128\nrenderD129\n"
+    );
+}
+
+/// A bundle reused after a create carries the first container's node of
+/// its GPU: that is not a CDI request. 10g on each 16g GPU: the second
+/// container goes to the other GPU (on 6cea19e it was pinned to the
+/// first one's and refused).
+#[test]
+fn reused_bundle_is_not_pinned_to_its_first_gpu() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    let b = h.bundle("reuse");
+    b.set(&[("vram", "10g")], "sleep 30", &[]);
+    assert_ok(
+        &h.runtime(&["create", "--bundle", &b.bundle_arg(), "r1"]),
+        "create r1",
+    );
+    let first = slices(&h);
+    assert_eq!(first.len(), 1);
+    let o = h.runtime(&["create", "--bundle", &b.bundle_arg(), "r2"]);
+    assert_ok(&o, "create r2 from the same bundle");
+    let mut s = slices(&h);
+    s.sort();
+    assert_eq!(s, [(0, 10 * GIB), (1, 10 * GIB)]);
+    let c = b.config();
+    let nodes: Vec<&str> = c["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["path"].as_str())
+        .filter(|p| {
+            p.strip_prefix("/dev/nvidia")
+                .is_some_and(|n| n.bytes().all(|c| c.is_ascii_digit()))
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        [format!("/dev/nvidia{}", 1 - first[0].0)],
+        "only r2's GPU"
+    );
+    for id in ["r1", "r2"] {
+        assert_ok(&h.runtime(&["delete", "--force", id]), "delete");
+    }
 }

@@ -46,10 +46,34 @@ ctr_run_rm() {
   has "$out" "vram_bytes=$((2 * GIB))" || return 1
   wait_ledger 0 5
 }
+# `ctr run --gpus 1` (issue 27): ctr writes containerd's own `oci-hook` running the
+# nvidia-container-cli it finds on its PATH, here tests/toolkit/nvidia-container-cli (a stand-in
+# that makes the nodes and cgroup-v1 rules --device names, and logs each run). ctr's --gpus takes
+# GPU indices: with vram the slice is GPU 1 and only its node is there, the hook never ran;
+# without vram the spec is the engine's and the stand-in gave GPU 1.
+ctr_gpus() {
+  local tk=$R/ctr-tk out rc=0
+  mkdir -p "$tk" && cp "$ROOT/tests/toolkit/nvidia-container-cli" "$tk/" || return 1
+  printf 'dev_root=%s\nlog=%s\n' "$GQ/dev" "$tk/standin.log" >"$tk/standin.conf"; : >"$tk/standin.log"
+  local probe='ls /dev | grep -E "^nvidia[0-9]+$" | tr "\n" " "; echo; cat /run/gpu-quota/limits 2>/dev/null; true'
+  out=$(PATH=$tk:$PATH ctr_run --rm --gpus 1 --annotation vram=2g "$CIMG" gq-cg1 sh -c "$probe" 2>&1) || { echo "$out"; return 1; }
+  note "with vram: $(head -1 <<<"$out")"
+  [ "$(head -1 <<<"$out")" = "nvidia1 " ] || { echo "GPU nodes: $out"; rc=1; }
+  has "$out" "vram_bytes=$((2 * GIB))" && has "$out" "gpus=GPU-00000001-0000-4000-8000-000000000001" || rc=1
+  hasnt "$(cat "$tk/standin.log")" "cli ran" || rc=1
+  wait_ledger 0 5 || rc=1
+  out=$(PATH=$tk:$PATH ctr_run --rm --gpus 1 "$CIMG" gq-cg2 sh -c "$probe" 2>&1) || { echo "$out"; return 1; }
+  note "without vram: $(head -1 <<<"$out")"
+  [ "$(head -1 <<<"$out")" = "nvidia1 " ] || { echo "GPU nodes: $out"; rc=1; }
+  has "$(cat "$tk/standin.log")" "cli ran" || rc=1
+  expect_ledger 0 "after a run without a request" || rc=1
+  return $rc
+}
 ctr_cases() {
   check "$CTD: config dump of the installed config shows runtime gpu-quota with BinaryName and pod_annotations" ctd_config_dump
   check "$CTD: ctr run --runc-binary gpu-quota-runtime --annotation vram=2g gets a 2 GiB slice" ctr_slice
   check "$CTD: ctr run of a request that does not fit fails with the gpu-quota message" ctr_refusal
   check "$CTD: ctr task kill keeps, task delete releases, container rm removes" ctr_release
   check "$CTD: ctr run --rm --annotation gpu-quota.io/vram=2g sees 2 GiB and releases" ctr_run_rm
+  check "$CTD: ctr run --gpus 1 (containerd's oci-hook + a stand-in nvidia-container-cli) with vram=2g: the slice is GPU 1, its node only, the hook never ran; without vram the hook gave GPU 1" ctr_gpus
 }

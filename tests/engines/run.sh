@@ -136,6 +136,8 @@ round_env() {
   DV=$(dockerd --version | sed -E 's/^Docker version ([0-9.]+).*/\1/')
   CTD="containerd $CV"; DK="docker $DV"; CRI="CRI (containerd $CV)"
   cp "$GQ/config.toml" "$GPU_QUOTA_CONFIG"
+  # dockerd runs with --exec-root $R/exec: its runc root is the suite's Docker root
+  sed -i "1a docker_runc_roots = [\"$R/exec/runtime-runc/moby\"]" "$GPU_QUOTA_CONFIG"
 }
 
 D()   { timeout 90 "$DOCKER_BIN" "$@"; }

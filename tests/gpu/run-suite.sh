@@ -33,7 +33,7 @@ left() { echo $((BUDGET - SECONDS)); }
 # GQ_BIN_DIRS='"/usr/local/nvidia/bin", "/usr/bin"' puts [driver] bin_dirs in every config (workaround, see docs/gpu-evidence.md).
 # GQ_EXTRA_CFG (printf %b) is appended to every config; I9_DRY=1 runs the issue-9 containers without CUDA
 # (orchestration only: a CPU dry run with the fake driver, see docs/gpu-evidence.md).
-want() { case " ${SECTIONS:-probe seed gpu2 standalone mp i9 graphs bench} " in *" $1 "*) return 0;; esac; return 1; }
+want() { case " ${SECTIONS:-probe small seed gpu2 standalone mp i9 graphs bench} " in *" $1 "*) return 0;; esac; return 1; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 apps_mib() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -i "${1:-0}" 2>/dev/null; }
 sum_apps() { apps_mib "${1:-0}" | awk -F, '{s+=$2} END {print s+0}'; }
@@ -166,6 +166,32 @@ if [ $OVERLAY_OK = 1 ] && want probe; then
   ctr h1 delete --force p1 < /dev/null; clog p1
   echo "ledger after delete: $(ledger h1)"
 else res SKIP "2#10" "probe container" "no rootfs, or not in SECTIONS"; fi
+
+############################ Issue 26 #4: a slice below one CUDA context ############################
+sec "small: vram=512m, before and after this host measured its context"
+if [ $OVERLAY_OK = 1 ] && want small; then
+  # a fresh ledger directory: nothing measured, so the first 512m container is
+  # admitted (its hook measures the context) and its first CUDA call gets the
+  # one line; the second is refused at admission with the measured figure
+  mkcfg hs 'reserve = "2g"' 'gpus = ["0"]'
+  SMALL_PY="$PY -c 'import cupy; cupy.zeros(1)' > /out/small 2>&1; echo rc=\$? >> /out/small; touch /out/done"
+  bundle s1 overlay vram=512m -- sh -c "$SMALL_PY"
+  ctr hs create --bundle $W/b/s1 s1 > $W/b/s1/create.out 2> $W/b/s1/create.err < /dev/null; r=$?
+  [ $r = 0 ] && ctr hs start s1 < /dev/null
+  O=$W/b/s1/out; wait_for $O/done 90; echo "create rc=$r"; cat $W/b/s1/create.err; tail -4 $O/small 2>/dev/null
+  if grep -q "gpu-quota: this container's slice (512.00 MiB on GPU 0) cannot hold a CUDA context" $O/small 2>/dev/null && ! grep -q 'rc=0' $O/small; then
+    res PASS "26#4" "vram=512m, context cost not yet known: admitted; CuPy's first CUDA call fails with the one gpu-quota line" "$(grep '^gpu-quota:' $O/small | head -1 | cut -c1-200)"
+  else res FAIL "26#4" "vram=512m, unknown context cost: the first CUDA call names the quota" "rc=$r $(tail -3 $O/small 2>/dev/null | tr '\n' ' ' | cut -c1-300)"; fi
+  ctr hs delete --force s1 < /dev/null 2>&1; clog s1
+  echo "context-cost.json: $(tr -d ' \n' < $W/hs/ledger/context-cost.json 2>/dev/null | cut -c1-300)"
+  bundle s2 overlay vram=512m -- sh -c "touch /out/done"
+  ctr hs create --bundle $W/b/s2 s2 > $W/b/s2/create.out 2> $W/b/s2/create.err < /dev/null; r=$?
+  cat $W/b/s2/create.err
+  if [ $r != 0 ] && grep -q "cannot hold a CUDA context" $W/b/s2/create.err && grep -q "measured on this host" $W/b/s2/create.err && [ "$(nres hs)" = 0 ]; then
+    res PASS "26#4" "vram=512m after the host measured its context: refused before runc, naming the charge and the smallest useful slice" "$(grep -o 'charged [0-9.]* MiB[^;]*; ask[^)]*)' $W/b/s2/create.err | head -1 | cut -c1-200)"
+  else res FAIL "26#4" "vram=512m refused at admission once the context cost is measured" "rc=$r $(tr '\n' ' ' < $W/b/s2/create.err | cut -c1-300)"; fi
+  ctr hs delete --force s2 < /dev/null 2>/dev/null; clog s2
+else res SKIP "26#4" "small slices" "no rootfs, or not in SECTIONS"; fi
 
 ############################ Issue 4 #1 seed + #3 release ############################
 sec "seed: vram=24g containers on GPU 0 until full"

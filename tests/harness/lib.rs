@@ -107,6 +107,7 @@ pub struct Host {
 pub struct HostOpts {
     pub gpus: u32,
     pub gpu_mem: &'static str,
+    /// Config lines (`@HOST@` stands for the host's directory).
     pub extra_config: String,
     /// Driver library directory (default: fake files made here).
     pub lib_dir: Option<PathBuf>,
@@ -192,7 +193,7 @@ impl Host {
             i = interceptor.display(),
             h = bin("gpu-quota-hook").display(),
             l = lib_dir.display(),
-            extra = opts.extra_config,
+            extra = opts.extra_config.replace("@HOST@", &d.display().to_string()),
         );
         for i in 0..opts.gpus {
             cfg.push_str(&format!(
