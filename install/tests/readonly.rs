@@ -131,7 +131,7 @@ fn metrics_without_nvml_exports_the_ledger_and_the_error() {
     assert!(out.contains("gpu_quota_inventory_up 0"), "{out}");
     assert!(out.contains("gpu_quota_inventory_error{error=\""), "{out}");
     assert!(
-        out.contains("gpu_quota_container_slice_bytes{container=\"c1\",gpu=\"0\"} 2147483648"),
+        out.contains("gpu_quota_container_slice_bytes{container=\"c1\",namespace=\"\",pod=\"\",pod_uid=\"\",container_name=\"\",gpu=\"0\"} 2147483648"),
         "{out}"
     );
     assert!(err.contains("exporting the ledger only"), "{err}");

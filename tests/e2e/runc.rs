@@ -523,7 +523,7 @@ fn operator_commands_ls_gc_doctor_metrics() {
     let m = String::from_utf8_lossy(&gq(&["metrics"]).stdout).to_string();
     assert!(
         m.contains(&format!(
-            "gpu_quota_container_slice_bytes{{container=\"ops\",gpu=\"0\"}} {}",
+            "gpu_quota_container_slice_bytes{{container=\"ops\",namespace=\"\",pod=\"\",pod_uid=\"\",container_name=\"\",gpu=\"0\"}} {}",
             5 * GIB
         )),
         "{m}"
