@@ -319,7 +319,15 @@ fn ensure_ctx_slow(r: &Region, dev: Dev) {
         .is_ok()
     {
         match state::my_slot(r) {
-            Some(s) => r.charge(s, dev.idx, ov),
+            Some(s) => {
+                r.charge(s, dev.idx, ov);
+                // a context the driver made out of our sight (the CUDA
+                // runtime's own path) in a slice that cannot hold one: say
+                // so now, before the first allocation's refusal line
+                if let Some(slice) = slice_below(dev, ov) {
+                    crate::msg::context_too_big(ov, slice, dev.ordinal);
+                }
+            }
             None => state::CTX_CHARGED[dev.idx].store(0, Release),
         }
     }

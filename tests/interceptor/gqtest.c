@@ -173,6 +173,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "ctx")) return t_ctx();
   if (!strcmp(cmd, "ctxunseen")) return t_ctxunseen();
   if (!strcmp(cmd, "ctxsmall")) return t_ctxsmall();
+  if (!strcmp(cmd, "ctxsmall_unseen")) return t_ctxsmall_unseen();
   if (!strcmp(cmd, "multidev")) return t_multidev();
   if (!strcmp(cmd, "gpa")) return t_gpa();
   if (!strcmp(cmd, "msg")) return t_msg();

@@ -136,6 +136,7 @@ int t_fork(void);
 int t_ctx(void);
 int t_ctxunseen(void);
 int t_ctxsmall(void);
+int t_ctxsmall_unseen(void);
 int t_multidev(void);
 int t_gpa(void);
 int t_msg(void);

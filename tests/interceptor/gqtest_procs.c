@@ -125,6 +125,19 @@ int t_ctxsmall(void) {
   return failures ? 1 : 0;
 }
 
+/* the same with a context made behind the interceptor's back (as the CUDA
+   runtime does on the H200): charged at the first allocation, which is
+   refused; the first line names the context */
+int t_ctxsmall_unseen(void) {
+  void *(*impl_of)(const char *, int, unsigned long long) = (void *(*)(const char *, int, unsigned long long))dlsym(cuda_h, "fake_cuda_impl_of");
+  CUresult (*raw_create)(void **, unsigned, int) = (CUresult (*)(void **, unsigned, int))impl_of("cuCtxCreate", 3020, 0);
+  REQUIRE(raw_create && !ours((void *)raw_create), "raw cuCtxCreate");
+  void *c; int d; u64 p;
+  REQUIRE(A.cuInit(0) == 0 && A.cuDeviceGet(&d, 0) == 0 && raw_create(&c, 0, d) == 0, "raw context");
+  CHECK(A.cuMemAlloc(&p, 512) == 2, "first allocation beside a context larger than the slice: want CUDA_ERROR_OUT_OF_MEMORY");
+  return failures ? 1 : 0;
+}
+
 /* a context made behind the interceptor's back (the driver's own entry
    point): its overhead is charged at the first query/allocation on it */
 int t_ctxunseen(void) {

@@ -180,6 +180,13 @@ ctx_small() {
   grep -qxF "$want" "$T/ctxsmall.err" || { echo "message differs from: $want"; return 1; }
 }
 t slice_below_one_context_names_it ctx_small
+ctx_small_unseen() {
+  env GPU_QUOTA_VRAM=8m GPU_QUOTA_CONTEXT_OVERHEAD=16m LD_PRELOAD="$SO" "$B/gqtest_dl" ctxsmall_unseen 2>"$T/ctxsmall_u.err" || return 1
+  cat "$T/ctxsmall_u.err"
+  local want="gpu-quota: this container's slice (8.00 MiB on GPU 0) cannot hold a CUDA context, which is charged 16.00 MiB per process here; ask for at least 18.00 MiB"
+  [ "$(head -1 "$T/ctxsmall_u.err")" = "$want" ] || { echo "first line differs from: $want"; return 1; }
+}
+t slice_below_an_unseen_context_names_it ctx_small_unseen
 
 echo "== container state directory"
 mkstate() { # DIR VRAM [extra lines]
