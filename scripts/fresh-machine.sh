@@ -16,9 +16,9 @@
 # cargo's download cache, bound read-write at /root/.rustup and /root/.cargo):
 # there is no other way to get it here. Everything else the suite uses it must
 # install itself (.ci/run → scripts/test.sh → apt-get).
-# The root runs in its own mount and PID namespaces with the host's /dev,
-# /proc, /sys and cgroups (runc and the engines need them); its processes end
-# with it. Needs root, debootstrap, network access to Debian's mirror.
+# The root becomes / (pivot_root) in its own mount and PID namespaces, with
+# the host's /dev, /sys and cgroups and a /proc of its own (runc and the
+# engines need them); its processes end with it. Needs root, debootstrap, network access to Debian's mirror.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -77,12 +77,18 @@ git clone -q --bare "$ROOT" "$F/root/root/clone.git"
 echo "== in the root: $([ $DEMO = 1 ] && echo "make demo, then ")$RUNS × .ci/run"
 unshare --mount --pid --fork --propagation private -- bash -ec "
   r='$F/root'
-  mount --rbind /dev \"\$r/dev\"; mount --make-rslave \"\$r/dev\"
-  mount -t proc proc \"\$r/proc\"
-  mount --rbind /sys \"\$r/sys\"; mount --make-rslave \"\$r/sys\"
+  # the root is a mount of its own and becomes / by pivot_root, as on a
+  # booted machine (runc and unshare need / to be a mount point)
+  mount --bind \"\$r\" \"\$r\"
+  mount --rbind /dev \"\$r/dev\"
+  mount --rbind /sys \"\$r/sys\"
   mount -t tmpfs -o mode=1777 tmpfs \"\$r/dev/shm\"
   cp /etc/resolv.conf \"\$r/etc/resolv.conf\"
-  mkdir -p \"\$r/root/.cargo\" \"\$r/root/.rustup\"
+  mkdir -p \"\$r/root/.cargo\" \"\$r/root/.rustup\" \"\$r/.oldroot\"
   mount --bind /root/.cargo \"\$r/root/.cargo\"; mount --bind /root/.rustup \"\$r/root/.rustup\"
-  exec chroot \"\$r\" /root/first-hour.sh
+  cd \"\$r\"; pivot_root . .oldroot
+  mount -t proc proc /proc
+  umount -l /.oldroot; rmdir /.oldroot
+  mount --make-rshared /
+  exec /root/first-hour.sh
 " 2>&1 | tee "$F/first-hour.log"
