@@ -501,6 +501,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)]
     fn a_slice_that_cannot_hold_a_known_context_is_refused_with_the_figures() {
         let i = inv(2, 16 * G);
         let mib = 1u64 << 20;
