@@ -334,8 +334,9 @@ pub fn engine_request_for_claim(
                 .collect(),
         ),
         origin: Origin::Annotation(r.request.clone()),
+        named_gpus: true,
     };
-    if let Err(e) = toolkit::reconcile(&ours, true, &engine, &host) {
+    if let Err(e) = toolkit::reconcile(&ours, &engine, &host) {
         return Err(refuse_bound(cfg, r, src, e));
     }
     toolkit::narrow_to_slices(&mut bundle.config, inv, &r.slices);

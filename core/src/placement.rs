@@ -340,6 +340,7 @@ mod tests {
             vram,
             gpus,
             origin: Origin::Annotation("vram".into()),
+            named_gpus: false,
         }
     }
     fn used(v: &[(u32, u64)]) -> Usage {

@@ -111,6 +111,13 @@ pub struct Request {
     pub gpus: GpuSelector,
     /// Where `vram` came from (for messages).
     pub origin: Origin,
+    /// The user named the GPUs (a `gpu` or `gpus` key in the request's one
+    /// source), rather than taking the default of one GPU chosen by
+    /// placement: an engine's own choice of GPUs (`--gpus`, CDI) may then
+    /// only agree with `gpus`, never replace it (`toolkit::reconcile`).
+    /// Recorded here, when the request is read, so that nothing after
+    /// parsing goes back to config.json's keys.
+    pub named_gpus: bool,
 }
 
 /// Upper bound on `gpus=N` and on list lengths: no host has more.
@@ -355,6 +362,7 @@ impl Request {
             vram: size,
             gpus: selector,
             origin: vram.origin,
+            named_gpus: gpu.is_some() || gpus.is_some(),
         }))
     }
 
@@ -494,6 +502,42 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(r.vram, Size::Bytes(2 * G));
+    }
+
+    /// Whether the user named GPUs is read once, from the request's one
+    /// source, with the request (toolkit::reconcile takes it from here).
+    #[test]
+    fn named_gpus_comes_from_the_requests_one_source() {
+        let named = |a: Option<Value>, env: &[&str]| {
+            let env: Vec<String> = env.iter().map(|e| e.to_string()).collect();
+            Request::from_parts(a.map(ann).as_ref(), &env, EnvRequests::Allowed)
+                .unwrap()
+                .unwrap()
+                .named_gpus
+        };
+        assert!(!named(Some(json!({"vram": "1g"})), &[]));
+        assert!(named(Some(json!({"vram": "1g", "gpus": "1"})), &[]));
+        assert!(named(
+            Some(json!({"vram": "1g", "gpu-quota.io/gpu": "0"})),
+            &[]
+        ));
+        assert!(named(
+            Some(json!({"vram": "1g", "gpu": "0", "gpus": "1"})),
+            &[]
+        ));
+        // the environment's GPU keys do not name GPUs of an annotation request
+        assert!(!named(Some(json!({"vram": "1g"})), &["GPU_QUOTA_GPUS=2"]));
+        assert!(named(None, &["GPU_QUOTA_VRAM=1g", "GPU_QUOTA_GPU=1"]));
+        assert!(named(None, &["GPU_QUOTA_VRAM=1g", "GPU_QUOTA_GPUS=all"]));
+        assert!(!named(None, &["GPU_QUOTA_VRAM=1g"]));
+        // an annotation of a GPU key does not name GPUs of an env request:
+        // a lone `gpu` annotation is a request of its own (refused)
+        assert!(Request::from_parts(
+            Some(&ann(json!({"gpu": "1"}))),
+            &["GPU_QUOTA_VRAM=1g".into()],
+            EnvRequests::Allowed
+        )
+        .is_err());
     }
 
     #[test]

@@ -31,7 +31,7 @@
 //!
 //! Everything here but [`drm::owner`] is pure: the inventory comes in as a
 //! list of GPUs.
-use crate::request::{GpuRef, GpuSelector, Origin, Request};
+use crate::request::{GpuRef, GpuSelector, Request};
 use serde_json::Value;
 
 pub mod drm;
@@ -372,24 +372,6 @@ pub fn detect(
     }))
 }
 
-/// Did the gpu-quota request name its GPUs (`gpu`/`gpus` annotations, or
-/// the env keys when the request came from the environment)?
-pub fn names_gpus(config: &Value, req: &Request) -> bool {
-    match &req.origin {
-        Origin::Annotation(_) => {
-            let ann = config.get("annotations").and_then(Value::as_object);
-            ["gpu", "gpus", "gpu-quota.io/gpu", "gpu-quota.io/gpus"]
-                .iter()
-                .any(|k| ann.is_some_and(|a| a.contains_key(*k)))
-        }
-        Origin::Env(_) => {
-            let env = crate::request::config_env(config);
-            env.iter()
-                .any(|e| e.starts_with("GPU_QUOTA_GPU=") || e.starts_with("GPU_QUOTA_GPUS="))
-        }
-    }
-}
-
 fn describe_selector(s: &GpuSelector) -> String {
     match s {
         GpuSelector::Count(n) => format!("gpus={n}"),
@@ -415,14 +397,15 @@ fn uuid_of(r: &GpuRef, host: &[HostGpu]) -> Option<String> {
 }
 
 /// The request to admit: the gpu-quota request with the engine's choice of
-/// GPUs where it made one; a contradiction is refused naming both.
-/// `named`: the gpu-quota request named its GPUs itself ([`names_gpus`]).
+/// GPUs where it made one; a contradiction is refused naming both. Whether
+/// the gpu-quota request named its GPUs itself is `ours.named_gpus`,
+/// recorded when it was read: config.json is not looked at again.
 pub fn reconcile(
     ours: &Request,
-    named: bool,
     engine: &EngineRequest,
     host: &[HostGpu],
 ) -> Result<Request, ToolkitError> {
+    let named = ours.named_gpus;
     let conflict = || ToolkitError::Contradiction {
         engine: engine.described.clone(),
         ours: if named {
@@ -635,8 +618,7 @@ pub fn request_for_create(
     let Some(engine) = detect(config, &host, from)? else {
         return Ok((req.clone(), None));
     };
-    let named = names_gpus(config, req);
-    let r = reconcile(req, named, &engine, &host)?;
+    let r = reconcile(req, &engine, &host)?;
     Ok((r, Some(engine)))
 }
 

@@ -100,6 +100,7 @@ fn record(a: &[String]) {
             vram: Size::Bytes(1 << 30),
             gpus: GpuSelector::Count(1),
             origin: Origin::Annotation("vram".into()),
+            named_gpus: false,
         };
         ledger
             .admit(

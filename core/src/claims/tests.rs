@@ -53,6 +53,7 @@ fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
         vram: Size::Bytes(bytes),
         gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
         origin: Origin::Annotation("vram".into()),
+        named_gpus: true,
     };
     Ledger::new(cfg)
         .admit(cfg, &inv, &req, id, Some("/run/runc"), "/b", &mut vec![])

@@ -32,6 +32,7 @@ fn req(b: u64, gpu: Option<u32>) -> Request {
             .map(|g| GpuSelector::List(vec![GpuRef::Index(g)]))
             .unwrap_or(GpuSelector::Count(1)),
         origin: Origin::Annotation("vram".into()),
+        named_gpus: gpu.is_some(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! core::toolkit: detection, reconciliation and narrowing.
 use super::*;
+use crate::request::{EnvRequests, Origin};
 use crate::units::Size;
 use serde_json::json;
 
@@ -17,7 +18,12 @@ fn req(gpus: GpuSelector) -> Request {
         vram: Size::Bytes(8 << 30),
         gpus,
         origin: Origin::Annotation("vram".into()),
+        named_gpus: false,
     }
+}
+/// `r` as a request that did (`true`) or did not name its GPUs.
+fn named(r: Request, named_gpus: bool) -> Request {
+    Request { named_gpus, ..r }
 }
 /// What dockerd 26 writes for `--gpus X` (legacy hook + env).
 fn docker(visible: &str) -> Value {
@@ -105,17 +111,16 @@ fn reconcile_rules() {
     let h = host();
     let one = req(GpuSelector::Count(1));
     // --gpus device=1 chooses the GPU of the slice
-    let r = reconcile(&one, false, &engine(&docker("1")), &h).unwrap();
+    let r = reconcile(&named(one.clone(), false), &engine(&docker("1")), &h).unwrap();
     assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
     // --gpus 2 is gpus=2
-    let r = reconcile(&one, false, &engine(&docker("0,1")), &h).unwrap();
+    let r = reconcile(&named(one.clone(), false), &engine(&docker("0,1")), &h).unwrap();
     assert_eq!(r.gpus, GpuSelector::Count(2));
     // --gpus all: placement chooses what the request says
-    let r = reconcile(&one, false, &engine(&docker("all")), &h).unwrap();
+    let r = reconcile(&named(one.clone(), false), &engine(&docker("all")), &h).unwrap();
     assert_eq!(r.gpus, GpuSelector::Count(1));
     let r = reconcile(
-        &req(GpuSelector::Count(3)),
-        true,
+        &named(req(GpuSelector::Count(3)), true),
         &engine(&docker("all")),
         &h,
     )
@@ -123,11 +128,10 @@ fn reconcile_rules() {
     assert_eq!(r.gpus, GpuSelector::Count(3));
     // agreeing: by index on one side, UUID on the other
     let g1 = req(GpuSelector::List(vec![GpuRef::Uuid(h[1].uuid.clone())]));
-    let r = reconcile(&g1, true, &engine(&docker("1")), &h).unwrap();
+    let r = reconcile(&named(g1.clone(), true), &engine(&docker("1")), &h).unwrap();
     assert_eq!(r.gpus, g1.gpus);
     let r = reconcile(
-        &req(GpuSelector::Count(2)),
-        true,
+        &named(req(GpuSelector::Count(2)), true),
         &engine(&docker("0,1")),
         &h,
     )
@@ -135,52 +139,100 @@ fn reconcile_rules() {
     assert_eq!(r.gpus, GpuSelector::Count(2));
     // contradictions, naming both
     let g0 = req(GpuSelector::List(vec![GpuRef::Index(0)]));
-    let e = reconcile(&g0, true, &engine(&docker("1")), &h).unwrap_err();
+    let e = reconcile(&named(g0.clone(), true), &engine(&docker("1")), &h).unwrap_err();
     let msg = e.to_string();
     assert!(
         msg.contains("NVIDIA_VISIBLE_DEVICES=1") && msg.contains("gpu=0"),
         "{msg}"
     );
     assert!(reconcile(
-        &req(GpuSelector::Count(1)),
-        true,
+        &named(req(GpuSelector::Count(1)), true),
         &engine(&docker("0,1")),
         &h
     )
     .is_err());
-    assert!(reconcile(&req(GpuSelector::All), true, &engine(&docker("0,1")), &h).is_err());
-    assert!(reconcile(&req(GpuSelector::Count(2)), true, &engine(&docker("1")), &h).is_err());
     assert!(reconcile(
-        &req(GpuSelector::List(vec![GpuRef::Index(2), GpuRef::Index(3)])),
-        true,
+        &named(req(GpuSelector::All), true),
+        &engine(&docker("0,1")),
+        &h
+    )
+    .is_err());
+    assert!(reconcile(
+        &named(req(GpuSelector::Count(2)), true),
+        &engine(&docker("1")),
+        &h
+    )
+    .is_err());
+    assert!(reconcile(
+        &named(
+            req(GpuSelector::List(vec![GpuRef::Index(2), GpuRef::Index(3)])),
+            true
+        ),
         &engine(&docker("0,1")),
         &h
     )
     .is_ok());
     assert!(reconcile(
-        &req(GpuSelector::List(vec![GpuRef::Index(2)])),
-        true,
+        &named(req(GpuSelector::List(vec![GpuRef::Index(2)])), true),
         &engine(&docker("0,1")),
         &h
     )
     .is_err());
 }
 
+fn inventory() -> crate::Inventory {
+    crate::Inventory {
+        gpus: host()
+            .into_iter()
+            .map(|g| crate::Gpu {
+                index: g.index,
+                uuid: g.uuid,
+                name: "NVIDIA H200".into(),
+                total_bytes: 16 << 30,
+                minor: g.minor,
+                simulated: true,
+            })
+            .collect(),
+        driver_version: "simulated".into(),
+    }
+}
+
+/// Whether the user named GPUs is the Request's, read once: the create
+/// path never goes back to config.json's request keys, so keys that
+/// appear or vanish after the Request was built change nothing (the
+/// runtime edits the config between reading and admitting it).
 #[test]
-fn names_gpus_by_origin() {
-    let v = json!({"annotations": {"vram": "8g", "gpu-quota.io/gpus": "2"}});
-    assert!(names_gpus(&v, &req(GpuSelector::Count(2))));
-    assert!(!names_gpus(
-        &json!({"annotations": {"vram": "8g"}}),
-        &req(GpuSelector::Count(1))
-    ));
-    let mut r = req(GpuSelector::Count(1));
-    r.origin = Origin::Env("GPU_QUOTA_VRAM");
-    assert!(names_gpus(
-        &json!({"process": {"env": ["GPU_QUOTA_GPU=1"]}}),
-        &r
-    ));
-    assert!(!names_gpus(&json!({"annotations": {"gpu": "1"}}), &r));
+fn whether_gpus_were_named_is_read_once_with_the_request() {
+    let inv = inventory();
+    // `gpu=0` with `--gpus device=1`: a contradiction, refused
+    let mut v = docker("1");
+    v["annotations"]["gpu"] = json!("0");
+    let r = Request::from_config(&v, EnvRequests::Ignored)
+        .unwrap()
+        .unwrap();
+    assert!(r.named_gpus);
+    v["annotations"].as_object_mut().unwrap().remove("gpu");
+    assert!(
+        matches!(
+            request_for_create(&v, &r, &inv, VisibleFrom::Engine),
+            Err(ToolkitError::Contradiction { .. })
+        ),
+        "the request named GPU 0; the key removed later must not make it unnamed"
+    );
+    // no GPU named: the engine's GPU 1 is taken, whatever keys appear later
+    let mut v = docker("1");
+    let r = Request::from_config(&v, EnvRequests::Ignored)
+        .unwrap()
+        .unwrap();
+    assert!(!r.named_gpus);
+    v["annotations"]["gpu-quota.io/gpus"] = json!("2");
+    v["process"]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("GPU_QUOTA_GPU=3"));
+    let (admit, engine) = request_for_create(&v, &r, &inv, VisibleFrom::Engine).unwrap();
+    assert!(engine.is_some());
+    assert_eq!(admit.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
 }
 
 #[test]
@@ -280,11 +332,13 @@ fn ctr_gpus_hook_is_an_engine_request_and_is_removed() {
     assert!(e.cli_hook && !e.legacy_hook);
     assert_eq!(e.gpus, EngineGpus::List(vec![GpuRef::Index(1)]));
     assert!(e.described.contains("--device=1"), "{}", e.described);
-    let r = reconcile(&req(GpuSelector::Count(1)), false, &e, &h).unwrap();
+    let r = reconcile(&named(req(GpuSelector::Count(1)), false), &e, &h).unwrap();
     assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
     // gpu=0 with --gpus 1: a contradiction, naming both
     let g0 = req(GpuSelector::List(vec![GpuRef::Index(0)]));
-    let msg = reconcile(&g0, true, &e, &h).unwrap_err().to_string();
+    let msg = reconcile(&named(g0.clone(), true), &e, &h)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("--device=1") && msg.contains("gpu=0"), "{msg}");
     let n = narrow(&mut v, &[1], &[h[1].uuid.clone()], &|_| None);
     assert_eq!(n.removed_hooks, 1);
@@ -333,7 +387,7 @@ fn always_on_hook_leaves_the_image_env_unread() {
             "{hook}: the image's value is not read"
         );
         assert!(e.described.contains("not read"), "{}", e.described);
-        let r = reconcile(&req(GpuSelector::Count(1)), false, &e, &h).unwrap();
+        let r = reconcile(&named(req(GpuSelector::Count(1)), false), &e, &h).unwrap();
         assert_eq!(r.gpus, GpuSelector::Count(1), "gpu-quota's keys decide");
         // an invalid value in the image is not even parsed
         let mut bad = v.clone();
@@ -449,7 +503,7 @@ fn own_nodes_of_a_reused_bundle_are_no_request() {
     });
     let e = detect(&v, &h, VisibleFrom::Unknown).unwrap().unwrap();
     assert_eq!(e.gpus, EngineGpus::All);
-    let r = reconcile(&req(GpuSelector::Count(1)), false, &e, &h).unwrap();
+    let r = reconcile(&named(req(GpuSelector::Count(1)), false), &e, &h).unwrap();
     assert_eq!(r.gpus, GpuSelector::Count(1));
     let n = narrow(&mut v, &[0], &[h[0].uuid.clone()], &|_| None);
     assert_eq!(n.removed_nodes, ["/dev/nvidia1"]);
@@ -470,7 +524,7 @@ fn own_nodes_of_a_reused_bundle_are_no_request() {
 fn unknown_engine_gpu_names_its_source() {
     let h = host();
     let e = engine(&docker("7"));
-    let err = reconcile(&req(GpuSelector::Count(1)), false, &e, &h).unwrap_err();
+    let err = reconcile(&named(req(GpuSelector::Count(1)), false), &e, &h).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, ToolkitError::UnknownGpu { .. }), "{msg}");
     assert!(
@@ -481,7 +535,7 @@ fn unknown_engine_gpu_names_its_source() {
     let e = detect(&ctr_gpus("GPU-ffff"), &h, VisibleFrom::Unknown)
         .unwrap()
         .unwrap();
-    let msg = reconcile(&req(GpuSelector::Count(1)), false, &e, &h)
+    let msg = reconcile(&named(req(GpuSelector::Count(1)), false), &e, &h)
         .unwrap_err()
         .to_string();
     assert!(msg.contains("--device=GPU-ffff"), "{msg}");
