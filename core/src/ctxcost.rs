@@ -96,6 +96,8 @@ pub enum CtxCostError {
     Implausible(String),
     #[error("cannot write {path}: {err}")]
     Write { path: PathBuf, err: std::io::Error },
+    #[error("context_overhead in the config: {0}")]
+    Setting(#[from] crate::units::SizeError),
 }
 
 /// The charge for a measured context: + margin, rounded up to 2 MiB.
@@ -412,6 +414,63 @@ pub fn measure_host(cfg: &crate::Config) -> Result<Vec<Entry>, CtxCostError> {
         &targets,
         &m,
     )
+}
+
+/// The hook's charge for a container on the GPUs `uuids` (the largest
+/// over their models): the config's `context_overhead` when it is a size;
+/// else the cache, or a measurement by the `measure-context` child
+/// ([`ChildMeasurer`]: gpu-quota-driver with the host's libcuda and
+/// libnvidia-ml from `files`), cached for the next start. The GPUs' model
+/// names come from the inventory known without NVML (the hook loads no
+/// library). `Source::MeasureFailed` is for the caller to say.
+pub fn for_container(
+    cfg: &crate::Config,
+    files: &crate::driver::DriverFiles,
+    uuids: &[&str],
+) -> Result<Resolved, CtxCostError> {
+    let setting = cfg.context_overhead_setting()?;
+    if let Setting::Bytes(bytes) = setting {
+        return Ok(Resolved {
+            bytes,
+            source: Source::Config,
+        });
+    }
+    let inv = crate::inventory::inventory_without_nvml(cfg);
+    let names: Vec<&str> = uuids
+        .iter()
+        .map(|u| {
+            inv.as_ref()
+                .and_then(|i| i.find_uuid(u))
+                .map_or("unknown", |g| g.name.as_str())
+        })
+        .collect();
+    let targets: Vec<Target> = uuids
+        .iter()
+        .zip(&names)
+        .map(|(uuid, gpu_name)| Target { uuid, gpu_name })
+        .collect();
+    let libcuda = crate::driver::libcuda_of(files);
+    let measurer = match (
+        &libcuda,
+        crate::driver::libnvml_of(files),
+        crate::paths::driver_helper(cfg),
+    ) {
+        (Some(c), Some(n), Some(helper)) => Some(ChildMeasurer {
+            helper,
+            libcuda: c.clone(),
+            libnvml: n,
+            timeout: MEASURE_TIMEOUT,
+        }),
+        _ => None,
+    };
+    let dv = libcuda.as_deref().map(driver_version_of);
+    Ok(resolve(
+        setting,
+        &Cache::new(&cfg.ledger_dir),
+        dv.as_deref(),
+        &targets,
+        measurer.as_ref().map(|m| m as &dyn Measurer),
+    ))
 }
 
 /// The real measurer: `<gpu-quota-driver> measure-context --cuda LIB --nvml LIB --uuid U`.

@@ -25,9 +25,10 @@
 //!
 //! With a request, gpu-quota owns the container's GPU devices: hooks that
 //! hand out GPUs are removed (gpu-quota's own hook injects the driver files
-//! and spec::patch the slice's nodes), other GPUs' nodes, DRM nodes, rules
-//! and mounts go, and `NVIDIA_VISIBLE_DEVICES`/`CUDA_VISIBLE_DEVICES` name
-//! the slice ([`narrow`]).
+//! and `spec::Devices` adds the slice's nodes), other GPUs' nodes, DRM
+//! nodes, rules and mounts go ([`narrow`]), and
+//! `NVIDIA_VISIBLE_DEVICES`/`CUDA_VISIBLE_DEVICES` name the slice
+//! (`spec::Environment`).
 //!
 //! Everything here but [`drm::owner`] is pure: the inventory comes in as a
 //! list of GPUs.
@@ -503,14 +504,13 @@ fn is_drm_path(p: &str) -> bool {
 /// other GPUs (`slice_minors` are kept), their cgroup allow rules (and a
 /// wildcard allow of every NVIDIA node), DRM nodes and their rules unless
 /// `drm_owner` (DRM minor → NVIDIA minor, [`drm::owner`]) proves them the
-/// slice's, bind mounts of other GPUs' nodes, and point
-/// `NVIDIA_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES` at the slice's
-/// UUIDs. gpu-quota's own edits (spec::patch) then add the slice's nodes
-/// and rules.
+/// slice's, and bind mounts of other GPUs' nodes. gpu-quota's own edits
+/// then add the slice's nodes and rules (`spec::Devices`) and point the
+/// variables naming GPUs at the slice (`spec::Environment`); as a modifier
+/// this is `spec::Narrow`.
 pub fn narrow(
     config: &mut Value,
     slice_minors: &[u32],
-    slice_uuids: &[String],
     drm_owner: &dyn Fn(u32) -> Option<u32>,
 ) -> Narrowed {
     let mut out = Narrowed {
@@ -578,19 +578,6 @@ pub fn narrow(
         });
         out.removed_mounts = before - mounts.len();
     }
-    if let Some(env) = config
-        .pointer_mut("/process/env")
-        .and_then(Value::as_array_mut)
-    {
-        for var in [VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES] {
-            let prefix = format!("{var}=");
-            for e in env.iter_mut() {
-                if e.as_str().is_some_and(|s| s.starts_with(&prefix)) {
-                    *e = Value::String(format!("{prefix}{}", slice_uuids.join(",")));
-                }
-            }
-        }
-    }
     out
 }
 
@@ -607,7 +594,8 @@ pub fn host_gpus(inv: &crate::Inventory) -> Vec<HostGpu> {
 }
 
 /// For the runtime's create: the request to admit, and the engine's
-/// request when there is one (then [`narrow_to_slices`] must follow).
+/// request when there is one (then the spec is narrowed to the slice:
+/// `spec::Narrow`).
 pub fn request_for_create(
     config: &Value,
     req: &Request,
@@ -620,21 +608,6 @@ pub fn request_for_create(
     };
     let r = reconcile(req, &engine, &host)?;
     Ok((r, Some(engine)))
-}
-
-/// [`narrow`] to the GPUs admitted.
-pub fn narrow_to_slices(
-    config: &mut Value,
-    inv: &crate::Inventory,
-    slices: &[crate::placement::Slice],
-) -> Narrowed {
-    let minors: Vec<u32> = slices
-        .iter()
-        .filter_map(|s| inv.find_uuid(&s.uuid).map(|g| g.minor))
-        .collect();
-    let uuids: Vec<String> = slices.iter().map(|s| s.uuid.clone()).collect();
-    let host = drm::HostPaths::default();
-    narrow(config, &minors, &uuids, &|m| drm::owner(&host, m))
 }
 
 #[cfg(test)]

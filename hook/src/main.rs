@@ -1,12 +1,14 @@
-//! `gpu-quota-hook`: the OCI hook injected by gpu-quota-runtime.
+//! `gpu-quota-hook`: the OCI hook injected by gpu-quota-runtime, an
+//! argument adapter over `core::lifecycle`.
 //!
-//! * `create-runtime` (or `prestart`): runs after runc made the container's
-//!   namespaces and mounts, before pivot_root. Confirms the ledger
-//!   reservation with the container's pid, prepares the per-container state
-//!   directory on the host, enters the container's mount namespace and
-//!   carries out the mount plan (driver libraries, nvidia-smi, the
-//!   interceptor, /etc/ld.so.preload, the loader cache).
-//! * `poststop`: releases the reservation and removes the state directory.
+//! * `create-runtime` (or `prestart`): `lifecycle::enter` — runs after runc
+//!   made the container's namespaces and mounts, before pivot_root.
+//!   Confirms the ledger reservation with the container's pid, fills the
+//!   per-container state directory on the host, enters the container's
+//!   mount namespace and carries out the mount plan (driver libraries,
+//!   nvidia-smi, the interceptor, /etc/ld.so.preload, the loader cache).
+//! * `poststop`: `lifecycle::end` — releases the reservation and removes
+//!   the state directory.
 //!
 //! The reservation is found by the container id, the bundle and the runc
 //! root that gpu-quota-runtime wrote into this hook's entry in config.json
@@ -26,20 +28,16 @@
 //! and when the hook dies. The hook is linked statically (`make build`) and
 //! loads no library itself. It stops itself after `HOOK_TIMEOUT_SECS`,
 //! before runc's 60 s timeout.
-mod measure;
-
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use gpuquota_core::{
     config::Config,
-    driver, events,
-    ledger::Key,
-    lifecycle::{self, Bundle},
-    mountplan, paths,
-    rootfs::{Declared, MountEffects, Rootfs},
-    spec, state, LedgerError,
+    lifecycle::{self, Bundle, Container, Entered, Entry, Exit, HostEnter},
+    spec,
 };
 use std::io::Read;
-use std::os::fd::AsFd;
+
+/// Who records this binary's events.
+const PROGRAM: &str = "gpu-quota-hook";
 
 /// The hook's own deadline (runc kills hooks after the spec's 60 s).
 const HOOK_TIMEOUT_SECS: u32 = 45;
@@ -116,81 +114,16 @@ fn run(stage: &str) -> Result<()> {
 fn create_runtime(root: Option<String>) -> Result<()> {
     let ctx = read_state()?;
     let cfg = Config::load_default()?;
-    let Some(root) = root else {
-        if !ctx.bundle.prepared_by_runtime() {
-            return Ok(()); // not a container gpu-quota-runtime prepared
-        }
-        bail!(
-            "container {} was given GPU devices by gpu-quota-runtime, but this hook's entry in {} has no `{} RUNC_ROOT`, so its reservation cannot be told from another container's with the same id under another runc root: none was confirmed and nothing was mounted. Create the container through this version of gpu-quota-runtime",
-            ctx.id,
-            ctx.bundle.config_path().display(),
-            spec::HOOK_ROOT_ARG
-        );
+    let entry = Entry {
+        id: &ctx.id,
+        root: root.as_deref(),
+        pid: ctx.pid,
+        bundle: &ctx.bundle,
     };
-    if !state::valid_container_id(&ctx.id) {
-        bail!(
-            "container id {:?} has characters gpu-quota does not accept",
-            ctx.id
-        );
+    match lifecycle::enter(&cfg, &entry, PROGRAM, &mut HostEnter { cfg: &cfg })? {
+        Entered::NoReservation(why) => eprintln!("{PROGRAM}: {why}"),
+        Entered::NotOurs | Entered::Mounted(_) => {}
     }
-    let declared = Declared::from_config(&ctx.bundle.config);
-    if let Some(c) = mountplan::declared_conflict(&declared, &cfg.driver.binaries) {
-        return Err(c.into());
-    }
-    let pid = ctx.pid.ok_or_else(|| {
-        anyhow!(
-            "the OCI state has no pid; gpu-quota-hook must run as a createRuntime or prestart hook"
-        )
-    })?;
-    // The reservation made at `create` decides, never a second reading of
-    // the request under the host policy of this moment.
-    let r = match lifecycle::confirm_for_hook(&cfg, &ctx.id, &root, &ctx.bundle, pid) {
-        Ok(r) => r,
-        // prepared for a reservation that is not there: fail closed (the
-        // container has its GPU devices but no slice)
-        Err(e) if ctx.bundle.prepared_by_runtime() => return Err(e.into()),
-        Err(LedgerError::NoReservation { .. }) => {
-            eprintln!(
-                "gpu-quota-hook: container {} has no reservation under runc root {root}: nothing added",
-                ctx.id
-            );
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let files = driver::discover(&cfg.driver)?;
-    let interceptor = paths::interceptor(&cfg).ok_or_else(|| {
-        anyhow!("libgpuquota.so not found (looked in ../lib/gpu-quota/ and next to gpu-quota-hook); set `interceptor` in {}", Config::path_from_env().display())
-    })?;
-    // made by gpu-quota-runtime before runc cloned the container's mount
-    // namespace (so its tmpfs is visible there); filled in here
-    let dir = state::container_dir(&cfg, &r);
-    let ctx_charge = measure::context_charge(&cfg, &files, &r)?;
-    state::fill(&dir, &r, &files, ctx_charge)
-        .with_context(|| format!("preparing {}", dir.display()))?;
-    measure::driver_limits(&cfg, &files, &dir, &r, pid);
-    let rootfs = spec::rootfs_path(&ctx.bundle.dir, &ctx.bundle.config);
-    let ops = mountplan::plan(&dir, &files, &interceptor);
-    enter_mount_ns(pid)?;
-    let mut fx = MountEffects {
-        rootfs: Rootfs::open(&rootfs)?.with_declared(declared),
-    };
-    mountplan::execute(&ops, &mut fx).with_context(|| {
-        format!(
-            "setting up container {} (rootfs {})",
-            ctx.id,
-            rootfs.display()
-        )
-    })?;
-    Ok(())
-}
-
-/// Join the container's mount namespace (the hook is single-threaded).
-fn enter_mount_ns(pid: u32) -> Result<()> {
-    let p = format!("/proc/{pid}/ns/mnt");
-    let f = std::fs::File::open(&p).with_context(|| format!("opening {p}"))?;
-    nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNS)
-        .with_context(|| format!("entering {p}"))?;
     Ok(())
 }
 
@@ -202,28 +135,20 @@ fn poststop(root: Option<String>) -> Result<()> {
             // a container created before the upgrade: gpu-quota-runtime's
             // `delete` releases it by id and runc root
             eprintln!(
-                "gpu-quota-hook: poststop of container {}: this hook's entry has no `{} RUNC_ROOT` (written by an older gpu-quota-runtime); nothing released here, `delete` through gpu-quota-runtime releases it",
+                "{PROGRAM}: poststop of container {}: this hook's entry has no `{} RUNC_ROOT` (written by an older gpu-quota-runtime); nothing released here, `delete` through gpu-quota-runtime releases it",
                 ctx.id,
                 spec::HOOK_ROOT_ARG
             );
         }
         return Ok(());
     };
-    let bundle = ctx.bundle.dir.to_string_lossy();
-    let src = events::Source {
-        program: "gpu-quota-hook",
-        engine: events::engine_of(Some(&root)),
-        cause: "poststop",
+    let c = Container {
+        id: &ctx.id,
+        root: Some(&root),
+        program: PROGRAM,
     };
-    lifecycle::end_with(
-        &cfg,
-        Key::Hook {
-            id: &ctx.id,
-            root: Some(&root),
-            bundle: &bundle,
-        },
-        src,
-    )?;
+    let bundle = ctx.bundle.dir.to_string_lossy();
+    lifecycle::end(&cfg, &c, Exit::Poststop { bundle: &bundle })?;
     Ok(())
 }
 

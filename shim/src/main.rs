@@ -1,23 +1,21 @@
-//! `gpu-quota-runtime`: a runc-compatible wrapper.
+//! `gpu-quota-runtime`: a runc-compatible wrapper, an argument adapter
+//! over `core::lifecycle`.
 //!
 //! Every command goes to the real runc with its arguments unchanged. On
-//! `create` (and foreground `run`) of a container that asks for GPU memory,
-//! the runtime first admits the request into the host ledger, then edits the
-//! bundle's config.json (device nodes, cgroup device rules, hooks); if runc
-//! then fails, the slice is released. `delete` releases the slice once the
-//! container is gone. Containers without a request are never touched.
+//! `create` (and `run`) the container is prepared (`lifecycle::prepare`:
+//! admitted into the host ledger and its bundle edited, passed through
+//! untouched, or refused); if runc then fails, or a foreground `run` is
+//! over, its reservation ends (`lifecycle::end`). `delete` ends it once
+//! runc no longer knows the container. Containers without a request are
+//! never touched.
 mod args;
 mod report;
 
 use anyhow::{anyhow, Context, Result};
 use gpuquota_core::{
     config::Config,
-    events,
-    ledger::Key,
-    lifecycle::{self, Bundle, LifecycleError},
-    paths,
-    request::{self, EnvRequests},
-    state, toolkit, Inventory, Request,
+    lifecycle::{self, Container, Create, Exit, Prepared},
+    paths, state,
 };
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -25,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-/// runc's default state root for root.
-const DEFAULT_RUNC_ROOT: &str = "/run/runc";
+/// Who records this binary's events.
+const PROGRAM: &str = "gpu-quota-runtime";
 
 fn main() {
     let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -59,14 +57,15 @@ fn runc_path(cfg_runc: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// runc for pass-through commands: the configured one if the config loads,
-/// else `runc` from PATH (a broken config must not break other containers).
-fn passthrough(argv: &[OsString]) -> Result<i32> {
-    let runc = Config::load_default()
-        .map(|c| c.runc)
-        .unwrap_or_else(|_| "runc".into());
-    let runc = runc_path(&runc)?;
-    let e = Command::new(&runc).args(argv).exec();
+/// The runc to run: the configured one if the config loads, else `runc`
+/// from PATH (a broken config must not break other containers).
+fn runc_for(cfg: Option<&Config>) -> Result<PathBuf> {
+    runc_path(cfg.map_or(Path::new("runc"), |c| c.runc.as_path()))
+}
+
+/// Hand the command line to runc, untouched.
+fn passthrough(runc: &Path, argv: &[OsString]) -> Result<i32> {
+    let e = Command::new(runc).args(argv).exec();
     Err(anyhow!("cannot run {}: {e}", runc.display()))
 }
 
@@ -77,13 +76,18 @@ fn run(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         Some("delete") => delete(argv, a),
         _ => {
             report::preamble(a);
-            passthrough(argv)
+            passthrough(&runc_for(Config::load_default().ok().as_ref())?, argv)
         }
     }
 }
 
-fn effective_root(a: &args::RuncArgs) -> String {
-    a.root.clone().unwrap_or_else(|| DEFAULT_RUNC_ROOT.into())
+/// The container of this command line (`id`: the one it names).
+fn container<'a>(a: &'a args::RuncArgs, id: &'a str) -> Container<'a> {
+    Container {
+        id,
+        root: a.root.as_deref(),
+        program: PROGRAM,
+    }
 }
 
 fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
@@ -92,122 +96,25 @@ fn create(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
         None => std::env::current_dir().context("current directory")?,
     };
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-    let mut bundle = match Bundle::load(&dir) {
-        Ok(b) => b,
-        // never fail open: a config we cannot read that mentions a request
-        Err(e @ LifecycleError::RequestInInvalidJson { .. }) => return Err(e.into()),
-        Err(_) => return passthrough(argv), // runc reports a bad bundle itself
-    };
-    // The host config decides whether the environment may carry a request.
-    // A config that does not load counts as allowing it, so that an env
-    // request on a broken host is refused below rather than run unsliced.
-    // A container the CRI runs (its runc root is a Kubernetes root) never
-    // takes a request from its environment: the scheduler alone grants.
     let cfg = Config::load_default();
-    // A prepared DRA claim's variable (its CDI device sets it) binds the
-    // container to that claim, in every mode: requests are not read then.
-    match lifecycle::presented_claim(&bundle) {
-        Ok(Some(p)) => return create_claimed(argv, a, cfg, bundle, &p),
-        Ok(None) => {}
-        Err(e) => {
-            if let Ok(cfg) = &cfg {
-                let id = a.id.as_deref().unwrap_or("");
-                let reason = gpuquota_core::claims::reason_of(&e);
-                events::refused(
-                    cfg,
-                    source(a, "create"),
-                    id,
-                    "claim",
-                    reason,
-                    &e.to_string(),
-                );
+    let runc = runc_for(cfg.as_ref().ok())?;
+    let call = Create {
+        id: a.id.as_deref(),
+        root: a.root.as_deref(),
+        bundle: &dir,
+        program: PROGRAM,
+    };
+    match lifecycle::prepare(cfg, &call)? {
+        Prepared::PassThrough { notice } => {
+            if let Some(n) = notice {
+                report::warning(a, &n);
             }
-            return Err(e.into());
+            passthrough(&runc, argv)
+        }
+        Prepared::Admitted { cfg, reservation } => {
+            run_admitted(&cfg, &runc, argv, a, &reservation.container_id)
         }
     }
-    let policy = cfg
-        .as_ref()
-        .map(|c| c.env_policy_for(a.root.as_deref()))
-        .unwrap_or(EnvRequests::Allowed);
-    let req = Request::from_config(&bundle.config, policy);
-    if let (Err(e), Ok(cfg)) = (&req, &cfg) {
-        let request = format!("{}={}", e.origin, e.value);
-        let id = a.id.as_deref().unwrap_or("");
-        events::refused(
-            cfg,
-            source(a, "create"),
-            id,
-            &request,
-            "invalid_request",
-            &e.to_string(),
-        );
-    }
-    let Some(req) = req? else {
-        warn_ignored_env(a, &cfg, &bundle, policy);
-        return passthrough(argv);
-    };
-    let id = a.id.clone().ok_or_else(|| {
-        anyhow!(
-            "runc {} without a container id",
-            a.command.as_deref().unwrap_or("")
-        )
-    })?;
-    let cfg = cfg?;
-    let runc = runc_path(&cfg.runc)?;
-    let inv = Inventory::load(&cfg)?;
-    let root = effective_root(a);
-    // --gpus, a Compose device reservation, ctr's nvidia-container-cli hook
-    // or CDI devices: the engine's GPU request reconciled with ours, refused
-    // before anything is reserved when they contradict
-    let from = toolkit::VisibleFrom::for_root(&cfg, Some(&root));
-    let (req, engine) = match toolkit::request_for_create(&bundle.config, &req, &inv, from) {
-        Ok(x) => x,
-        Err(e) => {
-            let request = gpuquota_core::ledger::describe_request(&req);
-            events::refused(
-                &cfg,
-                source(a, "create"),
-                &id,
-                &request,
-                "engine_request",
-                &e.to_string(),
-            );
-            return Err(e.into());
-        }
-    };
-    let r = lifecycle::admit(&cfg, &inv, &bundle, &req, &id, &root, source(a, "create"))?;
-    if engine.is_some() {
-        // gpu-quota owns this container's GPU devices: hooks that hand out
-        // GPUs go, other GPUs' nodes (DRM ones too), rules and mounts go
-        toolkit::narrow_to_slices(&mut bundle.config, &inv, &r.slices);
-    }
-    lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;
-    run_admitted(&cfg, &runc, argv, a, &id, &root)
-}
-
-/// `create` of a container bound to a prepared DRA claim: a config that
-/// does not load refuses it (never run unsliced).
-fn create_claimed(
-    argv: &[OsString],
-    a: &args::RuncArgs,
-    cfg: Result<Config, gpuquota_core::config::ConfigError>,
-    mut bundle: Bundle,
-    p: &gpuquota_core::claims::Presented,
-) -> Result<i32> {
-    let id = a.id.clone().ok_or_else(|| {
-        anyhow!(
-            "runc {} without a container id",
-            a.command.as_deref().unwrap_or("")
-        )
-    })?;
-    let cfg = cfg?;
-    let runc = runc_path(&cfg.runc)?;
-    let inv = Inventory::load(&cfg)?;
-    let root = effective_root(a);
-    let r = lifecycle::admit_claim(&cfg, &mut bundle, p, &id, &root, source(a, "create"))?;
-    lifecycle::engine_request_for_claim(&cfg, &inv, &mut bundle, &r, source(a, "create"))?;
-    lifecycle::setup(&cfg, &inv, &mut bundle, &r, source(a, "create-failed"))?;
-    run_admitted(&cfg, &runc, argv, a, &id, &root)
 }
 
 /// runc for an admitted container; its reservation ends here when runc
@@ -218,8 +125,8 @@ fn run_admitted(
     argv: &[OsString],
     a: &args::RuncArgs,
     id: &str,
-    root: &str,
 ) -> Result<i32> {
+    let c = container(a, id);
     // r615+ driver limits: a foreground `run` gets `--keep`, so that the
     // limit is cleared while the cgroup exists, then it is deleted here
     let keep_for_limits = a.command.as_deref() == Some("run")
@@ -233,58 +140,21 @@ fn run_admitted(
     };
     let code = spawn_forwarding(runc, &run_argv)?;
     if keep_for_limits {
-        finish_kept_run(cfg, runc, argv, a, id, root);
+        finish_kept_run(cfg, runc, argv, a, &c);
     }
     let foreground_run = a.command.as_deref() == Some("run") && !a.detach;
-    if code != 0 || foreground_run {
-        // the container never started, or `runc run` already deleted it
-        let cause = if code != 0 {
-            "runc-failed"
-        } else {
-            "run-exited"
-        };
-        lifecycle::end(
-            cfg,
-            Key::Root {
-                id,
-                root: Some(root),
-            },
-            source(a, cause),
-        );
+    // the container never started, or `runc run` already deleted it
+    let exit = if code != 0 {
+        Some(Exit::RuncFailed)
+    } else if foreground_run {
+        Some(Exit::RunExited)
+    } else {
+        None
+    };
+    if let Some(exit) = exit {
+        let _ = lifecycle::end(cfg, &c, exit);
     }
     Ok(code)
-}
-
-/// A container that asks through its environment on a host that takes no
-/// requests from there runs without a slice: say so, once.
-fn warn_ignored_env(
-    a: &args::RuncArgs,
-    cfg: &Result<Config, gpuquota_core::config::ConfigError>,
-    bundle: &Bundle,
-    policy: EnvRequests,
-) {
-    let ignored = request::env_request_vars(&request::config_env(&bundle.config));
-    if ignored.is_empty() || policy != EnvRequests::Ignored {
-        return;
-    }
-    let kubernetes = cfg
-        .as_ref()
-        .is_ok_and(|c| c.is_kubernetes_root(a.root.as_deref()));
-    let msg = if kubernetes {
-        format!(
-            "ignoring {} in the container's environment: runc root {} is a Kubernetes root (`kubernetes_runc_roots` in {}), where only the scheduler grants slices; request the gpu-quota.io/vram resource",
-            ignored.join(", "),
-            a.root.as_deref().unwrap_or(""),
-            Config::path_from_env().display()
-        )
-    } else {
-        format!(
-            "ignoring {} in the container's environment: this host takes requests only from annotations (`env_requests` is off in {}); pass --annotation vram=SIZE",
-            ignored.join(", "),
-            Config::path_from_env().display()
-        )
-    };
-    report::warning(a, &msg);
 }
 
 /// After `runc run --keep`: clear the driver limit, then delete the stopped
@@ -294,14 +164,11 @@ fn finish_kept_run(
     runc: &Path,
     argv: &[OsString],
     a: &args::RuncArgs,
-    id: &str,
-    root: &str,
+    c: &Container<'_>,
 ) {
-    if let Err(e) = gpuquota_core::drvlimit::clear_for_container(cfg, id, Some(root), true) {
-        eprintln!("gpu-quota-runtime: warning: driver memory limit not cleared: {e}");
-    }
+    lifecycle::before_runc_delete(cfg, c, true);
     let mut del: Vec<OsString> = argv[..a.command_index.unwrap_or(0)].to_vec();
-    del.extend(["delete".into(), "--force".into(), id.into()]);
+    del.extend(["delete".into(), "--force".into(), c.id.into()]);
     let _ = Command::new(runc)
         .args(&del)
         .stdout(std::process::Stdio::null())
@@ -311,43 +178,30 @@ fn finish_kept_run(
 
 fn delete(argv: &[OsString], a: &args::RuncArgs) -> Result<i32> {
     let Ok(cfg) = Config::load_default() else {
-        return passthrough(argv);
+        return passthrough(&runc_for(None)?, argv);
     };
-    let runc = runc_path(&cfg.runc)?;
-    if let Some(id) = &a.id {
-        // runc removes the cgroup before it runs poststop hooks: clear the
-        // driver limit (r615+) now, while the cgroup still exists
-        let force = argv
-            .iter()
-            .any(|x| x == "--force" || x == "-f" || x == "--force=true");
-        if let Err(e) =
-            gpuquota_core::drvlimit::clear_for_container(&cfg, id, Some(&effective_root(a)), force)
-        {
-            eprintln!("gpu-quota-runtime: warning: driver memory limit not cleared: {e}");
-        }
-    }
+    let runc = runc_for(Some(&cfg))?;
+    let Some(id) = a.id.as_deref() else {
+        return spawn_forwarding(&runc, argv);
+    };
+    let c = container(a, id);
+    // runc removes the cgroup before it runs poststop hooks: clear the
+    // driver limit (r615+) now, while the cgroup still exists
+    let force = argv
+        .iter()
+        .any(|x| x == "--force" || x == "-f" || x == "--force=true");
+    lifecycle::before_runc_delete(&cfg, &c, force);
     // The bundle, while runc still knows the container: a state directory
     // whose reservation is already gone (`gpu-quota release --force` of a
     // running container) is found by it after the delete.
-    let bundle =
-        a.id.as_deref()
-            .and_then(|id| runc_bundle(&effective_root(a), id));
+    let bundle = runc_bundle(c.runc_root(), id);
     let code = spawn_forwarding(&runc, argv)?;
-    if let Some(id) = &a.id {
-        let root = effective_root(a);
-        // release only once runc no longer knows the container
-        if !Path::new(&root).join(id).exists() {
-            let key = Key::Root {
-                id,
-                root: Some(&root),
-            };
-            let gone = lifecycle::end(&cfg, key, source(a, "delete"));
-            if gone.is_empty() {
-                if let Some(bundle) = &bundle {
-                    lifecycle::release_orphan(&cfg, id, &root, bundle);
-                }
-            }
-        }
+    // release only once runc no longer knows the container
+    if !Path::new(c.runc_root()).join(id).exists() {
+        let exit = Exit::Deleted {
+            bundle: bundle.as_deref(),
+        };
+        let _ = lifecycle::end(&cfg, &c, exit);
     }
     Ok(code)
 }
@@ -371,15 +225,6 @@ fn runc_bundle(root: &str, id: &str) -> Option<String> {
             std::fs::canonicalize(b)
                 .map_or_else(|_| b.to_string(), |c| c.to_string_lossy().into_owned())
         })
-}
-
-/// Who records an event: this runtime, for the engine behind its runc root.
-fn source<'a>(a: &'a args::RuncArgs, cause: &'a str) -> events::Source<'a> {
-    events::Source {
-        program: "gpu-quota-runtime",
-        engine: events::engine_of(Some(a.root.as_deref().unwrap_or(DEFAULT_RUNC_ROOT))),
-        cause,
-    }
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);

@@ -248,6 +248,32 @@ pub fn apply_via_helper(
     }
 }
 
+/// The hook's part (createRuntime, r615+): set `gpus`' hard limits on the
+/// cgroup of the container whose init is `pid`, through the
+/// `driver-limits set` child (gpu-quota-driver with the host's
+/// libnvidia-ml `nvml`). Ok(None): nothing set — the driver cannot have
+/// the call (one file read per driver install, cached in `state_dir`, no
+/// child), or turned out not to have it. The caller records the result
+/// (`RECORD_FILE`, after [`ACTIVE_MARKER`]) for the clear.
+pub fn set_for_container(
+    cfg: &crate::Config,
+    nvml: &Path,
+    pid: u32,
+    gpus: &[GpuLimit],
+) -> Result<Option<Record>, DrvLimitError> {
+    if !maybe_supported_cached(&cfg.state_dir, nvml) {
+        return Ok(None);
+    }
+    let cg = container_cgroup(Path::new("/proc"), Path::new(CGROUP_ROOT), pid)?;
+    let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
+        DrvLimitError::Output(format!(
+            "{} not found beside the hook (set `driver_helper` in the config)",
+            crate::paths::DRIVER_HELPER_NAME
+        ))
+    })?;
+    apply_via_helper(&helper, nvml, &cg, gpus)
+}
+
 /// What the helper prints (one JSON line).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
