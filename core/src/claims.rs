@@ -661,20 +661,6 @@ pub fn presented(config: &Value) -> Result<Option<Presented>, ClaimError> {
     Ok(found)
 }
 
-/// Take every claim variable out of `config`'s `process.env` (runc and
-/// the container's process never see the token).
-pub fn strip(config: &mut Value) {
-    if let Some(env) = config
-        .pointer_mut("/process/env")
-        .and_then(Value::as_array_mut)
-    {
-        env.retain(|v| {
-            !v.as_str()
-                .is_some_and(|s| s.starts_with(keys::ENV_CLAIM_PREFIX))
-        });
-    }
-}
-
 /// Bind container `id` (runc root `root`, `bundle`) to the claim it
 /// presents: under the ledger's lock, the token is compared in constant
 /// time with the claim entry's. Containers already bound to the claim stay

@@ -1,10 +1,12 @@
-//! spec::patch on arbitrary JSON configs: never panics, idempotent, and on
-//! success the devices, rules, hooks and annotation are all there while
-//! unrelated top-level keys are untouched.
+//! gpu-quota's own spec modifiers (spec::Devices, spec::HookSpec,
+//! spec::Annotations, applied by spec::apply as lifecycle::prepare does) on
+//! arbitrary JSON configs: never panics, idempotent, and on success the
+//! devices, rules, hooks and annotation are all there while unrelated
+//! top-level keys are untouched.
 #![no_main]
 use arbitrary::{Arbitrary, Unstructured};
 use gpuquota_core::devices::DeviceNode;
-use gpuquota_core::spec::{patch, HookSpec, ASSIGNED_ANNOTATION};
+use gpuquota_core::spec::{apply, Annotations, Devices, HookSpec, ASSIGNED_ANNOTATION};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -100,15 +102,21 @@ fuzz_target!(|data: &[u8]| {
         timeout_secs: u64::arbitrary(&mut u).unwrap_or(0),
     };
     let assigned = String::arbitrary(&mut u).unwrap_or_default();
+    let devices = Devices(nodes.clone());
+    let annotations = Annotations {
+        assigned: assigned.clone(),
+        record: Option::<String>::arbitrary(&mut u).unwrap_or_default(),
+    };
+    let patch = |config: &mut Value| apply(config, &[&devices, &hook, &annotations]);
 
     let mut once = config.clone();
-    let r1 = patch(&mut once, &nodes, &hook, &assigned);
+    let r1 = patch(&mut once);
     let mut twice = once.clone();
-    let r2 = patch(&mut twice, &nodes, &hook, &assigned);
-    assert_eq!(twice, once, "patch is not idempotent");
+    let r2 = patch(&mut twice);
+    assert_eq!(twice, once, "the modifiers are not idempotent");
     assert_eq!(r1.is_ok(), r2.is_ok(), "{r1:?} then {r2:?}");
     if let Err(e) = &r1 {
-        assert!(!e.is_empty());
+        assert!(!e.message.is_empty());
         return;
     }
 

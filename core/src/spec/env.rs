@@ -103,7 +103,8 @@ mod tests {
     #[test]
     fn a_claims_token_goes_and_nothing_else() {
         let mut v = json!({"process": {"env": [
-            "GPU_QUOTA_CLAIM_u_1=secret", "PATH=/bin", "GPU_QUOTA_CLAIM_u_1=secret", "GPU_QUOTA_VRAM=1g"
+            "GPU_QUOTA_CLAIM_u_1=secret", "PATH=/bin", "GPU_QUOTA_CLAIM_u_1=secret", "GPU_QUOTA_VRAM=1g",
+            "GPU_QUOTA_CLAIM_b"
         ]}});
         Environment::default()
             .without_claim()
