@@ -44,11 +44,10 @@ pub(super) fn admit(
             // anything is reserved when they contradict
             let from = VisibleFrom::for_root(cfg, Some(c.runc_root()));
             let (req, engine) = toolkit::request_for_create(&bundle.config, req, inv, from)
-                .map_err(|e| {
+                .inspect_err(|e| {
                     let request = ledger::describe_request(req);
                     let src = c.source("create");
                     events::refused(cfg, src, c.id, &request, "engine_request", &e.to_string());
-                    e
                 })?;
             Ok(Admitted {
                 reservation: admit_request(cfg, inv, bundle, &req, c)?,

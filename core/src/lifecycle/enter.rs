@@ -36,6 +36,8 @@ pub struct Entry<'a> {
 }
 
 /// enter's outcome (a failure is the `Err`, and fails the container).
+// one value per hook process: the larger variant is not worth a box
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Entered {
     /// A container gpu-quota-runtime did not prepare: nothing to do.

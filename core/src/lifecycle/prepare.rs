@@ -31,6 +31,8 @@ pub struct Create<'a> {
 }
 
 /// prepare's outcome (a refusal is the `Err`).
+// one value per runtime process: the larger variant is not worth a box
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Prepared {
     /// Neither a request nor a claim: run runc with the bundle untouched.
@@ -401,8 +403,10 @@ mod tests {
             ignored_env_notice(None, None, &b, EnvRequests::Allowed),
             None
         );
-        let mut cfg = Config::default();
-        cfg.kubernetes_runc_roots = vec!["/run/k8s".into()];
+        let cfg = Config {
+            kubernetes_runc_roots: vec!["/run/k8s".into()],
+            ..Config::default()
+        };
         let n = ignored_env_notice(Some(&cfg), Some("/run/k8s"), &b, EnvRequests::Ignored).unwrap();
         assert!(n.contains("Kubernetes root"), "{n}");
     }
