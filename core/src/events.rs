@@ -115,7 +115,7 @@ fn slices_fields(r: &Reservation) -> (String, String, u64) {
         .map(|s| s.uuid.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    let bytes = r.slices.first().map(|s| s.bytes).unwrap_or(0);
+    let bytes = r.slices.first().map(|s| s.vram_bytes).unwrap_or(0);
     (gpus, uuids, bytes)
 }
 
@@ -175,7 +175,7 @@ pub fn reclaimed(cfg: &Config, src: Source<'_>, rs: &[Reservation]) {
 
 fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, reason: &str) {
     let (gpu, uuid, slice_bytes) = slices_fields(r);
-    let total_bytes: u64 = r.slices.iter().map(|s| s.bytes).sum();
+    let total_bytes: u64 = r.slices.iter().map(|s| s.vram_bytes).sum();
     let pid = r.pid.unwrap_or(0);
     let age_secs = crate::fsutil::now_unix().saturating_sub(r.created_unix);
     // who the container is to its engine (empty where the engine said nothing)
@@ -276,7 +276,7 @@ mod tests {
         let slice = Slice {
             index: 1,
             uuid: "GPU-1".into(),
-            bytes: 4 << 30,
+            vram_bytes: 4 << 30,
         };
         Reservation {
             pid: Some(42),

@@ -187,7 +187,7 @@ impl LedgerData {
         for r in self.reservations.iter().filter(|r| r.counts()) {
             for s in &r.slices {
                 let e = u.entry(s.uuid.clone()).or_insert((0, 0));
-                e.0 += s.bytes;
+                e.0 += s.vram_bytes;
                 e.1 += 1;
             }
         }
@@ -545,7 +545,7 @@ pub struct AdmitInfo {
 
 pub fn describe_slices(s: &[Slice]) -> String {
     s.iter()
-        .map(|s| format!("{} on GPU {}", human(s.bytes), s.index))
+        .map(|s| format!("{} on GPU {}", human(s.vram_bytes), s.index))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -27,7 +27,7 @@
 use crate::config::Config;
 use crate::driver::DriverFiles;
 use crate::ledger::Reservation;
-use gpuquota_formats::{limits, usage};
+use gpuquota_formats::{grant, limits, usage};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
     limits::write(
         &mut s,
         &r.container_id,
-        r.slices.iter().map(|s| (s.uuid.as_str(), s.bytes)),
+        r.slices.iter().map(|s| (s.uuid.as_str(), s.vram_bytes)),
         context_overhead,
     )
     .ok()?;
@@ -80,6 +80,26 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
         limits::write_group(&mut s, consumer_group(r)).ok()?;
     }
     Some(s)
+}
+
+/// The `grant` file of a reservation (gpuquota_formats::grant::encode): its
+/// slices as they are, the GPUs named by raw UUID. Fails when a UUID is not
+/// one or the grant cannot be written (too many GPUs, one twice).
+pub fn grant_bytes(r: &Reservation) -> std::io::Result<[u8; grant::SIZE]> {
+    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+    let raw = r
+        .slices
+        .iter()
+        .map(|s| {
+            s.raw().ok_or_else(|| {
+                bad(format!(
+                    "GPU {:?} is not a UUID; it cannot be written to the grant file",
+                    s.uuid
+                ))
+            })
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    grant::encode(&raw).map_err(|e| bad(e.to_string()))
 }
 
 /// A container's tag in a usage file shared by the consumers of one DRA
@@ -347,6 +367,7 @@ pub fn fill(
         )
     })?;
     write(&dir.join(limits::FILE_NAME), text.as_bytes(), 0o644)?;
+    write(&dir.join(grant::FILE_NAME), &grant_bytes(r)?, 0o644)?;
     write(&dir.join(usage::FILE_NAME), b"", 0o644)?; // mount point
     write(&dir.join(INTERCEPTOR_NAME), b"", 0o644)?;
     write(&dir.join("ld.so.preload"), b"", 0o644)?;
@@ -420,12 +441,13 @@ mod tests {
     #[test]
     fn prepare_layout() {
         let d = tempfile::tempdir().unwrap();
+        const U: &str = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
         let slice = Slice {
-            uuid: "GPU-a".into(),
-            index: 0,
-            bytes: 4 << 30,
+            uuid: U.into(),
+            index: 3,
+            vram_bytes: 4 << 30,
         };
-        let r = Reservation::new("c1", None, "/b", vec![slice], "vram=4g");
+        let r = Reservation::new("c1", None, "/b", vec![slice.clone()], "vram=4g");
         let files = DriverFiles {
             libs: vec![DriverLib {
                 host_path: "/x".into(),
@@ -448,8 +470,8 @@ mod tests {
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
         assert!(
             limits.contains("vram_bytes=4294967296\n")
-                && limits.contains("gpus=GPU-a\n")
-                && limits.contains("gpu.GPU-a.vram_bytes=4294967296\n"),
+                && limits.contains(&format!("gpus={U}\n"))
+                && limits.contains(&format!("gpu.{U}.vram_bytes=4294967296\n")),
             "{limits}"
         );
         assert!(
@@ -463,6 +485,15 @@ mod tests {
             (Some(4 << 30), Some(512 << 20))
         );
         assert_eq!(l.container_id(), r.container_id.as_bytes());
+        // the grant, as placement made it (the one reader reads it back)
+        let g = std::fs::read(dir.join(grant::FILE_NAME)).unwrap();
+        assert_eq!(grant::decode(&g).unwrap().gpus(), &[slice.raw().unwrap()]);
+        // a GPU name that is no UUID cannot be granted: nothing would enforce it
+        let mut bad = r.clone();
+        bad.slices[0].uuid = "GPU-a".into();
+        let dir = create(&cfg, &bad, UsageBacking::Plain).unwrap();
+        let e = fill(&dir, &bad, &files, 0).unwrap_err();
+        assert!(e.to_string().contains("\"GPU-a\" is not a UUID"), "{e}");
         // an id that would not read back as itself is never written
         let mut bad = r.clone();
         bad.container_id = "c\nvram_bytes=1099511627776".into();

@@ -150,7 +150,11 @@ pub fn ls(a: &LsArgs) -> Result<()> {
             .map(|s| s.index.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let slice = r.slices.first().map(|s| human(s.bytes)).unwrap_or_default();
+        let slice = r
+            .slices
+            .first()
+            .map(|s| human(s.vram_bytes))
+            .unwrap_or_default();
         let pid = r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
         let age = now.saturating_sub(r.created_unix);
         gpuquota_core::outln!(
@@ -209,7 +213,7 @@ fn claim_lines(data: &LedgerData) -> Vec<String> {
             let slices: Vec<String> = r
                 .slices
                 .iter()
-                .map(|s| format!("{} on {} (GPU {})", human(s.bytes), s.uuid, s.index))
+                .map(|s| format!("{} on {} (GPU {})", human(s.vram_bytes), s.uuid, s.index))
                 .collect();
             Some(format!(
                 "claim {}/{} (uid {}) {}: {}",
