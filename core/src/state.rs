@@ -82,26 +82,6 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
     Some(s)
 }
 
-/// The `grant` file of a reservation (gpuquota_formats::grant::encode): its
-/// slices as they are, the GPUs named by raw UUID. Fails when a UUID is not
-/// one or the grant cannot be written (too many GPUs, one twice).
-pub fn grant_bytes(r: &Reservation) -> std::io::Result<[u8; grant::SIZE]> {
-    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
-    let raw = r
-        .slices
-        .iter()
-        .map(|s| {
-            s.raw().ok_or_else(|| {
-                bad(format!(
-                    "GPU {:?} is not a UUID; it cannot be written to the grant file",
-                    s.uuid
-                ))
-            })
-        })
-        .collect::<std::io::Result<Vec<_>>>()?;
-    grant::encode(&raw).map_err(|e| bad(e.to_string()))
-}
-
 /// A container's tag in a usage file shared by the consumers of one DRA
 /// claim (the slots' `group`): stable for the container (its id, runc
 /// root and bundle, as its directory's name), never 0.
@@ -367,7 +347,11 @@ pub fn fill(
         )
     })?;
     write(&dir.join(limits::FILE_NAME), text.as_bytes(), 0o644)?;
-    write(&dir.join(grant::FILE_NAME), &grant_bytes(r)?, 0o644)?;
+    write(
+        &dir.join(grant::FILE_NAME),
+        &crate::grantfile::bytes(&r.slices)?,
+        0o644,
+    )?;
     write(&dir.join(usage::FILE_NAME), b"", 0o644)?; // mount point
     write(&dir.join(INTERCEPTOR_NAME), b"", 0o644)?;
     write(&dir.join("ld.so.preload"), b"", 0o644)?;
