@@ -23,6 +23,7 @@ pub enum Kind {
     Refusal,
     Release,
     Reclaim,
+    Resize,
 }
 
 impl Kind {
@@ -32,6 +33,7 @@ impl Kind {
             Kind::Refusal => "refusal",
             Kind::Release => "release",
             Kind::Reclaim => "reclaim",
+            Kind::Resize => "resized",
         }
     }
 }
@@ -171,6 +173,26 @@ pub fn reclaimed(cfg: &Config, src: Source<'_>, rs: &[Reservation]) {
     for r in rs {
         emit_reservation(cfg, src, Kind::Reclaim, r, "container gone");
     }
+}
+
+/// A running container's slice on GPU `gpu` changed from `from` to `to`
+/// bytes (`by`: who asked, e.g. `uid 0 (root)`).
+pub fn resized(
+    cfg: &Config,
+    src: Source<'_>,
+    r: &Reservation,
+    gpu: u32,
+    from: u64,
+    to: u64,
+    by: &str,
+) {
+    let _ = counters::bump(&cfg.ledger_dir, Bump::Resize);
+    let reason = format!(
+        "GPU {gpu}: {} -> {} by {by}",
+        crate::units::human(from),
+        crate::units::human(to)
+    );
+    emit_reservation(cfg, src, Kind::Resize, r, &reason);
 }
 
 fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, reason: &str) {
