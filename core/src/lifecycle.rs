@@ -722,3 +722,6 @@ mod tests {
         ));
     }
 }
+
+/// The update phase (a running container's grant changes).
+pub mod update;
