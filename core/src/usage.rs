@@ -38,7 +38,12 @@ pub struct Usage {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Holder {
+    /// Its slot in the file.
+    pub slot: usize,
     pub pid: u64,
+    /// Its start time (clock ticks since boot, as /proc/PID/stat's 22nd
+    /// field in any pid namespace).
+    pub start_time: u64,
     pub used: Vec<u64>,
 }
 
@@ -98,7 +103,9 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
         }
         u.processes += 1;
         let mut h = Holder {
+            slot: i,
             pid: u64_at(b, layout::slot_offset(i) + S_PID)?,
+            start_time: u64_at(b, layout::slot_offset(i) + layout::S_START_TIME)?,
             used: vec![0; DEV_COUNT],
         };
         for d in 0..DEV_COUNT {
@@ -184,6 +191,25 @@ fn slot_locked(f: &std::fs::File, off: usize) -> bool {
         return true;
     }
     l.l_type as i32 != libc::F_UNLCK
+}
+
+/// As [`read`], counting only the processes `alive` says are (the host
+/// knows them by the container's cgroup: a slot left by a process that
+/// died still shows what it held until a process of the container takes
+/// it back, while the driver has freed that memory). For decisions that
+/// give back what a container holds (a shrink), where such a slot would
+/// refuse wrongly.
+pub fn read_alive(path: &Path, alive: &dyn Fn(&Holder) -> bool) -> Option<Usage> {
+    let mut u = read(path)?;
+    u.holders.retain(|h| alive(h));
+    u.processes = u.holders.len() as u32;
+    u.used = vec![0; DEV_COUNT];
+    for h in &u.holders {
+        for (t, b) in u.used.iter_mut().zip(&h.used) {
+            *t = t.saturating_add(*b);
+        }
+    }
+    Some(u)
 }
 
 /// Read a usage file: a regular file, not followed through a symlink,
@@ -311,6 +337,12 @@ mod tests {
         assert_eq!(parse(&named).unwrap().device_of(&[7; 16]), Some(1));
         assert_eq!(free_group(&p, 5).unwrap(), 1, "the live slot is left alone");
         assert_eq!(read(&p).unwrap().used[0], 90);
+        // what the living hold
+        let live = read_alive(&p, &|h| h.slot == 2).unwrap();
+        assert_eq!(
+            (live.processes, live.used[0], live.holders[0].slot),
+            (1, 50, 2)
+        );
         drop(holder);
         assert_eq!(free_group(&p, 5).unwrap(), 1);
         let u = read(&p).unwrap();

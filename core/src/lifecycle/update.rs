@@ -266,7 +266,16 @@ pub fn resize_observed(
 /// processes (pids in the container). A file that names no device for the
 /// GPU counts everything it holds (a shrink must not pass on a guess).
 fn held_on(cfg: &Config, r: &Reservation, uuid: &str) -> (u64, String) {
-    let Some(u) = usage::read(&state::usage_path(&state::existing_dir(cfg, r))) else {
+    let path = state::usage_path(&state::existing_dir(cfg, r));
+    let alive = container_processes(r);
+    let u = match &alive {
+        // a slot counts while its process lives (same pid in the container,
+        // same start time); one left by a dead process is not held memory
+        Some(set) => usage::read_alive(&path, &|h| set.contains(&(h.pid, h.start_time))),
+        // processes not known (cgroup v1, no pid): every slot counts
+        None => usage::read(&path),
+    };
+    let Some(u) = u else {
         return (0, "no CUDA process".into());
     };
     let dev = gpuquota_formats::limits::parse_uuid(uuid.as_bytes()).and_then(|x| u.device_of(&x));
@@ -294,4 +303,61 @@ fn held_on(cfg: &Config, r: &Reservation, uuid: &str) -> (u64, String) {
         _ => format!("{list} and {more} more; pids as the container sees them"),
     };
     (of(&u.used), holders)
+}
+
+/// Upper bounds on the walk of a container's cgroup.
+const MAX_PROCS: usize = 65536;
+const MAX_CGROUP_DEPTH: usize = 16;
+
+/// The container's processes as its usage file names them: (pid in the
+/// container's pid namespace, start time), from its cgroup (cgroup v2) and
+/// each process's `NSpid`. None when they cannot be known.
+fn container_processes(r: &Reservation) -> Option<std::collections::HashSet<(u64, u64)>> {
+    let pid = r.pid?;
+    if !r
+        .pid_start
+        .is_some_and(|s| crate::fsutil::process_alive(pid, s))
+    {
+        return None;
+    }
+    let cg = drvlimit::container_cgroup(
+        std::path::Path::new("/proc"),
+        std::path::Path::new(drvlimit::CGROUP_ROOT),
+        pid,
+    )
+    .ok()?;
+    let mut out = std::collections::HashSet::new();
+    let mut dirs = vec![(cg, 0usize)];
+    while let Some((d, depth)) = dirs.pop() {
+        let procs = crate::fsutil::read_regular_capped(&d.join("cgroup.procs"), 1 << 20).ok()?;
+        for hp in String::from_utf8_lossy(&procs).split_whitespace() {
+            let Ok(hp) = hp.parse::<u32>() else { continue };
+            let (Some(ns), Some(st)) = (ns_pid(hp), crate::fsutil::process_start_time(hp)) else {
+                continue; // gone meanwhile
+            };
+            out.insert((ns, st));
+            if out.len() > MAX_PROCS {
+                return None;
+            }
+        }
+        if depth < MAX_CGROUP_DEPTH {
+            for e in std::fs::read_dir(&d).ok()?.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir() && !t.is_symlink()) {
+                    dirs.push((e.path(), depth + 1));
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// A host process's pid in its innermost pid namespace (`NSpid`'s last).
+fn ns_pid(host_pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
 }
