@@ -1,5 +1,9 @@
 /* A dynamic program for the container tests: talks to libcuda.so.1 through
- * dlopen/dlsym like a framework does.  usage: cuda_probe info | alloc GiB... | hold GiB SECS */
+ * dlopen/dlsym like a framework does.
+ * usage: cuda_probe info | alloc GiB... | hold GiB SECS
+ *        cuda_probe wait GiB GiB2 DIR: alloc GiB, try GiB2, create DIR/ready, wait up to 30 s
+ *          for DIR/go, then info and GiB2 again in the same process; create DIR/again,
+ *          wait for DIR/end (a running process across a resize) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,27 @@ int main(int argc, char **argv) {
     size_t f = 0, t = 0;
     int rc = cuMemGetInfo(&f, &t);
     printf("rc=%d total=%zu free=%zu\n", rc, t, f);
+    return 0;
+  }
+  if (argc > 4 && !strcmp(argv[1], "wait")) {
+    char p[512];
+    unsigned long long a = 0, b = 0;
+    size_t f = 0, t = 0;
+    int rc = cuMemAlloc(&a, (size_t)(atof(argv[2]) * (1ull << 30)));
+    printf("alloc %s GiB rc=%d\n", argv[2], rc);
+    rc = cuMemAlloc(&b, (size_t)(atof(argv[3]) * (1ull << 30)));
+    printf("alloc %s GiB rc=%d\n", argv[3], rc);
+    fflush(stdout);
+    snprintf(p, sizeof p, "%s/ready", argv[4]); fclose(fopen(p, "w"));
+    snprintf(p, sizeof p, "%s/go", argv[4]);
+    for (int i = 0; i < 600 && access(p, F_OK); i++) usleep(50000);
+    rc = cuMemGetInfo(&f, &t);
+    printf("rc=%d total=%zu free=%zu\n", rc, t, f);
+    if (!b) { rc = cuMemAlloc(&b, (size_t)(atof(argv[3]) * (1ull << 30))); printf("again %s GiB rc=%d\n", argv[3], rc); }
+    fflush(stdout);
+    snprintf(p, sizeof p, "%s/again", argv[4]); fclose(fopen(p, "w"));
+    snprintf(p, sizeof p, "%s/end", argv[4]);
+    for (int i = 0; i < 600 && access(p, F_OK); i++) usleep(50000);
     return 0;
   }
   int hold = argc > 1 && !strcmp(argv[1], "hold");

@@ -4,6 +4,7 @@
 //! runc. The same bundles run under plain runc to prove the harness itself.
 use serde_json::{json, Value};
 
+pub mod cuda;
 pub mod untrusted;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

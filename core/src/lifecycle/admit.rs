@@ -182,7 +182,7 @@ fn engine_request_for_claim(
     };
     // the claim's GPUs, named: the engine may only agree with them
     let ours = Request {
-        vram: crate::units::Size::Bytes(r.slices.first().map_or(0, |s| s.bytes)),
+        vram: crate::units::Size::Bytes(r.slices.first().map_or(0, |s| s.vram_bytes)),
         gpus: GpuSelector::List(
             r.slices
                 .iter()

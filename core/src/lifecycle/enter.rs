@@ -220,7 +220,7 @@ impl EnterEffects for HostEnter<'_> {
             .iter()
             .map(|s| drvlimit::GpuLimit {
                 uuid: s.uuid.clone(),
-                hard_bytes: s.bytes,
+                hard_bytes: s.vram_bytes,
             })
             .collect();
         let rec = match drvlimit::set_for_container(self.cfg, &nvml, pid, &gpus) {

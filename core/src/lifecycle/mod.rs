@@ -30,8 +30,8 @@
 //!   runtime's `delete` also clears the driver limit *before* runc
 //!   ([`before_runc_delete`]).
 //!
-//! Changing a running container's grant (an **update** phase) is the next
-//! issue's; docs/architecture.md ("Lifecycle") says where it goes.
+//! * **update** ([`update`], `gpu-quota resize`): a running container's
+//!   grant changes (see that module).
 use crate::{claims::ClaimError, devices, events, ledger::LedgerError};
 use std::path::PathBuf;
 
@@ -40,6 +40,8 @@ mod bundle;
 mod enter;
 mod prepare;
 mod release;
+/// The update phase (a running container's grant changes).
+pub mod update;
 
 pub use bundle::Bundle;
 pub use enter::{enter, EnterEffects, Entered, Entry, HostEnter};

@@ -1,0 +1,56 @@
+//! Test helper: resizes one container through the real update phase
+//! (`lifecycle::update::resize_observed`) and, when asked, stops after a
+//! given step (printing `at-step`) so the test can kill -9 it there.
+//! usage: resize-stepper CONFIG ID SIZE [STEP_INDEX]
+use gpuquota_core::ledger::Key;
+use gpuquota_core::lifecycle::update::{resize_observed, STEPS};
+use gpuquota_core::{events, Config, Inventory, Ledger};
+use std::io::Write;
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let cfg = Config::load(std::path::Path::new(&a[1])).expect("config");
+    let id = &a[2];
+    let to = gpuquota_core::units::parse_size(&a[3]).expect("size");
+    let stop_at = a.get(4).map(|s| STEPS[s.parse::<usize>().unwrap()]);
+    let held = Ledger::new(&cfg).read().expect("ledger").reservations;
+    let r = held
+        .iter()
+        .find(|r| &r.container_id == id)
+        .expect("the container's reservation");
+    let inv = Inventory::load(&cfg).expect("inventory");
+    let src = events::Source {
+        program: "resize-stepper",
+        engine: "runc",
+        cause: "test",
+    };
+    let out = resize_observed(
+        &cfg,
+        &inv,
+        &Default::default(),
+        Key::Root {
+            id,
+            root: r.runtime_root.as_deref(),
+        },
+        None,
+        to,
+        "the test",
+        src,
+        &mut |step| {
+            if Some(step) == stop_at {
+                println!("at-step {step:?}");
+                std::io::stdout().flush().unwrap();
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(60));
+                }
+            }
+        },
+    );
+    match out {
+        Ok(r) => println!("done {:?}", r.map(|r| (r.from, r.to))),
+        Err(e) => {
+            println!("refused {e}");
+            std::process::exit(2);
+        }
+    }
+}

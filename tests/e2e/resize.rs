@@ -1,0 +1,243 @@
+//! `gpu-quota resize` on real runc containers: grow (admitted like a new
+//! container, seen by a running process at its next call), refusals, shrink
+//! while held and after the memory is freed, containers Kubernetes granted,
+//! and kill -9 at every step of a resize (the ledger and the container's
+//! live limit agree after the repair, on the old size or the new one).
+use gpu_quota_e2e::cuda::*;
+use gpu_quota_e2e::*;
+use gpuquota_core::formats::grant;
+use gpuquota_core::lifecycle::update::STEPS;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+fn gq(h: &Host, args: &[&str]) -> Output {
+    let mut c = Command::new(bin("gpu-quota"));
+    c.env("GPU_QUOTA_CONFIG", h.config()).args(args);
+    capture(c)
+}
+
+/// The container's slice as the ledger holds it, and its marker.
+fn ledger_bytes(h: &Host, id: &str) -> (u64, bool) {
+    let r = h.reservations();
+    let r = r
+        .iter()
+        .find(|r| r["container_id"] == id)
+        .unwrap_or_else(|| panic!("{id} in {r:?}"));
+    (
+        r["slices"][0]["bytes"].as_u64().unwrap(),
+        r.get("resizing").is_some(),
+    )
+}
+
+/// The container's live limit: its grant file on the host.
+fn grant_bytes(h: &Host) -> u64 {
+    let dirs: Vec<_> = std::fs::read_dir(h.path().join("state/containers"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(dirs.len(), 1, "one container's state");
+    let b = std::fs::read(dirs[0].path().join(grant::FILE_NAME)).unwrap();
+    grant::decode(&b).unwrap().gpus()[0].vram_bytes
+}
+
+fn run_busybox(h: &Host, id: &str, ann: &[(&str, &str)]) {
+    let b = h.bundle(id);
+    b.set(ann, "touch /out/up; sleep 600", &[]);
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]),
+        "run",
+    );
+    b.wait_out("up", 10).expect("container up");
+}
+
+#[test]
+fn grow_is_admitted_like_a_new_container_and_refused_when_it_does_not_fit() {
+    require_e2e!();
+    let h = Host::new(HostOpts {
+        extra_config: "log = \"file\"\n".into(),
+        ..HostOpts::default()
+    });
+    run_busybox(&h, "a", &[("vram", "4g"), ("gpu", "0")]);
+    run_busybox(&h, "b", &[("vram", "8g"), ("gpu", "0")]);
+    // 16 GiB GPU, b holds 8: a cannot grow to 12
+    let o = gq(&h, &["resize", "a", "12g"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("cannot resize container a") && e.contains("only 8.00 GiB"),
+        "{e}"
+    );
+    assert_eq!(ledger_bytes(&h, "a"), (4 * GIB, false), "nothing changed");
+    // to 8 it fits: the ledger, ls and the event log say so
+    let o = gq(&h, &["resize", "a", "8g"]);
+    assert_ok(&o, "resize");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("resized a on GPU 0: 4.00 GiB -> 8.00 GiB"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(ledger_bytes(&h, "a"), (8 * GIB, false));
+    let ls = String::from_utf8_lossy(&gq(&h, &["ls"]).stdout).into_owned();
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("a ") && l.contains("8.00 GiB")),
+        "{ls}"
+    );
+    let log = std::fs::read_to_string(h.path().join("gq.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("\"event\":\"resized\"")
+            && l.contains("4.00 GiB -> 8.00 GiB")
+            && l.contains("by uid 0")),
+        "{log}"
+    );
+    let m = String::from_utf8_lossy(&gq(&h, &["metrics"]).stdout).into_owned();
+    assert!(m.lines().any(|l| l == "gpu_quota_resizes_total 1"), "{m}");
+    // the GPU is now full: nothing else is admitted on it
+    let c = h.bundle("c");
+    c.set(&[("vram", "1g"), ("gpu", "0")], "true", &[]);
+    assert!(!h
+        .runtime(&["create", "--bundle", &c.bundle_arg(), "c"])
+        .status
+        .success());
+    for id in ["a", "b"] {
+        h.runtime(&["delete", "--force", id]);
+    }
+    assert!(h.reservations().is_empty());
+}
+
+#[test]
+fn a_container_kubernetes_granted_is_not_resized_here() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    run_busybox(
+        &h,
+        "k",
+        &[
+            ("vram", "4g"),
+            ("io.kubernetes.cri.sandbox-namespace", "team"),
+            ("io.kubernetes.cri.sandbox-name", "nb-0"),
+        ],
+    );
+    let o = gq(&h, &["resize", "k", "8g"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("granted by Kubernetes (pod team/nb-0)") && e.contains("pod's request"),
+        "{e}"
+    );
+    assert_eq!(ledger_bytes(&h, "k"), (4 * GIB, false));
+    // and a name nobody holds: the standalone preload has nothing to resize
+    let e = stderr(&gq(&h, &["resize", "nope", "8g"]));
+    assert!(
+        e.contains("GPU_QUOTA_VRAM") && e.contains("nothing to resize"),
+        "{e}"
+    );
+    h.runtime(&["delete", "--force", "k"]);
+}
+
+/// Run the stepper until it reports its step, then kill -9 it.
+fn kill_at(h: &Host, id: &str, size: &str, step: usize) {
+    let mut child = Command::new(bin("resize-stepper"))
+        .args([h.config().to_str().unwrap(), id, size, &step.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    // a step a grow does not take (Checked): the resize runs to its end
+    assert!(
+        line.starts_with("at-step") || line.starts_with("done"),
+        "{line}"
+    );
+}
+
+#[test]
+fn kill_at_every_step_of_a_resize_leaves_the_ledger_and_the_limit_agreeing() {
+    require_e2e!();
+    let h = Host::new(HostOpts::default());
+    run_busybox(&h, "k9", &[("vram", "4g")]);
+    let mut disagreed = 0;
+    for (from, to, size) in [(4 * GIB, 6 * GIB, "6g"), (4 * GIB, 2 * GIB, "2g")] {
+        for (i, step) in STEPS.iter().enumerate() {
+            assert_eq!(ledger_bytes(&h, "k9"), (from, false));
+            assert_eq!(grant_bytes(&h), from);
+            kill_at(&h, "k9", size, i);
+            // before the repair the two may disagree (what the marker is for)
+            let (l, marked) = ledger_bytes(&h, "k9");
+            if l != grant_bytes(&h) {
+                disagreed += 1;
+                assert!(marked, "a disagreement is always marked ({step:?})");
+            }
+            assert_ok(&gq(&h, &["gc"]), "gc");
+            let (l, marked) = ledger_bytes(&h, "k9");
+            let g = grant_bytes(&h);
+            assert!(!marked, "repaired ({step:?})");
+            assert_eq!(l, g, "the ledger and the limit agree after {step:?}");
+            assert!(l == from || l == to, "old or new, never a mixture: {l}");
+            // back to the start for the next step
+            if l != from {
+                assert_ok(&gq(&h, &["resize", "k9", "4g"]), "resize back");
+            }
+        }
+    }
+    // the test can fail: a kill between the ledger and the limit is seen
+    assert!(disagreed > 0, "no step left them apart before the repair");
+    h.runtime(&["delete", "--force", "k9"]);
+}
+
+#[test]
+fn a_running_process_sees_a_grow_and_a_shrink_waits_until_it_fits() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("rz", "context_overhead = \"0\"");
+    // one process holds 3 GiB, is refused 2 more, waits for /out/go, then
+    // asks again in the same process; it frees everything at /out/end
+    b.set(
+        &[("vram", "4g")],
+        "cuda_probe wait 3 2 /out > /out/log 2>&1; touch /out/exited; sleep 600",
+        &["FAKE_CUDA_MEM_BYTES=17179869184"],
+    );
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "rz"]),
+        "run",
+    );
+    b.wait_out("ready", 20).expect("probe holds 3 GiB");
+    // a shrink below what it holds is refused, naming the process
+    let o = gq(&h, &["resize", "rz", "2g"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("cannot shrink container rz to 2.00 GiB")
+            && e.contains("holds 3.00 GiB")
+            && e.contains("pid "),
+        "{e}"
+    );
+    assert_eq!(ledger_bytes(&h, "rz"), (4 * GIB, false));
+    assert_eq!(grant_bytes(&h), 4 * GIB, "the limit is back");
+    // grow: the same process allocates the 2 GiB it was refused
+    assert_ok(&gq(&h, &["resize", "rz", "8g"]), "grow");
+    std::fs::write(b.out.join("go"), b"").unwrap();
+    b.wait_out("again", 20).expect("probe asked again");
+    let log = std::fs::read_to_string(b.out.join("log")).unwrap();
+    assert!(
+        log.contains("alloc 3 GiB rc=0\nalloc 2 GiB rc=2\n")
+            && log.contains(&format!("total={}", 8 * GIB))
+            && log.contains("again 2 GiB rc=0"),
+        "{log}"
+    );
+    // it holds 5 GiB: a shrink to 4 waits until it has freed them
+    let e = stderr(&gq(&h, &["resize", "rz", "4g"]));
+    assert!(e.contains("holds 5.00 GiB"), "{e}");
+    std::fs::write(b.out.join("end"), b"").unwrap();
+    b.wait_out("exited", 20).expect("probe exited");
+    assert_ok(&gq(&h, &["resize", "rz", "4g"]), "shrink once it fits");
+    assert_eq!(
+        (ledger_bytes(&h, "rz"), grant_bytes(&h)),
+        ((4 * GIB, false), 4 * GIB)
+    );
+    h.runtime(&["delete", "--force", "rz"]);
+}
