@@ -21,6 +21,7 @@
 //! [`MARGIN_BYTES`] (96 MiB) covers that. More module memory than that
 //! (large kernel libraries) is a known gap listed in docs/interceptor.md.
 use crate::fsutil;
+use crate::formats::helper;
 use crate::helper::{run_helper, HelperError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -423,24 +424,22 @@ pub struct ChildMeasurer {
     pub timeout: Duration,
 }
 
-pub const MEASURE_SUBCOMMAND: &str = "measure-context";
+pub const MEASURE_SUBCOMMAND: &str = helper::Stage::MeasureContext.name();
 
 impl Measurer for ChildMeasurer {
     fn measure(&self, uuid: &str) -> Result<Measurement, CtxCostError> {
         let what = format!("{} {MEASURE_SUBCOMMAND}", self.helper.display());
         let cuda = self.libcuda.to_string_lossy();
         let nvml = self.libnvml.to_string_lossy();
+        let argv = helper::Measure {
+            cuda: &cuda,
+            nvml: &nvml,
+            uuid,
+        }
+        .argv();
         let out = run_helper(
             &self.helper,
-            &[
-                MEASURE_SUBCOMMAND,
-                "--cuda",
-                &cuda,
-                "--nvml",
-                &nvml,
-                "--uuid",
-                uuid,
-            ],
+            &argv,
             &[],
             self.timeout,
             &what,

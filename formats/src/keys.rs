@@ -41,6 +41,11 @@ pub const ANNOTATION_KEYS: [&str; 6] = [
 /// `pod_annotations`).
 pub const ANNOTATION_PATTERNS: [&str; 4] = [ANN_VRAM, ANN_GPU, ANN_GPUS, "gpu-quota.io/*"];
 
+/// The extended resource the device plugin advertises (pods ask for
+/// `resources.limits["gpu-quota.io/vram"]`); spelled as the annotation
+/// its Allocate returns, so a pod names one thing.
+pub const RESOURCE_VRAM: &str = ANN_NS_VRAM;
+
 /// The container annotations the device plugin's Allocate returns.
 pub const CLUSTER_ANNOTATIONS: [&str; 2] = [ANN_NS_VRAM, ANN_NS_GPU];
 
