@@ -20,8 +20,8 @@
 //! block: its first kernel launch loaded ≈ 92 MiB of module memory on top.
 //! [`MARGIN_BYTES`] (96 MiB) covers that. More module memory than that
 //! (large kernel libraries) is a known gap listed in docs/interceptor.md.
-use crate::fsutil;
 use crate::formats::helper;
+use crate::fsutil;
 use crate::helper::{run_helper, HelperError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -437,13 +437,7 @@ impl Measurer for ChildMeasurer {
             uuid,
         }
         .argv();
-        let out = run_helper(
-            &self.helper,
-            &argv,
-            &[],
-            self.timeout,
-            &what,
-        )?;
+        let out = run_helper(&self.helper, &argv, &[], self.timeout, &what)?;
         let (line, text) = out.json_line();
         serde_json::from_str(&line).map_err(|e| CtxCostError::Output {
             what,

@@ -3,8 +3,8 @@
 //! tested without root); the hook supplies effects that resolve every
 //! container path inside the rootfs without leaving it.
 use crate::driver::DriverFiles;
-use crate::ldcache;
 use crate::formats::layout::PRELOAD_NAME;
+use crate::ldcache;
 use crate::state::{DRIVER_SUBDIR, INTERCEPTOR_NAME};
 use std::path::{Path, PathBuf};
 

@@ -32,7 +32,11 @@ fn standalone_cache_path_agrees_with_the_host() {
         let host = Cache::new(&cfg.ledger_dir).path().to_path_buf();
         if let Some(d) = ledger_dir_from_config(text.as_bytes()) {
             // what the scanner reads is what the host reads
-            assert_eq!(Path::new(std::str::from_utf8(d).unwrap()), cfg.ledger_dir, "{text:?}");
+            assert_eq!(
+                Path::new(std::str::from_utf8(d).unwrap()),
+                cfg.ledger_dir,
+                "{text:?}"
+            );
             found += 1;
         }
         let mut out = [0u8; MAX_PATH];

@@ -195,12 +195,22 @@ mod tests {
     fn ledger_dir_spellings() {
         let ok: &[(&str, &str)] = &[
             ("ledger_dir = \"/srv/gq\"\n", "/srv/gq"),
-            ("# host\n\nledger_dir='/srv/a b' # where\r\n[driver]\n", "/srv/a b"),
+            (
+                "# host\n\nledger_dir='/srv/a b' # where\r\n[driver]\n",
+                "/srv/a b",
+            ),
             ("state_dir = \"/run/x\"\n  ledger_dir\t=\t\"/l\"", "/l"),
-            ("ledger_directory = \"/no\"\nledger_dir = \"/yes\"\n", "/yes"),
+            (
+                "ledger_directory = \"/no\"\nledger_dir = \"/yes\"\n",
+                "/yes",
+            ),
         ];
         for (t, want) in ok {
-            assert_eq!(ledger_dir_from_config(t.as_bytes()), Some(want.as_bytes()), "{t:?}");
+            assert_eq!(
+                ledger_dir_from_config(t.as_bytes()),
+                Some(want.as_bytes()),
+                "{t:?}"
+            );
         }
         for t in [
             "",
@@ -241,7 +251,10 @@ mod tests {
             if let Some(c) = config {
                 m.insert(crate::layout::CONFIG_FILE.to_string(), c.to_string());
             }
-            m.insert("/srv/gq/context-cost.json".into(), "{\"charge_bytes\": 7}".into());
+            m.insert(
+                "/srv/gq/context-cost.json".into(),
+                "{\"charge_bytes\": 7}".into(),
+            );
             m.insert(
                 "/var/lib/gpu-quota/context-cost.json".into(),
                 "{\"charge_bytes\": 9}".into(),

@@ -89,7 +89,7 @@ impl fmt::Display for ArgError {
 }
 
 /// Every value that follows `flag` in `args`.
-pub fn values<'a, S: AsRef<str>>(args: &'a [S], flag: Flag) -> impl Iterator<Item = &'a str> {
+pub fn values<S: AsRef<str>>(args: &[S], flag: Flag) -> impl Iterator<Item = &str> {
     args.windows(2)
         .filter(move |w| w[0].as_ref() == flag.name())
         .map(|w| w[1].as_ref())
@@ -274,7 +274,9 @@ mod tests {
         let back: Vec<_> = Set::limits(&a[1..]).map(Result::unwrap).collect();
         assert_eq!(
             back,
-            limits.map(|(uuid, bytes)| LimitArg { uuid, bytes }).to_vec()
+            limits
+                .map(|(uuid, bytes)| LimitArg { uuid, bytes })
+                .to_vec()
         );
 
         let c = Clear {

@@ -115,12 +115,18 @@ mod tests {
         assert_eq!(ENV_GPUS, "GPU_QUOTA_GPUS");
         assert_eq!(DRA_CDI_KIND, [DRA_DRIVER, "claim"].join("/"));
         for k in INTERCEPTOR_ENV {
-            assert!(k.starts_with("GPU_QUOTA_") && !k.starts_with(ENV_CLAIM_PREFIX), "{k}");
+            assert!(
+                k.starts_with("GPU_QUOTA_") && !k.starts_with(ENV_CLAIM_PREFIX),
+                "{k}"
+            );
         }
         for k in RUNTIME_ANNOTATIONS {
             assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");
             // a runtime annotation is never taken for a request
-            assert!(!ANNOTATION_KEYS.contains(&&k[ANNOTATION_PREFIX.len()..]), "{k}");
+            assert!(
+                !ANNOTATION_KEYS.contains(&&k[ANNOTATION_PREFIX.len()..]),
+                "{k}"
+            );
         }
         for k in [ANN_NS_VRAM, ANN_NS_GPU, ANN_NS_GPUS] {
             assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");

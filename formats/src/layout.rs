@@ -46,7 +46,13 @@ mod tests {
     #[test]
     fn c_spellings_match() {
         assert_eq!(CONFIG_FILE_C.to_str(), Ok(CONFIG_FILE));
-        for p in [CONTAINER_DIR, PRELOAD, CONFIG_FILE, DEFAULT_LEDGER_DIR, DEFAULT_STATE_DIR] {
+        for p in [
+            CONTAINER_DIR,
+            PRELOAD,
+            CONFIG_FILE,
+            DEFAULT_LEDGER_DIR,
+            DEFAULT_STATE_DIR,
+        ] {
             assert!(p.starts_with('/') && !p.ends_with('/'), "{p}");
         }
         for n in [DRIVER_SUBDIR, INTERCEPTOR_NAME, PRELOAD_NAME] {

@@ -273,9 +273,19 @@ mod tests {
         for (b, want) in cases {
             assert_eq!(Human(*b).to_string(), *want, "{b}");
         }
-        for (p, want) in [(1, "0.0001%"), (125_000, "12.5%"), (250_000, "25%"), (1_000_000, "100%"), (10_100, "1.01%")] {
+        for (p, want) in [
+            (1, "0.0001%"),
+            (125_000, "12.5%"),
+            (250_000, "25%"),
+            (1_000_000, "100%"),
+            (10_100, "1.01%"),
+        ] {
             assert_eq!(Size::Ppm(p).to_string(), want);
-            assert_eq!(parse_size(want.as_bytes()), Ok(Size::Ppm(p)), "{want} reads back");
+            assert_eq!(
+                parse_size(want.as_bytes()),
+                Ok(Size::Ppm(p)),
+                "{want} reads back"
+            );
         }
         assert_eq!(Size::Bytes(8 << 30).to_string(), "8.00 GiB");
     }

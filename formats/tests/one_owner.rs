@@ -47,14 +47,42 @@ enum Kind {
 /// The owned values the scanner looks for, with their owner's name.
 fn owned() -> Vec<(String, Kind, &'static str)> {
     let mut v: Vec<(String, Kind, &'static str)> = vec![
-        (layout::CONTAINER_DIR.into(), Kind::Path, "layout::CONTAINER_DIR"),
+        (
+            layout::CONTAINER_DIR.into(),
+            Kind::Path,
+            "layout::CONTAINER_DIR",
+        ),
         (layout::PRELOAD.into(), Kind::Path, "layout::PRELOAD"),
-        (layout::CONFIG_FILE.into(), Kind::Path, "layout::CONFIG_FILE"),
-        (layout::DEFAULT_LEDGER_DIR.into(), Kind::Path, "layout::DEFAULT_LEDGER_DIR"),
-        (layout::DEFAULT_STATE_DIR.into(), Kind::Path, "layout::DEFAULT_STATE_DIR"),
-        (layout::INTERCEPTOR_NAME.into(), Kind::FileName, "layout::INTERCEPTOR_NAME"),
-        (layout::PRELOAD_NAME.into(), Kind::FileName, "layout::PRELOAD_NAME"),
-        (ctxcost::CACHE_FILE.into(), Kind::FileName, "ctxcost::CACHE_FILE"),
+        (
+            layout::CONFIG_FILE.into(),
+            Kind::Path,
+            "layout::CONFIG_FILE",
+        ),
+        (
+            layout::DEFAULT_LEDGER_DIR.into(),
+            Kind::Path,
+            "layout::DEFAULT_LEDGER_DIR",
+        ),
+        (
+            layout::DEFAULT_STATE_DIR.into(),
+            Kind::Path,
+            "layout::DEFAULT_STATE_DIR",
+        ),
+        (
+            layout::INTERCEPTOR_NAME.into(),
+            Kind::FileName,
+            "layout::INTERCEPTOR_NAME",
+        ),
+        (
+            layout::PRELOAD_NAME.into(),
+            Kind::FileName,
+            "layout::PRELOAD_NAME",
+        ),
+        (
+            ctxcost::CACHE_FILE.into(),
+            Kind::FileName,
+            "ctxcost::CACHE_FILE",
+        ),
         (helper::PROGRAM.into(), Kind::FileName, "helper::PROGRAM"),
         (keys::ANN_ASSIGNED.into(), Kind::Key, "keys::ANN_ASSIGNED"),
         (keys::ANN_RECORD.into(), Kind::Key, "keys::ANN_RECORD"),
@@ -62,7 +90,11 @@ fn owned() -> Vec<(String, Kind, &'static str)> {
         (keys::ANN_NS_GPU.into(), Kind::Key, "keys::ANN_NS_GPU"),
         (keys::ANN_NS_GPUS.into(), Kind::Key, "keys::ANN_NS_GPUS"),
         (keys::DRA_CDI_KIND.into(), Kind::Key, "keys::DRA_CDI_KIND"),
-        (keys::ENV_CLAIM_PREFIX.into(), Kind::Key, "keys::ENV_CLAIM_PREFIX"),
+        (
+            keys::ENV_CLAIM_PREFIX.into(),
+            Kind::Key,
+            "keys::ENV_CLAIM_PREFIX",
+        ),
     ];
     for k in keys::INTERCEPTOR_ENV {
         v.push((k.into(), Kind::Key, "keys::INTERCEPTOR_ENV"));
@@ -135,7 +167,10 @@ fn lex(src: &str) -> Vec<(Tok, usize)> {
         } else if c == b'\'' {
             // a char literal ('x', '\n', '\u{..}') or a lifetime ('a)
             let end = if b.get(i + 1) == Some(&b'\\') {
-                b[i + 3..].iter().position(|c| *c == b'\'').map(|p| i + 4 + p)
+                b[i + 3..]
+                    .iter()
+                    .position(|c| *c == b'\'')
+                    .map(|p| i + 4 + p)
             } else if b.get(i + 2) == Some(&b'\'') {
                 Some(i + 3)
             } else {
@@ -195,7 +230,13 @@ fn string_at(b: &[u8]) -> Option<(usize, String)> {
             i += 2;
             continue;
         }
-        if b[i] == b'"' && b[i + 1..].iter().take(hashes).filter(|c| **c == b'#').count() == hashes
+        if b[i] == b'"'
+            && b[i + 1..]
+                .iter()
+                .take(hashes)
+                .filter(|c| **c == b'#')
+                .count()
+                == hashes
         {
             let content = String::from_utf8_lossy(&b[body..i]).into_owned();
             return Some((i + 1 + hashes, content));
@@ -248,7 +289,11 @@ fn without_test_items(toks: Vec<(Tok, usize)>) -> Vec<(Tok, usize)> {
 }
 
 fn number_value(n: &str) -> Option<u128> {
-    let n: String = n.chars().filter(|c| *c != '_').collect::<String>().to_ascii_lowercase();
+    let n: String = n
+        .chars()
+        .filter(|c| *c != '_')
+        .collect::<String>()
+        .to_ascii_lowercase();
     let strip = |s: &str| {
         let mut s = s.to_string();
         for suf in ["u128", "u64", "usize", "i128", "i64"] {
@@ -370,7 +415,11 @@ const A: [&str; 2] = ["measure-context", "/lib/gpu-quota/gpu-quota-driver"];
 "###,
     )
     .unwrap();
-    std::fs::write(src.join("sub/tests.rs"), "const X: &str = \"/run/gpu-quota\";\n").unwrap();
+    std::fs::write(
+        src.join("sub/tests.rs"),
+        "const X: &str = \"/run/gpu-quota\";\n",
+    )
+    .unwrap();
     std::fs::write(
         src.join("sub/tests/x.rs"),
         "const X: &str = \"/run/gpu-quota\";\n",
@@ -385,9 +434,17 @@ const A: [&str; 2] = ["measure-context", "/lib/gpu-quota/gpu-quota-driver"];
         .iter()
         .map(|f| {
             let (path, rest) = f.split_once(": ").unwrap();
-            let rel = Path::new(path).strip_prefix(&src).unwrap().display().to_string();
+            let rel = Path::new(path)
+                .strip_prefix(&src)
+                .unwrap()
+                .display()
+                .to_string();
             let line = rel.rsplit_once(':').map_or(rel.clone(), |(p, l)| {
-                let name = Path::new(p).file_name().unwrap().to_string_lossy().into_owned();
+                let name = Path::new(p)
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
                 format!("{name}:{l}")
             });
             format!("{line} {}", rest.split(" (owned").next().unwrap())

@@ -255,7 +255,10 @@ unsafe fn standalone_ctx_default() -> u64 {
             Some(pb) => sys::read_file_nofollow(pb.as_ptr(), &mut buf),
             None => None,
         },
-        None => gpuquota_formats::ctxcost::read_standalone_cache(|p, b| sys::read_file_nofollow(p.as_ptr(), b), &mut buf),
+        None => gpuquota_formats::ctxcost::read_standalone_cache(
+            |p, b| sys::read_file_nofollow(p.as_ptr(), b),
+            &mut buf,
+        ),
     };
     n.and_then(|n| config::ctxcost_from_cache(&buf[..n]))
         .unwrap_or(config::BUILTIN_CTX_OVERHEAD)

@@ -14,8 +14,8 @@
 //! no other record: its work does not grow with the number of containers
 //! beyond that listing (docs/benchmarks.md).
 use super::{Ledger, LedgerData, LedgerError, Loaded, Reservation, LEDGER_MODE, SCHEMA_VERSION};
-use crate::fsutil::{self, Durability, WriteStep};
 use crate::formats::names::{fnv1a, FNV_OFFSET};
+use crate::fsutil::{self, Durability, WriteStep};
 use crate::placement::Usage;
 use std::path::{Path, PathBuf};
 
@@ -42,7 +42,9 @@ pub struct Name {
 
 /// The parts' hash, each part ended by 0xff (a byte UTF-8 never has).
 fn fnv(parts: &[&[u8]]) -> u64 {
-    parts.iter().fold(FNV_OFFSET, |h, p| fnv1a(fnv1a(h, p), &[0xff]))
+    parts
+        .iter()
+        .fold(FNV_OFFSET, |h, p| fnv1a(fnv1a(h, p), &[0xff]))
 }
 
 /// The hash a record's name carries for container `id` under runc root
