@@ -46,7 +46,7 @@ pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 /// Annotation the runtime adds with the GPUs it assigned (their UUIDs,
 /// comma-separated): in a bundle reused after a create, the nodes of those
 /// GPUs are gpu-quota's own edit, not an engine's request.
-pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
+pub use crate::formats::keys::ANN_ASSIGNED as ASSIGNED_ANNOTATION;
 /// Major number of the NVIDIA GPU and control device nodes.
 pub const NVIDIA_MAJOR: u64 = 195;
 /// Minors above this on major 195 are control nodes (nvidiactl 255,
@@ -378,14 +378,18 @@ pub fn names_gpus(config: &Value, req: &Request) -> bool {
     match &req.origin {
         Origin::Annotation(_) => {
             let ann = config.get("annotations").and_then(Value::as_object);
-            ["gpu", "gpus", "gpu-quota.io/gpu", "gpu-quota.io/gpus"]
+            use crate::formats::keys::{ANN_GPU, ANN_GPUS, ANN_NS_GPU, ANN_NS_GPUS};
+            [ANN_GPU, ANN_GPUS, ANN_NS_GPU, ANN_NS_GPUS]
                 .iter()
                 .any(|k| ann.is_some_and(|a| a.contains_key(*k)))
         }
         Origin::Env(_) => {
             let env = crate::request::config_env(config);
-            env.iter()
-                .any(|e| e.starts_with("GPU_QUOTA_GPU=") || e.starts_with("GPU_QUOTA_GPUS="))
+            use crate::formats::keys::{ENV_GPU, ENV_GPUS};
+            env.iter().any(|e| {
+                e.split_once('=')
+                    .is_some_and(|(k, _)| k == ENV_GPU || k == ENV_GPUS)
+            })
         }
     }
 }
