@@ -4,7 +4,7 @@ use crate::units;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_PATH: &str = "/etc/gpu-quota/config.toml";
+pub use crate::formats::layout::CONFIG_FILE as DEFAULT_PATH;
 pub const ENV_PATH: &str = "GPU_QUOTA_CONFIG";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -214,8 +214,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            ledger_dir: "/var/lib/gpu-quota".into(),
-            state_dir: "/run/gpu-quota".into(),
+            ledger_dir: crate::formats::layout::DEFAULT_LEDGER_DIR.into(),
+            state_dir: crate::formats::layout::DEFAULT_STATE_DIR.into(),
             runc: "runc".into(),
             hook: None,
             driver_helper: None,

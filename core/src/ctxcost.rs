@@ -20,6 +20,7 @@
 //! block: its first kernel launch loaded ≈ 92 MiB of module memory on top.
 //! [`MARGIN_BYTES`] (96 MiB) covers that. More module memory than that
 //! (large kernel libraries) is a known gap listed in docs/interceptor.md.
+use crate::formats::helper;
 use crate::fsutil;
 use crate::helper::{run_helper, HelperError};
 use serde::{Deserialize, Serialize};
@@ -482,28 +483,20 @@ pub struct ChildMeasurer {
     pub timeout: Duration,
 }
 
-pub const MEASURE_SUBCOMMAND: &str = "measure-context";
+pub const MEASURE_SUBCOMMAND: &str = helper::Stage::MeasureContext.name();
 
 impl Measurer for ChildMeasurer {
     fn measure(&self, uuid: &str) -> Result<Measurement, CtxCostError> {
         let what = format!("{} {MEASURE_SUBCOMMAND}", self.helper.display());
         let cuda = self.libcuda.to_string_lossy();
         let nvml = self.libnvml.to_string_lossy();
-        let out = run_helper(
-            &self.helper,
-            &[
-                MEASURE_SUBCOMMAND,
-                "--cuda",
-                &cuda,
-                "--nvml",
-                &nvml,
-                "--uuid",
-                uuid,
-            ],
-            &[],
-            self.timeout,
-            &what,
-        )?;
+        let argv = helper::Measure {
+            cuda: &cuda,
+            nvml: &nvml,
+            uuid,
+        }
+        .argv();
+        let out = run_helper(&self.helper, &argv, &[], self.timeout, &what)?;
         let (line, text) = out.json_line();
         serde_json::from_str(&line).map_err(|e| CtxCostError::Output {
             what,

@@ -199,7 +199,7 @@ struct Cached {
 }
 
 /// gpu-quota-driver's stage that prints the NVML inventory as one JSON line.
-pub const NVML_INVENTORY_SUBCOMMAND: &str = "nvml-inventory";
+pub const NVML_INVENTORY_SUBCOMMAND: &str = crate::formats::helper::Stage::NvmlInventory.name();
 /// How long that child may take (NVML init of 8 GPUs takes about a second).
 pub const NVML_INVENTORY_TIMEOUT_SECS: u64 = 30;
 

@@ -323,9 +323,8 @@ impl Ledger {
         let corrupt = |message: String| {
             // one copy per distinct content (not one per failing call), made
             // with O_EXCL|O_NOFOLLOW: never written through a planted link
-            let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
-            });
+            use crate::formats::names::{fnv1a, FNV_OFFSET};
+            let h = fnv1a(FNV_OFFSET, &bytes);
             let saved = self.dir.join(format!("ledger.json.corrupt-{h:016x}"));
             if save_corrupt {
                 let _ = write_new(&saved, &bytes, 0o600);
@@ -557,10 +556,7 @@ pub fn describe_slices(s: &[Slice]) -> String {
 
 pub fn describe_request(req: &Request) -> String {
     use crate::request::GpuSelector;
-    let v = match req.vram {
-        crate::units::Size::Bytes(b) => human(b),
-        crate::units::Size::Ppm(p) => format!("{}%", p as f64 / 10_000.0),
-    };
+    let v = req.vram.to_string();
     let g = match &req.gpus {
         GpuSelector::Count(1) => String::new(),
         GpuSelector::Count(n) => format!(" gpus={n}"),

@@ -3,13 +3,14 @@
 //! tested without root); the hook supplies effects that resolve every
 //! container path inside the rootfs without leaving it.
 use crate::driver::DriverFiles;
+use crate::formats::layout::PRELOAD_NAME;
 use crate::ldcache;
 use crate::state::{DRIVER_SUBDIR, INTERCEPTOR_NAME};
 use std::path::{Path, PathBuf};
 
-/// Where the per-container state directory appears in the container.
-pub const CONTAINER_DIR: &str = "/run/gpu-quota";
-pub const PRELOAD: &str = "/etc/ld.so.preload";
+/// Where the per-container state directory appears in the container, and
+/// the loader's preload list there.
+pub use crate::formats::layout::{CONTAINER_DIR, PRELOAD};
 /// Longest /etc/ld.so.preload of an image we are willing to merge.
 pub const MAX_PRELOAD: usize = 64 * 1024;
 
@@ -280,12 +281,12 @@ pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<O
         });
     }
     ops.push(Op::MergePreload {
-        host_file: host_state.join("ld.so.preload"),
+        host_file: host_state.join(PRELOAD_NAME),
         dst: PRELOAD.into(),
         ours: format!("{cdir}/{INTERCEPTOR_NAME}"),
     });
     ops.push(Op::Bind {
-        src: host_state.join("ld.so.preload"),
+        src: host_state.join(PRELOAD_NAME),
         dst: PRELOAD.into(),
         kind: Kind::File,
         readonly: true,

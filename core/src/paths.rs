@@ -4,8 +4,8 @@ use crate::config::Config;
 use std::path::PathBuf;
 
 pub const HOOK_NAME: &str = "gpu-quota-hook";
-pub const DRIVER_HELPER_NAME: &str = "gpu-quota-driver";
-pub const INTERCEPTOR_FILE: &str = "libgpuquota.so";
+pub use crate::formats::helper::PROGRAM as DRIVER_HELPER_NAME;
+pub use crate::formats::layout::INTERCEPTOR_NAME as INTERCEPTOR_FILE;
 
 fn exe_dir() -> Option<PathBuf> {
     std::env::current_exe()

@@ -32,10 +32,9 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// The state directory's subdirectory of driver-library mount points.
-pub const DRIVER_SUBDIR: &str = "driver";
-/// The state directory's mount point for the interceptor.
-pub const INTERCEPTOR_NAME: &str = "libgpuquota.so";
+/// The state directory's subdirectory of driver-library mount points, its
+/// mount point for the interceptor, its merged preload list.
+pub use gpuquota_formats::layout::{DRIVER_SUBDIR, INTERCEPTOR_NAME, PRELOAD_NAME};
 /// Size of the per-container tmpfs that is the state directory. Only the
 /// host writes there, before the container runs: `limits`, the driver-limit
 /// record, empty mount points, and `ld.so.preload` (the image's, at most
@@ -162,13 +161,7 @@ pub fn container_dir(cfg: &Config, r: &Reservation) -> PathBuf {
 /// Longest prefix of the id kept in a directory name (NAME_MAX is 255).
 pub const DIR_ID_MAX: usize = 200;
 
-/// FNV-1a 64: stable across versions and processes (unlike std's hasher).
-fn fnv(h: u64, bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(h, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3))
-}
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+use gpuquota_formats::names::{fnv1a as fnv, FNV_OFFSET};
 
 /// `<id prefix>-<hash of (id, root, bundle)>`. Each part is length-prefixed,
 /// so no part can be shifted into another; runc's default root (`None`) and
@@ -354,7 +347,7 @@ pub fn fill(
     )?;
     write(&dir.join(usage::FILE_NAME), b"", 0o644)?; // mount point
     write(&dir.join(INTERCEPTOR_NAME), b"", 0o644)?;
-    write(&dir.join("ld.so.preload"), b"", 0o644)?;
+    write(&dir.join(PRELOAD_NAME), b"", 0o644)?;
     let d = dir.join(DRIVER_SUBDIR);
     std::fs::create_dir(&d)?;
     for l in &files.libs {

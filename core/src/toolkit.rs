@@ -47,7 +47,7 @@ pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 /// Annotation the runtime adds with the GPUs it assigned (their UUIDs,
 /// comma-separated): in a bundle reused after a create, the nodes of those
 /// GPUs are gpu-quota's own edit, not an engine's request.
-pub const ASSIGNED_ANNOTATION: &str = "gpu-quota.io/assigned";
+pub use crate::formats::keys::ANN_ASSIGNED as ASSIGNED_ANNOTATION;
 /// Major number of the NVIDIA GPU and control device nodes.
 pub const NVIDIA_MAJOR: u64 = 195;
 /// Minors above this on major 195 are control nodes (nvidiactl 255,

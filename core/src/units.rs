@@ -69,20 +69,10 @@ pub fn parse_size(s: &str) -> Result<Size, SizeError> {
     parse_size_bytes(s.as_bytes())
 }
 
-/// Human-readable binary size: `8.00 GiB`, `512.00 MiB`.
+/// Human-readable binary size: `8.00 GiB`, `512.00 MiB` (the
+/// interceptor's messages spell sizes the same way: [`grammar::Human`]).
 pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < UNITS.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", UNITS[i])
-    }
+    grammar::Human(bytes).to_string()
 }
 
 #[cfg(test)]

@@ -18,6 +18,6 @@ pub mod service;
 pub mod units;
 
 /// The extended resource this plugin advertises.
-pub const RESOURCE_NAME: &str = "gpu-quota.io/vram";
+pub use gpuquota_core::formats::keys::RESOURCE_VRAM as RESOURCE_NAME;
 /// Bytes per unit of the resource.
 pub const UNIT_BYTES: u64 = 1 << 30;

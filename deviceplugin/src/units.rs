@@ -122,12 +122,7 @@ pub struct NodeState<'a> {
     pub stale: &'a dyn Fn(&Reservation) -> bool,
 }
 
-fn sliceable(list: &[String], g: &Gpu) -> bool {
-    list.is_empty()
-        || list
-            .iter()
-            .any(|s| s.trim() == g.index.to_string() || s.trim().eq_ignore_ascii_case(&g.uuid))
-}
+use gpuquota_core::placement::is_sliceable as sliceable;
 
 /// The next snapshot, given the previous one (GPUs advertised before and
 /// gone now stay listed, unhealthy).

@@ -18,6 +18,15 @@ pub const ANN_NS_VRAM: &str = "gpu-quota.io/vram";
 pub const ANN_NS_GPU: &str = "gpu-quota.io/gpu";
 pub const ANN_NS_GPUS: &str = "gpu-quota.io/gpus";
 
+/// Annotation the runtime writes into config.json with the GPUs it
+/// assigned (read back by its own toolkit narrowing in a reused bundle).
+pub const ANN_ASSIGNED: &str = "gpu-quota.io/assigned";
+/// Annotation the runtime writes into config.json with the file name of
+/// the container's ledger record (a hint the hook checks).
+pub const ANN_RECORD: &str = "gpu-quota.io/record";
+/// The annotations only the runtime writes (not requests).
+pub const RUNTIME_ANNOTATIONS: [&str; 2] = [ANN_ASSIGNED, ANN_RECORD];
+
 /// Every annotation key that makes a request (engine allowlists).
 pub const ANNOTATION_KEYS: [&str; 6] = [
     ANN_VRAM,
@@ -31,6 +40,11 @@ pub const ANNOTATION_KEYS: [&str; 6] = [
 /// The same, as patterns for engines that take globs (containerd's
 /// `pod_annotations`).
 pub const ANNOTATION_PATTERNS: [&str; 4] = [ANN_VRAM, ANN_GPU, ANN_GPUS, "gpu-quota.io/*"];
+
+/// The extended resource the device plugin advertises (pods ask for
+/// `resources.limits["gpu-quota.io/vram"]`); spelled as the annotation
+/// its Allocate returns, so a pod names one thing.
+pub const RESOURCE_VRAM: &str = ANN_NS_VRAM;
 
 /// The container annotations the device plugin's Allocate returns.
 pub const CLUSTER_ANNOTATIONS: [&str; 2] = [ANN_NS_VRAM, ANN_NS_GPU];
@@ -63,6 +77,33 @@ pub const ENV_VRAM: &str = str_of(ENV_VRAM_C);
 pub const ENV_GPU: &str = str_of(ENV_GPU_C);
 pub const ENV_GPUS: &str = str_of(ENV_GPUS_C);
 
+/// The interceptor's other environment keys, which the host's tests and
+/// documentation name too: a state directory to read `limits` from
+/// instead of the container's, a usage file for a standalone budget, the
+/// context charge, another context-cost cache, debug lines.
+pub const ENV_STATE_DIR_C: &CStr = c"GPU_QUOTA_STATE_DIR";
+pub const ENV_USAGE_FILE_C: &CStr = c"GPU_QUOTA_USAGE_FILE";
+pub const ENV_CONTEXT_OVERHEAD_C: &CStr = c"GPU_QUOTA_CONTEXT_OVERHEAD";
+pub const ENV_CONTEXT_COST_FILE_C: &CStr = c"GPU_QUOTA_CONTEXT_COST_FILE";
+pub const ENV_DEBUG_C: &CStr = c"GPU_QUOTA_DEBUG";
+pub const ENV_STATE_DIR: &str = str_of(ENV_STATE_DIR_C);
+pub const ENV_USAGE_FILE: &str = str_of(ENV_USAGE_FILE_C);
+pub const ENV_CONTEXT_OVERHEAD: &str = str_of(ENV_CONTEXT_OVERHEAD_C);
+pub const ENV_CONTEXT_COST_FILE: &str = str_of(ENV_CONTEXT_COST_FILE_C);
+pub const ENV_DEBUG: &str = str_of(ENV_DEBUG_C);
+
+/// Every environment key the interceptor reads.
+pub const INTERCEPTOR_ENV: [&str; 8] = [
+    ENV_VRAM,
+    ENV_GPU,
+    ENV_GPUS,
+    ENV_STATE_DIR,
+    ENV_USAGE_FILE,
+    ENV_CONTEXT_OVERHEAD,
+    ENV_CONTEXT_COST_FILE,
+    ENV_DEBUG,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +114,20 @@ mod tests {
         assert_eq!(ENV_GPU, "GPU_QUOTA_GPU");
         assert_eq!(ENV_GPUS, "GPU_QUOTA_GPUS");
         assert_eq!(DRA_CDI_KIND, [DRA_DRIVER, "claim"].join("/"));
+        for k in INTERCEPTOR_ENV {
+            assert!(
+                k.starts_with("GPU_QUOTA_") && !k.starts_with(ENV_CLAIM_PREFIX),
+                "{k}"
+            );
+        }
+        for k in RUNTIME_ANNOTATIONS {
+            assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");
+            // a runtime annotation is never taken for a request
+            assert!(
+                !ANNOTATION_KEYS.contains(&&k[ANNOTATION_PREFIX.len()..]),
+                "{k}"
+            );
+        }
         for k in [ANN_NS_VRAM, ANN_NS_GPU, ANN_NS_GPUS] {
             assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");
             assert!(

@@ -13,7 +13,15 @@
 //!   (interceptor/include/gpuquota_usage.h is checked against it by
 //!   `tests/usage_header.rs`);
 //! * [`ctxcost`] — the context charge's figures and the host's cache file
-//!   that the interceptor reads when it runs standalone.
+//!   that the interceptor reads when it runs standalone;
+//! * [`layout`] — the container's gpu-quota directory and the host's default
+//!   locations;
+//! * [`helper`] — the command line of the host's helper child
+//!   (gpu-quota-driver);
+//! * [`names`] — the hash in on-disk names.
+//!
+//! Each constant that more than one crate spells lives here once;
+//! `tests/one_owner.rs` fails on a literal copy anywhere else.
 //!
 //! `#![no_std]`, no dependencies, no allocation, no floating point: the
 //! interceptor links it into a `no_std` cdylib that needs only libc.
@@ -25,7 +33,10 @@ extern crate std;
 
 pub mod ctxcost;
 pub mod grant;
+pub mod helper;
 pub mod keys;
+pub mod layout;
 pub mod limits;
+pub mod names;
 pub mod size;
 pub mod usage;

@@ -195,8 +195,101 @@ pub fn parse_size(raw: &[u8]) -> Result<Size, SizeError> {
     Ok(Size::Bytes(v as u64))
 }
 
+/// A size for people, binary units with two decimals, rounded: `8.00 GiB`,
+/// `512.00 MiB`, `17 B`. Integer arithmetic only (the interceptor has no
+/// floating point): `(whole, hundredths, unit)`.
+pub const fn human_parts(bytes: u64) -> (u64, u8, &'static str) {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    let mut i = 0;
+    while i < UNITS.len() {
+        let (name, unit) = UNITS[i];
+        if bytes >= unit {
+            let hundredths = ((bytes as u128 * 100 + unit as u128 / 2) / unit as u128) as u64;
+            return (hundredths / 100, (hundredths % 100) as u8, name);
+        }
+        i += 1;
+    }
+    (bytes, 0, "B")
+}
+
+/// [`human_parts`] as text (`format!("{}", Human(b))`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Human(pub u64);
+
+impl core::fmt::Display for Human {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match human_parts(self.0) {
+            (b, _, "B") => write!(f, "{b} B"),
+            (w, h, unit) => write!(f, "{w}.{h:02} {unit}"),
+        }
+    }
+}
+
+/// A [`Size`] as the request grammar reads it back: bytes as [`Human`],
+/// a share as the shortest exact percentage (`12.5%`, `0.0001%`).
+impl core::fmt::Display for Size {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Size::Bytes(b) => Human(b).fmt(f),
+            Size::Ppm(p) => {
+                let per = PPM_FULL / 100;
+                write!(f, "{}", p / per)?;
+                let mut frac = p % per;
+                if frac != 0 {
+                    let mut digits = 4;
+                    while frac % 10 == 0 {
+                        frac /= 10;
+                        digits -= 1;
+                    }
+                    write!(f, ".{frac:0digits$}")?;
+                }
+                f.write_str("%")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn shown_for_people() {
+        use std::string::ToString;
+        let cases: &[(u64, &str)] = &[
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.00 KiB"),
+            ((1 << 20) - 1, "1024.00 KiB"),
+            (512 << 20, "512.00 MiB"),
+            (8 << 30, "8.00 GiB"),
+            (9 << 27, "1.13 GiB"), // 1.125: half a hundredth rounds up
+            ((3 << 40) / 2, "1.50 TiB"),
+            (u64::MAX, "16777216.00 TiB"),
+        ];
+        for (b, want) in cases {
+            assert_eq!(Human(*b).to_string(), *want, "{b}");
+        }
+        for (p, want) in [
+            (1, "0.0001%"),
+            (125_000, "12.5%"),
+            (250_000, "25%"),
+            (1_000_000, "100%"),
+            (10_100, "1.01%"),
+        ] {
+            assert_eq!(Size::Ppm(p).to_string(), want);
+            assert_eq!(
+                parse_size(want.as_bytes()),
+                Ok(Size::Ppm(p)),
+                "{want} reads back"
+            );
+        }
+        assert_eq!(Size::Bytes(8 << 30).to_string(), "8.00 GiB");
+    }
+
     use super::*;
     const G: u64 = 1 << 30;
 

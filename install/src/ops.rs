@@ -448,16 +448,16 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
         }
     };
     check(
-        "gpu-quota-hook",
-        exists("gpu-quota-hook", paths::hook(&cfg)),
+        paths::HOOK_NAME,
+        exists(paths::HOOK_NAME, paths::hook(&cfg)),
     );
     check(
         paths::DRIVER_HELPER_NAME,
         exists(paths::DRIVER_HELPER_NAME, paths::driver_helper(&cfg)),
     );
     check(
-        "libgpuquota.so",
-        exists("libgpuquota.so", paths::interceptor(&cfg)),
+        paths::INTERCEPTOR_FILE,
+        exists(paths::INTERCEPTOR_FILE, paths::interceptor(&cfg)),
     );
     check("runc", exists("runc", paths::which(&cfg.runc)));
     check(

@@ -14,7 +14,7 @@ use gpuquota_formats::keys;
 use gpuquota_formats::limits::FILE_NAME as LIMITS_FILE;
 use gpuquota_formats::usage::FILE_NAME as USAGE_FILE;
 
-pub const DEFAULT_STATE_DIR: &[u8] = b"/run/gpu-quota";
+pub const DEFAULT_STATE_DIR: &[u8] = gpuquota_formats::layout::CONTAINER_DIR.as_bytes();
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Source {
@@ -105,7 +105,7 @@ fn init_slow() -> Option<&'static Config> {
 }
 
 unsafe fn load_config(c: &mut Config) {
-    c.debug = matches!(sys::getenv(c"GPU_QUOTA_DEBUG"), Some(v) if !v.is_empty() && v != b"0");
+    c.debug = matches!(sys::getenv(keys::ENV_DEBUG_C), Some(v) if !v.is_empty() && v != b"0");
     load_config_inner(c);
     if c.debug {
         let mut b = crate::fmt::Buf::<768>::new();
@@ -176,7 +176,7 @@ unsafe fn load_config_inner(c: &mut Config) {
         }
     }
     if dir.is_none() {
-        if let Some(d) = sys::getenv(c"GPU_QUOTA_STATE_DIR") {
+        if let Some(d) = sys::getenv(keys::ENV_STATE_DIR_C) {
             if let Some(p) = PathBuf::join(d, LIMITS_FILE.as_bytes()) {
                 if sys::file_exists(p.as_ptr()) {
                     dir = PathBuf::from_bytes(d);
@@ -186,7 +186,7 @@ unsafe fn load_config_inner(c: &mut Config) {
         }
     }
     let env_vram = sys::getenv(keys::ENV_VRAM_C).and_then(config::parse_size);
-    let env_overhead = sys::getenv(c"GPU_QUOTA_CONTEXT_OVERHEAD").and_then(config::parse_size);
+    let env_overhead = sys::getenv(keys::ENV_CONTEXT_OVERHEAD_C).and_then(config::parse_size);
     if let Some(d) = dir {
         let lp = PathBuf::join(d.bytes(), LIMITS_FILE.as_bytes()).unwrap();
         let mut buf = [0u8; 8192];
@@ -232,7 +232,7 @@ unsafe fn load_config_inner(c: &mut Config) {
             Some(Size::Bytes(o)) => o,
             _ => standalone_ctx_default(),
         };
-        if let Some(p) = sys::getenv(c"GPU_QUOTA_USAGE_FILE") {
+        if let Some(p) = sys::getenv(keys::ENV_USAGE_FILE_C) {
             if let Some(pb) = PathBuf::from_bytes(p) {
                 c.usage_path = pb;
                 c.create_usage = true;
@@ -250,12 +250,15 @@ unsafe fn load_config_inner(c: &mut Config) {
 /// default. GPU_QUOTA_CONTEXT_COST_FILE names another cache file.
 unsafe fn standalone_ctx_default() -> u64 {
     let mut buf = [0u8; 16384];
-    let n = match sys::getenv(c"GPU_QUOTA_CONTEXT_COST_FILE") {
+    let n = match sys::getenv(keys::ENV_CONTEXT_COST_FILE_C) {
         Some(p) => match PathBuf::from_bytes(p) {
             Some(pb) => sys::read_file_nofollow(pb.as_ptr(), &mut buf),
             None => None,
         },
-        None => sys::read_file_nofollow(c"/var/lib/gpu-quota/context-cost.json".as_ptr(), &mut buf),
+        None => gpuquota_formats::ctxcost::read_standalone_cache(
+            |p, b| sys::read_file_nofollow(p.as_ptr(), b),
+            &mut buf,
+        ),
     };
     n.and_then(|n| config::ctxcost_from_cache(&buf[..n]))
         .unwrap_or(config::BUILTIN_CTX_OVERHEAD)

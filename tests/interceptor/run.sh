@@ -162,6 +162,24 @@ ctx_default_symlink() {
   ctx_default "$T/ctxcost.link" $((616 * MiB))
 }
 t ctx_default_cache_symlink_ignored ctx_default_symlink
+# no GPU_QUOTA_CONTEXT_COST_FILE: the cache is found under the ledger_dir of
+# /etc/gpu-quota/config.toml (a private mount of a copy, in a user namespace)
+ctx_default_ledger_dir() {
+  unshare -rm true 2>/dev/null || { echo "no user namespaces here: not run"; return 0; }
+  mkdir -p "$T/gqledger"
+  printf '{"charge_bytes":%d}' $((100 * MiB)) >"$T/gqledger/context-cost.json"
+  local etc target
+  if [ -d /etc/gpu-quota ]; then
+    etc="$T/gqetc"; target=/etc/gpu-quota; mkdir -p "$etc"; conf="$etc/config.toml"
+  else
+    etc="$T/etc"; target=/etc; cp -a /etc "$etc" 2>/dev/null; mkdir -p "$etc/gpu-quota"; conf="$etc/gpu-quota/config.toml"
+  fi
+  printf '# test\nledger_dir = "%s"\n[driver]\n' "$T/gqledger" >"$conf"
+  env -u GPU_QUOTA_CONTEXT_OVERHEAD -u GPU_QUOTA_CONTEXT_COST_FILE GPU_QUOTA_VRAM=1g GQ_SLICE=$GiB \
+    GQ_OVERHEAD=$((100 * MiB)) unshare -rm sh -c 'mount --bind "$0" "$1" && LD_PRELOAD="$2" exec "$3" ctx' \
+    "$etc" "$target" "$SO" "$B/gqtest_dl"
+}
+t ctx_default_cache_in_configured_ledger_dir ctx_default_ledger_dir
 t ctx_default_env_zero env GPU_QUOTA_CONTEXT_OVERHEAD=0 GPU_QUOTA_VRAM=1g GQ_SLICE=$GiB GQ_OVERHEAD=0 LD_PRELOAD="$SO" "$B/gqtest_dl" ctx
 t ctx_overhead_unseen_context q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctxunseen
 msg() {

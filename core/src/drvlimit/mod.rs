@@ -24,6 +24,7 @@
 //!
 //! Not run on a real r615 driver: the H200 used for this project has
 //! driver 580 (no such symbol). Tested with the fake NVML (tests/fake).
+use crate::formats::helper;
 use crate::helper::{run_helper, HelperError};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::MetadataExt;
@@ -40,7 +41,7 @@ pub const SYMBOL: &str = "nvmlDeviceSetMemoryLimits_v1";
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// In the container's state directory: what was set, for the clear.
 pub const RECORD_FILE: &str = "driver-limits.json";
-pub const HELPER_SUBCOMMAND: &str = "driver-limits";
+pub const HELPER_SUBCOMMAND: &str = helper::Stage::DriverLimits.name();
 /// In the ledger directory: written once the hook has set a driver limit on
 /// this host; tells the runtime that a foreground `run` needs `--keep`.
 pub const ACTIVE_MARKER: &str = "driver-limits-active";
@@ -224,20 +225,28 @@ pub fn apply_via_helper(
     cgroup: &Path,
     gpus: &[GpuLimit],
 ) -> Result<Option<Record>, DrvLimitError> {
-    let mut args: Vec<String> = vec![
-        HELPER_SUBCOMMAND.into(),
-        "set".into(),
-        "--nvml".into(),
-        libnvml.to_string_lossy().into_owned(),
-        "--cgroup".into(),
-        cgroup.to_string_lossy().into_owned(),
-    ];
-    for g in gpus {
-        args.push("--limit".into());
-        args.push(format!("{}={}", g.uuid, g.hard_bytes));
+    let (nvml, cgroup) = (libnvml.to_string_lossy(), cgroup.to_string_lossy());
+    let limits: Vec<String> = gpus
+        .iter()
+        .map(|g| {
+            helper::LimitArg {
+                uuid: &g.uuid,
+                bytes: g.hard_bytes,
+            }
+            .to_string()
+        })
+        .collect();
+    let mut a: Vec<&str> = helper::Set {
+        nvml: &nvml,
+        cgroup: &cgroup,
     }
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_helper(hook, &a, &[], HELPER_TIMEOUT, "driver-limits set")?;
+    .argv()
+    .to_vec();
+    for l in &limits {
+        a.extend([helper::Flag::Limit.name(), l]);
+    }
+    let what = format!("{HELPER_SUBCOMMAND} {}", helper::Action::Set);
+    let out = run_helper(hook, &a, &[], HELPER_TIMEOUT, &what)?;
     let (line, text) = out.json_line();
     let v: HelperReply =
         serde_json::from_str(&line).map_err(|e| DrvLimitError::Output(format!("{e}: {text:?}")))?;
@@ -299,20 +308,13 @@ pub fn clear_recorded(
         serde_json::from_slice(&bytes).map_err(|e| DrvLimitError::Output(e.to_string()))?;
     let rec_s = serde_json::to_string(&rec).expect("serializable");
     let nv = libnvml.to_string_lossy();
-    let out = run_helper(
-        hook,
-        &[
-            HELPER_SUBCOMMAND,
-            "clear",
-            "--nvml",
-            &nv,
-            "--record",
-            &rec_s,
-        ],
-        &[],
-        HELPER_TIMEOUT,
-        "driver-limits clear",
-    )?;
+    let argv = helper::Clear {
+        nvml: &nv,
+        record: &rec_s,
+    }
+    .argv();
+    let what = format!("{HELPER_SUBCOMMAND} {}", helper::Action::Clear);
+    let out = run_helper(hook, &argv, &[], HELPER_TIMEOUT, &what)?;
     let (line, text) = out.json_line();
     match serde_json::from_str::<HelperReply>(&line) {
         Ok(HelperReply::Cleared(c)) => {

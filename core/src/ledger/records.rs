@@ -14,6 +14,7 @@
 //! no other record: its work does not grow with the number of containers
 //! beyond that listing (docs/benchmarks.md).
 use super::{Ledger, LedgerData, LedgerError, Loaded, Reservation, LEDGER_MODE, SCHEMA_VERSION};
+use crate::formats::names::{fnv1a, FNV_OFFSET};
 use crate::fsutil::{self, Durability, WriteStep};
 use crate::placement::Usage;
 use std::path::{Path, PathBuf};
@@ -39,14 +40,11 @@ pub struct Name {
     pub slices: Vec<(u32, u64)>,
 }
 
+/// The parts' hash, each part ended by 0xff (a byte UTF-8 never has).
 fn fnv(parts: &[&[u8]]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for p in parts {
-        for b in p.iter().chain(std::iter::once(&0xffu8)) {
-            h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    h
+    parts
+        .iter()
+        .fold(FNV_OFFSET, |h, p| fnv1a(fnv1a(h, p), &[0xff]))
 }
 
 /// The hash a record's name carries for container `id` under runc root

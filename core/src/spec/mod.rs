@@ -36,7 +36,7 @@ pub use crate::toolkit::ASSIGNED_ANNOTATION;
 /// record, so that the hook opens that record instead of listing every
 /// container's (a hint: the hook checks the record's key, and lists the
 /// records when the hint is missing or wrong).
-pub const RECORD_ANNOTATION: &str = "gpu-quota.io/record";
+pub const RECORD_ANNOTATION: &str = crate::formats::keys::ANN_RECORD;
 
 /// The record hint of a config, if it has one.
 pub fn record_hint(config: &Value) -> Option<&str> {

@@ -15,6 +15,7 @@ mod nvml_limits;
 mod stages;
 
 use anyhow::{bail, Result};
+use gpuquota_core::formats::helper::Stage;
 
 const USAGE: &str = "\
 Usage: gpu-quota-driver measure-context|driver-limits|nvml-inventory ARGS
@@ -38,16 +39,17 @@ fn main() {
 }
 
 fn run(stage: &str, rest: &[String]) -> Result<()> {
-    match stage {
-        gpuquota_core::ctxcost::MEASURE_SUBCOMMAND => stages::measure_main(rest),
-        gpuquota_core::drvlimit::HELPER_SUBCOMMAND => stages::driver_limits_main(rest),
-        gpuquota_core::inventory::NVML_INVENTORY_SUBCOMMAND => {
+    match Stage::parse(stage) {
+        Some(Stage::MeasureContext) => stages::measure_main(rest),
+        Some(Stage::DriverLimits) => stages::driver_limits_main(rest),
+        Some(Stage::NvmlInventory) => {
             let inv = gpuquota_core::Inventory::from_nvml()?;
             gpuquota_core::outln!("{}", serde_json::to_string(&inv)?);
             Ok(())
         }
-        other => bail!(
-            "unknown stage {other:?}; expected measure-context, driver-limits or nvml-inventory"
-        ),
+        None => {
+            let known: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
+            bail!("unknown stage {stage:?}; expected {}", known.join(", "))
+        }
     }
 }

@@ -7,11 +7,12 @@
 //!   used memory of this process (host pid namespace) minus the allocation.
 //! * `driver-limits set|clear …`: the r615 driver limit (core/src/drvlimit/).
 use crate::nvml_limits::NvmlLimits;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use gpuquota_core::{
     ctxcost::Measurement,
     dl::Lib,
     drvlimit::{self, GpuLimit, HelperReply, Record},
+    formats::helper::{Action, ArgError, Clear, Measure, Set},
 };
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
@@ -19,27 +20,23 @@ use std::path::{Path, PathBuf};
 const MIB: u64 = 1 << 20;
 const ALLOC: u64 = 2 * MIB;
 
-fn arg(args: &[String], name: &str) -> Result<String> {
-    args.windows(2)
-        .find(|w| w[0] == name)
-        .map(|w| w[1].clone())
-        .ok_or_else(|| anyhow!("missing {name}"))
+fn bad(e: ArgError) -> anyhow::Error {
+    anyhow!("{e}")
 }
 
-/// `driver-limits set|clear …` (child).
+/// `driver-limits set|clear …` (child); the command line is
+/// gpuquota_formats::helper's, which the parent writes.
 pub fn driver_limits_main(args: &[String]) -> Result<()> {
-    let nvml = PathBuf::from(arg(args, "--nvml")?);
-    let reply = match args.first().map(String::as_str) {
-        Some("set") => {
-            let cg = PathBuf::from(arg(args, "--cgroup")?);
+    let reply = match args.first().and_then(|a| Action::parse(a)) {
+        Some(Action::Set) => {
+            let a = Set::parse(args).map_err(bad)?;
+            let (nvml, cg) = (PathBuf::from(a.nvml), PathBuf::from(a.cgroup));
             let mut gpus = Vec::new();
-            for w in args.windows(2).filter(|w| w[0] == "--limit") {
-                let (u, b) = w[1]
-                    .split_once('=')
-                    .ok_or_else(|| anyhow!("--limit UUID=BYTES"))?;
+            for l in Set::limits(args) {
+                let l = l.map_err(bad)?;
                 gpus.push(GpuLimit {
-                    uuid: u.into(),
-                    hard_bytes: b.parse().context("--limit bytes")?,
+                    uuid: l.uuid.into(),
+                    hard_bytes: l.bytes,
                 });
             }
             match NvmlLimits::open(&nvml) {
@@ -48,12 +45,18 @@ pub fn driver_limits_main(args: &[String]) -> Result<()> {
                 Ok(mut n) => HelperReply::Set(drvlimit::apply(&mut n, &cg, &gpus)?),
             }
         }
-        Some("clear") => {
-            let rec: Record = serde_json::from_str(&arg(args, "--record")?)?;
-            let mut n = NvmlLimits::open(&nvml)?;
+        Some(Action::Clear) => {
+            let a = Clear::parse(args).map_err(bad)?;
+            let rec: Record = serde_json::from_str(a.record)?;
+            let mut n = NvmlLimits::open(Path::new(a.nvml))?;
             HelperReply::Cleared(drvlimit::clear(&mut n, &rec)?)
         }
-        other => bail!("driver-limits: unknown action {other:?} (set, clear)"),
+        None => bail!(
+            "driver-limits: unknown action {:?} ({}, {})",
+            args.first(),
+            Action::Set,
+            Action::Clear
+        ),
     };
     gpuquota_core::outln!("{}", serde_json::to_string(&reply)?);
     Ok(())
@@ -105,11 +108,8 @@ fn fmt_uuid(u: &[u8; 16]) -> String {
 
 /// `measure-context --cuda LIB --nvml LIB --uuid GPU-…` (child).
 pub fn measure_main(args: &[String]) -> Result<()> {
-    let m = measure(
-        &arg(args, "--cuda")?,
-        &arg(args, "--nvml")?,
-        &arg(args, "--uuid")?,
-    )?;
+    let a = Measure::parse(args).map_err(bad)?;
+    let m = measure(a.cuda, a.nvml, a.uuid)?;
     gpuquota_core::outln!("{}", serde_json::to_string(&m)?);
     Ok(())
 }

@@ -18,7 +18,7 @@ use toml_edit::{value, DocumentMut, Item};
 use super::fsutil::FsView;
 use super::{EngineError, FileChange};
 
-pub const CONFIG: &str = "/etc/gpu-quota/config.toml";
+pub use gpuquota_core::config::DEFAULT_PATH as CONFIG;
 pub const KEY: &str = "env_requests";
 
 fn marker(engine: &str) -> String {

@@ -58,8 +58,10 @@ pub use gpuquota_core::formats::keys::ANNOTATION_PATTERNS;
 /// Cluster mode (`--kubernetes`): the container annotations gpu-quota-device-plugin's Allocate
 /// returns, and nothing else.
 pub use gpuquota_core::formats::keys::CLUSTER_ANNOTATIONS;
-/// Where install records the directories it created (on the target system).
-pub const STATE_DIR: &str = "/var/lib/gpu-quota/install";
+/// Where install records the directories it created (on the target system):
+/// `install/` in the default ledger directory (fixed: the configuration may
+/// not exist yet when install runs).
+pub const STATE_SUBDIR: &str = "install";
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {

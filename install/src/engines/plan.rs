@@ -79,7 +79,11 @@ pub(super) struct State {
 }
 
 pub(super) fn state_path(kind: EngineKind) -> PathBuf {
-    PathBuf::from(format!("{STATE_DIR}/{}.json", kind.name()))
+    PathBuf::from(format!(
+        "{}/{STATE_SUBDIR}/{}.json",
+        gpuquota_core::formats::layout::DEFAULT_LEDGER_DIR,
+        kind.name()
+    ))
 }
 
 pub(super) fn read_state(
