@@ -406,11 +406,35 @@ pub fn reconcile(
     engine: &EngineRequest,
     host: &[HostGpu],
 ) -> Result<Request, ToolkitError> {
-    let named = ours.named_gpus;
+    Ok(Request {
+        gpus: reconcile_gpus(&ours.gpus, ours.named_gpus, engine, host)?,
+        ..ours.clone()
+    })
+}
+
+/// For a container whose GPUs are decided already (a DRA claim's): the
+/// engine's request, if it names GPUs, must name exactly these.
+pub fn agrees_with(
+    uuids: &[String],
+    engine: &EngineRequest,
+    host: &[HostGpu],
+) -> Result<(), ToolkitError> {
+    let ours = GpuSelector::List(uuids.iter().map(|u| GpuRef::Uuid(u.clone())).collect());
+    reconcile_gpus(&ours, true, engine, host).map(|_| ())
+}
+
+/// [`reconcile`]'s decision on the GPUs alone (`named`: the user named
+/// `ours`; else it is the default, which the engine's choice replaces).
+fn reconcile_gpus(
+    ours: &GpuSelector,
+    named: bool,
+    engine: &EngineRequest,
+    host: &[HostGpu],
+) -> Result<GpuSelector, ToolkitError> {
     let conflict = || ToolkitError::Contradiction {
         engine: engine.described.clone(),
         ours: if named {
-            describe_selector(&ours.gpus)
+            describe_selector(ours)
         } else {
             "one GPU".into()
         },
@@ -432,17 +456,15 @@ pub fn reconcile(
     match &engine.gpus {
         // no GPU from the engine, or any: placement chooses as asked
         EngineGpus::Nothing | EngineGpus::All => {}
-        EngineGpus::Count(n) => match &ours.gpus {
-            _ if !named => out.gpus = GpuSelector::Count(*n),
+        EngineGpus::Count(n) => match ours {
+            _ if !named => out = GpuSelector::Count(*n),
             GpuSelector::Count(m) if m == n => {}
             GpuSelector::List(l) if l.len() == *n as usize => {}
             _ => return Err(conflict()),
         },
-        EngineGpus::List(e) => match &ours.gpus {
-            _ if !named => out.gpus = GpuSelector::List(e.clone()),
-            GpuSelector::Count(m) if *m as usize == e.len() => {
-                out.gpus = GpuSelector::List(e.clone())
-            }
+        EngineGpus::List(e) => match ours {
+            _ if !named => out = GpuSelector::List(e.clone()),
+            GpuSelector::Count(m) if *m as usize == e.len() => out = GpuSelector::List(e.clone()),
             GpuSelector::List(l) if l.len() == e.len() => {
                 // the same GPUs, however each side named them
                 let mut a: Vec<Option<String>> = l.iter().map(|r| uuid_of(r, host)).collect();

@@ -172,7 +172,6 @@ fn engine_request_for_claim(
     r: &Reservation,
     c: &Container<'_>,
 ) -> Result<bool, LifecycleError> {
-    use crate::request::{GpuRef, GpuSelector, Origin};
     let host = toolkit::host_gpus(inv);
     let from = VisibleFrom::for_root(cfg, Some(c.runc_root()));
     let engine = match toolkit::detect(&bundle.config, &host, from) {
@@ -180,20 +179,10 @@ fn engine_request_for_claim(
         Ok(None) => return Ok(false),
         Err(e) => return Err(refuse_bound(cfg, r, c, e)),
     };
-    // the claim's GPUs, named: the engine may only agree with them
-    let ours = Request {
-        vram: crate::units::Size::Bytes(r.slices.first().map_or(0, |s| s.vram_bytes)),
-        gpus: GpuSelector::List(
-            r.slices
-                .iter()
-                .map(|s| GpuRef::Uuid(s.uuid.clone()))
-                .collect(),
-        ),
-        origin: Origin::Annotation(r.request.clone()),
-        named_gpus: true,
-    };
-    match toolkit::reconcile(&ours, &engine, &host) {
-        Ok(_) => Ok(true),
+    // the claim's GPUs are decided: the engine may only agree with them
+    let uuids: Vec<String> = r.slices.iter().map(|s| s.uuid.clone()).collect();
+    match toolkit::agrees_with(&uuids, &engine, &host) {
+        Ok(()) => Ok(true),
         Err(e) => Err(refuse_bound(cfg, r, c, e)),
     }
 }

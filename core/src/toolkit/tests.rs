@@ -531,3 +531,31 @@ fn unknown_engine_gpu_names_its_source() {
         .to_string();
     assert!(msg.contains("--device=GPU-ffff"), "{msg}");
 }
+
+/// A DRA claim's GPUs are decided before the engine's request is read: it
+/// may only agree with them (the claim path builds no Request of its own).
+#[test]
+fn a_decided_slice_only_takes_an_engine_request_that_agrees() {
+    let h = host();
+    let claim = vec![h[1].uuid.clone()];
+    for agreeing in ["1", "all", "void"] {
+        assert_eq!(
+            agrees_with(&claim, &engine(&docker(agreeing)), &h),
+            Ok(()),
+            "{agreeing}"
+        );
+    }
+    // `--gpus 1` is written as device 0: a count of one, which agrees
+    assert_eq!(agrees_with(&claim, &engine(&docker("0")), &h), Ok(()));
+    for other in ["2", "0,1", "1,2"] {
+        let e = agrees_with(&claim, &engine(&docker(other)), &h).unwrap_err();
+        assert!(
+            matches!(&e, ToolkitError::Contradiction { ours, .. } if ours.contains(&h[1].uuid)),
+            "{other}: {e}"
+        );
+    }
+    assert!(matches!(
+        agrees_with(&claim, &engine(&docker("7")), &h),
+        Err(ToolkitError::UnknownGpu { .. })
+    ));
+}
