@@ -56,7 +56,7 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
         return Some((0, 0)); // cannot be shown to be part of the slice
     }
     let limit = match idx {
-        Some(i) => state::limit_for(c, i, &|| Some(real_total)),
+        Some(i) => account::limit_for(c, i, &|| Some(real_total)),
         None => c.limit.resolve(real_total),
     };
     let used = match (idx, state::region()) {

@@ -2,14 +2,13 @@
 //! call), the accounting region, this process's slot, device mapping, fork
 //! handling.
 
-use crate::config::{self, Limits, Size, MAX_GPUS};
+use crate::config::{self, Limits, Size};
+use crate::hooks;
 use crate::ptrtable::Table;
 use crate::region::{self, HeaderInit, Region};
 use crate::sys::{self, PathBuf};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{
-    AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
-};
+use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use gpuquota_formats::keys;
 use gpuquota_formats::limits::FILE_NAME as LIMITS_FILE;
 use gpuquota_formats::usage::FILE_NAME as USAGE_FILE;
@@ -170,7 +169,7 @@ unsafe fn load_config_inner(c: &mut Config) {
     let mut dir: Option<PathBuf> = None;
     let mut src = Source::None;
     if let Some(p) = PathBuf::join(DEFAULT_STATE_DIR, LIMITS_FILE.as_bytes()) {
-        if sys::file_exists(p.as_ptr()) {
+        if sys::file_exists(p.as_cstr()) {
             dir = PathBuf::from_bytes(DEFAULT_STATE_DIR);
             src = Source::Container;
         }
@@ -178,7 +177,7 @@ unsafe fn load_config_inner(c: &mut Config) {
     if dir.is_none() {
         if let Some(d) = sys::getenv(c"GPU_QUOTA_STATE_DIR") {
             if let Some(p) = PathBuf::join(d, LIMITS_FILE.as_bytes()) {
-                if sys::file_exists(p.as_ptr()) {
+                if sys::file_exists(p.as_cstr()) {
                     dir = PathBuf::from_bytes(d);
                     src = Source::StateDirEnv;
                 }
@@ -341,7 +340,7 @@ fn region_slow() -> Option<Region> {
     let container = c.source == Source::Container || c.source == Source::StateDirEnv;
     let mut r = None;
     if c.usage_path.len > 0 {
-        match Region::open_file(c.usage_path.as_ptr(), c.create_usage, &init) {
+        match Region::open_file(c.usage_path.as_cstr(), c.create_usage, &init) {
             Ok(x) => r = Some(x),
             Err(e) => {
                 let mut b = crate::fmt::Buf::<640>::new();
@@ -436,73 +435,31 @@ fn claim_slow(r: &Region) -> Option<usize> {
 
 pub static TABLE: Table = Table::new();
 
-// ---------------------------------------------------------------- devices
-
-/// CUDA ordinal -> region device index (0xff unknown, 0xfe untracked)
-static DEVMAP: [AtomicU8; 64] = [const { AtomicU8::new(0xff) }; 64];
-static DEVCOUNT: AtomicI32 = AtomicI32::new(-1);
-/// per region device: resolved limit (percent mode); 0 unknown
-static LIMIT_CACHE: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
-/// per region device: context overhead already charged by this process
-pub static CTX_CHARGED: [AtomicU8; MAX_GPUS] = [const { AtomicU8::new(0) }; MAX_GPUS];
-
-pub fn devcount() -> &'static AtomicI32 {
-    &DEVCOUNT
-}
-pub fn devmap() -> &'static [AtomicU8; 64] {
-    &DEVMAP
-}
-
-/// Per-device slice in bytes for region device `dev`; `real_total` is asked
-/// only in percent mode.
-pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -> u64 {
-    if let Some(l) = crate::foreign::limit_override(dev) {
-        return l;
-    }
-    match c.limit {
-        Size::Bytes(b) => b,
-        Size::Ppm(_) => {
-            let v = LIMIT_CACHE[dev].load(Relaxed);
-            if v != 0 {
-                return v;
-            }
-            match real_total() {
-                Some(t) => {
-                    let b = c.limit.resolve(t);
-                    LIMIT_CACHE[dev].store(b, Relaxed);
-                    if let Some(r) = region() {
-                        r.set_limit(dev, b);
-                    }
-                    b
-                }
-                None => 0,
-            }
-        }
-    }
-}
-
 // ---------------------------------------------------------------- fork
 
+// The one child handler runs what each module registered in hooks::FORK
+// (this module's own reset first: it is registered at init, before any
+// other module holds state).
 extern "C" fn atfork_child() {
+    hooks::FORK.run(hooks::ALL);
+}
+
+/// The child is not the parent: no slot, no pointers, and a private
+/// (per-process) region must not carry the parent's usage.
+fn fork_reset(_: usize) -> bool {
     MY_SLOT.store(usize::MAX, Release);
     SLOT_LOCK.store(0, Release);
     TABLE.reset();
-    crate::pools::reset();
-    crate::ctxlife::reset();
-    crate::graphs::reset();
-    crate::capture::reset();
-    for c in CTX_CHARGED.iter() {
-        c.store(0, Relaxed);
-    }
-    // a private (per-process) region must not carry the parent's usage
     if REGION_STATE.load(Acquire) == 2 && REGION_SHARED.load(Acquire) == 0 {
         unsafe { make_region().unmap() };
         REGION_BASE.store(0, Release);
         REGION_STATE.store(0, Release);
     }
+    false
 }
 
 fn register_atfork() {
+    hooks::FORK.register(fork_reset);
     unsafe {
         libc::pthread_atfork(None, None, Some(atfork_child));
     }

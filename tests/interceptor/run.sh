@@ -86,7 +86,7 @@ t elf_exports elf_exports
 
 echo "== unit tests (pure logic, std harness)"
 if [ -z "${GQ_SKIP_CARGO_TEST:-}" ]; then
-  t cargo_unit_tests cargo test --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" --lib
+  t cargo_unit_tests cargo test --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" --lib --test layers
 fi
 
 echo "== non-CUDA processes pay nothing"
