@@ -454,16 +454,14 @@ pub fn create(api: &[u8], ordinal: c_int, call: impl FnOnce() -> (CUresult, u64)
     if dev.idx == UNTRACKED {
         return call().0;
     }
-    // (this step keeps the charge of the code before: the first context
-    // of a device, whatever made it, holds the base charge)
-    if CHARGES.base_charged(dev.idx) {
-        return call().0;
-    }
     activate();
+    if !CHARGES.base_charged(dev.idx) && !crate::capture::any() && primary_active(ordinal) {
+        CHARGES.base_exists(&ACCT, dev, ov);
+    }
     if too_small(dev, ov) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    CHARGES.base(&ACCT, api, dev, ov, || call().0)
+    CHARGES.create(&ACCT, api, dev, ov, call)
 }
 
 /// cuCtxDestroy(h) succeeded: its charge goes.

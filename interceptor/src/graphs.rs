@@ -234,12 +234,16 @@ mod tests {
         g.follow(&b, true, &mut devs(), &reserve);
         g.follow(&b, true, &mut devs(), &reserve);
         assert_eq!((r.used(0), r.used(1)), (32 * M, 0));
+        // a second launch grows the reserve: only the growth is added
+        res.set([48 * M, 0]);
+        g.follow(&b, true, &mut devs(), &reserve);
+        assert_eq!(r.used(0), 48 * M);
         res.set([8 * M, 16 * M]);
         assert!(
             !g.follow(&b, false, &mut devs(), &reserve),
             "capture: not asked"
         );
-        assert_eq!(r.used(0), 32 * M);
+        assert_eq!(r.used(0), 48 * M);
         assert!(g.take_pending() && !g.take_pending());
         assert!(g.follow(&b, true, &mut devs(), &reserve), "went down");
         assert_eq!((r.used(0), r.used(1)), (8 * M, 16 * M));

@@ -315,6 +315,21 @@ ctx_truth() {
   "$B/gqtest_dl" peak $((64 * MiB))
 }
 t context_overhead_truth ctx_truth
+ctx_many() { # MODE: the H200's program, contexts created until refused:
+  # physically within the slice, one refusal line naming the context, and a
+  # destroy makes room for the next (t_ctx)
+  local m=$1 bin=gqtest_dl; [ "$m" = direct ] && bin=gqtest_direct
+  local d="$T/ctxmany_$m"
+  mkstate "$d" $((64 * MiB)) "context_overhead_bytes=$((16 * MiB))"
+  export GPU_QUOTA_STATE_DIR="$d" FAKE_CUDA_CTX_BYTES=$((16 * MiB)) FAKE_CUDA_PEAK_FILE="$d.peak" GQ_MODE=$m
+  GQ_SLICE=$((64 * MiB)) GQ_OVERHEAD=$((16 * MiB)) LD_PRELOAD="$SO" "$B/$bin" ctx 2>"$d.err"; local r=$?
+  cat "$d.err"
+  "$B/gqtest_dl" peak $((64 * MiB)) || r=1
+  grep -qxF "gpu-quota: cuCtxCreate (context) of 16.00 MiB refused: slice 64.00 MiB on GPU 0, 64.00 MiB in use by this container" "$d.err" ||
+    { echo "no refusal line naming the context"; r=1; }
+  return $r
+}
+for m in dlsym gpa direct; do t "contexts_until_refused_$m" ctx_many $m; done
 execself() {
   local u="$T/exec.usage"
   export GPU_QUOTA_VRAM=64m GPU_QUOTA_USAGE_FILE="$u" GQ_SLICE=$((64 * MiB)) FAKE_CUDA_PEAK_FILE="$T/exec.peak"
