@@ -158,7 +158,7 @@ fn holders_of(ledger: &Ledger, held: &[Reservation], gpu: &str, now: u64) -> Str
         r.slices
             .iter()
             .filter(|s| s.uuid == gpu)
-            .map(|s| s.bytes)
+            .map(|s| s.vram_bytes)
             .sum()
     };
     let mut named: Vec<String> = held
@@ -348,7 +348,7 @@ fn offers_of(cfg: &Config, inv: &Inventory, held: &[Reservation]) -> Vec<Offer> 
                 .iter()
                 .filter(|r| !r.is_claim() && r.counts())
                 .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
-                .map(|s| s.bytes)
+                .map(|s| s.vram_bytes)
                 .sum();
             Offer {
                 uuid: g.uuid.clone(),
@@ -461,14 +461,14 @@ fn prepare_once(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
             let c = r.claim.as_ref().expect("found by its claim");
             let same = r.slices.len() == 1
                 && r.slices[0].uuid == g.uuid
-                && r.slices[0].bytes == a.bytes
+                && r.slices[0].vram_bytes == a.bytes
                 && c.namespace == a.namespace
                 && c.name == a.name;
             if !same {
                 let held = r
                     .slices
                     .first()
-                    .map(|s| describe_alloc(&s.uuid, s.bytes))
+                    .map(|s| describe_alloc(&s.uuid, s.vram_bytes))
                     .unwrap_or_default();
                 return Ok((
                     Err(ClaimError::Conflict {
@@ -524,7 +524,7 @@ fn prepare_once(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
                 vec![Slice {
                     uuid: g.uuid.clone(),
                     index: g.index,
-                    bytes: a.bytes,
+                    vram_bytes: a.bytes,
                 }],
                 format!("claim {}/{}", a.namespace, a.name),
             )
@@ -602,7 +602,7 @@ pub fn prepared(cfg: &Config) -> Result<Vec<ClaimAlloc>, ClaimError> {
                 namespace: c.namespace.clone(),
                 name: c.name.clone(),
                 gpu_uuid: s.uuid.clone(),
-                bytes: s.bytes,
+                bytes: s.vram_bytes,
             })
         })
         .collect())

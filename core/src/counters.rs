@@ -29,6 +29,9 @@ pub struct Counters {
     pub refusals: BTreeMap<String, u64>,
     pub releases: u64,
     pub reclaims: u64,
+    /// Slices changed while their container ran (`gpu-quota resize`).
+    #[serde(default)]
+    pub resizes: u64,
 }
 
 /// One increment.
@@ -38,6 +41,7 @@ pub enum Bump<'a> {
     Refusal(&'a str),
     Release(u64),
     Reclaim(u64),
+    Resize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +109,7 @@ pub fn bump(ledger_dir: &Path, bump: Bump<'_>) -> Result<Counters, CountersError
         Bump::Refusal(reason) => *c.refusals.entry(reason.to_string()).or_default() += 1,
         Bump::Release(n) => c.releases += n,
         Bump::Reclaim(n) => c.reclaims += n,
+        Bump::Resize => c.resizes += 1,
     }
     let mut out = serde_json::to_vec_pretty(&c).expect("counters serialize");
     out.push(b'\n');

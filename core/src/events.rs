@@ -23,6 +23,7 @@ pub enum Kind {
     Refusal,
     Release,
     Reclaim,
+    Resize,
 }
 
 impl Kind {
@@ -32,6 +33,7 @@ impl Kind {
             Kind::Refusal => "refusal",
             Kind::Release => "release",
             Kind::Reclaim => "reclaim",
+            Kind::Resize => "resized",
         }
     }
 }
@@ -115,7 +117,7 @@ fn slices_fields(r: &Reservation) -> (String, String, u64) {
         .map(|s| s.uuid.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    let bytes = r.slices.first().map(|s| s.bytes).unwrap_or(0);
+    let bytes = r.slices.first().map(|s| s.vram_bytes).unwrap_or(0);
     (gpus, uuids, bytes)
 }
 
@@ -173,9 +175,29 @@ pub fn reclaimed(cfg: &Config, src: Source<'_>, rs: &[Reservation]) {
     }
 }
 
+/// A running container's slice on GPU `gpu` changed from `from` to `to`
+/// bytes (`by`: who asked, e.g. `uid 0 (root)`).
+pub fn resized(
+    cfg: &Config,
+    src: Source<'_>,
+    r: &Reservation,
+    gpu: u32,
+    from: u64,
+    to: u64,
+    by: &str,
+) {
+    let _ = counters::bump(&cfg.ledger_dir, Bump::Resize);
+    let reason = format!(
+        "GPU {gpu}: {} -> {} by {by}",
+        crate::units::human(from),
+        crate::units::human(to)
+    );
+    emit_reservation(cfg, src, Kind::Resize, r, &reason);
+}
+
 fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, reason: &str) {
     let (gpu, uuid, slice_bytes) = slices_fields(r);
-    let total_bytes: u64 = r.slices.iter().map(|s| s.bytes).sum();
+    let total_bytes: u64 = r.slices.iter().map(|s| s.vram_bytes).sum();
     let pid = r.pid.unwrap_or(0);
     let age_secs = crate::fsutil::now_unix().saturating_sub(r.created_unix);
     // who the container is to its engine (empty where the engine said nothing)
@@ -276,7 +298,7 @@ mod tests {
         let slice = Slice {
             index: 1,
             uuid: "GPU-1".into(),
-            bytes: 4 << 30,
+            vram_bytes: 4 << 30,
         };
         Reservation {
             pid: Some(42),

@@ -31,6 +31,7 @@ pub const SCHEMA_VERSION: u32 = 2;
 
 mod container;
 pub(crate) mod records;
+pub mod resize;
 
 /// The ledger file's mode: root's only (claim tokens are in it).
 pub const LEDGER_MODE: u32 = 0o600;
@@ -83,6 +84,9 @@ pub struct Reservation {
     /// operator's view only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<Workload>,
+    /// A resize of one of its slices under way (`ledger::resize`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resizing: Option<resize::PendingResize>,
 }
 
 /// A prepared DRA claim, as its ledger entry records it.
@@ -137,6 +141,7 @@ impl Reservation {
             claim: None,
             bound_claim: None,
             workload: None,
+            resizing: None,
         }
     }
 
@@ -187,7 +192,7 @@ impl LedgerData {
         for r in self.reservations.iter().filter(|r| r.counts()) {
             for s in &r.slices {
                 let e = u.entry(s.uuid.clone()).or_insert((0, 0));
-                e.0 += s.bytes;
+                e.0 += s.vram_bytes;
                 e.1 += 1;
             }
         }
@@ -545,7 +550,7 @@ pub struct AdmitInfo {
 
 pub fn describe_slices(s: &[Slice]) -> String {
     s.iter()
-        .map(|s| format!("{} on GPU {}", human(s.bytes), s.index))
+        .map(|s| format!("{} on GPU {}", human(s.vram_bytes), s.index))
         .collect::<Vec<_>>()
         .join(", ")
 }

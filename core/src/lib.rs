@@ -7,6 +7,7 @@ pub mod ctxcost;
 pub mod dl;
 pub mod drvlimit;
 pub mod fsutil;
+pub mod grantfile;
 pub mod helper;
 pub mod inventory;
 pub mod ldcache;

@@ -326,7 +326,7 @@ pub fn engine_request_for_claim(
         Err(e) => return Err(refuse_bound(cfg, r, src, e)),
     };
     let ours = Request {
-        vram: crate::units::Size::Bytes(r.slices.first().map_or(0, |s| s.bytes)),
+        vram: crate::units::Size::Bytes(r.slices.first().map_or(0, |s| s.vram_bytes)),
         gpus: GpuSelector::List(
             r.slices
                 .iter()
@@ -722,3 +722,6 @@ mod tests {
         ));
     }
 }
+
+/// The update phase (a running container's grant changes).
+pub mod update;

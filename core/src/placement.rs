@@ -4,16 +4,13 @@ use crate::config::Policy;
 use crate::inventory::{describe, Gpu, Inventory};
 use crate::request::{GpuRef, GpuSelector, Request};
 use crate::units::human;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// One GPU's share of a reservation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Slice {
-    pub uuid: String,
-    pub index: u32,
-    pub bytes: u64,
-}
+/// One GPU's share of a reservation: the grant, the one type every layer
+/// from here to the interceptor uses (`formats::grant`), naming its GPU by
+/// NVML's text UUID on the host.
+pub type Slice = GpuGrant<String>;
+pub use gpuquota_formats::grant::GpuGrant;
 
 /// Why a request cannot be placed; every message says what was asked, what
 /// is free, and what to do.
@@ -199,7 +196,7 @@ impl Placer<'_> {
         let slice = |g: &Gpu| Slice {
             uuid: g.uuid.clone(),
             index: g.index,
-            bytes: req.vram.resolve(g.total_bytes),
+            vram_bytes: req.vram.resolve(g.total_bytes),
         };
         let chosen: Vec<&Gpu> = match &req.gpus {
             GpuSelector::List(refs) => {
@@ -245,20 +242,23 @@ impl Placer<'_> {
                 let mut fit: Vec<&Gpu> = candidates
                     .iter()
                     .copied()
-                    .filter(|g| slice(g).bytes <= self.free(g, usage))
+                    .filter(|g| slice(g).vram_bytes <= self.free(g, usage))
                     .collect();
                 if fit.len() < n {
-                    if candidates.iter().all(|c| slice(c).bytes > self.capacity(c)) {
+                    if candidates
+                        .iter()
+                        .all(|c| slice(c).vram_bytes > self.capacity(c))
+                    {
                         let g = candidates
                             .iter()
                             .max_by_key(|c| self.capacity(c))
                             .expect("non-empty");
-                        return Err(self.too_large(req, g, slice(g).bytes));
+                        return Err(self.too_large(req, g, slice(g).vram_bytes));
                     }
                     return Err(PlacementError::NoFit {
                         requested: format!(
                             "{} ({})",
-                            human(slice(candidates[0]).bytes),
+                            human(slice(candidates[0]).vram_bytes),
                             req.origin
                         ),
                         count: n as u32,
@@ -277,7 +277,7 @@ impl Placer<'_> {
             }
         };
         for g in &chosen {
-            let bytes = slice(g).bytes;
+            let bytes = slice(g).vram_bytes;
             if bytes > self.capacity(g) {
                 return Err(self.too_large(req, g, bytes));
             }
@@ -440,7 +440,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(
-            s.iter().map(|s| s.bytes).collect::<Vec<_>>(),
+            s.iter().map(|s| s.vram_bytes).collect::<Vec<_>>(),
             vec![4 * G, 4 * G]
         );
         let e = p

@@ -27,7 +27,7 @@
 use crate::config::Config;
 use crate::driver::DriverFiles;
 use crate::ledger::Reservation;
-use gpuquota_formats::{limits, usage};
+use gpuquota_formats::{grant, limits, usage};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
     limits::write(
         &mut s,
         &r.container_id,
-        r.slices.iter().map(|s| (s.uuid.as_str(), s.bytes)),
+        r.slices.iter().map(|s| (s.uuid.as_str(), s.vram_bytes)),
         context_overhead,
     )
     .ok()?;
@@ -347,6 +347,11 @@ pub fn fill(
         )
     })?;
     write(&dir.join(limits::FILE_NAME), text.as_bytes(), 0o644)?;
+    write(
+        &dir.join(grant::FILE_NAME),
+        &crate::grantfile::bytes(&r.slices)?,
+        0o644,
+    )?;
     write(&dir.join(usage::FILE_NAME), b"", 0o644)?; // mount point
     write(&dir.join(INTERCEPTOR_NAME), b"", 0o644)?;
     write(&dir.join("ld.so.preload"), b"", 0o644)?;
@@ -420,12 +425,13 @@ mod tests {
     #[test]
     fn prepare_layout() {
         let d = tempfile::tempdir().unwrap();
+        const U: &str = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
         let slice = Slice {
-            uuid: "GPU-a".into(),
-            index: 0,
-            bytes: 4 << 30,
+            uuid: U.into(),
+            index: 3,
+            vram_bytes: 4 << 30,
         };
-        let r = Reservation::new("c1", None, "/b", vec![slice], "vram=4g");
+        let r = Reservation::new("c1", None, "/b", vec![slice.clone()], "vram=4g");
         let files = DriverFiles {
             libs: vec![DriverLib {
                 host_path: "/x".into(),
@@ -448,8 +454,8 @@ mod tests {
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
         assert!(
             limits.contains("vram_bytes=4294967296\n")
-                && limits.contains("gpus=GPU-a\n")
-                && limits.contains("gpu.GPU-a.vram_bytes=4294967296\n"),
+                && limits.contains(&format!("gpus={U}\n"))
+                && limits.contains(&format!("gpu.{U}.vram_bytes=4294967296\n")),
             "{limits}"
         );
         assert!(
@@ -463,6 +469,15 @@ mod tests {
             (Some(4 << 30), Some(512 << 20))
         );
         assert_eq!(l.container_id(), r.container_id.as_bytes());
+        // the grant, as placement made it (the one reader reads it back)
+        let g = std::fs::read(dir.join(grant::FILE_NAME)).unwrap();
+        assert_eq!(grant::decode(&g).unwrap().gpus(), &[slice.raw().unwrap()]);
+        // a GPU name that is no UUID cannot be granted: nothing would enforce it
+        let mut bad = r.clone();
+        bad.slices[0].uuid = "GPU-a".into();
+        let dir = create(&cfg, &bad, UsageBacking::Plain).unwrap();
+        let e = fill(&dir, &bad, &files, 0).unwrap_err();
+        assert!(e.to_string().contains("\"GPU-a\" is not a UUID"), "{e}");
         // an id that would not read back as itself is never written
         let mut bad = r.clone();
         bad.container_id = "c\nvram_bytes=1099511627776".into();

@@ -10,7 +10,10 @@
 //! every loop is bounded by those constants.
 use std::path::Path;
 
-use gpuquota_formats::usage::{self as layout, FIXED, H_HIGH_WATER, H_LIMIT, H_REFUSALS, S_OWNER};
+use gpuquota_formats::usage::{
+    self as layout, FIXED, H_HIGH_WATER, H_LIMIT, H_REFUSALS, H_UUID, H_UUID_STATE, S_OWNER, S_PID,
+    UUID_VALID,
+};
 pub use gpuquota_formats::usage::{
     DEV_COUNT, HEADER_SIZE, MAGIC, SLOT_COUNT, SLOT_SIZE, SLOT_USED_OFFSET, TOTAL_SIZE, VERSION,
 };
@@ -25,6 +28,25 @@ pub struct Usage {
     pub processes: u32,
     /// Allocations refused so far.
     pub refusals: u64,
+    /// The GPU of each device index, where the interceptor has written it
+    /// (raw UUID bytes).
+    pub uuid: Vec<Option<[u8; 16]>>,
+    /// Each process holding a slot: its pid (in the container's pid
+    /// namespace) and bytes per device index.
+    pub holders: Vec<Holder>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holder {
+    pub pid: u64,
+    pub used: Vec<u64>,
+}
+
+impl Usage {
+    /// The device index of GPU `uuid` (raw bytes), if the file names it.
+    pub fn device_of(&self, uuid: &[u8; 16]) -> Option<usize> {
+        self.uuid.iter().position(|u| u.as_ref() == Some(uuid))
+    }
 }
 
 fn u32_at(b: &[u8], o: usize) -> Option<u32> {
@@ -56,6 +78,18 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
             .collect(),
         processes: 0,
         refusals: u64_at(b, H_REFUSALS).unwrap_or(0),
+        uuid: (0..DEV_COUNT)
+            .map(|d| {
+                (u32_at(b, H_UUID_STATE + 4 * d) == Some(UUID_VALID))
+                    .then(|| {
+                        b.get(H_UUID + 16 * d..H_UUID + 16 * (d + 1))?
+                            .try_into()
+                            .ok()
+                    })
+                    .flatten()
+            })
+            .collect(),
+        holders: vec![],
     };
     for i in 0..high {
         let owner = u64_at(b, layout::slot_offset(i) + S_OWNER)?;
@@ -63,9 +97,15 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
             continue;
         }
         u.processes += 1;
+        let mut h = Holder {
+            pid: u64_at(b, layout::slot_offset(i) + S_PID)?,
+            used: vec![0; DEV_COUNT],
+        };
         for d in 0..DEV_COUNT {
-            u.used[d] = u.used[d].saturating_add(u64_at(b, layout::used_offset(i, d))?);
+            h.used[d] = u64_at(b, layout::used_offset(i, d))?;
+            u.used[d] = u.used[d].saturating_add(h.used[d]);
         }
+        u.holders.push(h);
     }
     Some(u)
 }
@@ -251,6 +291,24 @@ mod tests {
                 0
             );
         }
+        let u = read(&p).unwrap();
+        assert_eq!(
+            u.holders.iter().map(|h| h.used[0]).collect::<Vec<_>>(),
+            [100, 40, 50],
+            "each process's holding"
+        );
+        assert_eq!(u.device_of(&[0; 16]), None, "no device named yet");
+        let mut named = b.clone();
+        let (id, st) = (layout::H_UUID + 16, layout::H_UUID_STATE + 4);
+        named[id..id + 16].copy_from_slice(&[7; 16]);
+        named[st..st + 4].copy_from_slice(&layout::UUID_WRITING.to_le_bytes());
+        assert_eq!(
+            parse(&named).unwrap().device_of(&[7; 16]),
+            None,
+            "half written"
+        );
+        named[st..st + 4].copy_from_slice(&UUID_VALID.to_le_bytes());
+        assert_eq!(parse(&named).unwrap().device_of(&[7; 16]), Some(1));
         assert_eq!(free_group(&p, 5).unwrap(), 1, "the live slot is left alone");
         assert_eq!(read(&p).unwrap().used[0], 90);
         drop(holder);

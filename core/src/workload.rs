@@ -7,9 +7,10 @@
 //! the operator's view (`gpu-quota ls`, `top`, the metrics' labels, the
 //! event log).
 //!
-//! Nothing is decided by it: the annotations are as hostile as the rest of
+//! Nothing is granted by it: the annotations are as hostile as the rest of
 //! config.json, and a forged pod name misleads only the view of the
-//! container that forged it. So a value is kept only when it is a plausible
+//! container that forged it, and refuses only its own resize
+//! (`gpu-quota resize` leaves a pod's slice to Kubernetes). So a value is kept only when it is a plausible
 //! name (at most [`MAX_LEN`] bytes of `[A-Za-z0-9._:@/-]`): never a control
 //! character into a terminal or a log line.
 use serde::{Deserialize, Serialize};
@@ -68,6 +69,15 @@ impl Workload {
             container: get(CONTAINER),
         };
         (w != Workload::default()).then_some(w)
+    }
+
+    /// The pod, as `namespace/pod` (or the pod alone), when there is one.
+    pub fn pod_label(&self) -> Option<String> {
+        let p = self.pod.as_ref()?;
+        Some(match &self.namespace {
+            Some(n) => format!("{n}/{p}"),
+            None => p.clone(),
+        })
     }
 
     /// As an operator reads it: `namespace/pod/container`, or the parts

@@ -28,7 +28,7 @@ const FLOORS: &[&[&str]] = &[
     &["placement"],
     // 6: the ledger of reservations; device nodes of a placement; the engine's
     //    own GPU requests (NVIDIA toolkit hook, CDI devices) reconciled with ours
-    &["ledger", "devices", "toolkit"],
+    &["ledger", "devices", "toolkit", "grantfile"],
     // 7: per-container state, event records, the spec patch
     &["state", "events", "spec"],
     // 8: the mount plan, the context charge, the driver limits; DRA claims

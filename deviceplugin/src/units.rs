@@ -173,7 +173,7 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
                         // the claim's own entry holds its bytes, once
                         .filter(|r| r.counts() && !(node.kubernetes)(r) && !(node.stale)(r))
                         .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
-                        .fold((0u64, 0usize), |(b, n), s| (b + s.bytes, n + 1));
+                        .fold((0u64, 0usize), |(b, n), s| (b + s.vram_bytes, n + 1));
                     if outside > 0 {
                         let left = capacity.saturating_sub(outside) / UNIT_BYTES;
                         u.usable = units.min(u32::try_from(left).unwrap_or(u32::MAX));
@@ -224,7 +224,7 @@ mod tests {
         let slice = Slice {
             uuid: format!("GPU-{gpu:04}"),
             index: gpu,
-            bytes,
+            vram_bytes: bytes,
         };
         Reservation {
             state: ResState::Running,

@@ -96,7 +96,7 @@ fn res(id: &str, root: &str, gpu: &str, bytes: u64) -> Reservation {
     let slice = Slice {
         uuid: gpu.into(),
         index: if gpu == GPU0 { 0 } else { 1 },
-        bytes,
+        vram_bytes: bytes,
     };
     Reservation {
         // just created: never stale within the grace period

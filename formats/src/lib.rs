@@ -2,6 +2,8 @@
 //! `gpu-quota` CLI, the device plugin) and the container (libgpuquota.so)
 //! share, each defined once:
 //!
+//! * [`grant`] — what a container holds on each GPU, as one value from
+//!   placement to enforcement, and the `grant` file with its live limit;
 //! * [`size`] — the size grammar (`8g`, `8GiB`, `8GB`, `1.5g`, `25%`), for
 //!   requests, the host configuration and the interceptor's environment;
 //! * [`keys`] — the request keys (annotations and environment variables);
@@ -22,6 +24,7 @@
 extern crate std;
 
 pub mod ctxcost;
+pub mod grant;
 pub mod keys;
 pub mod limits;
 pub mod size;

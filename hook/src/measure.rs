@@ -105,7 +105,7 @@ pub fn driver_limits(cfg: &Config, files: &DriverFiles, dir: &Path, r: &Reservat
         .iter()
         .map(|s| GpuLimit {
             uuid: s.uuid.clone(),
-            hard_bytes: s.bytes,
+            hard_bytes: s.vram_bytes,
         })
         .collect();
     let res = driver_helper(cfg)

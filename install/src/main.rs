@@ -16,6 +16,7 @@ mod metrics_server;
 mod ops;
 mod peer;
 mod release;
+mod resize;
 mod snapshot;
 mod top;
 
@@ -48,6 +49,8 @@ enum Cmd {
     Release(release::ReleaseArgs),
     /// Live view of each GPU's slices and physical use, and the containers holding them.
     Top(top::TopArgs),
+    /// Change a running container's slice (grow: admitted like a new container; shrink: once it fits).
+    Resize(resize::ResizeArgs),
 }
 
 fn main() {
@@ -61,6 +64,7 @@ fn main() {
         Cmd::Metrics(a) => ops::metrics(&a),
         Cmd::Release(a) => release::release(&a),
         Cmd::Top(a) => top::top(&a),
+        Cmd::Resize(a) => resize::resize(&a),
     };
     if let Err(e) = r {
         eprintln!("gpu-quota: error: {e:#}");

@@ -264,6 +264,12 @@ pub fn render(s: &Snapshot) -> String {
         "Slices of containers that were gone, taken back at admission or by `gpu-quota gc`.",
     );
     o.sample("gpu_quota_reclaims_total", &[], k.reclaims);
+    o.family(
+        "gpu_quota_resizes_total",
+        "counter",
+        "Slices changed while their container ran (`gpu-quota resize`).",
+    );
+    o.sample("gpu_quota_resizes_total", &[], k.resizes);
     o.0
 }
 
@@ -339,6 +345,7 @@ mod tests {
             "gpu_quota_admissions_total 3",
             "gpu_quota_admission_refusals_total{reason=\"does_not_fit\"} 2",
             "# TYPE gpu_quota_releases_total counter",
+            "# TYPE gpu_quota_resizes_total counter",
         ] {
             assert!(t.lines().any(|l| l == line), "{line} in\n{t}");
         }

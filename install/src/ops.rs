@@ -138,6 +138,8 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         let id: String = r.container_id.chars().take(20).collect();
         let state = if ledger.is_stale(r, now) {
             "stale".to_string()
+        } else if r.resizing.is_some() {
+            "resizing".to_string()
         } else {
             format!("{:?}", r.state).to_lowercase()
         };
@@ -150,7 +152,11 @@ pub fn ls(a: &LsArgs) -> Result<()> {
             .map(|s| s.index.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let slice = r.slices.first().map(|s| human(s.bytes)).unwrap_or_default();
+        // per GPU where the slices differ (a percentage of GPUs of two
+        // sizes, or one resized)
+        let mut sizes: Vec<String> = r.slices.iter().map(|s| human(s.vram_bytes)).collect();
+        sizes.dedup();
+        let slice = sizes.join(",");
         let pid = r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
         let age = now.saturating_sub(r.created_unix);
         gpuquota_core::outln!(
@@ -209,7 +215,7 @@ fn claim_lines(data: &LedgerData) -> Vec<String> {
             let slices: Vec<String> = r
                 .slices
                 .iter()
-                .map(|s| format!("{} on {} (GPU {})", human(s.bytes), s.uuid, s.index))
+                .map(|s| format!("{} on {} (GPU {})", human(s.vram_bytes), s.uuid, s.index))
                 .collect();
             Some(format!(
                 "claim {}/{} (uid {}) {}: {}",
@@ -248,6 +254,15 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             .filter(|r| ledger.is_stale(r, now))
             .collect()
     } else {
+        // a resize a crash interrupted: the container gets what its
+        // reservation holds (lifecycle::update)
+        for r in lifecycle::update::repair(&cfg)? {
+            gpuquota_core::outln!(
+                "finished the interrupted resize of {}: {}",
+                r.container_id,
+                gpuquota_core::ledger::describe_slices(&r.slices)
+            );
+        }
         let gone = ledger.gc()?;
         lifecycle::release(
             &mut lifecycle::HostEffects::new(&cfg),

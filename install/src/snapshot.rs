@@ -171,7 +171,7 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
             Some(ClaimView {
                 name: format!("{}/{}", c.namespace, c.name),
                 index: sl.index,
-                bytes: sl.bytes,
+                bytes: sl.vram_bytes,
                 bound: data
                     .reservations
                     .iter()
@@ -207,7 +207,7 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
                     .map(|(i, sl)| SliceView {
                         index: sl.index,
                         uuid: sl.uuid.clone(),
-                        bytes: sl.bytes,
+                        bytes: sl.vram_bytes,
                         used: u.as_ref().map(|u| u.used.get(i).copied().unwrap_or(0)),
                     })
                     .collect(),
@@ -237,7 +237,7 @@ mod tests {
         let slice = Slice {
             uuid: "GPU-0".into(),
             index: 0,
-            bytes,
+            vram_bytes: bytes,
         };
         Reservation {
             pid: Some(std::process::id()),

@@ -23,7 +23,7 @@ fn main() {
     let slice = Slice {
         uuid: "GPU-0".into(),
         index: 0,
-        bytes: 1 << 30,
+        vram_bytes: 1 << 30,
     };
     let r = Reservation {
         pid: Some(1),

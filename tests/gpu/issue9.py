@@ -12,14 +12,14 @@ In a container (vram=S, N processes):
 On the host:
   issue9.py judge --result R --nvml1 F --nvml2 F --gib S --procs N
       prints "PASS|FAIL<TAB>figures" (exit 0 = PASS).
-Scenarios: fill vmm pool_torch pool_raw reset destroy exec zombie fork.
+Scenarios: fill vmm pool_torch pool_raw reset destroy contexts exec zombie fork.
 No CUDA in the driver process itself; workers use PyTorch/CuPy or ctypes on
 libcuda.so.1 (the container's, injected by gpu-quota)."""
 import ctypes as C
 import json, os, sys, time, argparse, threading
 
 MIB, GIB = 1 << 20, 1 << 30
-SCENARIOS = ["fill", "vmm", "pool_torch", "pool_raw", "reset", "destroy", "exec", "zombie", "fork"]
+SCENARIOS = ["fill", "vmm", "pool_torch", "pool_raw", "reset", "destroy", "contexts", "exec", "zombie", "fork"]
 
 
 def limits():
@@ -254,6 +254,28 @@ def w_destroy(a, s):
     return (cu, c2, p2), {"first_ok": p1 is not None, "second_ok": p2 is not None}
 
 
+def w_contexts(a, s):
+    """A program that makes contexts of its own (cuCtxCreate) with 64 MiB in
+    each until the slice refuses one or the other: every context must be
+    charged what it costs (NVML is judged on the host)."""
+    cu = CU()
+    ctxs, ptrs, refused = [], [], None
+    while len(ctxs) < 64 and refused is None:
+        try:
+            ctxs.append(cu.ctx_create())
+        except CuErr as e:
+            if e.code != OOM:
+                raise
+            refused = "cuCtxCreate"
+            break
+        p = cu.alloc(64 * MIB)
+        if p is None:
+            refused = "cuMemAlloc"
+        else:
+            ptrs.append(p)
+    return (cu, ctxs, ptrs), {"contexts": len(ctxs), "allocs": len(ptrs), "refused": refused}
+
+
 def w_exec_pre(a, s):
     cu = CU()
     p = cu.alloc(s["x"])
@@ -318,7 +340,7 @@ def w_fork(a, s):
 
 
 WORKERS = {"fill": w_fill, "vmm": w_vmm, "pool_torch": w_pool_torch, "pool_raw": w_pool_raw, "reset": w_reset,
-           "destroy": w_destroy, "exec": w_exec_pre, "zombie": w_zombie, "fork": w_fork}
+           "destroy": w_destroy, "contexts": w_contexts, "exec": w_exec_pre, "zombie": w_zombie, "fork": w_fork}
 
 
 def worker(a):
@@ -474,6 +496,11 @@ def judge(a):
         figs.append(f"{ok2} of {n} allocations of {x >> 20} MiB after {'cuDevicePrimaryCtxReset' if sc == 'reset' else 'cuCtxDestroy'} succeeded")
         if ok2 != n:
             bad.append("the slice was not usable again after the context went")
+    elif sc == "contexts":
+        made = [w.get("contexts", 0) for w in ws]
+        figs.append(f"contexts made per worker {made}, refused by {[w.get('refused') for w in ws]}")
+        if not all(w.get("refused") for w in ws):
+            bad.append("a worker made contexts without ever being refused")
     elif sc == "exec":
         got = sum(w.get("filled", 0) for w in ws)
         need = S - n * ctx - 0.05 * S
@@ -515,6 +542,9 @@ def selftest(a):
         ("pool: CuPy got 3 GiB more", dict(base, scenario="pool_torch", workers=[{"second_ok": True, "pool_reserved_after_free": 3 * GIB}]), (6662, 1), (3846, 1), "FAIL"),
         ("reset ok", dict(base, scenario="reset", workers=[{"first_ok": True, "second_ok": True}]), (3590, 1), (3846, 1), "PASS"),
         ("reset: second refused", dict(base, scenario="reset", workers=[{"first_ok": True, "second_ok": False}]), (518, 1), (3846, 1), "FAIL"),
+        ("contexts ok", dict(base, scenario="contexts", workers=[{"contexts": 5, "refused": "cuCtxCreate"}]), (4100, 1), (3846, 1), "PASS"),
+        ("contexts: 12 uncharged (6984 MiB)", dict(base, scenario="contexts", workers=[{"contexts": 12, "refused": "cuMemAlloc"}]), (6984, 1), (3846, 1), "FAIL"),
+        ("contexts: never refused", dict(base, scenario="contexts", workers=[{"contexts": 64, "refused": None}]), (4000, 1), (3846, 1), "FAIL"),
         ("exec: old charge kept", dict(base, scenario="exec", workers=[{"filled": 256 * MIB, "execd": True}]), (774, 1), (3846, 1), "FAIL"),
         ("zombie: charge kept until reaped", dict(base, scenario="zombie", zombies=1, workers=[{"first_ok": True}],
          fill={"filled": 256 * MIB}), (0, 0), (774, 1), "FAIL"),

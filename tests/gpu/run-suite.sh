@@ -281,6 +281,17 @@ else res FAIL "3#6" "JAX standalone" "$(rjson $T/jax | cut -c1-300) $(grep -v '^
 GPU_QUOTA_VRAM=4g LD_PRELOAD=$SO timeout 120 $PY $WORK cupy --gib 4 > $T/cupy 2>&1
 if rok $T/cupy; then res PASS "3#6" "CuPy vram=4g: memGetInfo shows the slice, pool fails beyond" "$(rget $T/cupy '(d["total"], d["err"][:100])')"
 else res FAIL "3#6" "CuPy standalone" "$(rjson $T/cupy | cut -c1-300) $(grep -v '^RESULT' $T/cupy | tail -3 | tr '\n' ' ' | cut -c1-300)"; fi
+# a program that makes contexts of its own (cuCtxCreate, 64 MiB in each) until refused: every
+# context is charged what it costs, so NVML stays within the slice (the container form: 9#contexts)
+GPU_QUOTA_VRAM=4g LD_PRELOAD=$SO timeout 90 $PY $I9 worker contexts --ready $T/ctxs.r --hold $T/ctxs.h > $T/ctxs 2>&1 &
+CXP=$!
+if wait_for $T/ctxs.r 60; then sleep 0.3; CXPID=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' $T/ctxs.r 2>/dev/null)
+  CXM=$(apps_mib 0 | awk -F, -v p="$CXPID" '$1+0==p {print $2+0}'); fi
+touch $T/ctxs.h; wait $CXP
+CXR=$(cat $T/ctxs.r 2>/dev/null | cut -c1-300)
+if [ -n "$CXM" ] && [ "$CXM" -le $((4096 * 101 / 100)) ] && grep -q '"refused": "cu' $T/ctxs.r 2>/dev/null; then
+  res PASS "28#ctx" "host preload, vram=4g: a program making contexts (64 MiB each) until refused stays within the slice" "NVML ${CXM} MiB <= $((4096 * 101 / 100)); $CXR; $(grep gpu-quota $T/ctxs | head -1 | cut -c1-200)"
+else res FAIL "28#ctx" "host preload, vram=4g: contexts until refused within slice + 1%" "NVML ${CXM:-?} MiB; $CXR; $(tail -3 $T/ctxs | tr '\n' ' ' | cut -c1-300)"; fi
 SMI=$(GPU_QUOTA_VRAM=4g LD_PRELOAD=$SO nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader -i 0 2>&1)
 if echo "$SMI" | grep -q '^4096 MiB'; then res PASS "3#7" "nvidia-smi under the preload shows the slice" "$SMI"; else res FAIL "3#7" "nvidia-smi under preload" "$SMI"; fi
 fi
@@ -333,7 +344,7 @@ for l in sys.stdin:
 print(m, n)' "${cg:+/sys/fs/cgroup$cg/cgroup.procs}"; }
 for N in ${I9_PROCS:-1 4}; do
   S=$([ $N = 1 ] && echo 4 || echo 8)
-  for sc in ${I9_SCEN:-fill vmm pool_torch pool_raw reset destroy exec zombie fork}; do
+  for sc in ${I9_SCEN:-fill vmm pool_torch pool_raw reset destroy contexts exec zombie fork}; do
     if [ "$(left)" -lt 150 ]; then res SKIP "9#$sc" "$sc, $N proc(s), vram=${S}g" "no time left ($(left)s)"; continue; fi
     id=i9$sc$N; O=$W/b/$id/out
     bundle $id overlay vram=${S}g -- sh -c "timeout 100 $PY /gq/issue9.py drive $sc --procs $N --gib $S ${I9_DRY:+--dry} > /out/drive.log 2>&1"

@@ -236,7 +236,7 @@ fn a_claims_bytes_count_once_whatever_is_bound_to_it() {
         [Slice {
             uuid: GPU0.into(),
             index: 0,
-            bytes: 8 * G
+            vram_bytes: 8 * G
         }]
     );
     let u = Ledger::new(&cfg).read().unwrap().usage();
@@ -334,7 +334,7 @@ fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
     }
     let r = bind(&cfg, &presenting("u-1", &t), "c1", &root, "/b", &mut vec![]).unwrap();
     assert_eq!(r.bound_claim.as_deref(), Some("u-1"));
-    assert_eq!(r.slices[0].bytes, 8 * G);
+    assert_eq!(r.slices[0].vram_bytes, 8 * G);
     assert_eq!(r.slices[0].uuid, GPU1);
     // a second container while c1 lives: bound too (its pod's sidecar, or
     // another pod the named claim is reserved for); the claim's bytes

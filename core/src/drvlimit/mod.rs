@@ -337,6 +337,55 @@ pub fn clear_for_container(
     clear_in_dir(cfg, &dir)
 }
 
+/// Change one GPU's hard limit in what state directory `dir` records (a
+/// resize of a running container): set through gpu-quota-driver on the
+/// recorded cgroup, if it is still that container's, then recorded.
+/// Ok(false): nothing recorded there (no driver limit on this host or for
+/// this container), nothing to change.
+pub fn update_in_dir(
+    cfg: &crate::Config,
+    dir: &Path,
+    uuid: &str,
+    hard_bytes: u64,
+) -> Result<bool, DrvLimitError> {
+    let p = dir.join(RECORD_FILE);
+    let Ok(bytes) = crate::fsutil::read_regular_capped(&p, 64 << 10) else {
+        return Ok(false);
+    };
+    let mut rec: Record =
+        serde_json::from_slice(&bytes).map_err(|e| DrvLimitError::Output(e.to_string()))?;
+    if ident(&rec.cgroup)? != (rec.dev, rec.ino) {
+        return Ok(false); // the container's cgroup is gone: nothing holds the limit
+    }
+    let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
+        DrvLimitError::Output(format!("{} not found", crate::paths::DRIVER_HELPER_NAME))
+    })?;
+    let files = crate::driver::discover(&cfg.driver).map_err(|e| DrvLimitError::Load {
+        path: cfg.driver.ldcache.clone(),
+        message: e.to_string(),
+    })?;
+    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
+        path: "libnvidia-ml.so.1".into(),
+        message: "not found among the driver files".into(),
+    })?;
+    let one = [GpuLimit {
+        uuid: uuid.into(),
+        hard_bytes,
+    }];
+    if apply_via_helper(&helper, &nvml, &rec.cgroup, &one)?.is_none() {
+        return Ok(false);
+    }
+    for g in rec.gpus.iter_mut().filter(|g| g.uuid == uuid) {
+        g.hard_bytes = hard_bytes;
+    }
+    let out = serde_json::to_vec(&rec).expect("serializable");
+    crate::fsutil::write_atomic(&p, &out, 0o644).map_err(|err| DrvLimitError::Stat {
+        path: p.clone(),
+        err,
+    })?;
+    Ok(true)
+}
+
 /// Clear the driver limit recorded in state directory `dir` through
 /// gpu-quota-driver and the host's NVML. Ok(None): nothing recorded there
 /// (drivers before r615, cgroup v1: the common case costs one stat and no

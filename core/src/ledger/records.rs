@@ -77,7 +77,7 @@ pub fn name_of(r: &Reservation) -> Option<String> {
     } else {
         s.push('c');
         for sl in &r.slices {
-            s.push_str(&format!(".{:08x}x{:x}", uuid_tag(&sl.uuid), sl.bytes));
+            s.push_str(&format!(".{:08x}x{:x}", uuid_tag(&sl.uuid), sl.vram_bytes));
         }
     }
     (s.len() <= MAX_NAME).then_some(s)
@@ -353,7 +353,7 @@ mod tests {
                 .map(|(i, (u, b))| Slice {
                     uuid: u.to_string(),
                     index: i as u32,
-                    bytes: *b,
+                    vram_bytes: *b,
                 })
                 .collect(),
             "vram=1g",

@@ -612,7 +612,7 @@ fn earlier_boot_record(
         vec![Slice {
             uuid: format!("GPU-{gpu}"),
             index: gpu,
-            bytes,
+            vram_bytes: bytes,
         }],
         "vram",
     );

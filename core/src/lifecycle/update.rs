@@ -1,0 +1,297 @@
+//! The update phase: a running container's grant changes
+//! (`gpu-quota resize`).
+//!
+//! The ledger decides (`ledger::resize`: a grow is admitted like a new
+//! container, a shrink is written last), the container's `grant` file
+//! carries the live limit every one of its processes reads at its next
+//! call (`grantfile`), and the driver-level limit (r615+, where the hook set
+//! one) follows in the safe order: raised after the ledger grows, lowered
+//! before the ledger shrinks. A shrink is refused while the container holds
+//! more than the new size on that GPU: the lower limit is put in place
+//! first, so nothing new is admitted past it while the usage is read, and
+//! taken back when the usage does not fit.
+//!
+//! A crash anywhere leaves the reservation's marker; [`repair`] gives the
+//! container the reservation's bytes and clears it (every resize repairs
+//! first, and so does `gpu-quota gc`), so the ledger and the container
+//! agree on the old size or the new one.
+use crate::config::Config;
+use crate::events;
+use crate::inventory::Inventory;
+use crate::ledger::resize::{PendingResize, ResizeError};
+use crate::ledger::{Key, LedgerError, Reservation};
+use crate::placement::ContextCosts;
+use crate::units::{human, Size};
+use crate::{drvlimit, grantfile, state, usage, Ledger};
+use gpuquota_formats::grant;
+
+/// The steps of a resize, in order (tests stop a resize at each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The ledger holds the marker (and, for a grow, the new bytes).
+    Begun,
+    /// The driver-level limit was raised (grow) or lowered (shrink).
+    Driver,
+    /// The container's live limit is the new size.
+    Granted,
+    /// A shrink read the container's usage.
+    Checked,
+    /// The ledger holds the new size, the marker is gone.
+    Ended,
+}
+
+pub const STEPS: [Step; 5] = [
+    Step::Begun,
+    Step::Driver,
+    Step::Granted,
+    Step::Checked,
+    Step::Ended,
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error(transparent)]
+    Resize(#[from] ResizeError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("cannot shrink container {id} to {to} on GPU {gpu}: it holds {held} there ({holders}); free that memory in the container, then resize again")]
+    Held {
+        id: String,
+        gpu: u32,
+        to: String,
+        held: String,
+        holders: String,
+    },
+    #[error("container {id}: its live limit ({path}) cannot be changed: {err}; the ledger was left at {kept}")]
+    Grant {
+        id: String,
+        path: String,
+        err: std::io::Error,
+        kept: String,
+    },
+    #[error("container {id}: the driver-level limit on GPU {gpu} cannot be changed ({err}); the ledger was left at {kept}")]
+    Driver {
+        id: String,
+        gpu: u32,
+        err: drvlimit::DrvLimitError,
+        kept: String,
+    },
+}
+
+/// A resize that happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    pub reservation: Reservation,
+    pub gpu: u32,
+    pub from: u64,
+    pub to: u64,
+}
+
+fn grant_path(cfg: &Config, r: &Reservation) -> std::path::PathBuf {
+    state::existing_dir(cfg, r).join(grant::FILE_NAME)
+}
+
+/// Give the container of `r` the slice `bytes` on the GPU of `p`: its
+/// live limit, then its driver-level limit where one is set (a repair or
+/// an undo, where the order no longer matters: the ledger still counts the
+/// larger of the two sizes until the marker goes).
+fn apply(
+    cfg: &Config,
+    r: &Reservation,
+    p: &PendingResize,
+    bytes: u64,
+) -> Result<(), (std::io::Error, Option<drvlimit::DrvLimitError>)> {
+    grantfile::set_vram(&grant_path(cfg, r), &p.uuid, bytes).map_err(|e| (e, None))?;
+    let dir = state::existing_dir(cfg, r);
+    drvlimit::update_in_dir(cfg, &dir, &p.uuid, bytes)
+        .map(|_| ())
+        .map_err(|e| (std::io::Error::other(e.to_string()), Some(e)))
+}
+
+/// Finish every resize a crash interrupted: the container gets what its
+/// reservation holds, the marker goes. Returns the reservations repaired.
+pub fn repair(cfg: &Config) -> Result<Vec<Reservation>, LedgerError> {
+    let ledger = Ledger::new(cfg);
+    let mut done = vec![];
+    for r in ledger.read()?.reservations {
+        let Some(p) = r.resizing.clone() else {
+            continue;
+        };
+        let bytes = r
+            .slices
+            .iter()
+            .find(|s| s.uuid == p.uuid)
+            .map(|s| s.vram_bytes)
+            .unwrap_or(p.from);
+        match apply(cfg, &r, &p, bytes) {
+            // a container whose state is gone has no limit to agree with
+            Ok(()) => {}
+            Err((e, _)) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err((e, _)) => {
+                eprintln!(
+                    "gpu-quota: the interrupted resize of container {} could not be finished: {e}",
+                    r.container_id
+                );
+                continue;
+            }
+        }
+        let key = Key::Root {
+            id: &r.container_id,
+            root: r.runtime_root.as_deref(),
+        };
+        if let Some(r) = ledger.resize_end(key, bytes)? {
+            done.push(r);
+        }
+    }
+    Ok(done)
+}
+
+/// Resize container `key`'s slice on GPU `gpu` (its host index; `None`
+/// when it holds one) to `to`. `by` says who asked (for the event).
+/// `Ok(None)`: it already has that size.
+#[allow(clippy::too_many_arguments)]
+pub fn resize(
+    cfg: &Config,
+    inv: &Inventory,
+    contexts: &ContextCosts,
+    key: Key<'_>,
+    gpu: Option<u32>,
+    to: Size,
+    by: &str,
+    src: events::Source<'_>,
+) -> Result<Option<Resized>, UpdateError> {
+    resize_observed(cfg, inv, contexts, key, gpu, to, by, src, &mut |_| {})
+}
+
+/// As [`resize`], calling `observe` after each [`Step`].
+#[allow(clippy::too_many_arguments)]
+pub fn resize_observed(
+    cfg: &Config,
+    inv: &Inventory,
+    contexts: &ContextCosts,
+    key: Key<'_>,
+    gpu: Option<u32>,
+    to: Size,
+    by: &str,
+    src: events::Source<'_>,
+    observe: &mut dyn FnMut(Step),
+) -> Result<Option<Resized>, UpdateError> {
+    repair(cfg)?;
+    let ledger = Ledger::new(cfg);
+    let Some(b) = ledger.resize_begin(cfg, inv, contexts, key.clone(), gpu, to)? else {
+        return Ok(None);
+    };
+    observe(Step::Begun);
+    let r = &b.reservation;
+    let p = &b.resize;
+    let index = r
+        .slices
+        .iter()
+        .find(|s| s.uuid == p.uuid)
+        .map(|s| s.index)
+        .unwrap_or(0);
+    let id = r.container_id.clone();
+    // undo: the container keeps (shrink) or gets back (a failed grow is
+    // rolled back as a whole) its old size, and the ledger says so
+    let give_up = |kept: u64| -> Result<(), UpdateError> {
+        let _ = apply(cfg, r, p, kept);
+        ledger.resize_end(key.clone(), kept)?;
+        Ok(())
+    };
+    let grant_err = |err: std::io::Error, kept: u64| UpdateError::Grant {
+        id: id.clone(),
+        path: grant_path(cfg, r).display().to_string(),
+        err,
+        kept: human(kept),
+    };
+    let driver_err = |err, kept: u64| UpdateError::Driver {
+        id: id.clone(),
+        gpu: index,
+        err,
+        kept: human(kept),
+    };
+    let dir = state::existing_dir(cfg, r);
+    if b.grows() {
+        // the ledger already counts the new size: raise the driver's limit,
+        // then the container's
+        if let Err(e) = drvlimit::update_in_dir(cfg, &dir, &p.uuid, p.to) {
+            give_up(p.from)?;
+            return Err(driver_err(e, p.from));
+        }
+        observe(Step::Driver);
+        if let Err(e) = grantfile::set_vram(&grant_path(cfg, r), &p.uuid, p.to) {
+            give_up(p.from)?;
+            return Err(grant_err(e, p.from));
+        }
+        observe(Step::Granted);
+    } else {
+        // nothing new is admitted past the new size from here on
+        if let Err(e) = grantfile::set_vram(&grant_path(cfg, r), &p.uuid, p.to) {
+            give_up(p.from)?;
+            return Err(grant_err(e, p.from));
+        }
+        observe(Step::Granted);
+        let (held, holders) = held_on(cfg, r, &p.uuid);
+        observe(Step::Checked);
+        if held > p.to {
+            give_up(p.from)?;
+            return Err(UpdateError::Held {
+                id,
+                gpu: index,
+                to: human(p.to),
+                held: human(held),
+                holders,
+            });
+        }
+        if let Err(e) = drvlimit::update_in_dir(cfg, &dir, &p.uuid, p.to) {
+            give_up(p.from)?;
+            return Err(driver_err(e, p.from));
+        }
+        observe(Step::Driver);
+    }
+    let r = ledger
+        .resize_end(key, p.to)?
+        .unwrap_or_else(|| b.reservation.clone());
+    observe(Step::Ended);
+    events::resized(cfg, src, &r, index, p.from, p.to, by);
+    Ok(Some(Resized {
+        reservation: r,
+        gpu: index,
+        from: p.from,
+        to: p.to,
+    }))
+}
+
+/// What the container holds on GPU `uuid` by its usage file, and by which
+/// processes (pids in the container). A file that names no device for the
+/// GPU counts everything it holds (a shrink must not pass on a guess).
+fn held_on(cfg: &Config, r: &Reservation, uuid: &str) -> (u64, String) {
+    let Some(u) = usage::read(&state::usage_path(&state::existing_dir(cfg, r))) else {
+        return (0, "no CUDA process".into());
+    };
+    let dev = gpuquota_formats::limits::parse_uuid(uuid.as_bytes()).and_then(|x| u.device_of(&x));
+    let of = |used: &[u64]| match dev {
+        Some(d) => used.get(d).copied().unwrap_or(0),
+        None => used.iter().fold(0u64, |a, b| a.saturating_add(*b)),
+    };
+    let mut who: Vec<(u64, u64)> = u
+        .holders
+        .iter()
+        .map(|h| (h.pid, of(&h.used)))
+        .filter(|(_, b)| *b > 0)
+        .collect();
+    who.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let list = who
+        .iter()
+        .take(8)
+        .map(|(pid, b)| format!("pid {pid} {}", human(*b)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = who.len().saturating_sub(8);
+    let holders = match (who.len(), more) {
+        (0, _) => "no process holds memory there".into(),
+        (_, 0) => format!("{list}; pids as the container sees them"),
+        _ => format!("{list} and {more} more; pids as the container sees them"),
+    };
+    (of(&u.used), holders)
+}

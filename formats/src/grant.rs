@@ -1,0 +1,278 @@
+//! The grant: what a container holds on each GPU, as one value from
+//! placement to enforcement.
+//!
+//! [`GpuGrant`] is produced by placement (core), stored as itself in the
+//! ledger record (JSON, through the `serde` feature), written verbatim into
+//! the container's `grant` file (below) and enforced per GPU by
+//! libgpuquota.so and by the driver-level limit. Nothing between re-decides a
+//! size.
+//!
+//! # The `grant` file
+//!
+//! Host: `<state_dir>/containers/<dir>/grant`; container:
+//! `/run/gpu-quota/grant`, inside the read-only bind of the state directory,
+//! so nothing in the container can change it. One writer ([`encode`], the
+//! host, before the container starts), one reader ([`decode`], the
+//! interceptor, which maps the file once). The `vram_bytes` of each entry is
+//! the **live** limit: the host may change it while the container runs with
+//! one aligned 8-byte atomic store through its own mapping
+//! ([`vram_offset`]), and the interceptor loads it atomically at every
+//! admission. Everything else in the file never changes after it is written.
+//!
+//! Layout (little-endian, [`SIZE`] bytes):
+//!
+//! | offset | field |
+//! |---|---|
+//! | 0 | magic [`MAGIC`] (u64) |
+//! | 8 | version [`VERSION`] (u32) |
+//! | 12 | entries in use, at most [`MAX_GPUS`] (u32) |
+//! | 16..64 | reserved, 0 |
+//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), reserved (u32), vram_bytes (u64, live), reserved (32 bytes: room for more dimensions of a grant) |
+use crate::limits::parse_uuid;
+
+pub const FILE_NAME: &str = "grant";
+/// The bytes "GQGRANT1" as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"GQGRANT1");
+pub const VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 64;
+pub const ENTRY_SIZE: usize = 64;
+/// GPUs one grant holds (the usage header's device table).
+pub const MAX_GPUS: usize = crate::usage::DEV_COUNT;
+pub const SIZE: usize = HEADER_SIZE + MAX_GPUS * ENTRY_SIZE;
+
+const E_UUID: usize = 0;
+const E_INDEX: usize = 16;
+const E_VRAM: usize = 24;
+
+/// One GPU's share of a grant. `U` is how the GPU is named: the host keeps
+/// NVML's text UUID (`GPU-…`), the file and the interceptor the 16 raw bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct GpuGrant<U> {
+    pub uuid: U,
+    /// The GPU's host index (nvidia-smi's), for messages and the device nodes.
+    pub index: u32,
+    /// The memory slice on this GPU. The ledger's JSON calls it `bytes`,
+    /// as it did before the grant was a type of its own.
+    #[cfg_attr(feature = "serde", serde(rename = "bytes"))]
+    pub vram_bytes: u64,
+}
+
+/// A GPU's name in raw bytes.
+pub type Uuid = [u8; 16];
+
+impl<U: AsRef<str>> GpuGrant<U> {
+    /// The same grant naming its GPU by raw bytes (`None`: the text is not
+    /// a UUID).
+    pub fn raw(&self) -> Option<GpuGrant<Uuid>> {
+        Some(GpuGrant {
+            uuid: parse_uuid(self.uuid.as_ref().as_bytes())?,
+            index: self.index,
+            vram_bytes: self.vram_bytes,
+        })
+    }
+}
+
+/// A decoded `grant` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    pub n: usize,
+    pub gpus: [GpuGrant<Uuid>; MAX_GPUS],
+}
+
+impl Table {
+    pub fn gpus(&self) -> &[GpuGrant<Uuid>] {
+        &self.gpus[..self.n]
+    }
+    /// The entry of one GPU.
+    pub fn position(&self, uuid: &Uuid) -> Option<usize> {
+        self.gpus().iter().position(|g| &g.uuid == uuid)
+    }
+}
+
+/// Why a grant cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodeError {
+    /// More GPUs than [`MAX_GPUS`].
+    TooManyGpus(usize),
+    /// The same GPU twice: a reader could not tell which entry counts.
+    DuplicateGpu(usize),
+}
+
+impl core::fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            EncodeError::TooManyGpus(n) => {
+                write!(f, "a grant holds at most {MAX_GPUS} GPUs, not {n}")
+            }
+            EncodeError::DuplicateGpu(i) => {
+                write!(f, "GPU entry {i} of the grant repeats an earlier one")
+            }
+        }
+    }
+}
+
+/// The `grant` file of a grant.
+pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
+    if grant.len() > MAX_GPUS {
+        return Err(EncodeError::TooManyGpus(grant.len()));
+    }
+    for (i, g) in grant.iter().enumerate() {
+        if grant[..i].iter().any(|h| h.uuid == g.uuid) {
+            return Err(EncodeError::DuplicateGpu(i));
+        }
+    }
+    let mut b = [0u8; SIZE];
+    b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[12..16].copy_from_slice(&(grant.len() as u32).to_le_bytes());
+    for (i, g) in grant.iter().enumerate() {
+        let e = HEADER_SIZE + i * ENTRY_SIZE;
+        b[e + E_UUID..e + E_UUID + 16].copy_from_slice(&g.uuid);
+        b[e + E_INDEX..e + E_INDEX + 4].copy_from_slice(&g.index.to_le_bytes());
+        b[e + E_VRAM..e + E_VRAM + 8].copy_from_slice(&g.vram_bytes.to_le_bytes());
+    }
+    Ok(b)
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[o..o + 4]);
+    u32::from_le_bytes(x)
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(x)
+}
+
+/// Read a `grant` file: `None` unless it is exactly [`SIZE`] bytes with the
+/// magic, the version and a count within [`MAX_GPUS`], and no GPU twice.
+/// The `vram_bytes` read here are a snapshot; a reader that enforces them
+/// loads [`vram_offset`] again at every admission.
+pub fn decode(b: &[u8]) -> Option<Table> {
+    if b.len() != SIZE || u64_at(b, 0) != MAGIC || u32_at(b, 8) != VERSION {
+        return None;
+    }
+    let n = u32_at(b, 12) as usize;
+    if n > MAX_GPUS {
+        return None;
+    }
+    let mut t = Table {
+        n,
+        gpus: [GpuGrant::default(); MAX_GPUS],
+    };
+    for i in 0..n {
+        let e = HEADER_SIZE + i * ENTRY_SIZE;
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[e + E_UUID..e + E_UUID + 16]);
+        if t.gpus[..i].iter().any(|g| g.uuid == uuid) {
+            return None;
+        }
+        t.gpus[i] = GpuGrant {
+            uuid,
+            index: u32_at(b, e + E_INDEX),
+            vram_bytes: u64_at(b, e + E_VRAM),
+        };
+    }
+    Some(t)
+}
+
+/// Offset of entry `i`'s live `vram_bytes` (8-byte aligned: one atomic
+/// store by the host, one atomic load by a reader).
+pub const fn vram_offset(i: usize) -> usize {
+    HEADER_SIZE + i * ENTRY_SIZE + E_VRAM
+}
+
+const _: () = {
+    assert!(vram_offset(0) % 8 == 0 && ENTRY_SIZE % 8 == 0 && HEADER_SIZE % 8 == 0);
+    assert!(E_VRAM + 8 <= ENTRY_SIZE);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const G: u64 = 1 << 30;
+
+    fn g(u: u8, index: u32, vram_bytes: u64) -> GpuGrant<Uuid> {
+        GpuGrant {
+            uuid: [u; 16],
+            index,
+            vram_bytes,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_live_offset() {
+        let grant = [g(1, 0, 40 * G), g(2, 3, 70 * G)];
+        let mut b = encode(&grant).unwrap();
+        let t = decode(&b).unwrap();
+        assert_eq!(t.gpus(), &grant);
+        assert_eq!(t.position(&[2; 16]), Some(1));
+        assert_eq!(t.position(&[9; 16]), None);
+        // a store at the live offset is what the next reader sees, and
+        // nothing else moves
+        b[vram_offset(1)..vram_offset(1) + 8].copy_from_slice(&(8 * G).to_le_bytes());
+        let t = decode(&b).unwrap();
+        assert_eq!(t.gpus(), &[g(1, 0, 40 * G), g(2, 3, 8 * G)]);
+        assert_eq!(decode(&encode(&[]).unwrap()).unwrap().n, 0);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_mean() {
+        let ok = encode(&[g(1, 0, G)]).unwrap();
+        assert!(decode(&ok[..SIZE - 1]).is_none(), "short");
+        let mut bad = ok;
+        bad[0] ^= 1;
+        assert!(decode(&bad).is_none(), "magic");
+        let mut bad = ok;
+        bad[8] = 2;
+        assert!(decode(&bad).is_none(), "version");
+        let mut bad = ok;
+        bad[12] = (MAX_GPUS + 1) as u8;
+        assert!(decode(&bad).is_none(), "count");
+        assert_eq!(
+            encode(&[g(1, 0, G), g(1, 1, G)]),
+            Err(EncodeError::DuplicateGpu(1))
+        );
+        let mut dup = encode(&[g(1, 0, G), g(2, 1, G)]).unwrap();
+        // entry 1's uuid becomes entry 0's
+        dup[HEADER_SIZE + ENTRY_SIZE..HEADER_SIZE + ENTRY_SIZE + 16].copy_from_slice(&[1; 16]);
+        assert!(decode(&dup).is_none(), "a GPU twice");
+        assert_eq!(
+            encode(&[g(0, 0, 0); MAX_GPUS + 1]),
+            Err(EncodeError::TooManyGpus(MAX_GPUS + 1))
+        );
+    }
+
+    #[test]
+    fn text_uuids_become_raw() {
+        let t = GpuGrant {
+            uuid: "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+            index: 1,
+            vram_bytes: G,
+        };
+        let r = t.raw().unwrap();
+        assert_eq!(
+            (r.uuid[0], r.uuid[15], r.index, r.vram_bytes),
+            (0x0a, 0xf9, 1, G)
+        );
+        assert!(GpuGrant {
+            uuid: "GPU-a",
+            index: 0,
+            vram_bytes: 0
+        }
+        .raw()
+        .is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(t in proptest::collection::vec(proptest::prelude::any::<u8>(), SIZE..=SIZE)) {
+            if let Some(t) = decode(&t) {
+                proptest::prop_assert!(t.n <= MAX_GPUS);
+            }
+        }
+    }
+}
