@@ -11,16 +11,39 @@ use crate::policy::{Books, Budget, Charge, Dev, Host, Refused, UNTRACKED};
 use crate::ptrtable::Rec;
 use crate::region::{self, Region};
 use crate::state::{self, config, Config};
-use core::sync::atomic::{AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
 
 /// per region device: resolved limit (percent mode); 0 unknown
 static LIMIT_CACHE: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
+/// per region device: its entry in the grant (NO_ENTRY: the grant lacks
+/// it; UNKNOWN: not looked up yet)
+static GRANT_ENTRY: [AtomicU8; MAX_GPUS] = [const { AtomicU8::new(UNKNOWN) }; MAX_GPUS];
+const UNKNOWN: u8 = 0xff;
+const NO_ENTRY: u8 = 0xfe;
 
-/// Per-device slice in bytes for region device `dev`; `real_total` is asked
-/// only in percent mode.
+/// Per-device slice in bytes for region device `dev`: a container's live
+/// grant entry of that GPU (one atomic load) lowered by GPU_QUOTA_VRAM,
+/// the standalone size, or its percentage of `real_total` (asked only
+/// then). The usage header's limit is never read here.
+#[inline]
 pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -> u64 {
     if crate::foreign::is_foreign(dev) {
         return 0;
+    }
+    if c.from_grant() {
+        let Some(g) = c.grant.as_ref() else {
+            return 0; // no valid grant: fail closed
+        };
+        let e = match GRANT_ENTRY.get(dev).map(|x| x.load(Relaxed)) {
+            Some(NO_ENTRY) | None => return 0,
+            Some(UNKNOWN) => grant_entry(g, dev),
+            Some(e) => e as usize,
+        };
+        return if e == NO_ENTRY as usize {
+            0
+        } else {
+            g.vram(e).min(c.cap)
+        };
     }
     match c.limit {
         Size::Bytes(b) => b,
@@ -34,13 +57,33 @@ pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -
                     let b = c.limit.resolve(t);
                     LIMIT_CACHE[dev].store(b, Relaxed);
                     if let Some(r) = state::region() {
-                        r.set_limit(dev, b);
+                        r.show_limit(dev, b);
                     }
                     b
                 }
                 None => 0,
             }
         }
+    }
+}
+
+/// The grant entry of region device `dev`, by the UUID the region's table
+/// holds there (cached once the table has one).
+#[cold]
+fn grant_entry(g: &crate::livegrant::LiveGrant, dev: usize) -> usize {
+    let Some(uuid) = state::region().and_then(|r| r.uuid_at(dev)) else {
+        return NO_ENTRY as usize; // not known yet: nothing, asked again next time
+    };
+    let e = g.entry_of(&uuid).map_or(NO_ENTRY, |e| e as u8);
+    GRANT_ENTRY[dev].store(e, Relaxed);
+    e as usize
+}
+
+/// Refresh the usage header's display copy of a device's limit (memory
+/// queries and refusals: host readers see the live slice).
+pub fn show_limit(idx: usize, limit: u64) {
+    if let Some(r) = state::region() {
+        r.show_limit(idx, limit);
     }
 }
 
@@ -56,7 +99,10 @@ impl Host for Proc {
         }
         let ord = dev.ordinal;
         let limit = limit_for(c, dev.idx, &|| devices::real_total(ord));
-        if limit == 0 && !matches!(c.limit, Size::Bytes(0)) && !crate::foreign::is_foreign(dev.idx)
+        if limit == 0
+            && !c.from_grant()
+            && matches!(c.limit, Size::Ppm(_))
+            && !crate::foreign::is_foreign(dev.idx)
         {
             return None; // percent of an unknown total: cannot enforce
         }
@@ -76,6 +122,7 @@ impl Host for Proc {
 /// The refusal of `n` bytes on a device: the slice line, or for a GPU
 /// outside the slice the line naming it.
 pub fn refused_on(api: &[u8], n: u64, slice: u64, dev: Dev, used: u64) {
+    show_limit(dev.idx, slice);
     if crate::foreign::is_foreign(dev.idx) {
         crate::foreign::refused(api, n, dev.ordinal);
     } else {

@@ -127,10 +127,7 @@ pub fn refused(api: &[u8], n: u64, ordinal: c_int) {
             _ => 0,
         }
     };
-    let slice = match c.limit {
-        config::Size::Bytes(v) => Some(v),
-        config::Size::Ppm(_) => None,
-    };
+    let slice = |u: &[u8; 16]| c.slice_of_uuid(u);
     for (i, u) in list.iter().enumerate() {
         if i > 0 {
             b.push(b", ");
@@ -142,7 +139,7 @@ pub fn refused(api: &[u8], n: u64, ordinal: c_int) {
             }
             None => push_uuid(&mut b, u),
         }
-        if let Some(v) = slice {
+        if let Some(v) = slice(u) {
             b.push(b": ");
             b.push_size(v);
         }

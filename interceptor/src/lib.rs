@@ -21,6 +21,7 @@ pub mod ptrtable;
 mod slotgroup;
 pub mod sys;
 
+pub mod livegrant;
 pub mod msg;
 pub mod region;
 pub mod symbols;

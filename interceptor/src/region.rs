@@ -283,12 +283,27 @@ impl Region {
     pub fn limit(&self, dev: usize) -> u64 {
         self.u64_at(H_LIMIT + 8 * dev).load(Relaxed)
     }
-    pub fn set_limit(&self, dev: usize, v: u64) {
+    /// Keep the header's limit of a device, a display copy for host
+    /// readers (written only when it differs; never read for admission:
+    /// any process of the container can write this file).
+    pub fn show_limit(&self, dev: usize, v: u64) {
         if dev < self.ndev {
-            let _ = self
-                .u64_at(H_LIMIT + 8 * dev)
-                .compare_exchange(0, v, Relaxed, Relaxed);
+            let cell = self.u64_at(H_LIMIT + 8 * dev);
+            if cell.load(Relaxed) != v {
+                cell.store(v, Relaxed);
+            }
         }
+    }
+    /// The UUID at a device index of the header's table (None: empty).
+    pub fn uuid_at(&self, dev: usize) -> Option<[u8; 16]> {
+        if dev >= self.ndev || self.u32_at(H_UUID_STATE + 4 * dev).load(Acquire) != UUID_VALID {
+            return None;
+        }
+        let mut u = [0u8; 16];
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.base.add(H_UUID + 16 * dev), u.as_mut_ptr(), 16)
+        };
+        Some(u)
     }
     pub fn flags(&self) -> u32 {
         self.u32_at(H_FLAGS).load(Relaxed)

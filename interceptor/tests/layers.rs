@@ -21,8 +21,9 @@ const FLOORS: &[&[&str]] = &[
     &["cu", "fmt", "config", "ptrtable", "slotgroup", "hooks"],
     // 1: libc (dl*, files, clocks)
     &["sys"],
-    // 2: the real entry points (resolved once), the usage region, the line
-    &["symbols", "region", "msg"],
+    // 2: the real entry points (resolved once), the usage region, the live
+    //    grant, the line
+    &["symbols", "region", "livegrant", "msg"],
     // 3: the policy: admission and charging over the region (pure)
     &["policy"],
     // 4: the process's configuration, region and slot

@@ -11,6 +11,7 @@ fn report(dev: Dev, real_free: u64, real_total: u64) -> Option<(u64, u64)> {
         return None;
     }
     let limit = account::limit_for(c, dev.idx, &|| Some(real_total));
+    account::show_limit(dev.idx, limit);
     let slice = limit.min(real_total);
     let used = match state::region() {
         Some(r) => {
