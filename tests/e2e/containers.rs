@@ -62,7 +62,7 @@ fn context_overhead_from_the_config_is_charged_in_the_container() {
     let (h, b, _) = cuda_host("ctx", "context_overhead = \"1g\"");
     b.set(
         &[("vram", "4g")],
-        "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; cuda_probe alloc 3.5 > /out/alloc 2>&1; touch /out/done",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; cuda_probe alloc 3.5 > /out/alloc 2>&1; touch /out/done",
         &["FAKE_CUDA_MEM_BYTES=17179869184"],
     );
     assert_ok(
@@ -140,7 +140,7 @@ fn context_cost_is_measured_and_charged_by_default() {
     require_e2e!();
     let (h, b, _) = cuda_host("ctxauto", "");
     let script =
-        "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; touch /out/done";
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; touch /out/done";
     let charge = (300 + 96) << 20;
     for round in 0..2 {
         let _ = std::fs::remove_file(b.out.join("done"));
@@ -192,7 +192,7 @@ fn context_cost_falls_back_to_the_builtin_default() {
     std::fs::write(h.config(), cfg.replace(&fake_uuid(0), &uuid(0))).unwrap();
     b.set(
         &[("vram", "4g")],
-        "cat /run/gpu-quota/limits > /out/limits; touch /out/done",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; touch /out/done",
         &[],
     );
     assert_ok(
@@ -320,7 +320,7 @@ fn malicious_images_cannot_touch_the_host() {
         setup(&b.rootfs());
         b.set(
             &[("vram", "1g")],
-            "cat /run/gpu-quota/limits > /out/limits",
+            "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
             &[],
         );
         let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), name]);
@@ -335,7 +335,7 @@ fn malicious_images_cannot_touch_the_host() {
             }
             None => {
                 assert_ok(&o, name);
-                assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+                assert!(b.wait_out("limits", 2).unwrap().contains("container_id="));
                 assert!(
                     b.rootfs()
                         .join(hostdir.strip_prefix("/").unwrap())
