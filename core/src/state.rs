@@ -71,7 +71,7 @@ pub fn limits_text(r: &Reservation, context_overhead: u64) -> Option<String> {
     limits::write(
         &mut s,
         &r.container_id,
-        r.slices.iter().map(|s| (s.uuid.as_str(), s.vram_bytes)),
+        r.slices.iter().map(|s| s.uuid.as_str()),
         context_overhead,
     )
     .ok()?;
@@ -446,9 +446,9 @@ mod tests {
         fill(&dir, &r, &files, 512 << 20).unwrap();
         let limits = std::fs::read_to_string(dir.join("limits")).unwrap();
         assert!(
-            limits.contains("vram_bytes=4294967296\n")
+            limits.contains("version=2\n")
                 && limits.contains(&format!("gpus={U}\n"))
-                && limits.contains(&format!("gpu.{U}.vram_bytes=4294967296\n")),
+                && !limits.contains("vram_bytes"),
             "{limits}"
         );
         assert!(
@@ -457,10 +457,7 @@ mod tests {
         );
         // what the interceptor reads back (the crate's one reader)
         let l = limits::parse(limits.as_bytes());
-        assert_eq!(
-            (l.vram_bytes, l.context_overhead_bytes),
-            (Some(4 << 30), Some(512 << 20))
-        );
+        assert_eq!((l.version, l.context_overhead_bytes), (2, Some(512 << 20)));
         assert_eq!(l.container_id(), r.container_id.as_bytes());
         // the grant, as placement made it (the one reader reads it back)
         let g = std::fs::read(dir.join(grant::FILE_NAME)).unwrap();
@@ -473,7 +470,7 @@ mod tests {
         assert!(e.to_string().contains("\"GPU-a\" is not a UUID"), "{e}");
         // an id that would not read back as itself is never written
         let mut bad = r.clone();
-        bad.container_id = "c\nvram_bytes=1099511627776".into();
+        bad.container_id = "c\ncontext_overhead_bytes=0".into();
         assert_eq!(
             fill(&dir, &bad, &files, 0).unwrap_err().kind(),
             std::io::ErrorKind::InvalidData

@@ -7,19 +7,23 @@
 //! values is ignored; unknown keys and lines without `=` are ignored; a key
 //! given twice: the last one counts.
 //!
+//! Version 2 carries no size: what the container may hold on each GPU is
+//! its grant, in the `grant` file beside this one ([`crate::grant`]), where
+//! the host can change it while the container runs. (Version 1 wrote the
+//! smallest slice as `vram_bytes` and one `gpu.<uuid>.vram_bytes` line per
+//! GPU; the interceptor enforced the smallest on every GPU.)
+//!
 //! | key | value |
 //! |---|---|
 //! | `version` | [`VERSION`] |
 //! | `container_id` | the runtime's container id (at most [`MAX_CONTAINER_ID`] bytes are kept) |
-//! | `vram_bytes` | the per-GPU slice in bytes, the smallest slice of the reservation (required: without it the interceptor refuses all device memory) |
 //! | `gpus` | comma-separated UUIDs of the reserved GPUs (at most [`MAX_GPUS`] are kept) |
-//! | `gpu.<uuid>.vram_bytes` | the slice reserved on that GPU, one line per GPU of `gpus` (the interceptor enforces `vram_bytes` on every GPU; these record what the ledger holds per GPU) |
 //! | `context_overhead_bytes` | charge per process and GPU (absent = 0) |
 //! | `consumer_group` | the container's tag in a usage file shared by the consumers of one DRA claim (absent = 0); see the usage slot's `group` |
 use core::fmt;
 
 pub const FILE_NAME: &str = "limits";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// GPUs a limits file names (the usage header's device table).
 pub const MAX_GPUS: usize = crate::usage::DEV_COUNT;
 /// Bytes of `container_id` kept by the reader.
@@ -27,13 +31,9 @@ pub const MAX_CONTAINER_ID: usize = 64;
 
 pub const KEY_VERSION: &str = "version";
 pub const KEY_CONTAINER_ID: &str = "container_id";
-pub const KEY_VRAM_BYTES: &str = "vram_bytes";
 pub const KEY_GPUS: &str = "gpus";
 pub const KEY_CONTEXT_OVERHEAD_BYTES: &str = "context_overhead_bytes";
 pub const KEY_CONSUMER_GROUP: &str = "consumer_group";
-/// `gpu.<uuid>.vram_bytes`
-pub const KEY_GPU_PREFIX: &str = "gpu.";
-pub const KEY_GPU_SUFFIX: &str = ".vram_bytes";
 
 /// A value the reader could not take back as written: a line break or a
 /// comment character (and, in a UUID, the list separator).
@@ -47,33 +47,26 @@ fn plain(v: &str, list: bool) -> fmt::Result {
     Ok(())
 }
 
-/// Write the limits file of a reservation: its container id, its slices
-/// (GPU UUID, bytes reserved on it) and the context charge. `vram_bytes` is
-/// the smallest slice (0 without any). Fails (`fmt::Error`, nothing
-/// meaningful written) when a value would not read back as itself: a line
-/// break, `#`, white space at either end, or a `,` in a UUID.
+/// Write the limits file of a reservation: its container id, its GPUs (by
+/// UUID, in the grant's order) and the context charge. Fails
+/// (`fmt::Error`, nothing meaningful written) when a value would not read
+/// back as itself: a line break, `#`, white space at either end, or a `,`
+/// in a UUID.
 pub fn write<'a, W: fmt::Write, I>(
     w: &mut W,
     container_id: &str,
-    slices: I,
+    gpus: I,
     context_overhead_bytes: u64,
 ) -> fmt::Result
 where
-    I: IntoIterator<Item = (&'a str, u64)> + Clone,
+    I: IntoIterator<Item = &'a str>,
 {
-    let vram_bytes = slices
-        .clone()
-        .into_iter()
-        .map(|(_, b)| b)
-        .min()
-        .unwrap_or(0);
     plain(container_id, false)?;
     w.write_str("# gpu-quota limits, written by gpu-quota-hook; read-only in the container\n")?;
     writeln!(w, "{KEY_VERSION}={VERSION}")?;
     writeln!(w, "{KEY_CONTAINER_ID}={container_id}")?;
-    writeln!(w, "{KEY_VRAM_BYTES}={vram_bytes}")?;
     write!(w, "{KEY_GPUS}=")?;
-    for (i, (g, _)) in slices.clone().into_iter().enumerate() {
+    for (i, g) in gpus.into_iter().enumerate() {
         plain(g, true)?;
         if i > 0 {
             w.write_char(',')?;
@@ -81,9 +74,6 @@ where
         w.write_str(g)?;
     }
     w.write_char('\n')?;
-    for (g, b) in slices {
-        writeln!(w, "{KEY_GPU_PREFIX}{g}{KEY_GPU_SUFFIX}={b}")?;
-    }
     if context_overhead_bytes > 0 {
         writeln!(w, "{KEY_CONTEXT_OVERHEAD_BYTES}={context_overhead_bytes}")?;
     }
@@ -102,7 +92,6 @@ pub fn write_group<W: fmt::Write>(w: &mut W, group: u64) -> fmt::Result {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub version: u64,
-    pub vram_bytes: Option<u64>,
     pub context_overhead_bytes: Option<u64>,
     /// `consumer_group` (0 when absent).
     pub consumer_group: u64,
@@ -112,16 +101,12 @@ pub struct Limits {
     pub ngpus: usize,
     /// Some entry of `gpus` did not parse (kept out of the list).
     pub bad_gpus: bool,
-    /// `gpu.<uuid>.vram_bytes` entries (the first [`MAX_GPUS`] that parse).
-    pub gpu_vram: [([u8; 16], u64); MAX_GPUS],
-    pub ngpu_vram: usize,
 }
 
 impl Limits {
     pub const fn empty() -> Self {
         Limits {
             version: 0,
-            vram_bytes: None,
             context_overhead_bytes: None,
             consumer_group: 0,
             container_id: [0; MAX_CONTAINER_ID],
@@ -129,18 +114,7 @@ impl Limits {
             gpus: [[0; 16]; MAX_GPUS],
             ngpus: 0,
             bad_gpus: false,
-            gpu_vram: [([0; 16], 0); MAX_GPUS],
-            ngpu_vram: 0,
         }
-    }
-    /// The slice recorded for one GPU (`gpu.<uuid>.vram_bytes`; the last
-    /// line for it counts).
-    pub fn gpu_vram_bytes(&self, uuid: &[u8; 16]) -> Option<u64> {
-        self.gpu_vram[..self.ngpu_vram]
-            .iter()
-            .rev()
-            .find(|(u, _)| u == uuid)
-            .map(|&(_, b)| b)
     }
     pub fn container_id(&self) -> &[u8] {
         &self.container_id[..self.container_id_len]
@@ -240,8 +214,6 @@ pub fn parse(text: &[u8]) -> Limits {
         let val = trim(&line[eq + 1..]);
         if key == KEY_VERSION.as_bytes() {
             l.version = parse_u64(val).unwrap_or(0);
-        } else if key == KEY_VRAM_BYTES.as_bytes() {
-            l.vram_bytes = parse_u64(val);
         } else if key == KEY_CONTEXT_OVERHEAD_BYTES.as_bytes() {
             l.context_overhead_bytes = parse_u64(val);
         } else if key == KEY_CONSUMER_GROUP.as_bytes() {
@@ -251,16 +223,6 @@ pub fn parse(text: &[u8]) -> Limits {
             l.container_id = [0; MAX_CONTAINER_ID];
             l.container_id[..n].copy_from_slice(&val[..n]);
             l.container_id_len = n;
-        } else if let Some(uuid) = key
-            .strip_prefix(KEY_GPU_PREFIX.as_bytes())
-            .and_then(|k| k.strip_suffix(KEY_GPU_SUFFIX.as_bytes()))
-        {
-            if let (Some(u), Some(b)) = (parse_uuid(uuid), parse_u64(val)) {
-                if l.ngpu_vram < MAX_GPUS {
-                    l.gpu_vram[l.ngpu_vram] = (u, b);
-                    l.ngpu_vram += 1;
-                }
-            }
         } else if key == KEY_GPUS.as_bytes() {
             l.ngpus = 0;
             for g in val.split(|&c| c == b',') {
@@ -285,7 +247,6 @@ pub fn parse(text: &[u8]) -> Limits {
 mod tests {
     use super::*;
     use std::string::String;
-    const G: u64 = 1 << 30;
     const U0: &str = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
     const U1: &str = "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff";
 
@@ -302,19 +263,17 @@ mod tests {
 
     #[test]
     fn reader() {
-        let t = b"# gpu-quota limits\nversion=1\ncontainer_id = abc\nvram_bytes=4294967296 # 4g\n\
+        let t = b"# gpu-quota limits\nversion=2\ncontainer_id = abc\nvram_bytes=4294967296 # v1, ignored\n\
                   gpus=GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9,GPU-ffffffff-ffff-ffff-ffff-ffffffffffff\n\
                   context_overhead_bytes=1024\nfuture_key=zzz\nnonsense line\n";
         let l = parse(t);
-        assert_eq!(l.version, 1);
-        assert_eq!(l.vram_bytes, Some(4 * G));
+        assert_eq!(l.version, 2);
         assert_eq!(l.context_overhead_bytes, Some(1024));
         assert_eq!(l.container_id(), b"abc");
         assert_eq!(l.ngpus, 2);
         assert_eq!(l.gpus[1], [0xff; 16]);
         assert!(!l.bad_gpus);
-        let l = parse(b"vram_bytes=12x\ngpus=GPU-a\n");
-        assert_eq!(l.vram_bytes, None);
+        let l = parse(b"gpus=GPU-a\n");
         assert!(l.bad_gpus && l.ngpus == 0);
         // the last container_id counts, whole
         let l = parse(b"container_id=abcdef\ncontainer_id=xy\n");
@@ -331,53 +290,44 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut s = String::new();
-        write(&mut s, "ctr-1", [(U0, 3 * G), (U1, 4 * G)], 616 << 20).unwrap();
+        write(&mut s, "ctr-1", [U0, U1], 616 << 20).unwrap();
         assert_eq!(
             s,
             "# gpu-quota limits, written by gpu-quota-hook; read-only in the container\n\
-             version=1\ncontainer_id=ctr-1\nvram_bytes=3221225472\n\
+             version=2\ncontainer_id=ctr-1\n\
              gpus=GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9,GPU-ffffffff-ffff-ffff-ffff-ffffffffffff\n\
-             gpu.GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9.vram_bytes=3221225472\n\
-             gpu.GPU-ffffffff-ffff-ffff-ffff-ffffffffffff.vram_bytes=4294967296\n\
              context_overhead_bytes=645922816\n"
         );
         let l = parse(s.as_bytes());
         assert_eq!(l.version, VERSION as u64);
         assert_eq!(l.container_id(), b"ctr-1");
-        assert_eq!(l.vram_bytes, Some(3 * G), "the smallest slice");
         assert_eq!(l.context_overhead_bytes, Some(616 << 20));
         let u0 = parse_uuid(U0.as_bytes()).unwrap();
         assert_eq!(l.gpus(), &[u0, [0xff; 16]]);
         assert!(!l.bad_gpus);
-        assert_eq!(l.gpu_vram_bytes(&u0), Some(3 * G));
-        assert_eq!(l.gpu_vram_bytes(&[0xff; 16]), Some(4 * G));
-        assert_eq!(l.gpu_vram_bytes(&[0x11; 16]), None);
-        // no slices, no overhead: vram_bytes 0, the overhead key left out
+        // no GPUs, no overhead: the overhead key left out
         let mut s = String::new();
         write(&mut s, "c", [], 0).unwrap();
-        assert!(s.ends_with("vram_bytes=0\ngpus=\n"), "{s}");
+        assert!(s.ends_with("container_id=c\ngpus=\n"), "{s}");
         let l = parse(s.as_bytes());
-        assert_eq!(
-            (l.vram_bytes, l.context_overhead_bytes, l.ngpus, l.ngpu_vram),
-            (Some(0), None, 0, 0)
-        );
+        assert_eq!((l.context_overhead_bytes, l.ngpus), (None, 0));
     }
 
     /// A value that would not read back as itself is refused: a line break
-    /// in an id would otherwise let it write a second `vram_bytes`.
+    /// in an id would otherwise let it write a line of its own.
     #[test]
     fn writer_refuses_values_that_do_not_read_back() {
         for (id, gpu) in [
-            ("c\nvram_bytes=99999999999", U0),
+            ("c\ncontext_overhead_bytes=0", U0),
             ("c\rx", U0),
             ("c#x", U0),
             (" c", U0),
             ("c", "GPU-a,GPU-b"),
-            ("c", "GPU-a\nvram_bytes=1"),
+            ("c", "GPU-a\ncontainer_id=x"),
         ] {
             let mut s = String::new();
             assert_eq!(
-                write(&mut s, id, [(gpu, G)], 0),
+                write(&mut s, id, [gpu], 0),
                 Err(fmt::Error),
                 "{id:?} {gpu:?}"
             );
@@ -389,29 +339,24 @@ mod tests {
         fn reader_never_panics(t in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
             let l = parse(&t);
             proptest::prop_assert!(l.ngpus <= MAX_GPUS && l.container_id_len <= MAX_CONTAINER_ID);
-            proptest::prop_assert!(l.ngpu_vram <= MAX_GPUS);
         }
 
         #[test]
         fn round_trip_any(
             id in "[A-Za-z0-9_.+-]{1,80}",
-            bytes in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..=MAX_GPUS),
+            n in 0..=MAX_GPUS,
             ovh in proptest::prelude::any::<u64>(),
         ) {
             let gpus: std::vec::Vec<String> =
-                (0..bytes.len()).map(|i| std::format!("GPU-{:032x}", i + 1)).collect();
+                (0..n).map(|i| std::format!("GPU-{:032x}", i + 1)).collect();
             let mut s = String::new();
-            write(&mut s, &id, gpus.iter().map(|g| g.as_str()).zip(bytes.iter().copied()), ovh).unwrap();
+            write(&mut s, &id, gpus.iter().map(|g| g.as_str()), ovh).unwrap();
             let l = parse(s.as_bytes());
             let keep = id.len().min(MAX_CONTAINER_ID);
             proptest::prop_assert_eq!(l.container_id(), &id.as_bytes()[..keep]);
-            proptest::prop_assert_eq!(l.vram_bytes, Some(bytes.iter().copied().min().unwrap_or(0)));
             proptest::prop_assert_eq!(l.context_overhead_bytes, if ovh > 0 { Some(ovh) } else { None });
-            proptest::prop_assert_eq!(l.ngpus, bytes.len());
+            proptest::prop_assert_eq!(l.ngpus, n);
             proptest::prop_assert!(!l.bad_gpus);
-            for (u, b) in l.gpus().iter().zip(&bytes) {
-                proptest::prop_assert_eq!(l.gpu_vram_bytes(u), Some(*b));
-            }
         }
     }
 }

@@ -1,371 +1,233 @@
-//! Admission / release against the region, device selection.
+//! This process's books: the policy (crate::policy) over the process's
+//! configuration, region and slot. [`Proc`] answers the policy's questions
+//! (a device's slice, reserves that may give back, slot liveness, the
+//! refusal line) from process state; [`ACCT`] is what bookkeeping and the
+//! entry points charge through.
 
-use crate::config;
-use crate::msg;
+use crate::config::{Size, MAX_GPUS};
+use crate::devices;
+use crate::hooks;
+use crate::policy::{Books, Budget, Charge, Dev, Host, Refused, UNTRACKED};
 use crate::ptrtable::Rec;
 use crate::region::{self, Region};
-use crate::state::{self, config};
-use crate::symbols::{real_fn, S};
-use core::sync::atomic::Ordering::*;
-use libc::c_int;
+use crate::state::{self, config, Config};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
 
-pub const UNTRACKED: usize = usize::MAX;
+/// per region device: resolved limit (percent mode); 0 unknown
+static LIMIT_CACHE: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
+/// per region device: its entry in the grant (NO_ENTRY: the grant lacks
+/// it; UNKNOWN: not looked up yet)
+static GRANT_ENTRY: [AtomicU8; MAX_GPUS] = [const { AtomicU8::new(UNKNOWN) }; MAX_GPUS];
+const UNKNOWN: u8 = 0xff;
+const NO_ENTRY: u8 = 0xfe;
 
-#[derive(Clone, Copy)]
-pub struct Dev {
-    pub ordinal: c_int,
-    pub idx: usize,
-}
-
-#[derive(Clone, Copy)]
-pub enum DevSel {
-    Current,
-    Ordinal(c_int),
-}
-
-#[derive(Clone, Copy)]
-pub struct Charge {
-    pub slot: usize,
-    pub dev: Dev,
-    pub n: u64,
-    region: Region,
-}
-
-/// Region device index of a CUDA ordinal: position of the device UUID in the
-/// region's UUID table (pre-filled from the hook's `gpus` list, otherwise
-/// filled in first-use order), falling back to the ordinal.
-pub fn dev_index(ordinal: c_int) -> usize {
-    if !(0..64).contains(&ordinal) {
-        return UNTRACKED;
+/// Per-device slice in bytes for region device `dev`: a container's live
+/// grant entry of that GPU (one atomic load) lowered by GPU_QUOTA_VRAM,
+/// the standalone size, or its percentage of `real_total` (asked only
+/// then). The usage header's limit is never read here.
+#[inline]
+pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -> u64 {
+    if crate::foreign::is_foreign(dev) {
+        return 0;
     }
-    let m = &state::devmap()[ordinal as usize];
-    let v = m.load(Relaxed);
-    if v != 0xff {
-        return if v == 0xfe { UNTRACKED } else { v as usize };
+    if c.from_grant() {
+        let Some(g) = c.grant.as_ref() else {
+            return 0; // no valid grant: fail closed
+        };
+        let e = match GRANT_ENTRY.get(dev).map(|x| x.load(Relaxed)) {
+            Some(NO_ENTRY) | None => return 0,
+            Some(UNKNOWN) => grant_entry(g, dev),
+            Some(e) => e as usize,
+        };
+        return if e == NO_ENTRY as usize {
+            0
+        } else {
+            g.vram(e).min(c.cap)
+        };
     }
-    let (idx, cache) = compute_index(ordinal);
-    if cache {
-        m.store(if idx == UNTRACKED { 0xfe } else { idx as u8 }, Relaxed);
+    match c.limit {
+        Size::Bytes(b) => b,
+        Size::Ppm(_) => {
+            let v = LIMIT_CACHE[dev].load(Relaxed);
+            if v != 0 {
+                return v;
+            }
+            match real_total() {
+                Some(t) => {
+                    let b = c.limit.resolve(t);
+                    LIMIT_CACHE[dev].store(b, Relaxed);
+                    if let Some(r) = state::region() {
+                        r.show_limit(dev, b);
+                    }
+                    b
+                }
+                None => 0,
+            }
+        }
     }
-    idx
 }
 
-/// (index, cacheable): not cached when the UUID could not be read yet
-/// (e.g. before cuInit) although the driver has the call.
+/// The grant entry of region device `dev`, by the UUID the region's table
+/// holds there (cached once the table has one).
 #[cold]
-fn compute_index(ordinal: c_int) -> (usize, bool) {
-    let mut uuid = [0u8; 16];
-    let mut have = false;
-    let mut callable = false;
-    type GetUuid = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
-    if let Some(f) = real_fn!(S::cuDeviceGetUuid_v2, GetUuid) {
-        callable = true;
-        have = unsafe { f(uuid.as_mut_ptr(), ordinal) } == 0;
-    }
-    if !have {
-        if let Some(f) = real_fn!(S::cuDeviceGetUuid, GetUuid) {
-            callable = true;
-            have = unsafe { f(uuid.as_mut_ptr(), ordinal) } == 0;
-        }
-    }
-    if have {
-        if let Some(r) = state::region() {
-            if let Some(i) = r.uuid_index(&uuid, true) {
-                crate::foreign::note(i, &uuid);
-                return (i, true);
-            }
-        }
-    }
-    let idx = if (ordinal as usize) < config::MAX_GPUS {
-        ordinal as usize
-    } else {
-        UNTRACKED
+fn grant_entry(g: &crate::livegrant::LiveGrant, dev: usize) -> usize {
+    let Some(uuid) = state::region().and_then(|r| r.uuid_at(dev)) else {
+        return NO_ENTRY as usize; // not known yet: nothing, asked again next time
     };
-    (idx, have || !callable)
+    let e = g.entry_of(&uuid).map_or(NO_ENTRY, |e| e as u8);
+    GRANT_ENTRY[dev].store(e, Relaxed);
+    e as usize
 }
 
-/// The current context's device, its context overhead charged.
-#[inline]
-pub fn current_dev_charged() -> Dev {
-    let d = current_dev();
+/// Refresh the usage header's display copy of a device's limit (memory
+/// queries and refusals: host readers see the live slice).
+pub fn show_limit(idx: usize, limit: u64) {
     if let Some(r) = state::region() {
-        ensure_ctx_charged(&r, d);
+        r.show_limit(idx, limit);
     }
-    d
 }
 
-/// The current context's device.
-#[inline]
-pub fn current_dev() -> Dev {
-    let dc = state::devcount();
-    let mut n = dc.load(Relaxed);
-    if n < 0 {
-        type F = unsafe extern "C" fn(*mut c_int) -> c_int;
-        let mut cnt: c_int = 0;
-        if let Some(f) = real_fn!(S::cuDeviceGetCount, F) {
-            if unsafe { f(&mut cnt) } == 0 && cnt > 0 {
-                dc.store(cnt, Relaxed);
-                n = cnt;
-            }
+/// The process as the policy's host.
+pub struct Proc;
+
+impl Host for Proc {
+    #[inline]
+    fn limit(&self, dev: Dev) -> Option<u64> {
+        let c = config()?;
+        if !c.enforce || dev.idx >= MAX_GPUS {
+            return None;
         }
-    }
-    let mut ordinal: c_int = 0;
-    if n != 1 {
-        type F = unsafe extern "C" fn(*mut c_int) -> c_int;
-        if let Some(f) = real_fn!(S::cuCtxGetDevice, F) {
-            if unsafe { f(&mut ordinal) } != 0 {
-                ordinal = 0;
-            }
+        let ord = dev.ordinal;
+        let limit = limit_for(c, dev.idx, &|| devices::real_total(ord));
+        if limit == 0
+            && !c.from_grant()
+            && matches!(c.limit, Size::Ppm(_))
+            && !crate::foreign::is_foreign(dev.idx)
+        {
+            return None; // percent of an unknown total: cannot enforce
         }
+        Some(limit)
     }
-    Dev {
-        ordinal,
-        idx: dev_index(ordinal),
+    fn give_back(&self, idx: usize) -> bool {
+        hooks::GIVE_BACK.run(idx)
     }
-}
-
-pub fn select(sel: DevSel) -> Dev {
-    match sel {
-        DevSel::Current => current_dev_charged(),
-        DevSel::Ordinal(o) => Dev {
-            ordinal: o,
-            idx: dev_index(o),
-        },
+    fn alive(&self, owner: u64) -> bool {
+        region::owner_alive(owner)
+    }
+    fn refused(&self, api: &[u8], n: u64, limit: u64, dev: Dev, used: u64) {
+        refused_on(api, n, limit, dev, used);
     }
 }
 
-/// Real total memory of a CUDA ordinal.
-pub fn real_total(ordinal: c_int) -> Option<u64> {
-    type F = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
-    let f = real_fn!(S::cuDeviceTotalMem_v2, F)?;
-    let mut t: usize = 0;
-    if unsafe { f(&mut t, ordinal) } == 0 {
-        Some(t as u64)
+/// The refusal of `n` bytes on a device: the slice line, or for a GPU
+/// outside the slice the line naming it.
+pub fn refused_on(api: &[u8], n: u64, slice: u64, dev: Dev, used: u64) {
+    show_limit(dev.idx, slice);
+    if crate::foreign::is_foreign(dev.idx) {
+        crate::foreign::refused(api, n, dev.ordinal);
     } else {
-        None
+        crate::msg::refused(api, n, slice, dev.ordinal, used);
     }
 }
 
-/// Everything admission needs, or None when this call is not enforced.
+pub static PROC: Proc = Proc;
+
+/// The process's books (see the module comment).
+pub struct Acct;
+pub static ACCT: Acct = Acct;
+
+/// The region when this process enforces (None also while it fails closed).
 #[inline]
-fn ctx(dev: &Dev) -> Option<(Region, u64)> {
+fn enforced_region(dev: Dev) -> Option<Region> {
     let c = config()?;
     if !c.enforce || dev.idx == UNTRACKED {
         return None;
     }
-    let r = state::region()?;
-    let ord = dev.ordinal;
-    let limit = state::limit_for(c, dev.idx, &|| real_total(ord));
-    if limit == 0
-        && !matches!(c.limit, config::Size::Bytes(0))
-        && !crate::foreign::is_foreign(dev.idx)
-    {
-        return None; // percent of an unknown total: cannot enforce
-    }
-    Some((r, limit))
+    state::region()
 }
 
-/// Reserve n bytes on a device. Ok(None): not enforced (pass through,
-/// untracked). Ok(Some): reserved. Err: refused (message printed).
-#[inline]
-pub fn admit(api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, ()> {
-    let (r, limit) = match ctx(&dev) {
-        Some(x) => x,
-        // the container's usage file is unusable: refuse (the one line
-        // naming the file was printed when it was opened)
-        None if state::failed_closed() => return Err(()),
-        None => return Ok(None),
-    };
-    let slot = match state::my_slot(&r) {
-        Some(s) => s,
-        None => {
-            msg::refused_on(api, n, limit, dev.ordinal, dev.idx, r.used(dev.idx));
-            return Err(());
+impl Acct {
+    #[inline]
+    fn budget(&self, r: Region) -> Option<Budget<'static, Proc>> {
+        Some(Budget {
+            region: r,
+            slot: state::my_slot(&r)?,
+            host: &PROC,
+        })
+    }
+
+    /// Grow a charge (pitched allocations: the driver's pitch is larger).
+    pub fn grow(&self, api: &[u8], c: &mut Charge, extra: u64) -> Result<(), Refused> {
+        match state::region().and_then(|r| self.budget(r)) {
+            Some(b) => b.grow(api, c, extra),
+            None => Ok(()),
         }
-    };
-    match r.try_admit(slot, dev.idx, n, limit) {
-        Ok(()) => Ok(Some(Charge {
-            slot,
-            dev,
-            n,
-            region: r,
-        })),
-        Err(_) => admit_slow(api, r, slot, dev, n, limit),
+    }
+
+    /// Give back a tracked allocation's bytes.
+    #[inline]
+    pub fn release_rec(&self, rec: Rec) {
+        self.release(rec.dev as usize, rec.size);
     }
 }
 
-#[cold]
-fn admit_slow(
-    api: &[u8],
-    r: Region,
-    slot: usize,
-    dev: Dev,
-    n: u64,
-    limit: u64,
-) -> Result<Option<Charge>, ()> {
-    // give back what our own pools no longer reserve, reclaim the slots of
-    // dead processes, then try once more
-    let freed = crate::pools::refresh_all(Some(dev.idx)) | crate::graphs::refresh_all();
-    if (r.reclaim_dead(slot, &region::owner_alive) > 0 || freed)
-        && r.try_admit(slot, dev.idx, n, limit).is_ok()
-    {
-        return Ok(Some(Charge {
-            slot,
-            dev,
-            n,
-            region: r,
-        }));
+impl Books for Acct {
+    #[inline]
+    fn admit(&self, api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, Refused> {
+        let Some(r) = enforced_region(dev) else {
+            // the container's usage file is unusable: refuse (the one line
+            // naming the file was printed when it was opened)
+            return if state::failed_closed() {
+                Err(Refused)
+            } else {
+                Ok(None)
+            };
+        };
+        match self.budget(r) {
+            Some(b) => b.admit(api, dev, n),
+            None => match PROC.limit(dev) {
+                // every slot is held by a live process
+                Some(limit) => {
+                    refused_on(api, n, limit, dev, r.used(dev.idx));
+                    Err(Refused)
+                }
+                None => Ok(None),
+            },
+        }
     }
-    r.count_refusal();
-    msg::refused_on(api, n, limit, dev.ordinal, dev.idx, r.used(dev.idx));
-    Err(())
+
+    fn fits_after(&self, api: &[u8], dev: Dev, n: u64, pending: u64) -> bool {
+        let Some(r) = enforced_region(dev) else {
+            return !state::failed_closed();
+        };
+        match self.budget(r) {
+            Some(b) => b.fits_after(api, dev, n, pending),
+            None => PROC.limit(dev).is_none(),
+        }
+    }
+
+    fn charge(&self, idx: usize, n: u64) {
+        if let Some(b) = state::region().and_then(|r| self.budget(r)) {
+            b.charge(idx, n);
+        }
+    }
+
+    #[inline]
+    fn release(&self, idx: usize, n: u64) {
+        if let Some(b) = state::region().and_then(|r| self.budget(r)) {
+            b.release(idx, n);
+        }
+    }
 }
 
 /// The slice of a device being charged a context of `charge` bytes, when
 /// the slice can never hold it (foreign GPUs excepted: their own line says
-/// why they refuse): the caller refuses with [`msg::context_too_big`]
-/// instead of the allocation's line.
+/// why they refuse): the caller refuses with msg::context_too_big instead
+/// of the allocation's line.
 pub fn slice_below(dev: Dev, charge: u64) -> Option<u64> {
-    let (_, limit) = ctx(&dev)?;
+    enforced_region(dev)?;
+    let limit = PROC.limit(dev)?;
     (charge > limit && !crate::foreign::is_foreign(dev.idx)).then_some(limit)
-}
-
-/// Does n more bytes fit right now (no reservation; graph memory nodes)?
-pub fn fits(api: &[u8], dev: Dev, n: u64) -> bool {
-    fits_after(api, dev, n, 0)
-}
-
-/// Does n more bytes fit next to `pending` bytes not charged yet (the
-/// memory nodes an active capture asked before)? The refusal names n.
-pub fn fits_after(api: &[u8], dev: Dev, n: u64, pending: u64) -> bool {
-    let (r, limit) = match ctx(&dev) {
-        Some(x) => x,
-        None => return !state::failed_closed(),
-    };
-    let used = r.used(dev.idx).saturating_add(pending);
-    if used.saturating_add(n) <= limit {
-        return true;
-    }
-    if let Some(s) = state::my_slot(&r) {
-        r.reclaim_dead(s, &region::owner_alive);
-    }
-    let used = r.used(dev.idx).saturating_add(pending);
-    if used.saturating_add(n) <= limit {
-        return true;
-    }
-    r.count_refusal();
-    msg::refused_on(api, n, limit, dev.ordinal, dev.idx, used);
-    false
-}
-
-impl Charge {
-    pub fn rollback(self) {
-        self.region.release(self.slot, self.dev.idx, self.n);
-    }
-    /// Grow (Ok) or fail (Err, nothing changed) — used when the real size
-    /// turns out larger than estimated.
-    pub fn grow(&mut self, api: &[u8], extra: u64) -> Result<(), ()> {
-        let c = match config() {
-            Some(c) => c,
-            None => return Ok(()),
-        };
-        let ord = self.dev.ordinal;
-        let limit = state::limit_for(c, self.dev.idx, &|| real_total(ord));
-        match self.region.try_admit(self.slot, self.dev.idx, extra, limit) {
-            Ok(()) => {
-                self.n += extra;
-                Ok(())
-            }
-            Err(used) => {
-                self.region.count_refusal();
-                msg::refused_on(api, extra, limit, self.dev.ordinal, self.dev.idx, used);
-                Err(())
-            }
-        }
-    }
-    pub fn shrink(&mut self, less: u64) {
-        let less = less.min(self.n);
-        self.region.release(self.slot, self.dev.idx, less);
-        self.n -= less;
-    }
-}
-
-/// The context overhead of a device is charged once per process: normally
-/// by the context wrappers; a context made through a path we did not see is
-/// charged at the first allocation on the current context or memory query
-/// (never refused: the context exists already).
-#[inline]
-pub fn ensure_ctx_charged(r: &Region, dev: Dev) {
-    if dev.idx >= config::MAX_GPUS
-        || state::CTX_CHARGED[dev.idx].load(Relaxed) != 0
-        || crate::foreign::is_foreign(dev.idx)
-    {
-        return;
-    }
-    ensure_ctx_slow(r, dev)
-}
-
-#[cold]
-fn ensure_ctx_slow(r: &Region, dev: Dev) {
-    let ov = match config() {
-        Some(c) if c.enforce => c.ctx_overhead,
-        _ => 0,
-    };
-    if ov == 0 {
-        return;
-    }
-    if state::CTX_CHARGED[dev.idx]
-        .compare_exchange(0, 1, AcqRel, Acquire)
-        .is_ok()
-    {
-        match state::my_slot(r) {
-            Some(s) => {
-                r.charge(s, dev.idx, ov);
-                // a context the driver made out of our sight (the CUDA
-                // runtime's own path) in a slice that cannot hold one: say
-                // so now, before the first allocation's refusal line
-                if let Some(slice) = slice_below(dev, ov) {
-                    crate::msg::context_too_big(ov, slice, dev.ordinal);
-                }
-            }
-            None => state::CTX_CHARGED[dev.idx].store(0, Release),
-        }
-    }
-}
-
-/// Charge n bytes on a region device without an admission check (memory
-/// the driver already holds, e.g. a pool that grew by more than asked).
-pub fn force_charge(idx: usize, n: u64) {
-    if n == 0 || idx >= config::MAX_GPUS {
-        return;
-    }
-    if let Some(r) = state::region() {
-        if let Some(s) = state::my_slot(&r) {
-            r.charge(s, idx, n);
-        }
-    }
-}
-
-/// Release n bytes on a region device.
-pub fn release_bytes(idx: usize, n: u64) {
-    if n == 0 || idx >= config::MAX_GPUS {
-        return;
-    }
-    if let Some(r) = state::region() {
-        if let Some(s) = state::my_slot(&r) {
-            r.release(s, idx, n);
-        }
-    }
-}
-
-/// Give back a tracked allocation's bytes.
-#[inline]
-pub fn release(rec: Rec) {
-    if let Some(r) = state::region() {
-        if let Some(s) = state::my_slot(&r) {
-            r.release(s, rec.dev as usize, rec.size);
-        }
-    }
 }
 
 /// Container usage of a region device (reclaiming dead slots first).
@@ -374,7 +236,7 @@ pub fn container_used(r: &Region, idx: usize) -> u64 {
     // per slot: for memory queries (which frameworks may poll) do it at
     // most every RECLAIM_INTERVAL_NS per process. A refused allocation
     // always reclaims first (admit_slow), so admission never waits on this.
-    static LAST: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+    static LAST: AtomicU64 = AtomicU64::new(0);
     let now = crate::sys::monotonic_ns();
     let last = LAST.load(Relaxed);
     if now.saturating_sub(last) >= RECLAIM_INTERVAL_NS

@@ -90,23 +90,6 @@ fn push_uuid<const N: usize>(b: &mut Buf<N>, u: &[u8; 16]) {
     }
 }
 
-fn uuid_of_ordinal(ordinal: c_int) -> Option<[u8; 16]> {
-    type GetUuid = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
-    let mut u = [0u8; 16];
-    for f in [
-        real_fn!(S::cuDeviceGetUuid_v2, GetUuid),
-        real_fn!(S::cuDeviceGetUuid, GetUuid),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        if unsafe { f(u.as_mut_ptr(), ordinal) } == 0 {
-            return Some(u);
-        }
-    }
-    None
-}
-
 /// The refusal line for a GPU outside the slice:
 /// `gpu-quota: API of N refused: GPU-… (GPU 0) is not part of this
 /// container's slice (GPU 1: 8.00 GiB)`; the slice's GPUs by ordinal where
@@ -123,7 +106,7 @@ pub fn refused(api: &[u8], n: u64, ordinal: c_int) {
     b.push(b" of ");
     b.push_size(n);
     b.push(b" refused: ");
-    match uuid_of_ordinal(ordinal) {
+    match crate::symbols::device_uuid(ordinal) {
         Some(u) => {
             push_uuid(&mut b, &u);
             b.push(b" (GPU ");
@@ -144,22 +127,19 @@ pub fn refused(api: &[u8], n: u64, ordinal: c_int) {
             _ => 0,
         }
     };
-    let slice = match c.limit {
-        config::Size::Bytes(v) => Some(v),
-        config::Size::Ppm(_) => None,
-    };
+    let slice = |u: &[u8; 16]| c.slice_of_uuid(u);
     for (i, u) in list.iter().enumerate() {
         if i > 0 {
             b.push(b", ");
         }
-        match (0..count).find(|&o| uuid_of_ordinal(o).as_ref() == Some(u)) {
+        match (0..count).find(|&o| crate::symbols::device_uuid(o).as_ref() == Some(u)) {
             Some(o) => {
                 b.push(b"GPU ");
                 b.push_i64(o as i64);
             }
             None => push_uuid(&mut b, u),
         }
-        if let Some(v) = slice {
+        if let Some(v) = slice(u) {
             b.push(b": ");
             b.push_size(v);
         }
@@ -169,14 +149,4 @@ pub fn refused(api: &[u8], n: u64, ordinal: c_int) {
     }
     b.push(b")");
     crate::msg::finish(b);
-}
-
-/// The limit of region device `idx` when it is outside the slice.
-#[inline]
-pub fn limit_override(idx: usize) -> Option<u64> {
-    if is_foreign(idx) {
-        Some(0)
-    } else {
-        None
-    }
 }

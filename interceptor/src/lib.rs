@@ -6,41 +6,52 @@
 #![cfg_attr(not(test), no_std)]
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
+// The layers, lowest first (tests/layers.rs holds the floors and checks
+// that every import goes down): the ABI (driver types, real entry points,
+// libc, parsing) -> the policy (admission over the usage region) -> the
+// process's state and books -> bookkeeping (captures, graph memory, pools,
+// VMM, contexts) -> the CUDA/NVML entry points -> the exported table,
+// cuGetProcAddress and dlsym. Only the entry points are left out of the
+// std test harness (they export the driver's symbols and dlsym).
 pub mod config;
+pub mod cu;
 pub mod fmt;
+pub mod hooks;
 pub mod ptrtable;
-pub mod region;
 mod slotgroup;
 pub mod sys;
 
-#[cfg(not(test))]
-mod account;
-#[cfg(not(test))]
-mod capture;
-#[cfg(not(test))]
-mod ctxlife;
+pub mod livegrant;
+pub mod msg;
+pub mod region;
+pub mod symbols;
+
+pub mod policy;
+
+pub mod state;
+
+pub mod foreign;
+
+pub mod devices;
+
+pub mod account;
+
+pub mod capture;
+
+pub mod graphs;
+
+pub mod pools;
+pub mod vmm;
+
+pub mod contexts;
+
 #[cfg(not(test))]
 mod cuda;
 #[cfg(not(test))]
-mod dlsym_entry;
-#[cfg(not(test))]
-mod foreign;
-#[cfg(not(test))]
-mod gpa;
-#[cfg(not(test))]
-mod graphs;
-#[cfg(not(test))]
-mod msg;
-#[cfg(not(test))]
 mod nvml;
+
 #[cfg(not(test))]
-mod pools;
-#[cfg(not(test))]
-mod state;
-#[cfg(not(test))]
-mod symbols;
-#[cfg(not(test))]
-mod vmm;
+mod exports;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -36,16 +36,7 @@ pub fn finish<const N: usize>(mut b: Buf<N>) {
     sys::write_stderr(b.bytes());
 }
 
-/// The refusal of `n` bytes on region device `idx` (CUDA `ordinal`): the
-/// slice line, or for a GPU outside the slice the line naming it.
-pub fn refused_on(api: &[u8], n: u64, slice: u64, ordinal: i32, idx: usize, used: u64) {
-    if crate::foreign::is_foreign(idx) {
-        crate::foreign::refused(api, n, ordinal);
-    } else {
-        refused(api, n, slice, ordinal, used);
-    }
-}
-
+/// The slice line: `n` bytes refused on a device with `used` in use.
 pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
     let Some(mut b) = gate::<256>() else { return };
     b.push(b"gpu-quota: ");

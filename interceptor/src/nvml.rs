@@ -32,7 +32,7 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
         return None;
     }
     let mut idx: Option<usize> = None;
-    let mut known = false;
+    let mut uuid: Option<[u8; 16]> = None;
     type U = unsafe extern "C" fn(*mut c_void, *mut c_char, c_uint) -> NvmlReturn;
     if let Some(f) = real_fn!(S::nvmlDeviceGetUUID, U) {
         let mut buf = [0u8; 96];
@@ -48,17 +48,21 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
                         crate::foreign::note(i, &u);
                     }
                 }
-                known = true;
+                uuid = Some(u);
             }
         }
     }
-    if !known && crate::foreign::has_slice_list() {
+    if uuid.is_none() && crate::foreign::has_slice_list() {
         return Some((0, 0)); // cannot be shown to be part of the slice
     }
-    let limit = match idx {
-        Some(i) => state::limit_for(c, i, &|| Some(real_total)),
-        None => c.limit.resolve(real_total),
+    let limit = match (idx, uuid) {
+        (Some(i), _) => account::limit_for(c, i, &|| Some(real_total)),
+        (None, Some(u)) if c.from_grant() => c.slice_of_uuid(&u).unwrap_or(0),
+        _ => c.limit.resolve(real_total),
     };
+    if let Some(i) = idx {
+        account::show_limit(i, limit);
+    }
     let used = match (idx, state::region()) {
         (Some(i), Some(r)) => account::container_used(&r, i),
         // fail closed: nothing can be allocated, so nothing is free

@@ -163,7 +163,7 @@ impl Region {
 
     /// Open (and if empty, initialise under flock) a shared usage file.
     pub fn open_file(
-        path: *const libc::c_char,
+        path: &core::ffi::CStr,
         create: bool,
         init: &HeaderInit,
     ) -> Result<Region, OpenError> {
@@ -172,7 +172,7 @@ impl Region {
             if create {
                 flags |= libc::O_CREAT;
             }
-            let fd = libc::open(path, flags, 0o666 as libc::c_uint);
+            let fd = libc::open(path.as_ptr(), flags, 0o666 as libc::c_uint);
             if fd < 0 {
                 return Err(OpenError::Open);
             }
@@ -283,12 +283,27 @@ impl Region {
     pub fn limit(&self, dev: usize) -> u64 {
         self.u64_at(H_LIMIT + 8 * dev).load(Relaxed)
     }
-    pub fn set_limit(&self, dev: usize, v: u64) {
+    /// Keep the header's limit of a device, a display copy for host
+    /// readers (written only when it differs; never read for admission:
+    /// any process of the container can write this file).
+    pub fn show_limit(&self, dev: usize, v: u64) {
         if dev < self.ndev {
-            let _ = self
-                .u64_at(H_LIMIT + 8 * dev)
-                .compare_exchange(0, v, Relaxed, Relaxed);
+            let cell = self.u64_at(H_LIMIT + 8 * dev);
+            if cell.load(Relaxed) != v {
+                cell.store(v, Relaxed);
+            }
         }
+    }
+    /// The UUID at a device index of the header's table (None: empty).
+    pub fn uuid_at(&self, dev: usize) -> Option<[u8; 16]> {
+        if dev >= self.ndev || self.u32_at(H_UUID_STATE + 4 * dev).load(Acquire) != UUID_VALID {
+            return None;
+        }
+        let mut u = [0u8; 16];
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.base.add(H_UUID + 16 * dev), u.as_mut_ptr(), 16)
+        };
+        Some(u)
     }
     pub fn flags(&self) -> u32 {
         self.u32_at(H_FLAGS).load(Relaxed)
@@ -611,7 +626,7 @@ mod tests {
         ] {
             std::fs::write(&p, vec![0u8; n]).unwrap();
             assert_eq!(
-                Region::open_file(cp.as_ptr(), false, &init()).err(),
+                Region::open_file(&cp, false, &init()).err(),
                 Some(OpenError::Incompatible),
                 "size {n}"
             );
@@ -619,7 +634,7 @@ mod tests {
         }
         // right size, zero magic: initialised in place
         std::fs::write(&p, vec![0u8; TOTAL_SIZE]).unwrap();
-        assert!(Region::open_file(cp.as_ptr(), false, &init()).is_ok());
+        assert!(Region::open_file(&cp, false, &init()).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
     #[test]
@@ -684,17 +699,13 @@ mod tests {
         let path = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
         forget_live_fd();
         set_my_group(7);
-        let a = Region::open_file(path.as_ptr(), false, &init())
-            .ok()
-            .unwrap();
+        let a = Region::open_file(&path, false, &init()).ok().unwrap();
         let fd_a = live_fd();
         let sa = a.claim_slot(4242, 1, &|_| true).unwrap();
         a.charge(sa, 0, 1 << 30);
         forget_live_fd();
         set_my_group(9);
-        let b = Region::open_file(path.as_ptr(), false, &init())
-            .ok()
-            .unwrap();
+        let b = Region::open_file(&path, false, &init()).ok().unwrap();
         let fd_b = live_fd();
         assert_ne!(fd_a, fd_b);
         // group 7's process holds its lock: alive whatever its pid says here
@@ -771,8 +782,8 @@ mod tests {
         let p = dir.join("usage");
         std::fs::write(&p, b"").unwrap();
         let cp = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
-        let r1 = Region::open_file(cp.as_ptr(), false, &init()).unwrap();
-        let r2 = Region::open_file(cp.as_ptr(), false, &init()).unwrap();
+        let r1 = Region::open_file(&cp, false, &init()).unwrap();
+        let r2 = Region::open_file(&cp, false, &init()).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len() as usize, TOTAL_SIZE);
         let s = r1.claim_slot(10, 0, &|_| true).unwrap();
         r1.charge(s, 3, 77);
@@ -780,7 +791,7 @@ mod tests {
         assert_eq!(r2.limit(0), 100);
         std::fs::write(&p, b"garbage!garbage!").unwrap();
         assert_eq!(
-            Region::open_file(cp.as_ptr(), false, &init()).err(),
+            Region::open_file(&cp, false, &init()).err(),
             Some(OpenError::Incompatible)
         );
         std::fs::remove_dir_all(&dir).unwrap();

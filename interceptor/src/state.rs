@@ -2,14 +2,15 @@
 //! call), the accounting region, this process's slot, device mapping, fork
 //! handling.
 
-use crate::config::{self, Limits, Size, MAX_GPUS};
+use crate::config::{self, Limits, Size};
+use crate::hooks;
+use crate::livegrant::LiveGrant;
 use crate::ptrtable::Table;
 use crate::region::{self, HeaderInit, Region};
 use crate::sys::{self, PathBuf};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{
-    AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
-};
+use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use gpuquota_formats::grant::FILE_NAME as GRANT_FILE;
 use gpuquota_formats::keys;
 use gpuquota_formats::limits::FILE_NAME as LIMITS_FILE;
 use gpuquota_formats::usage::FILE_NAME as USAGE_FILE;
@@ -27,7 +28,15 @@ pub enum Source {
 pub struct Config {
     pub enforce: bool,
     pub source: Source,
+    /// Standalone: the slice of every device (GPU_QUOTA_VRAM). A container
+    /// enforces its grant per GPU instead (`grant`, `cap`).
     pub limit: Size,
+    /// A container's grant, mapped live (None in a container: the file is
+    /// missing or invalid, and all device memory is refused).
+    pub grant: Option<LiveGrant>,
+    /// A container's GPU_QUOTA_VRAM in bytes: it can only lower the grant
+    /// (u64::MAX: none).
+    pub cap: u64,
     pub ctx_overhead: u64,
     pub usage_path: PathBuf,
     pub create_usage: bool,
@@ -37,6 +46,30 @@ pub struct Config {
     pub debug: bool,
 }
 
+impl Config {
+    /// A container's (or GPU_QUOTA_STATE_DIR's) limits: enforced per GPU
+    /// from the grant.
+    pub fn from_grant(&self) -> bool {
+        matches!(self.source, Source::Container | Source::StateDirEnv)
+    }
+
+    /// The slice of a GPU named by UUID, when the configuration says it
+    /// without asking the driver: a container's live grant entry (0 for a
+    /// GPU the grant lacks, and for every GPU without a valid grant), a
+    /// standalone byte size. None: a percentage (of a total to ask for).
+    #[inline]
+    pub fn slice_of_uuid(&self, uuid: &[u8; 16]) -> Option<u64> {
+        if self.from_grant() {
+            let g = self.grant.as_ref()?;
+            return Some(g.entry_of(uuid).map_or(0, |e| g.vram(e).min(self.cap)));
+        }
+        match self.limit {
+            Size::Bytes(b) => Some(b),
+            Size::Ppm(_) => None,
+        }
+    }
+}
+
 struct Cell(UnsafeCell<Config>);
 unsafe impl Sync for Cell {}
 
@@ -44,6 +77,8 @@ static CFG: Cell = Cell(UnsafeCell::new(Config {
     enforce: false,
     source: Source::None,
     limit: Size::Bytes(0),
+    grant: None,
+    cap: u64::MAX,
     ctx_overhead: 0,
     usage_path: PathBuf::empty(),
     create_usage: false,
@@ -122,12 +157,22 @@ unsafe fn load_config(c: &mut Config) {
             Source::Env => b" (GPU_QUOTA_VRAM)",
             Source::None => b"",
         });
-        match c.limit {
-            Size::Bytes(v) => {
+        match (c.from_grant(), c.limit) {
+            (true, _) => {
+                let n = c.grant.map_or(0, |g| g.table.n);
+                b.push(b" slice per GPU from the grant (");
+                b.push_u64(n as u64);
+                b.push(b" GPUs)");
+                if c.cap != u64::MAX {
+                    b.push(b", at most ");
+                    b.push_size(c.cap);
+                }
+            }
+            (false, Size::Bytes(v)) => {
                 b.push(b" slice ");
                 b.push_size(v);
             }
-            Size::Ppm(p) => {
+            (false, Size::Ppm(p)) => {
                 b.push(b" slice ");
                 b.push_u64(p as u64 / 10_000);
                 b.push(b"% of each device");
@@ -170,7 +215,7 @@ unsafe fn load_config_inner(c: &mut Config) {
     let mut dir: Option<PathBuf> = None;
     let mut src = Source::None;
     if let Some(p) = PathBuf::join(DEFAULT_STATE_DIR, LIMITS_FILE.as_bytes()) {
-        if sys::file_exists(p.as_ptr()) {
+        if sys::file_exists(p.as_cstr()) {
             dir = PathBuf::from_bytes(DEFAULT_STATE_DIR);
             src = Source::Container;
         }
@@ -178,7 +223,7 @@ unsafe fn load_config_inner(c: &mut Config) {
     if dir.is_none() {
         if let Some(d) = sys::getenv(keys::ENV_STATE_DIR_C) {
             if let Some(p) = PathBuf::join(d, LIMITS_FILE.as_bytes()) {
-                if sys::file_exists(p.as_ptr()) {
+                if sys::file_exists(p.as_cstr()) {
                     dir = PathBuf::from_bytes(d);
                     src = Source::StateDirEnv;
                 }
@@ -195,22 +240,32 @@ unsafe fn load_config_inner(c: &mut Config) {
         c.limits = l;
         c.source = src;
         c.enforce = true;
-        match l.vram_bytes {
-            Some(v) => c.limit = Size::Bytes(v),
+        // The slice of each GPU is the host's grant, read live at every
+        // admission; the limits file's sizes (an older hook's) are not
+        // read. Fail closed: no valid grant, no device memory.
+        c.limit = Size::Bytes(0);
+        let gp = PathBuf::join(d.bytes(), GRANT_FILE.as_bytes());
+        c.grant = gp.as_ref().and_then(|p| LiveGrant::open(p.as_cstr()));
+        match c.grant {
+            Some(g) => {
+                // the grant names the slice's GPUs (a GPU outside it gets nothing)
+                let t = &g.table;
+                for (i, e) in t.gpus().iter().enumerate() {
+                    c.limits.gpus[i] = e.uuid;
+                }
+                c.limits.ngpus = t.n;
+                c.limits.bad_gpus = false;
+            }
             None => {
-                // fail closed: a container with a broken limits file gets no memory
-                c.limit = Size::Bytes(0);
-                sys::write_stderr(
-                    b"gpu-quota: limits file has no valid vram_bytes: refusing all device memory\n",
-                );
+                let mut b = crate::fmt::Buf::<640>::new();
+                b.push(b"gpu-quota: cannot use ");
+                b.push(gp.as_ref().map_or(&b"grant"[..], |p| p.bytes()));
+                b.push(b" (missing, or not a grant file): refusing all device memory\n");
+                sys::write_stderr(b.bytes());
             }
         }
         if let Some(Size::Bytes(e)) = env_vram {
-            if let Size::Bytes(cur) = c.limit {
-                if e < cur {
-                    c.limit = Size::Bytes(e);
-                }
-            }
+            c.cap = e;
         }
         c.ctx_overhead = l.context_overhead_bytes.unwrap_or(0);
         region::set_my_group(l.consumer_group);
@@ -323,9 +378,11 @@ fn region_slow() -> Option<Region> {
             }
         }
     }
+    // a container's header limits are display copies of the grant, set
+    // per GPU once the region is open
     let limit0 = match c.limit {
-        Size::Bytes(b) => b,
-        Size::Ppm(_) => 0,
+        Size::Bytes(b) if !c.from_grant() => b,
+        _ => 0,
     };
     let mut flags = 0;
     if c.source == Source::Container || c.source == Source::StateDirEnv {
@@ -344,8 +401,17 @@ fn region_slow() -> Option<Region> {
     let container = c.source == Source::Container || c.source == Source::StateDirEnv;
     let mut r = None;
     if c.usage_path.len > 0 {
-        match Region::open_file(c.usage_path.as_ptr(), c.create_usage, &init) {
-            Ok(x) => r = Some(x),
+        match Region::open_file(c.usage_path.as_cstr(), c.create_usage, &init) {
+            Ok(x) => {
+                if let Some(g) = c.grant {
+                    for e in g.table.gpus() {
+                        if let Some(i) = x.uuid_index(&e.uuid, true) {
+                            x.show_limit(i, c.slice_of_uuid(&e.uuid).unwrap_or(0));
+                        }
+                    }
+                }
+                r = Some(x)
+            }
             Err(e) => {
                 let mut b = crate::fmt::Buf::<640>::new();
                 b.push(b"gpu-quota: cannot use ");
@@ -439,73 +505,31 @@ fn claim_slow(r: &Region) -> Option<usize> {
 
 pub static TABLE: Table = Table::new();
 
-// ---------------------------------------------------------------- devices
-
-/// CUDA ordinal -> region device index (0xff unknown, 0xfe untracked)
-static DEVMAP: [AtomicU8; 64] = [const { AtomicU8::new(0xff) }; 64];
-static DEVCOUNT: AtomicI32 = AtomicI32::new(-1);
-/// per region device: resolved limit (percent mode); 0 unknown
-static LIMIT_CACHE: [AtomicU64; MAX_GPUS] = [const { AtomicU64::new(0) }; MAX_GPUS];
-/// per region device: context overhead already charged by this process
-pub static CTX_CHARGED: [AtomicU8; MAX_GPUS] = [const { AtomicU8::new(0) }; MAX_GPUS];
-
-pub fn devcount() -> &'static AtomicI32 {
-    &DEVCOUNT
-}
-pub fn devmap() -> &'static [AtomicU8; 64] {
-    &DEVMAP
-}
-
-/// Per-device slice in bytes for region device `dev`; `real_total` is asked
-/// only in percent mode.
-pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -> u64 {
-    if let Some(l) = crate::foreign::limit_override(dev) {
-        return l;
-    }
-    match c.limit {
-        Size::Bytes(b) => b,
-        Size::Ppm(_) => {
-            let v = LIMIT_CACHE[dev].load(Relaxed);
-            if v != 0 {
-                return v;
-            }
-            match real_total() {
-                Some(t) => {
-                    let b = c.limit.resolve(t);
-                    LIMIT_CACHE[dev].store(b, Relaxed);
-                    if let Some(r) = region() {
-                        r.set_limit(dev, b);
-                    }
-                    b
-                }
-                None => 0,
-            }
-        }
-    }
-}
-
 // ---------------------------------------------------------------- fork
 
+// The one child handler runs what each module registered in hooks::FORK
+// (this module's own reset first: it is registered at init, before any
+// other module holds state).
 extern "C" fn atfork_child() {
+    hooks::FORK.run(hooks::ALL);
+}
+
+/// The child is not the parent: no slot, no pointers, and a private
+/// (per-process) region must not carry the parent's usage.
+fn fork_reset(_: usize) -> bool {
     MY_SLOT.store(usize::MAX, Release);
     SLOT_LOCK.store(0, Release);
     TABLE.reset();
-    crate::pools::reset();
-    crate::ctxlife::reset();
-    crate::graphs::reset();
-    crate::capture::reset();
-    for c in CTX_CHARGED.iter() {
-        c.store(0, Relaxed);
-    }
-    // a private (per-process) region must not carry the parent's usage
     if REGION_STATE.load(Acquire) == 2 && REGION_SHARED.load(Acquire) == 0 {
         unsafe { make_region().unmap() };
         REGION_BASE.store(0, Release);
         REGION_STATE.store(0, Release);
     }
+    false
 }
 
 fn register_atfork() {
+    hooks::FORK.register(fork_reset);
     unsafe {
         libc::pthread_atfork(None, None, Some(atfork_child));
     }

@@ -1,7 +1,9 @@
 //! The table of intercepted (and helper) driver symbols: exported name, the
 //! base name cuGetProcAddress is asked for, the CUDA version that introduced
-//! this variant, per-thread-stream flag, our wrapper, and the real pointer
-//! (resolved once, lazily).
+//! this variant, per-thread-stream flag, whether we wrap it, and the real
+//! pointer (resolved once, lazily). The wrappers themselves are the entry
+//! layer's (the exports module): this table is below everything that calls the
+//! driver, so it cannot name them.
 
 use crate::sys::{self, c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering::*};
@@ -18,13 +20,13 @@ pub struct Sym {
     pub ver: i32,
     pub ptsz: bool,
     pub lib: u8,
-    /// our wrapper, null for helper symbols we only call
-    pub wrapper: *const (),
+    /// true: intercepted (the entry layer's table, the exports module, holds
+    /// its wrapper); false: a helper we only call
+    pub wrapped: bool,
 }
-unsafe impl Sync for Sym {}
 
 macro_rules! symtab {
-    ( $( $id:ident : $base:literal, $ver:expr, $ptsz:expr, $lib:expr, $wrap:expr ; )* ) => {
+    ( $( $id:ident : $base:literal, $ver:expr, $ptsz:expr, $lib:expr, $wrapped:expr ; )* ) => {
         #[derive(Clone, Copy, PartialEq, Eq, Debug)]
         #[repr(usize)]
         pub enum S { $( $id, )* }
@@ -35,113 +37,103 @@ macro_rules! symtab {
             ver: $ver,
             ptsz: $ptsz,
             lib: $lib,
-            wrapper: $wrap,
+            wrapped: $wrapped,
         }, )* ];
     };
 }
 
-use crate::cuda as c;
-use crate::gpa as g;
-use crate::nvml as n;
-const NOWRAP: *const () = core::ptr::null();
-
 symtab! {
-    cuMemAlloc: "cuMemAlloc", 2000, false, LIB_CUDA, c::cuMemAlloc as *const ();
-    cuMemAlloc_v2: "cuMemAlloc", 3020, false, LIB_CUDA, c::cuMemAlloc_v2 as *const ();
-    cuMemAllocPitch: "cuMemAllocPitch", 2000, false, LIB_CUDA, c::cuMemAllocPitch as *const ();
-    cuMemAllocPitch_v2: "cuMemAllocPitch", 3020, false, LIB_CUDA, c::cuMemAllocPitch_v2 as *const ();
-    cuMemFree: "cuMemFree", 2000, false, LIB_CUDA, c::cuMemFree as *const ();
-    cuMemFree_v2: "cuMemFree", 3020, false, LIB_CUDA, c::cuMemFree_v2 as *const ();
-    cuMemAllocManaged: "cuMemAllocManaged", 6000, false, LIB_CUDA, c::cuMemAllocManaged as *const ();
-    cuMemAllocAsync: "cuMemAllocAsync", 11020, false, LIB_CUDA, c::cuMemAllocAsync as *const ();
-    cuMemAllocAsync_ptsz: "cuMemAllocAsync", 11020, true, LIB_CUDA, c::cuMemAllocAsync_ptsz as *const ();
-    cuMemAllocFromPoolAsync: "cuMemAllocFromPoolAsync", 11020, false, LIB_CUDA, c::cuMemAllocFromPoolAsync as *const ();
-    cuMemAllocFromPoolAsync_ptsz: "cuMemAllocFromPoolAsync", 11020, true, LIB_CUDA, c::cuMemAllocFromPoolAsync_ptsz as *const ();
-    cuMemFreeAsync: "cuMemFreeAsync", 11020, false, LIB_CUDA, c::cuMemFreeAsync as *const ();
-    cuMemFreeAsync_ptsz: "cuMemFreeAsync", 11020, true, LIB_CUDA, c::cuMemFreeAsync_ptsz as *const ();
-    cuMemCreate: "cuMemCreate", 10020, false, LIB_CUDA, c::cuMemCreate as *const ();
-    cuMemRelease: "cuMemRelease", 10020, false, LIB_CUDA, c::cuMemRelease as *const ();
-    cuArrayCreate: "cuArrayCreate", 2000, false, LIB_CUDA, c::cuArrayCreate as *const ();
-    cuArrayCreate_v2: "cuArrayCreate", 3020, false, LIB_CUDA, c::cuArrayCreate_v2 as *const ();
-    cuArray3DCreate: "cuArray3DCreate", 2000, false, LIB_CUDA, c::cuArray3DCreate as *const ();
-    cuArray3DCreate_v2: "cuArray3DCreate", 3020, false, LIB_CUDA, c::cuArray3DCreate_v2 as *const ();
-    cuArrayDestroy: "cuArrayDestroy", 2000, false, LIB_CUDA, c::cuArrayDestroy as *const ();
-    cuMipmappedArrayCreate: "cuMipmappedArrayCreate", 5000, false, LIB_CUDA, c::cuMipmappedArrayCreate as *const ();
-    cuMipmappedArrayDestroy: "cuMipmappedArrayDestroy", 5000, false, LIB_CUDA, c::cuMipmappedArrayDestroy as *const ();
-    cuMemGetInfo: "cuMemGetInfo", 2000, false, LIB_CUDA, c::cuMemGetInfo as *const ();
-    cuMemGetInfo_v2: "cuMemGetInfo", 3020, false, LIB_CUDA, c::cuMemGetInfo_v2 as *const ();
-    cuDeviceTotalMem: "cuDeviceTotalMem", 2000, false, LIB_CUDA, c::cuDeviceTotalMem as *const ();
-    cuDeviceTotalMem_v2: "cuDeviceTotalMem", 3020, false, LIB_CUDA, c::cuDeviceTotalMem_v2 as *const ();
-    cuCtxCreate: "cuCtxCreate", 2000, false, LIB_CUDA, c::cuCtxCreate as *const ();
-    cuCtxCreate_v2: "cuCtxCreate", 3020, false, LIB_CUDA, c::cuCtxCreate_v2 as *const ();
-    cuCtxCreate_v3: "cuCtxCreate", 11040, false, LIB_CUDA, c::cuCtxCreate_v3 as *const ();
-    cuCtxCreate_v4: "cuCtxCreate", 12050, false, LIB_CUDA, c::cuCtxCreate_v4 as *const ();
-    cuDevicePrimaryCtxRetain: "cuDevicePrimaryCtxRetain", 7000, false, LIB_CUDA, c::cuDevicePrimaryCtxRetain as *const ();
-    cuGraphAddMemAllocNode: "cuGraphAddMemAllocNode", 11040, false, LIB_CUDA, c::cuGraphAddMemAllocNode as *const ();
-    cuGetProcAddress: "cuGetProcAddress", 11030, false, LIB_CUDA, g::cuGetProcAddress as *const ();
-    cuGetProcAddress_v2: "cuGetProcAddress", 12000, false, LIB_CUDA, g::cuGetProcAddress_v2 as *const ();
-    nvmlDeviceGetMemoryInfo: "nvmlDeviceGetMemoryInfo", 0, false, LIB_NVML, n::nvmlDeviceGetMemoryInfo as *const ();
-    nvmlDeviceGetMemoryInfo_v2: "nvmlDeviceGetMemoryInfo_v2", 0, false, LIB_NVML, n::nvmlDeviceGetMemoryInfo_v2 as *const ();
-    cuMemMap: "cuMemMap", 10020, false, LIB_CUDA, c::cuMemMap as *const ();
-    cuMemUnmap: "cuMemUnmap", 10020, false, LIB_CUDA, c::cuMemUnmap as *const ();
-    cuMemRetainAllocationHandle: "cuMemRetainAllocationHandle", 11000, false, LIB_CUDA, c::cuMemRetainAllocationHandle as *const ();
-    cuMemExportToShareableHandle: "cuMemExportToShareableHandle", 10020, false, LIB_CUDA, c::cuMemExportToShareableHandle as *const ();
-    cuMemPoolTrimTo: "cuMemPoolTrimTo", 11020, false, LIB_CUDA, c::cuMemPoolTrimTo as *const ();
-    cuMemPoolCreate: "cuMemPoolCreate", 11020, false, LIB_CUDA, c::cuMemPoolCreate as *const ();
-    cuDeviceSetMemPool: "cuDeviceSetMemPool", 11020, false, LIB_CUDA, c::cuDeviceSetMemPool as *const ();
-    cuMemPoolDestroy: "cuMemPoolDestroy", 11020, false, LIB_CUDA, c::cuMemPoolDestroy as *const ();
-    cuStreamSynchronize: "cuStreamSynchronize", 2000, false, LIB_CUDA, c::cuStreamSynchronize as *const ();
-    cuStreamSynchronize_ptsz: "cuStreamSynchronize", 7000, true, LIB_CUDA, c::cuStreamSynchronize_ptsz as *const ();
-    cuCtxSynchronize: "cuCtxSynchronize", 2000, false, LIB_CUDA, c::cuCtxSynchronize as *const ();
-    cuEventSynchronize: "cuEventSynchronize", 2000, false, LIB_CUDA, c::cuEventSynchronize as *const ();
-    cuCtxDestroy: "cuCtxDestroy", 2000, false, LIB_CUDA, c::cuCtxDestroy as *const ();
-    cuCtxDestroy_v2: "cuCtxDestroy", 4000, false, LIB_CUDA, c::cuCtxDestroy_v2 as *const ();
-    cuDevicePrimaryCtxReset: "cuDevicePrimaryCtxReset", 7000, false, LIB_CUDA, c::cuDevicePrimaryCtxReset as *const ();
-    cuDevicePrimaryCtxReset_v2: "cuDevicePrimaryCtxReset", 11000, false, LIB_CUDA, c::cuDevicePrimaryCtxReset_v2 as *const ();
-    cuDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease", 7000, false, LIB_CUDA, c::cuDevicePrimaryCtxRelease as *const ();
-    cuDevicePrimaryCtxRelease_v2: "cuDevicePrimaryCtxRelease", 11000, false, LIB_CUDA, c::cuDevicePrimaryCtxRelease_v2 as *const ();
-    cuCtxSetLimit: "cuCtxSetLimit", 3010, false, LIB_CUDA, c::cuCtxSetLimit as *const ();
-    cuGraphInstantiateWithFlags: "cuGraphInstantiateWithFlags", 11040, false, LIB_CUDA, c::cuGraphInstantiateWithFlags as *const ();
-    cuGraphInstantiateWithParams: "cuGraphInstantiateWithParams", 12000, false, LIB_CUDA, c::cuGraphInstantiateWithParams as *const ();
-    cuGraphInstantiate_v2: "cuGraphInstantiate", 11000, false, LIB_CUDA, c::cuGraphInstantiate_v2 as *const ();
-    cuDeviceGraphMemTrim: "cuDeviceGraphMemTrim", 11040, false, LIB_CUDA, c::cuDeviceGraphMemTrim as *const ();
-    cuStreamBeginCapture: "cuStreamBeginCapture", 10000, false, LIB_CUDA, c::cuStreamBeginCapture as *const ();
-    cuStreamBeginCapture_ptsz: "cuStreamBeginCapture", 10000, true, LIB_CUDA, c::cuStreamBeginCapture_ptsz as *const ();
-    cuStreamBeginCapture_v2: "cuStreamBeginCapture", 10010, false, LIB_CUDA, c::cuStreamBeginCapture_v2 as *const ();
-    cuStreamBeginCapture_v2_ptsz: "cuStreamBeginCapture", 10010, true, LIB_CUDA, c::cuStreamBeginCapture_v2_ptsz as *const ();
-    cuStreamBeginCaptureToGraph: "cuStreamBeginCaptureToGraph", 12030, false, LIB_CUDA, c::cuStreamBeginCaptureToGraph as *const ();
-    cuStreamBeginCaptureToGraph_ptsz: "cuStreamBeginCaptureToGraph", 12030, true, LIB_CUDA, c::cuStreamBeginCaptureToGraph_ptsz as *const ();
-    cuStreamEndCapture: "cuStreamEndCapture", 10000, false, LIB_CUDA, c::cuStreamEndCapture as *const ();
-    cuStreamEndCapture_ptsz: "cuStreamEndCapture", 10000, true, LIB_CUDA, c::cuStreamEndCapture_ptsz as *const ();
-    cuGraphLaunch: "cuGraphLaunch", 10000, false, LIB_CUDA, c::cuGraphLaunch as *const ();
-    cuGraphLaunch_ptsz: "cuGraphLaunch", 10000, true, LIB_CUDA, c::cuGraphLaunch_ptsz as *const ();
+    cuMemAlloc: "cuMemAlloc", 2000, false, LIB_CUDA, true;
+    cuMemAlloc_v2: "cuMemAlloc", 3020, false, LIB_CUDA, true;
+    cuMemAllocPitch: "cuMemAllocPitch", 2000, false, LIB_CUDA, true;
+    cuMemAllocPitch_v2: "cuMemAllocPitch", 3020, false, LIB_CUDA, true;
+    cuMemFree: "cuMemFree", 2000, false, LIB_CUDA, true;
+    cuMemFree_v2: "cuMemFree", 3020, false, LIB_CUDA, true;
+    cuMemAllocManaged: "cuMemAllocManaged", 6000, false, LIB_CUDA, true;
+    cuMemAllocAsync: "cuMemAllocAsync", 11020, false, LIB_CUDA, true;
+    cuMemAllocAsync_ptsz: "cuMemAllocAsync", 11020, true, LIB_CUDA, true;
+    cuMemAllocFromPoolAsync: "cuMemAllocFromPoolAsync", 11020, false, LIB_CUDA, true;
+    cuMemAllocFromPoolAsync_ptsz: "cuMemAllocFromPoolAsync", 11020, true, LIB_CUDA, true;
+    cuMemFreeAsync: "cuMemFreeAsync", 11020, false, LIB_CUDA, true;
+    cuMemFreeAsync_ptsz: "cuMemFreeAsync", 11020, true, LIB_CUDA, true;
+    cuMemCreate: "cuMemCreate", 10020, false, LIB_CUDA, true;
+    cuMemRelease: "cuMemRelease", 10020, false, LIB_CUDA, true;
+    cuArrayCreate: "cuArrayCreate", 2000, false, LIB_CUDA, true;
+    cuArrayCreate_v2: "cuArrayCreate", 3020, false, LIB_CUDA, true;
+    cuArray3DCreate: "cuArray3DCreate", 2000, false, LIB_CUDA, true;
+    cuArray3DCreate_v2: "cuArray3DCreate", 3020, false, LIB_CUDA, true;
+    cuArrayDestroy: "cuArrayDestroy", 2000, false, LIB_CUDA, true;
+    cuMipmappedArrayCreate: "cuMipmappedArrayCreate", 5000, false, LIB_CUDA, true;
+    cuMipmappedArrayDestroy: "cuMipmappedArrayDestroy", 5000, false, LIB_CUDA, true;
+    cuMemGetInfo: "cuMemGetInfo", 2000, false, LIB_CUDA, true;
+    cuMemGetInfo_v2: "cuMemGetInfo", 3020, false, LIB_CUDA, true;
+    cuDeviceTotalMem: "cuDeviceTotalMem", 2000, false, LIB_CUDA, true;
+    cuDeviceTotalMem_v2: "cuDeviceTotalMem", 3020, false, LIB_CUDA, true;
+    cuCtxCreate: "cuCtxCreate", 2000, false, LIB_CUDA, true;
+    cuCtxCreate_v2: "cuCtxCreate", 3020, false, LIB_CUDA, true;
+    cuCtxCreate_v3: "cuCtxCreate", 11040, false, LIB_CUDA, true;
+    cuCtxCreate_v4: "cuCtxCreate", 12050, false, LIB_CUDA, true;
+    cuDevicePrimaryCtxRetain: "cuDevicePrimaryCtxRetain", 7000, false, LIB_CUDA, true;
+    cuGraphAddMemAllocNode: "cuGraphAddMemAllocNode", 11040, false, LIB_CUDA, true;
+    cuGetProcAddress: "cuGetProcAddress", 11030, false, LIB_CUDA, true;
+    cuGetProcAddress_v2: "cuGetProcAddress", 12000, false, LIB_CUDA, true;
+    nvmlDeviceGetMemoryInfo: "nvmlDeviceGetMemoryInfo", 0, false, LIB_NVML, true;
+    nvmlDeviceGetMemoryInfo_v2: "nvmlDeviceGetMemoryInfo_v2", 0, false, LIB_NVML, true;
+    cuMemMap: "cuMemMap", 10020, false, LIB_CUDA, true;
+    cuMemUnmap: "cuMemUnmap", 10020, false, LIB_CUDA, true;
+    cuMemRetainAllocationHandle: "cuMemRetainAllocationHandle", 11000, false, LIB_CUDA, true;
+    cuMemExportToShareableHandle: "cuMemExportToShareableHandle", 10020, false, LIB_CUDA, true;
+    cuMemPoolTrimTo: "cuMemPoolTrimTo", 11020, false, LIB_CUDA, true;
+    cuMemPoolCreate: "cuMemPoolCreate", 11020, false, LIB_CUDA, true;
+    cuDeviceSetMemPool: "cuDeviceSetMemPool", 11020, false, LIB_CUDA, true;
+    cuMemPoolDestroy: "cuMemPoolDestroy", 11020, false, LIB_CUDA, true;
+    cuStreamSynchronize: "cuStreamSynchronize", 2000, false, LIB_CUDA, true;
+    cuStreamSynchronize_ptsz: "cuStreamSynchronize", 7000, true, LIB_CUDA, true;
+    cuCtxSynchronize: "cuCtxSynchronize", 2000, false, LIB_CUDA, true;
+    cuEventSynchronize: "cuEventSynchronize", 2000, false, LIB_CUDA, true;
+    cuCtxDestroy: "cuCtxDestroy", 2000, false, LIB_CUDA, true;
+    cuCtxDestroy_v2: "cuCtxDestroy", 4000, false, LIB_CUDA, true;
+    cuDevicePrimaryCtxReset: "cuDevicePrimaryCtxReset", 7000, false, LIB_CUDA, true;
+    cuDevicePrimaryCtxReset_v2: "cuDevicePrimaryCtxReset", 11000, false, LIB_CUDA, true;
+    cuDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease", 7000, false, LIB_CUDA, true;
+    cuDevicePrimaryCtxRelease_v2: "cuDevicePrimaryCtxRelease", 11000, false, LIB_CUDA, true;
+    cuCtxSetLimit: "cuCtxSetLimit", 3010, false, LIB_CUDA, true;
+    cuGraphInstantiateWithFlags: "cuGraphInstantiateWithFlags", 11040, false, LIB_CUDA, true;
+    cuGraphInstantiateWithParams: "cuGraphInstantiateWithParams", 12000, false, LIB_CUDA, true;
+    cuGraphInstantiate_v2: "cuGraphInstantiate", 11000, false, LIB_CUDA, true;
+    cuDeviceGraphMemTrim: "cuDeviceGraphMemTrim", 11040, false, LIB_CUDA, true;
+    cuStreamBeginCapture: "cuStreamBeginCapture", 10000, false, LIB_CUDA, true;
+    cuStreamBeginCapture_ptsz: "cuStreamBeginCapture", 10000, true, LIB_CUDA, true;
+    cuStreamBeginCapture_v2: "cuStreamBeginCapture", 10010, false, LIB_CUDA, true;
+    cuStreamBeginCapture_v2_ptsz: "cuStreamBeginCapture", 10010, true, LIB_CUDA, true;
+    cuStreamBeginCaptureToGraph: "cuStreamBeginCaptureToGraph", 12030, false, LIB_CUDA, true;
+    cuStreamBeginCaptureToGraph_ptsz: "cuStreamBeginCaptureToGraph", 12030, true, LIB_CUDA, true;
+    cuStreamEndCapture: "cuStreamEndCapture", 10000, false, LIB_CUDA, true;
+    cuStreamEndCapture_ptsz: "cuStreamEndCapture", 10000, true, LIB_CUDA, true;
+    cuGraphLaunch: "cuGraphLaunch", 10000, false, LIB_CUDA, true;
+    cuGraphLaunch_ptsz: "cuGraphLaunch", 10000, true, LIB_CUDA, true;
     // helpers: called, never wrapped
-    cuDeviceGetAttribute: "cuDeviceGetAttribute", 2000, false, LIB_CUDA, NOWRAP;
-    cuStreamIsCapturing: "cuStreamIsCapturing", 10000, false, LIB_CUDA, NOWRAP;
-    cuMemGetAllocationGranularity: "cuMemGetAllocationGranularity", 10020, false, LIB_CUDA, NOWRAP;
-    cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute", 11040, false, LIB_CUDA, NOWRAP;
-    cuMemPoolGetAttribute: "cuMemPoolGetAttribute", 11020, false, LIB_CUDA, NOWRAP;
-    cuDeviceGetMemPool: "cuDeviceGetMemPool", 11020, false, LIB_CUDA, NOWRAP;
-    cuDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool", 11020, false, LIB_CUDA, NOWRAP;
-    cuStreamGetCtx: "cuStreamGetCtx", 9020, false, LIB_CUDA, NOWRAP;
-    cuCtxPushCurrent_v2: "cuCtxPushCurrent", 4000, false, LIB_CUDA, NOWRAP;
-    cuCtxPopCurrent_v2: "cuCtxPopCurrent", 4000, false, LIB_CUDA, NOWRAP;
-    cuPointerGetAttribute: "cuPointerGetAttribute", 4000, false, LIB_CUDA, NOWRAP;
-    cuDevicePrimaryCtxGetState: "cuDevicePrimaryCtxGetState", 7000, false, LIB_CUDA, NOWRAP;
-    cuCtxGetDevice: "cuCtxGetDevice", 2000, false, LIB_CUDA, NOWRAP;
-    cuDeviceGetCount: "cuDeviceGetCount", 2000, false, LIB_CUDA, NOWRAP;
-    cuDeviceGetUuid: "cuDeviceGetUuid", 9020, false, LIB_CUDA, NOWRAP;
-    cuDeviceGetUuid_v2: "cuDeviceGetUuid", 11040, false, LIB_CUDA, NOWRAP;
-    nvmlDeviceGetUUID: "nvmlDeviceGetUUID", 0, false, LIB_NVML, NOWRAP;
+    cuDeviceGetAttribute: "cuDeviceGetAttribute", 2000, false, LIB_CUDA, false;
+    cuStreamIsCapturing: "cuStreamIsCapturing", 10000, false, LIB_CUDA, false;
+    cuMemGetAllocationGranularity: "cuMemGetAllocationGranularity", 10020, false, LIB_CUDA, false;
+    cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute", 11040, false, LIB_CUDA, false;
+    cuMemPoolGetAttribute: "cuMemPoolGetAttribute", 11020, false, LIB_CUDA, false;
+    cuDeviceGetMemPool: "cuDeviceGetMemPool", 11020, false, LIB_CUDA, false;
+    cuDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool", 11020, false, LIB_CUDA, false;
+    cuStreamGetCtx: "cuStreamGetCtx", 9020, false, LIB_CUDA, false;
+    cuCtxPushCurrent_v2: "cuCtxPushCurrent", 4000, false, LIB_CUDA, false;
+    cuCtxPopCurrent_v2: "cuCtxPopCurrent", 4000, false, LIB_CUDA, false;
+    cuPointerGetAttribute: "cuPointerGetAttribute", 4000, false, LIB_CUDA, false;
+    cuDevicePrimaryCtxGetState: "cuDevicePrimaryCtxGetState", 7000, false, LIB_CUDA, false;
+    cuCtxGetDevice: "cuCtxGetDevice", 2000, false, LIB_CUDA, false;
+    cuDeviceGetCount: "cuDeviceGetCount", 2000, false, LIB_CUDA, false;
+    cuDeviceGetUuid: "cuDeviceGetUuid", 9020, false, LIB_CUDA, false;
+    cuDeviceGetUuid_v2: "cuDeviceGetUuid", 11040, false, LIB_CUDA, false;
+    nvmlDeviceGetUUID: "nvmlDeviceGetUUID", 0, false, LIB_NVML, false;
 }
 
 static REAL: [AtomicUsize; NSYMS] = [const { AtomicUsize::new(0) }; NSYMS];
 static LIB_HANDLE: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
-
-/// Is p one of our wrappers?
-pub fn is_ours(p: usize) -> bool {
-    p != 0 && SYMS.iter().any(|s| s.wrapper as usize == p)
-}
 
 /// Compare a C string with a table name (NUL-terminated).
 #[inline]
@@ -160,15 +152,11 @@ pub unsafe fn name_eq(c: *const c_char, name: &[u8]) -> bool {
     }
 }
 
-/// Find an intercepted (wrapped) symbol by exact exported name.
-pub unsafe fn lookup_wrapped(name: *const c_char) -> Option<usize> {
-    SYMS.iter()
-        .position(|s| !s.wrapper.is_null() && name_eq(name, s.name))
-}
-
-/// Record a real pointer for symbol i unless one is known or it is ours.
+/// Record a real pointer for symbol i unless one is known. The callers
+/// that may hold one of our wrappers (dlsym, cuGetProcAddress: the entry
+/// layer) check that first.
 pub fn offer_real(i: usize, p: usize) {
-    if p == 0 || is_ours(p) {
+    if p == 0 {
         return;
     }
     let _ = REAL[i].compare_exchange(0, p, AcqRel, Acquire);
@@ -212,10 +200,13 @@ pub fn real(i: S) -> usize {
 pub fn resolve(i: usize, load: bool) -> usize {
     let s = &SYMS[i];
     let name = s.name.as_ptr() as *const c_char;
+    // Neither lookup can answer with one of our wrappers: RTLD_NEXT searches
+    // the objects after this one, a driver library's handle that library
+    // and its own dependencies (never a preloaded object).
     unsafe {
         // 1. the next definition after us in the global scope (direct link)
         let p = sys::real_dlsym(sys::RTLD_NEXT, name) as usize;
-        if p != 0 && !is_ours(p) {
+        if p != 0 {
             offer_real(i, p);
             return REAL[i].load(Acquire);
         }
@@ -223,7 +214,7 @@ pub fn resolve(i: usize, load: bool) -> usize {
         let h = lib_handle(s.lib, load);
         if !h.is_null() {
             let p = sys::real_dlsym(h, name) as usize;
-            if p != 0 && !is_ours(p) {
+            if p != 0 {
                 offer_real(i, p);
                 return REAL[i].load(Acquire);
             }
@@ -244,6 +235,25 @@ pub fn resolve_all_cuda() {
         }
     }
     DONE.store(1, Release);
+}
+
+/// The driver's UUID of a CUDA ordinal (None: it cannot tell, e.g. before
+/// cuInit).
+pub fn device_uuid(ordinal: libc::c_int) -> Option<[u8; 16]> {
+    type GetUuid = unsafe extern "C" fn(*mut u8, libc::c_int) -> libc::c_int;
+    let mut u = [0u8; 16];
+    for s in [S::cuDeviceGetUuid_v2, S::cuDeviceGetUuid] {
+        let p = real(s);
+        if p == 0 {
+            continue;
+        }
+        // SAFETY: the driver's cuDeviceGetUuid{,_v2}
+        let f = unsafe { core::mem::transmute::<usize, GetUuid>(p) };
+        if unsafe { f(u.as_mut_ptr(), ordinal) } == 0 {
+            return Some(u);
+        }
+    }
+    None
 }
 
 /// Typed access to a real function: `real_fn!(S::cuMemAlloc_v2, fn(..) -> ..)`.

@@ -169,8 +169,8 @@ fn read_file_flags(path: *const c_char, buf: &mut [u8], extra: c_int) -> Option<
     }
 }
 
-pub fn file_exists(path: *const c_char) -> bool {
-    unsafe { libc::access(path, libc::F_OK) == 0 }
+pub fn file_exists(path: &core::ffi::CStr) -> bool {
+    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
 }
 
 pub fn monotonic_ns() -> u64 {
@@ -223,6 +223,10 @@ impl PathBuf {
         p.buf[dir.len() + 1..need].copy_from_slice(leaf);
         p.len = need;
         Some(p)
+    }
+    /// The path as a C string (the buffer is zeroed past `len`).
+    pub fn as_cstr(&self) -> &core::ffi::CStr {
+        core::ffi::CStr::from_bytes_until_nul(&self.buf).unwrap_or(c"")
     }
     pub fn as_ptr(&self) -> *const c_char {
         self.buf.as_ptr() as *const c_char

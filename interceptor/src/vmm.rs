@@ -17,7 +17,7 @@
 //! keeps the charge until it exits (a pin bit in the counter). Importers are
 //! not charged (exactly once in the container while the exporter lives).
 
-use crate::account;
+use crate::account::ACCT;
 use crate::ptrtable::{KIND_MAP, KIND_MAPH, KIND_VMM, KIND_VMMREF, RAW_MASK};
 use crate::state::TABLE;
 use core::sync::atomic::Ordering::*;
@@ -49,7 +49,7 @@ pub fn drop_ref(h: u64) {
         None => {
             // untracked counter (table was full): release with the handle
             if let Some(rec) = TABLE.remove(h, KIND_VMM) {
-                account::release(rec);
+                ACCT.release_rec(rec);
             }
             return;
         }
@@ -62,7 +62,7 @@ pub fn drop_ref(h: u64) {
     if (prev - 1) & RAW_MASK == 0 {
         TABLE.remove_raw(h, KIND_VMMREF);
         if let Some(rec) = TABLE.remove(h, KIND_VMM) {
-            account::release(rec);
+            ACCT.release_rec(rec);
         }
     }
 }
@@ -103,8 +103,8 @@ pub fn before_unmap(va: u64, size: u64) -> Asked {
         n: 0,
         h: [(0, 0); 32],
     };
-    type Retain = unsafe extern "C" fn(*mut u64, *mut libc::c_void) -> crate::cuda::CUresult;
-    type Release = unsafe extern "C" fn(u64) -> crate::cuda::CUresult;
+    type Retain = unsafe extern "C" fn(*mut u64, *mut libc::c_void) -> crate::cu::CUresult;
+    type Release = unsafe extern "C" fn(u64) -> crate::cu::CUresult;
     let end = va.saturating_add(size);
     let mut cur = va;
     while cur < end {

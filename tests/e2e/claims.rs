@@ -8,7 +8,7 @@ use gpu_quota_e2e::*;
 use serde_json::Value;
 
 const UID: &str = "0a1b2c3d-0000-4000-8000-00000000c1a1";
-const PROBE: &str = "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits; env > /out/env; touch /out/done; sleep 600";
+const PROBE: &str = "ls /dev > /out/dev; cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; env > /out/env; touch /out/done; sleep 600";
 
 fn ok_claim(h: &Host, uid: &str, name: &str, gpu: u32, bytes: u64) {
     let o = h.prepare_claim(uid, name, gpu, bytes);
@@ -83,10 +83,7 @@ fn a_prepared_claim_gives_its_container_exactly_its_slice() {
     assert_ok(&h.runtime(&["start", "c1"]), "start");
     b.wait_out("done", 20).expect("container ran its probe");
     let limits = std::fs::read_to_string(b.out.join("limits")).unwrap();
-    assert!(
-        limits.contains(&format!("vram_bytes={}\n", 8 * GIB)),
-        "{limits}"
-    );
+    assert_eq!(out_grant(&b.out), [8 * GIB], "{limits}");
     assert!(limits.contains(&format!("gpus={}\n", uuid(1))), "{limits}");
     let dev = std::fs::read_to_string(b.out.join("dev")).unwrap();
     assert!(dev.lines().any(|l| l == "nvidia1"), "{dev}");
@@ -506,10 +503,7 @@ fn cluster_mode_honours_a_claim_and_nothing_a_pod_sets() {
     assert_ok(&h.runtime(&["start", "pod"]), "start");
     b.wait_out("done", 20).unwrap();
     let limits = std::fs::read_to_string(b.out.join("limits")).unwrap();
-    assert!(
-        limits.contains(&format!("vram_bytes={}\n", 3 * GIB)),
-        "{limits}"
-    );
+    assert_eq!(out_grant(&b.out), [3 * GIB], "{limits}");
     assert!(limits.contains(&format!("gpus={}\n", uuid(1))), "{limits}");
     assert_ok(&h.runtime(&["delete", "--force", "pod"]), "delete");
     assert_ok(&h.claim(&["unprepare", UID]), "unprepare");

@@ -56,13 +56,85 @@ fn interceptor_enforces_slice_inside_container() {
     assert!(read("state").contains("usage"));
 }
 
+/// One grant from placement to enforcement: `vram=50%` over two GPUs of
+/// different sizes is 8 GiB on the 16 GiB GPU and 4 GiB on the 8 GiB one
+/// in the grant file, in what the interceptor shows and admits on each, and
+/// in the driver-level limits the hook derives from the reservation. (The
+/// old limits file carried the smallest slice, which the interceptor
+/// enforced on every GPU: 4 GiB on both.)
+#[test]
+fn a_percentage_over_two_gpus_of_different_sizes_is_enforced_per_gpu() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("pct", "context_overhead = \"0\"");
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    // GPU 1 has 8 GiB: the inventory's second entry
+    let at = cfg.rfind("memory = \"16g\"").unwrap();
+    let mut cfg2 = cfg.clone();
+    cfg2.replace_range(at..at + "memory = \"16g\"".len(), "memory = \"8g\"");
+    std::fs::write(h.config(), cfg2).unwrap();
+    let script = "cuda_probe info > /out/info0; PROBE_DEVICE=1 cuda_probe info > /out/info1; \
+        cuda_probe alloc 7 2 > /out/alloc0 2>&1; PROBE_DEVICE=1 cuda_probe alloc 3.5 1 > /out/alloc1 2>&1; \
+        cat /run/gpu-quota/grant > /out/grant; touch /out/done; sleep 600";
+    b.set(
+        &[("vram", "50%"), ("gpus", "2")],
+        script,
+        &[
+            "FAKE_CUDA_MEM_BYTES=17179869184,8589934592",
+            "FAKE_CUDA_DEVICES=2",
+        ],
+    );
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "pct"]),
+        "run",
+    );
+    b.wait_out("done", 10).expect("probe ran");
+    let read = |n: &str| std::fs::read_to_string(b.out.join(n)).unwrap();
+    // the grant, in the reservation's order (GPU 0, GPU 1)
+    assert_eq!(out_grant(&b.out), [8 * GIB, 4 * GIB]);
+    assert!(
+        read("info0").contains(&format!("total={}", 8 * GIB)),
+        "{}",
+        read("info0")
+    );
+    assert!(
+        read("info1").contains(&format!("total={}", 4 * GIB)),
+        "{}",
+        read("info1")
+    );
+    assert_eq!(
+        read("alloc0")
+            .lines()
+            .filter(|l| l.starts_with("alloc"))
+            .collect::<Vec<_>>(),
+        ["alloc 7 GiB rc=0", "alloc 2 GiB rc=2"]
+    );
+    assert_eq!(
+        read("alloc1")
+            .lines()
+            .filter(|l| l.starts_with("alloc"))
+            .collect::<Vec<_>>(),
+        ["alloc 3.5 GiB rc=0", "alloc 1 GiB rc=2"]
+    );
+    // the driver-level limits come from the same reservation, per GPU
+    let r: gpuquota_core::Reservation = serde_json::from_value(h.reservations().remove(0)).unwrap();
+    let limits = gpuquota_core::drvlimit::limits_of(&r);
+    assert_eq!(
+        limits
+            .iter()
+            .map(|g| (g.uuid.clone(), g.hard_bytes))
+            .collect::<Vec<_>>(),
+        [(fake_uuid(0), 8 * GIB), (fake_uuid(1), 4 * GIB)]
+    );
+    h.runtime(&["delete", "--force", "pct"]);
+}
+
 #[test]
 fn context_overhead_from_the_config_is_charged_in_the_container() {
     require_e2e!();
     let (h, b, _) = cuda_host("ctx", "context_overhead = \"1g\"");
     b.set(
         &[("vram", "4g")],
-        "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; cuda_probe alloc 3.5 > /out/alloc 2>&1; touch /out/done",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; cuda_probe alloc 3.5 > /out/alloc 2>&1; touch /out/done",
         &["FAKE_CUDA_MEM_BYTES=17179869184"],
     );
     assert_ok(
@@ -140,7 +212,7 @@ fn context_cost_is_measured_and_charged_by_default() {
     require_e2e!();
     let (h, b, _) = cuda_host("ctxauto", "");
     let script =
-        "cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; touch /out/done";
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; cuda_probe info > /out/info; touch /out/done";
     let charge = (300 + 96) << 20;
     for round in 0..2 {
         let _ = std::fs::remove_file(b.out.join("done"));
@@ -192,7 +264,7 @@ fn context_cost_falls_back_to_the_builtin_default() {
     std::fs::write(h.config(), cfg.replace(&fake_uuid(0), &uuid(0))).unwrap();
     b.set(
         &[("vram", "4g")],
-        "cat /run/gpu-quota/limits > /out/limits; touch /out/done",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; touch /out/done",
         &[],
     );
     assert_ok(
@@ -320,7 +392,7 @@ fn malicious_images_cannot_touch_the_host() {
         setup(&b.rootfs());
         b.set(
             &[("vram", "1g")],
-            "cat /run/gpu-quota/limits > /out/limits",
+            "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
             &[],
         );
         let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), name]);
@@ -335,7 +407,7 @@ fn malicious_images_cannot_touch_the_host() {
             }
             None => {
                 assert_ok(&o, name);
-                assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+                assert!(b.wait_out("limits", 2).unwrap().contains("container_id="));
                 assert!(
                     b.rootfs()
                         .join(hostdir.strip_prefix("/").unwrap())

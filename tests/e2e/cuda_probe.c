@@ -23,7 +23,9 @@ int main(int argc, char **argv) {
   info_t cuMemGetInfo = (info_t)dlsym(h, "cuMemGetInfo_v2");
   alloc_t cuMemAlloc = (alloc_t)dlsym(h, "cuMemAlloc_v2");
   int dev; void *ctx;
-  if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate(&ctx, 0, dev)) { printf("init failed\n"); return 1; }
+  /* PROBE_DEVICE=N: the CUDA device to use (default 0) */
+  const char *pd = getenv("PROBE_DEVICE");
+  if (cuInit(0) || cuDeviceGet(&dev, pd ? atoi(pd) : 0) || cuCtxCreate(&ctx, 0, dev)) { printf("init failed\n"); return 1; }
   if (argc > 1 && !strcmp(argv[1], "info")) {
     size_t f = 0, t = 0;
     int rc = cuMemGetInfo(&f, &t);

@@ -4,7 +4,7 @@
 use gpu_quota_e2e::*;
 use serde_json::Value;
 
-const PROBE: &str = "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits; cat /etc/ld.so.preload > /out/preload; \
+const PROBE: &str = "ls /dev > /out/dev; cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits; cat /etc/ld.so.preload > /out/preload; \
     ls /run/gpu-quota/driver > /out/libs; readlink /run/gpu-quota/driver/libcuda.so.1 > /out/link; \
     nvidia-smi > /out/smi 2>&1; (echo x > /run/gpu-quota/limits) 2>/out/limits_write; echo ok > /run/gpu-quota/usage && echo rw > /out/usage_rw; \
     cat /proc/self/mounts > /out/mounts; touch /out/done; sleep 600";
@@ -24,7 +24,7 @@ fn harness_runs_plain_runc() {
     // The same request under plain runc gets none of what slice_lifecycle
     // checks: those checks observe gpu-quota, not the harness.
     let b = h.bundle("plain-req");
-    b.set(&[("vram", "4g")], "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits 2>&1; test -e /etc/ld.so.preload || echo none > /out/preload; touch /out/done", &[]);
+    b.set(&[("vram", "4g")], "ls /dev > /out/dev; cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits 2>&1; test -e /etc/ld.so.preload || echo none > /out/preload; touch /out/done", &[]);
     assert_ok(
         &h.runc(&["run", "--bundle", &b.bundle_arg(), "plain-req"]),
         "runc run",
@@ -82,10 +82,7 @@ fn slice_lifecycle() {
         assert!(dev.lines().any(|l| l == n), "{n} in {dev}");
     }
     let limits = std::fs::read_to_string(b.out.join("limits")).unwrap();
-    assert!(
-        limits.contains(&format!("vram_bytes={}\n", 4 * GIB)),
-        "{limits}"
-    );
+    assert_eq!(out_grant(&b.out), [4 * GIB], "{limits}");
     assert!(
         limits.contains(&format!("gpus={}\n", uuid(gpu as u32))),
         "{limits}"
@@ -387,17 +384,15 @@ fn foreground_run_releases_on_exit() {
     let b = h.bundle("fg");
     b.set(
         &[("gpu-quota.io/vram", "2g")],
-        "cat /run/gpu-quota/limits > /out/limits",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
         &[],
     );
     assert_ok(
         &h.runtime(&["run", "--bundle", &b.bundle_arg(), "fg"]),
         "run",
     );
-    assert!(b
-        .wait_out("limits", 1)
-        .unwrap()
-        .contains(&format!("vram_bytes={}", 2 * GIB)));
+    b.wait_out("limits", 1).unwrap();
+    assert_eq!(out_grant(&b.out), [2 * GIB]);
     assert!(h.reservations().is_empty());
 }
 
@@ -412,7 +407,7 @@ fn env_fallback() {
     let b = h.bundle("env");
     b.set(
         &[],
-        "cat /run/gpu-quota/limits > /out/limits",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
         &["GPU_QUOTA_VRAM=3g", "GPU_QUOTA_GPU=1"],
     );
     assert_ok(
@@ -421,7 +416,7 @@ fn env_fallback() {
     );
     let l = b.wait_out("limits", 1).unwrap();
     assert!(
-        l.contains(&format!("vram_bytes={}", 3 * GIB)) && l.contains(&uuid(1)),
+        out_grant(&b.out) == [3 * GIB] && l.contains(&uuid(1)),
         "{l}"
     );
 }

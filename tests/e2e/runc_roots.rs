@@ -25,7 +25,7 @@ fn same_id_under_two_runc_roots() {
     for bd in [&a, &b] {
         bd.set(
             &[("vram", "2g")],
-            "while true; do cat /run/gpu-quota/limits > /out/l.tmp && mv /out/l.tmp /out/limits; sleep 0.2; done",
+            "while true; do cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/l.tmp && mv /out/l.tmp /out/limits; sleep 0.2; done",
             &[],
         );
     }
@@ -63,7 +63,7 @@ fn same_id_under_two_runc_roots() {
     );
     std::fs::remove_file(b.out.join("limits")).unwrap();
     assert!(
-        b.wait_out("limits", 5).unwrap().contains("vram_bytes="),
+        b.wait_out("limits", 5).unwrap().contains("container_id="),
         "the other container's state is intact"
     );
     assert_ok(
@@ -126,7 +126,7 @@ fn same_id_and_bundle_under_two_runc_roots() {
     let b = h.bundle("shared");
     b.set(
         &[("vram", "2g")],
-        "cat /run/gpu-quota/limits > /out/l.tmp && mv /out/l.tmp /out/limits; sleep 600",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/l.tmp && mv /out/l.tmp /out/limits; sleep 600",
         &[],
     );
     // clean up root 2 whatever happens (Host's Drop cleans root 1)
@@ -191,7 +191,7 @@ fn same_id_and_bundle_under_two_runc_roots() {
     assert!(
         std::fs::read_to_string(d.join("limits"))
             .unwrap()
-            .contains("vram_bytes="),
+            .contains("container_id="),
         "root 2's limits intact"
     );
     assert!(
@@ -203,11 +203,11 @@ fn same_id_and_bundle_under_two_runc_roots() {
         &runtime_in(&h, &root2, &["start", "dup"]),
         "start in root 2",
     );
-    assert!(
-        b.wait_out("limits", 10)
-            .expect("root 2's container ran")
-            .contains(&format!("vram_bytes={}\n", 2 * GIB)),
-        "root 2's container reads its limits after root 1's delete"
+    b.wait_out("limits", 10).expect("root 2's container ran");
+    assert_eq!(
+        out_grant(&b.out),
+        [2 * GIB],
+        "root 2's container reads its grant after root 1's delete"
     );
     assert_ok(
         &runtime_in(&h, &root2, &["delete", "--force", "dup"]),

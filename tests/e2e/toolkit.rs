@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 const PROBE: &str =
-    "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits 2>/dev/null; touch /out/done";
+    "ls /dev > /out/dev; cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits 2>/dev/null; touch /out/done";
 
 /// A host whose runc root counts as Docker's (`docker_runc_roots`): there
 /// NVIDIA_VISIBLE_DEVICES beside Docker's hook is the engine's request.

@@ -128,14 +128,14 @@ fn loader_cache_step_never_reaches_the_host() {
     plant(&b, true);
     b.set(
         &[("vram", "1g")],
-        "cat /run/gpu-quota/limits > /out/limits",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
         &[],
     );
     let t = Instant::now();
     let o = h.runtime(&["run", "--bundle", &b.bundle_arg(), "ldc"]);
     assert_ok(&o, "gpu-quota run");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
-    assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+    assert!(b.wait_out("limits", 2).unwrap().contains("container_id="));
     assert_eq!(snapshot(&canary), before, "host canary untouched");
     let rootfs = b.rootfs().display().to_string();
     assert_eq!(
@@ -271,7 +271,7 @@ fn crafted_loader_cache_costs_the_hook_little_cpu() {
         std::fs::write(b.rootfs().join("etc/ld.so.cache"), cache).unwrap();
         b.set(
             &[("vram", "1g")],
-            "cat /run/gpu-quota/limits > /out/limits",
+            "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
             &[],
         );
         let (o, cpu) = run_with_cpu(h.runtime_cmd(&["run", "--bundle", &b.bundle_arg(), name]));
@@ -284,7 +284,7 @@ fn crafted_loader_cache_costs_the_hook_little_cpu() {
     for i in 0..3 {
         let (b, o, cpu) = run(&format!("normal{i}"), &normal);
         assert_ok(&o, "the image with a normal cache");
-        assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+        assert!(b.wait_out("limits", 2).unwrap().contains("container_id="));
         base = base.min(cpu);
     }
     eprintln!("control: {base:?} CPU for gpu-quota-runtime run with a normal cache");
@@ -373,7 +373,7 @@ fn crafted_loader_cache_costs_the_hook_little_cpu() {
             assert_ok(&o, "a crafted cache within the limits");
         }
         if o.status.success() {
-            assert!(b.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+            assert!(b.wait_out("limits", 2).unwrap().contains("container_id="));
         } else {
             let e = stderr(&o);
             assert!(

@@ -309,7 +309,7 @@ fn mounts_inside_the_rootfs_are_never_written() {
     let t = h.bundle("tmpfs-run");
     t.set(
         &[("vram", "1g")],
-        "cat /run/gpu-quota/limits > /out/limits",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
         &[],
     );
     let mut cfg = t.config();
@@ -321,7 +321,7 @@ fn mounts_inside_the_rootfs_are_never_written() {
         &h.runtime(&["run", "--bundle", &t.bundle_arg(), "tmpfs-run"]),
         "the container's own tmpfs at /run",
     );
-    assert!(t.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+    assert!(t.wait_out("limits", 2).unwrap().contains("container_id="));
     assert!(h.reservations().is_empty());
     let hostrun = mk_host_dir("host-tmpfs");
     let before = snapshot_tree(&hostrun);
@@ -341,7 +341,7 @@ fn mounts_inside_the_rootfs_are_never_written() {
     let ok = h.bundle("volume-ok");
     ok.set(
         &[("vram", "1g")],
-        "cat /run/gpu-quota/limits > /out/limits",
+        "cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits",
         &[],
     );
     let mut cfg = ok.config();
@@ -353,7 +353,7 @@ fn mounts_inside_the_rootfs_are_never_written() {
         &h.runtime(&["run", "--bundle", &ok.bundle_arg(), "volume-ok"]),
         "a volume the hook does not cross",
     );
-    assert!(ok.wait_out("limits", 2).unwrap().contains("vram_bytes="));
+    assert!(ok.wait_out("limits", 2).unwrap().contains("container_id="));
     assert_eq!(snapshot_tree(&data), before);
     assert!(h.reservations().is_empty());
 }

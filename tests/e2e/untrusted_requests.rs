@@ -13,7 +13,7 @@ use gpu_quota_e2e::*;
 #[test]
 fn image_environment_never_adds_to_a_request() {
     require_e2e!();
-    let script = "ls /dev > /out/dev; cat /run/gpu-quota/limits > /out/limits 2>&1; echo \"$GPU_QUOTA_GPUS\" > /out/envseen; touch /out/done; sleep 600";
+    let script = "ls /dev > /out/dev; cat /run/gpu-quota/grant > /out/grant 2>/dev/null; cat /run/gpu-quota/limits > /out/limits 2>&1; echo \"$GPU_QUOTA_GPUS\" > /out/envseen; touch /out/done; sleep 600";
     let env = ["GPU_QUOTA_GPUS=2", "GPU_QUOTA_VRAM=8g"];
     for extra in ["", "env_requests = true"] {
         let h = Host::new(HostOpts {
@@ -44,7 +44,7 @@ fn image_environment_never_adds_to_a_request() {
             .filter(|l| l.starts_with("nvidia") && l[6..].parse::<u32>().is_ok())
             .count();
         assert_eq!(gpus, 1, "[{extra}] {}", read("dev"));
-        assert!(read("limits").contains(&format!("vram_bytes={GIB}")));
+        assert_eq!(out_grant(&b.out), [GIB]);
         h.cleanup();
     }
 

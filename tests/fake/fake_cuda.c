@@ -1,5 +1,7 @@
 /* A fake libcuda.so.1 for the interceptor tests: N devices of a fixed size
-   (FAKE_CUDA_DEVICES, FAKE_CUDA_MEM_BYTES), real bookkeeping of allocations,
+   (FAKE_CUDA_DEVICES, FAKE_CUDA_MEM_BYTES; "A,B,..." gives device i the
+   i-th size, the last one repeating: GPUs of different sizes), real
+   bookkeeping of allocations,
    cuGetProcAddress/_v2 over its own symbols (version + ptsz aware), and a
    cross-process in-use/peak record in FAKE_CUDA_PEAK_FILE.
    FAKE_CUDA_GPA_MODE=internal makes cuGetProcAddress return internal
@@ -11,7 +13,7 @@
 
 
 int g_ndev = 1;
-u64 g_mem = 1ull << 30;
+u64 g_mem_of[FAKE_MAX_DEV] = {1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30};
 int g_internal_gpa = 0;
 struct fake_shared *S;
 struct fake_stats ST;
@@ -30,7 +32,7 @@ void fake_init(void) {
   if ((e = getenv("FAKE_CUDA_DEVICES"))) g_ndev = atoi(e);
   if (g_ndev < 1) g_ndev = 1;
   if (g_ndev > FAKE_MAX_DEV) g_ndev = FAKE_MAX_DEV;
-  if ((e = getenv("FAKE_CUDA_MEM_BYTES"))) g_mem = strtoull(e, 0, 0);
+  if ((e = getenv("FAKE_CUDA_MEM_BYTES"))) fake_mem_sizes(e, g_mem_of);
   if ((e = getenv("FAKE_CUDA_GPA_MODE")) && !strcmp(e, "internal")) g_internal_gpa = 1;
   const char *pf = getenv("FAKE_CUDA_PEAK_FILE");
   void *m = MAP_FAILED;
@@ -128,7 +130,7 @@ int dev_charge(int dev, u64 n) {
   reap_dead();
   int p = proc_slot();
   u64 now = __atomic_add_fetch(&S->in_use[dev], n, __ATOMIC_SEQ_CST);
-  if (now + __atomic_load_n(&S->external[dev], __ATOMIC_SEQ_CST) > g_mem) {
+  if (now + __atomic_load_n(&S->external[dev], __ATOMIC_SEQ_CST) > g_mem_of[dev]) {
     __atomic_fetch_sub(&S->in_use[dev], n, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&S->refused, 1, __ATOMIC_SEQ_CST);
     return OOM;
@@ -234,7 +236,7 @@ CUresult i_cuDeviceGetCount(int *n) { CHECK_INIT(); if (!n) return INVALID_VALUE
 CUresult i_cuDeviceGet(CUdevice *d, int o) { CHECK_INIT(); if (!d) return INVALID_VALUE; if (o < 0 || o >= g_ndev) return INVALID_DEVICE; *d = o; return OK; }
 void uuid_of(int dev, unsigned char u[16]) { for (int i = 0; i < 16; i++) u[i] = 0x11 * (i % 15 + 1); u[0] = 0xfa; u[1] = 0xce; u[15] = (unsigned char)dev; }
 CUresult i_cuDeviceGetUuid(unsigned char *u, CUdevice d) { CHECK_INIT(); if (!u) return INVALID_VALUE; if (d < 0 || d >= g_ndev) return INVALID_DEVICE; uuid_of(d, u); return OK; }
-CUresult i_cuDeviceTotalMem_v2(size_t *b, CUdevice d) { CHECK_INIT(); if (!b) return INVALID_VALUE; if (d < 0 || d >= g_ndev) return INVALID_DEVICE; *b = g_mem; return OK; }
+CUresult i_cuDeviceTotalMem_v2(size_t *b, CUdevice d) { CHECK_INIT(); if (!b) return INVALID_VALUE; if (d < 0 || d >= g_ndev) return INVALID_DEVICE; *b = g_mem_of[d]; return OK; }
 CUresult i_cuDeviceTotalMem(unsigned *b, CUdevice d) { ST.calls_legacy++; size_t t; CUresult r = i_cuDeviceTotalMem_v2(b ? &t : 0, d); if (r == OK) *b = t > 0xffffffffu ? 0xffffffffu : (unsigned)t; return r; }
 CUresult i_cuCtxCreate_v2(CUcontext *c, unsigned f, CUdevice d) {
   (void)f; CHECK_INIT(); if (!c) return INVALID_VALUE; if (d < 0 || d >= g_ndev) return INVALID_DEVICE;
@@ -399,8 +401,9 @@ CUresult i_cuMipmappedArrayDestroy(void *h) { CHECK_INIT(); return untrack(K_MIP
 CUresult i_cuMemGetInfo_v2(size_t *fr, size_t *tot) {
   CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!fr && !tot) return INVALID_VALUE; UNSAFE_CALL();
   u64 used = __atomic_load_n(&S->in_use[cur_dev], __ATOMIC_SEQ_CST) + __atomic_load_n(&S->external[cur_dev], __ATOMIC_SEQ_CST);
-  if (fr) *fr = used > g_mem ? 0 : g_mem - used;
-  if (tot) *tot = g_mem;
+  u64 mem = g_mem_of[cur_dev];
+  if (fr) *fr = used > mem ? 0 : mem - used;
+  if (tot) *tot = mem;
   return OK;
 }
 CUresult i_cuMemGetInfo(unsigned *fr, unsigned *tot) {

@@ -2,6 +2,7 @@
 #ifndef FAKE_CUDA_H
 #define FAKE_CUDA_H
 #include <stdint.h>
+#include <stdlib.h>
 
 #define FAKE_MAX_DEV 8
 #define FAKE_MAX_PROCS 256
@@ -35,4 +36,13 @@ struct fake_stats {
   /* appended (issue 13) */
   uint64_t set_access;                         /* successful cuMemSetAccess calls */
 };
+/* FAKE_CUDA_MEM_BYTES: one size, or "A,B,..." (device i the i-th, the
+   last repeating); shared by the fake libcuda and the fake NVML */
+static inline void fake_mem_sizes(const char *e, unsigned long long out[FAKE_MAX_DEV]) {
+  unsigned long long v = 0;
+  for (int i = 0; i < FAKE_MAX_DEV; i++) {
+    if (e && *e) { char *end; v = strtoull(e, &end, 0); e = *end == ',' ? end + 1 : 0; }
+    out[i] = v;
+  }
+}
 #endif

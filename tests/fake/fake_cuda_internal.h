@@ -70,7 +70,7 @@ struct access_desc { int loc_type, loc_id; unsigned flags; };
 
 /* state (defined in the part that owns it) */
 extern int g_ndev;
-extern u64 g_mem;
+extern u64 g_mem_of[FAKE_MAX_DEV]; /* each device's total */
 extern int g_internal_gpa;
 extern struct fake_shared *S;
 extern struct fake_stats ST;

@@ -13,7 +13,7 @@
 typedef int nvmlReturn_t;
 typedef struct { int idx; } dev_t_;
 static dev_t_ DEVS[FAKE_MAX_DEV];
-static int g_init, g_ndev = 1; static unsigned long long g_mem = 1ull << 30, g_reserved;
+static int g_init, g_ndev = 1; static unsigned long long g_mem_of[FAKE_MAX_DEV] = {1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 30}, g_reserved;
 static struct fake_shared *S;
 
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
@@ -24,7 +24,7 @@ static void setup(void) {
   if ((e = getenv("FAKE_CUDA_DEVICES"))) g_ndev = atoi(e);
   if (g_ndev < 1) g_ndev = 1;
   if (g_ndev > FAKE_MAX_DEV) g_ndev = FAKE_MAX_DEV;
-  if ((e = getenv("FAKE_CUDA_MEM_BYTES"))) g_mem = strtoull(e, 0, 0);
+  if ((e = getenv("FAKE_CUDA_MEM_BYTES"))) fake_mem_sizes(e, g_mem_of);
   if ((e = getenv("FAKE_NVML_RESERVED_BYTES"))) g_reserved = strtoull(e, 0, 0);
   for (int i = 0; i < FAKE_MAX_DEV; i++) DEVS[i].idx = i;
   const char *pf = getenv("FAKE_CUDA_PEAK_FILE");
@@ -65,7 +65,8 @@ nvmlReturn_t nvmlDeviceGetUUID(void *d, char *buf, unsigned len) {
 }
 static void numbers(int dev, unsigned long long *total, unsigned long long *free_, unsigned long long *used) {
   unsigned long long u = __atomic_load_n(&S->in_use[dev], __ATOMIC_SEQ_CST) + __atomic_load_n(&S->external[dev], __ATOMIC_SEQ_CST);
-  *total = g_mem; *used = u; *free_ = u > g_mem ? 0 : g_mem - u;
+  unsigned long long mem = g_mem_of[dev];
+  *total = mem; *used = u; *free_ = u > mem ? 0 : mem - u;
 }
 nvmlReturn_t nvmlDeviceGetMemoryInfo(void *d, nvmlMemory_t *m) {
   if (!g_init) return 1; if (!d || !m) return 2;

@@ -33,7 +33,7 @@ left() { echo $((BUDGET - SECONDS)); }
 # GQ_BIN_DIRS='"/usr/local/nvidia/bin", "/usr/bin"' puts [driver] bin_dirs in every config (workaround, see docs/gpu-evidence.md).
 # GQ_EXTRA_CFG (printf %b) is appended to every config; I9_DRY=1 runs the issue-9 containers without CUDA
 # (orchestration only: a CPU dry run with the fake driver, see docs/gpu-evidence.md).
-want() { case " ${SECTIONS:-probe small seed gpu2 standalone mp i9 graphs bench} " in *" $1 "*) return 0;; esac; return 1; }
+want() { case " ${SECTIONS:-probe small seed gpu2 standalone mp i9 resize graphs bench} " in *" $1 "*) return 0;; esac; return 1; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 apps_mib() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -i "${1:-0}" 2>/dev/null; }
 sum_apps() { apps_mib "${1:-0}" | awk -F, '{s+=$2} END {print s+0}'; }
@@ -386,8 +386,63 @@ if [ -f $C/fake/libnvidia-ml.so.1 ]; then
   if echo "$LOG" | grep -q 'soft=0 hard=4294967296' && echo "$LOG" | grep -q 'soft=0 hard=18446744073709551615' && [ "$(nres h9f)" = 0 ]; then
     res PASS "9#drv" "same, foreground \`run\`: the runtime adds --keep (limits active on this host), clears, then deletes" "$(echo "$LOG" | sed 's/ pid=[0-9]*//' | tr '\n' ';' | cut -c1-300); ledger empty after"
   else res FAIL "9#drv" "same, foreground \`run\` (set, clear before the cgroup goes, ledger empty)" "log: $(echo "$LOG" | tr '\n' ';' | cut -c1-300); ledger $(nres h9f); $(tail -2 $W/b/dl2/run.out | tr '\n' ' ')"; fi
+  # one grant per GPU: vram=50% over a 16 GiB and an 8 GiB (fake) GPU sets 8 and 4 GiB
+  # a device root of its own: this host may have one GPU, the inventory names two
+  D=$W/h9pdev; mkdir -p $D; for m in 0 1; do mknod $D/nvidia$m c 195 $m 2>/dev/null; done
+  mknod $D/nvidiactl c 195 255 2>/dev/null; mknod $D/nvidia-uvm c 237 0 2>/dev/null; mknod $D/nvidia-uvm-tools c 237 1 2>/dev/null
+  GQ_EXTRA_CFG= mkcfg h9p 'context_overhead = "256m"' "[driver]" "lib_dirs = [\"$FK/lib\"]" "dev_root = \"$D\"" "[[inventory.gpu]]" "index = 0" 'uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff00"' 'memory = "16g"' "[[inventory.gpu]]" "index = 1" 'uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff01"' 'memory = "8g"'
+  : > $FK/lib/fake-nvml-limits.log
+  bundle dl3 busybox vram=50% gpus=2 -- true
+  ctr h9p create --bundle $W/b/dl3 dl3 > $W/b/dl3/create.out 2> $W/b/dl3/create.err < /dev/null && ctr h9p start dl3 < /dev/null
+  sleep 1; LOG=$(cat $FK/lib/fake-nvml-limits.log); ctr h9p delete dl3 < /dev/null
+  if echo "$LOG" | grep -q 'uuid=GPU-face3344-5566-7788-99aa-bbccddeeff00 .*soft=0 hard=8589934592' && echo "$LOG" | grep -q 'uuid=GPU-face3344-5566-7788-99aa-bbccddeeff01 .*soft=0 hard=4294967296'; then
+    res PASS "28#grant" "vram=50% over a 16 GiB and an 8 GiB GPU (fake r615 NVML, real runc + cgroup v2): the driver-level limit is each GPU's own grant" "$(echo "$LOG" | grep 'soft=0 hard=[0-9]' | grep -v 18446744073709551615 | sed 's/ pid=[0-9]*//' | tr '\n' ';' | cut -c1-300)"
+  else res FAIL "28#grant" "per-GPU driver-level limits from one grant" "log: $(echo "$LOG" | tr '\n' ';' | cut -c1-300) err: $(tr '\n' ' ' < $W/b/dl3/create.err | cut -c1-200)"; fi
 fi
 else res SKIP "9#" "issue 9 section" "not in SECTIONS, or no rootfs"; fi
+############################ Issue 29: resize a running container ############################
+if want resize && [ $OVERLAY_OK = 1 ]; then
+sec "issue 29: gpu-quota resize of a running container (PyTorch default, cudaMallocAsync, CuPy)"
+mkcfg rz 'reserve = "2g"' 'gpus = ["0"]'
+gq() { GPU_QUOTA_CONFIG=$W/rz/config.toml timeout 60 $B/gpu-quota "$@"; }
+rz_nvml() { local pid cg; pid=$(ctr rz state $1 2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["pid"])' 2>/dev/null)
+  cg=$(sed -n 's/^0:://p' /proc/$pid/cgroup 2>/dev/null)
+  apps_mib 0 | $PY -c 'import sys
+pids = set(open(sys.argv[1]).read().split()) if sys.argv[1] else set()
+print(sum(int(l.split(",")[1]) for l in sys.stdin if l.split(",")[0].strip() in pids))' "${cg:+/sys/fs/cgroup$cg/cgroup.procs}"; }
+RZT=$OUT/resize-transcript.txt; : > $RZT
+for v in "torch:" "torch:backend:cudaMallocAsync" "cupy:"; do
+  kind=${v%%:*}; conf=${v#*:}; id=rz${kind}$([ -n "$conf" ] && echo async); O=$W/b/$id/out
+  bundle $id overlay vram=4g -- sh -c "${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf }timeout 200 $PY /gq/resize.py $kind --out /out > /out/log 2>&1"
+  ctr rz create --bundle $W/b/$id $id > $W/b/$id/create.out 2> $W/b/$id/create.err < /dev/null && ctr rz start $id < /dev/null
+  step() { echo "\$ gpu-quota $*" >> $RZT; gq "$@" >> $RZT 2>&1; local r=$?; echo "(exit $r)" >> $RZT; return $r; }
+  echo "## $kind ${conf:-default allocator}" >> $RZT
+  ok=1; why=""
+  wait_for $O/ready1 90 || { ok=0; why="no ready1"; }
+  step ls; step resize $id 8g || { ok=0; why="$why; grow failed"; }; step ls
+  touch $O/go1; wait_for $O/ready2 60 || { ok=0; why="$why; no ready2"; }
+  N2=$(rz_nvml $id)
+  step resize $id 4g && { ok=0; why="$why; shrink below the held 5 GiB was not refused"; }
+  touch $O/go2; wait_for $O/ready3 60 || { ok=0; why="$why; no ready3"; }
+  step resize $id 4g || { ok=0; why="$why; shrink after free refused"; }; step ls
+  touch $O/go3; wait_for $O/result.json 60 || { ok=0; why="$why; no result"; }
+  J=$(cat $O/result.json 2>/dev/null)
+  CHK=$(echo "$J" | $PY -c 'import json,sys
+G = 1 << 30
+try: r = json.load(sys.stdin)
+except Exception as e: print("no result"); sys.exit()
+bad = [k for k, ok in (("held 3 GiB", r["held3"]), ("2 GiB refused at 4g", r["refused1"]), ("total 4 GiB", r["total1"] == 4 * G),
+    ("total 8 GiB after grow", r["total2"] == 8 * G), ("nvidia-smi 8192 MiB", r["smi2"] == 8192), ("2 GiB fit after grow", r["alloc2_ok"]),
+    ("total 4 GiB after shrink", r["total4"] == 4 * G), ("2 GiB refused again", r["refused4"])) if not ok]
+print("; ".join(bad))' 2>&1)
+  [ -n "$CHK" ] && { ok=0; why="$why; $CHK"; }
+  [ -n "$N2" ] && [ "$N2" -gt $((8192 * 101 / 100)) ] && { ok=0; why="$why; NVML $N2 MiB > 8 GiB + 1%"; }
+  fig="NVML while holding 5 GiB under 8g: ${N2:-?} MiB; $(echo "$J" | cut -c1-400)"
+  if [ $ok = 1 ]; then res PASS "29#resize" "$kind ${conf:-default}: 3 GiB held, 2 more refused at 4g; resize 8g -> same process gets them, nvidia-smi 8192 MiB; shrink to 4g refused while 5 GiB held, accepted after freeing 2; 2 GiB refused again" "$fig"
+  else res FAIL "29#resize" "$kind ${conf:-default} resize cycle" "${why#; }; $fig; $(tail -3 $O/log 2>/dev/null | tr '\n' ' ' | cut -c1-300)"; fi
+  ctr rz delete --force $id < /dev/null; clog $id; umount $W/b/$id/rootfs 2>/dev/null
+done
+else res SKIP "29#resize" "resize section" "not in SECTIONS, or no rootfs"; fi
 ############################ Issue 17: CUDA graphs, graph memory, odd calls, standalone context ############################
 if want graphs; then
 sec "issue 17: graphs under both allocators (host preload + container), graph memory, odd calls, standalone context charge"

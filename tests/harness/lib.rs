@@ -532,3 +532,15 @@ impl Drop for Exporter {
         let _ = self.child.wait();
     }
 }
+
+/// The grant a container saw (its script copied `/run/gpu-quota/grant` to
+/// `/out/grant`): the bytes granted per GPU, in the grant's order.
+pub fn out_grant(out: &Path) -> Vec<u64> {
+    let b = std::fs::read(out.join("grant")).expect("the container copied its grant");
+    gpuquota_core::formats::grant::decode(&b)
+        .expect("a valid grant file")
+        .gpus()
+        .iter()
+        .map(|g| g.vram_bytes)
+        .collect()
+}

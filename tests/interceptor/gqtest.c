@@ -184,6 +184,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "physis") && argc >= 4) { u64 w = strtoull(argv[3], 0, 0), h = phys(atoi(argv[2])); if (h != w) fprintf(stderr, "device %s physically holds %llu, want %llu\n", argv[2], h, w); return h != w; }
   if (!strcmp(cmd, "peer") && argc >= 3) return t_peer(atoi(argv[2]), argc > 3 ? argv[3] : 0, argc > 4 ? argv[4] : 0);
   if (!strcmp(cmd, "foreign")) return t_foreign();
+  if (!strcmp(cmd, "pergpu")) return t_pergpu();
+  if (!strcmp(cmd, "live") && argc >= 4) return t_live(argv[2], argv[3]);
   if (!strcmp(cmd, "pool")) return t_pool();
   if (!strcmp(cmd, "graphmem")) return t_graphmem();
   if (!strcmp(cmd, "capturectl")) return t_capturectl();

@@ -102,15 +102,39 @@ int t_fork(void) {
 }
 
 /* ---------------------------------------------------------------- ctx overhead */
+/* Every context costs what it costs (GQ_OVERHEAD each): the primary once
+   however often it is retained, and each context the process creates
+   beside it, until the slice is full; the next creation is refused with
+   CUDA_ERROR_OUT_OF_MEMORY, and destroying one lets the next succeed. */
 int t_ctx(void) {
   u64 slice = envu("GQ_SLICE", 0), ov = envu("GQ_OVERHEAD", 0);
-  void *c = ctx_on(0);
-  CHECK(info_free() == slice - ov, "after first context free %zu, want %llu", info_free(), (unsigned long long)(slice - ov));
-  void *c2; CHECK(A.cuDevicePrimaryCtxRetain(&c2, 0) == 0, "retain");
-  CHECK(A.cuCtxCreate_v1(&c2, 0, 0) == 0, "legacy ctx");
-  CHECK(A.cuCtxCreate_v4(&c2, 0, 0, 0) == 0, "ctx v4");
-  A.cuCtxSetCurrent(c);
-  CHECK(info_free() == slice - ov, "overhead charged twice: free %zu", info_free());
+  int d; void *p1, *p2;
+  REQUIRE(A.cuInit(0) == 0 && A.cuDeviceGet(&d, 0) == 0, "init");
+  REQUIRE(A.cuDevicePrimaryCtxRetain(&p1, d) == 0, "retain");
+  REQUIRE(A.cuDevicePrimaryCtxRetain(&p2, d) == 0 && p1 == p2, "retain again");
+  A.cuCtxSetCurrent(p1);
+  CHECK(info_free() == slice - ov, "after the primary context free %zu, want %llu", info_free(), (unsigned long long)(slice - ov));
+  /* contexts that still fit (8 when they cost nothing) */
+  u64 room = ov ? (slice - ov) / ov : 8;
+  void *c[64]; int n = 0; CUresult r = 0;
+  while (n <= (int)room && n < 64) {
+    r = n % 2 ? A.cuCtxCreate_v1(&c[n], 0, d) : A.cuCtxCreate_v4(&c[n], 0, 0, d);
+    if (r) break;
+    n++;
+  }
+  if (ov) CHECK(n == (int)room && r == 2, "created %d contexts beside the primary (room for %llu), then %d (want 2)", n, (unsigned long long)room, r);
+  else CHECK(n == (int)room + 1, "uncharged contexts refused: %d created, %d", n, r);
+  A.cuCtxSetCurrent(p1);
+  CHECK(info_free() == slice - ov - n * ov, "after %d created contexts free %zu, want %llu", n, info_free(), (unsigned long long)(slice - ov - n * ov));
+  if (n > 0) {
+    CHECK(A.cuCtxDestroy(c[0]) == 0, "destroy");
+    A.cuCtxSetCurrent(p1);
+    CHECK(info_free() == slice - n * ov, "destroy did not refund: free %zu, want %llu", info_free(), (unsigned long long)(slice - n * ov));
+    CHECK(A.cuCtxCreate(&c[0], 0, d) == 0, "a creation after a destroy refused");
+    A.cuCtxSetCurrent(p1);
+    CHECK(info_free() == slice - ov - n * ov, "free %zu after the new context", info_free());
+  }
+  if (getenv("FAKE_CUDA_CTX_BYTES")) PHYS_LE(0, slice);
   return failures ? 1 : 0;
 }
 

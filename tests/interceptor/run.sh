@@ -31,6 +31,7 @@ $CC $CF -shared -fPIC -o "$B/mallochook.so" "$S/mallochook.c" -ldl &&
 $CC $CF -shared -fPIC -o "$B/broken_dlsym.so" "$S/broken_dlsym.c" -ldl &&
 $CC $CF -o "$B/rtld_next_test" "$S/rtld_next_test.c" -ldl &&
 $CC $CF -I"$ROOT/interceptor/include" -o "$B/usage_dump" "$S/usage_dump.c" &&
+$CC $CF -o "$B/grant_tool" "$S/grant_tool.c" &&
 $CC $CF -o "$B/bench_alloc" "$S/bench_alloc.c" -ldl -lpthread &&
 $CC $CF -o "$B/oddcalls" "$S/oddcalls.c" -ldl || { echo "0 passed, 1 failed"; exit 1; }
 
@@ -86,7 +87,7 @@ t elf_exports elf_exports
 
 echo "== unit tests (pure logic, std harness)"
 if [ -z "${GQ_SKIP_CARGO_TEST:-}" ]; then
-  t cargo_unit_tests cargo test --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" --lib
+  t cargo_unit_tests cargo test --release --quiet --manifest-path "$ROOT/interceptor/Cargo.toml" --lib --test layers
 fi
 
 echo "== non-CUDA processes pay nothing"
@@ -98,7 +99,8 @@ nocuda() {
 3" ] || { echo "output: $out"; return 1; }
   GPU_QUOTA_VRAM=1g GPU_QUOTA_USAGE_FILE="$u" LD_PRELOAD="$SO" python3 -c 'import ctypes,ctypes.util; ctypes.CDLL(None).malloc(10)' 2>/dev/null || true
   [ ! -e "$u" ] || { echo "usage file created by a non-CUDA process"; return 1; }
-  mkdir -p "$T/nc_state"; echo "vram_bytes=$((64 * MiB))" >"$T/nc_state/limits"; : >"$T/nc_state/usage"
+  mkdir -p "$T/nc_state"; echo "version=1" >"$T/nc_state/limits"; : >"$T/nc_state/usage"
+  "$B/grant_tool" write "$T/nc_state/grant" 0:$((64 * MiB)) || return 1
   GPU_QUOTA_STATE_DIR="$T/nc_state" LD_PRELOAD="$SO" sh -c 'true' || return 1
   [ "$(stat -c %s "$T/nc_state/usage")" = 0 ] || { echo "container usage file touched"; return 1; }
 }
@@ -204,11 +206,15 @@ t slice_below_one_context_names_it ctx_small ctxsmall
 t slice_below_an_unseen_context_names_it ctx_small ctxsmall_unseen
 
 echo "== container state directory"
+# A container's state directory as the host writes it: the limits file
+# (no sizes: they are the grant's) and the grant of GPUs 0 and 1 (the fake's
+# UUIDs), VRAM each.
 mkstate() { # DIR VRAM [extra lines]
   mkdir -p "$1"; local d="$1" v="$2"; shift 2
-  { echo "# written by the hook"; echo "version=1"; echo "container_id=ci-test-1"; echo "vram_bytes=$v"
+  { echo "# written by the hook"; echo "version=1"; echo "container_id=ci-test-1"
     echo "gpus=GPU-face3344-5566-7788-99aa-bbccddeeff00,GPU-face3344-5566-7788-99aa-bbccddeeff01"
     for l in "$@"; do echo "$l"; done; echo "future_key=ignored"; } >"$d/limits"
+  "$B/grant_tool" write "$d/grant" 0:"$v" 1:"$v"
   : >"$d/usage"; chmod 666 "$d/usage"
 }
 container() {
@@ -229,6 +235,61 @@ cont_broken() {
   env GPU_QUOTA_STATE_DIR="$T/st2" GPU_QUOTA_VRAM=1g LD_PRELOAD="$SO" "$B/gqtest_dl" refuse
 }
 t container_broken_limits_fail_closed cont_broken
+# the grant is missing, or not a grant: every allocation is refused, one line
+# names the file (the limits file's own vram_bytes, an older hook's, is not
+# read)
+grant_bad() {
+  local k r=0
+  for k in missing garbage; do
+    local d="$T/gb_$k"; mkstate "$d" $((64 * MiB)) "vram_bytes=$((64 * MiB))"
+    case $k in missing) rm -f "$d/grant" ;; garbage) head -c 1088 /dev/urandom >"$d/grant" ;; esac
+    GPU_QUOTA_STATE_DIR="$d" LD_PRELOAD="$SO" "$B/gqtest_dl" refuse 2>"$d/err" || { echo "$k: allocated"; r=1; }
+    cat "$d/err"
+    grep -q "^gpu-quota: cannot use $d/grant .*refusing all device memory" "$d/err" || { echo "$k: no line naming the grant"; r=1; }
+  done
+  return $r
+}
+t container_bad_grant_fail_closed grant_bad
+# a process of the container can write the usage file: a header limit it
+# raises while another process runs changes nothing for that process (its
+# admission reads the grant), nor for a later one, and the display copy is
+# put back
+forged() {
+  local d="$T/forged" r=0; mkstate "$d" $((64 * MiB)); rm -f "$d.ready" "$d.changed"
+  export GPU_QUOTA_STATE_DIR="$d"
+  GQ_SLICE=$((64 * MiB)) GQ_SLICE2=$((64 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" live "$d.ready" "$d.changed" & local p=$!
+  local i; for i in $(seq 400); do [ -e "$d.ready" ] && break; sleep 0.05; done
+  "$B/usage_dump" --set-limit "$d/usage" 0 $GiB || r=1
+  "$B/usage_dump" "$d/usage" 0 | grep -q "limit=$GiB " || { echo "the forge did not take"; r=1; }
+  touch "$d.changed"; wait $p || r=1
+  "$B/usage_dump" --set-limit "$d/usage" 0 $GiB || r=1
+  LD_PRELOAD="$SO" "$B/gqtest_dl" fill $((64 * MiB)) $((8 * MiB)) || r=1
+  "$B/usage_dump" "$d/usage" 0 | grep -q "limit=$((64 * MiB)) " || { echo "display copy not refreshed"; "$B/usage_dump" "$d/usage" 0; r=1; }
+  return $r
+}
+t forged_header_limit_changes_nothing forged
+# vram=50% over two GPUs of different sizes (1 GiB and 512 MiB): each GPU is
+# reported and admitted against its own slice
+pergpu() { # MODE
+  local m=$1 bin=gqtest_dl; [ "$m" = direct ] && bin=gqtest_direct
+  local d="$T/pergpu_$m"; mkstate "$d" 0
+  "$B/grant_tool" write "$d/grant" 0:$((512 * MiB)) 1:$((256 * MiB)) || return 1
+  FAKE_CUDA_DEVICES=2 FAKE_CUDA_MEM_BYTES=$GiB,$((512 * MiB)) GPU_QUOTA_STATE_DIR="$d" GQ_MODE=$m \
+    GQ_SLICE0=$((512 * MiB)) GQ_SLICE1=$((256 * MiB)) LD_PRELOAD="$SO" "$B/$bin" pergpu
+}
+for m in dlsym gpa direct; do t "per_gpu_slices_$m" pergpu $m; done
+# the host changes the slice while the process runs (one store through its
+# own mapping of the grant): the next query reports it, the next allocation
+# is admitted against it; then it shrinks again
+live() { # FROM TO
+  local d="$T/live_$2"; mkstate "$d" "$1"; rm -f "$d.ready" "$d.changed"
+  GPU_QUOTA_STATE_DIR="$d" GQ_SLICE=$1 GQ_SLICE2=$2 LD_PRELOAD="$SO" "$B/gqtest_dl" live "$d.ready" "$d.changed" & local p=$!
+  local i; for i in $(seq 400); do [ -e "$d.ready" ] && break; sleep 0.05; done
+  "$B/grant_tool" set "$d/grant" 0 "$2"; touch "$d.changed"
+  wait $p
+}
+t live_grant_grows live $((64 * MiB)) $((128 * MiB))
+t live_grant_shrinks live $((64 * MiB)) $((32 * MiB))
 # issue 8 item 5: an unusable usage file refuses everything (one line naming
 # it), never a private budget, and is never grown or rewritten
 bad_usage() { # NAME: prepares $T/fc_NAME/usage
@@ -333,6 +394,21 @@ ctx_truth() {
   "$B/gqtest_dl" peak $((64 * MiB))
 }
 t context_overhead_truth ctx_truth
+ctx_many() { # MODE: the H200's program, contexts created until refused:
+  # physically within the slice, one refusal line naming the context, and a
+  # destroy makes room for the next (t_ctx)
+  local m=$1 bin=gqtest_dl; [ "$m" = direct ] && bin=gqtest_direct
+  local d="$T/ctxmany_$m"
+  mkstate "$d" $((64 * MiB)) "context_overhead_bytes=$((16 * MiB))"
+  export GPU_QUOTA_STATE_DIR="$d" FAKE_CUDA_CTX_BYTES=$((16 * MiB)) FAKE_CUDA_PEAK_FILE="$d.peak" GQ_MODE=$m
+  GQ_SLICE=$((64 * MiB)) GQ_OVERHEAD=$((16 * MiB)) LD_PRELOAD="$SO" "$B/$bin" ctx 2>"$d.err"; local r=$?
+  cat "$d.err"
+  "$B/gqtest_dl" peak $((64 * MiB)) || r=1
+  grep -qxF "gpu-quota: cuCtxCreate (context) of 16.00 MiB refused: slice 64.00 MiB on GPU 0, 64.00 MiB in use by this container" "$d.err" ||
+    { echo "no refusal line naming the context"; r=1; }
+  return $r
+}
+for m in dlsym gpa direct; do t "contexts_until_refused_$m" ctx_many $m; done
 execself() {
   local u="$T/exec.usage"
   export GPU_QUOTA_VRAM=64m GPU_QUOTA_USAGE_FILE="$u" GQ_SLICE=$((64 * MiB)) FAKE_CUDA_PEAK_FILE="$T/exec.peak"
@@ -347,6 +423,7 @@ zombie() {
 t zombie_holds_nothing zombie
 forkinit() {
   local d="$T/fi"; mkdir -p "$d"; mkfifo "$d/limits"; : >"$d/usage"
+  "$B/grant_tool" write "$d/grant" 0:$((64 * MiB)) || return 1
   GPU_QUOTA_STATE_DIR="$d" LD_PRELOAD="$SO" "$B/gqtest_dl" forkinit & local p=$!
   sleep 1
   local i; for i in 1 2 3; do echo "vram_bytes=$((64 * MiB))" >"$d/limits"; sleep 0.3; done &
@@ -369,8 +446,9 @@ peer2() { # MODE
   # a gpus=2 container: the usage file's device index d is the d-th GPU of
   # limits (these are the fake's UUIDs of devices 0 and 1)
   mkdir -p "$d"
-  printf 'version=1\ncontainer_id=ci-peer\nvram_bytes=%s\ngpus=%s\n' $((64 * MiB)) \
+  printf 'version=1\ncontainer_id=ci-peer\ngpus=%s\n' \
     GPU-face3344-5566-7788-99aa-bbccddeeff00,GPU-face3344-5566-7788-99aa-bbccddeeff01 >"$d/limits"
+  "$B/grant_tool" write "$d/grant" 0:$((64 * MiB)) 1:$((64 * MiB))
   : >"$d/usage"
   export FAKE_CUDA_DEVICES=2 GPU_QUOTA_STATE_DIR="$d" FAKE_CUDA_PEAK_FILE="$d/peak" \
     GQ_SLICE=$((64 * MiB)) GQ_CHUNK=$c GQ_MODE=$m
@@ -407,8 +485,9 @@ foreign() { # MODE
   local d="$T/foreign_$m" r=0
   local g0=GPU-face3344-5566-7788-99aa-bbccddeeff00 g1=GPU-face3344-5566-7788-99aa-bbccddeeff01
   mkdir -p "$d" "$d.ctl"
-  printf 'version=1\ncontainer_id=ci-foreign\nvram_bytes=%s\ngpus=%s\n' $((64 * MiB)) "$g1" >"$d/limits"; : >"$d/usage"
-  printf 'version=1\ncontainer_id=ci-foreign\nvram_bytes=%s\ngpus=%s,%s\n' $((64 * MiB)) "$g1" "$g0" >"$d.ctl/limits"; : >"$d.ctl/usage"
+  printf 'version=1\ncontainer_id=ci-foreign\ngpus=%s\n' "$g1" >"$d/limits"; : >"$d/usage"
+  printf 'version=1\ncontainer_id=ci-foreign\ngpus=%s,%s\n' "$g1" "$g0" >"$d.ctl/limits"; : >"$d.ctl/usage"
+  "$B/grant_tool" write "$d/grant" 1:$((64 * MiB)); "$B/grant_tool" write "$d.ctl/grant" 1:$((64 * MiB)) 0:$((64 * MiB))
   export FAKE_CUDA_DEVICES=2 GQ_SLICE=$((64 * MiB)) GQ_MODE=$m
   GPU_QUOTA_STATE_DIR="$d.ctl" GQ_OWN0=1 LD_PRELOAD="$SO" "$B/$bin" foreign 2>"$d.ctl/err" || { echo "control (GPU 0 in the slice) failed:"; cat "$d.ctl/err"; r=1; }
   ! grep -q '^gpu-quota:' "$d.ctl/err" || { echo "control was refused"; cat "$d.ctl/err"; r=1; }

@@ -1,7 +1,9 @@
 /* Reads a usage file through include/gpuquota_usage.h (the host-tool view):
    usage_dump FILE [DEV] prints header fields and the container's usage.
    usage_dump --forge FILE version|layout writes a v1-sized file whose header
-   is right except for one field (fail-closed tests). */
+   is right except for one field (fail-closed tests).
+   usage_dump --set-limit FILE DEV BYTES writes the header's limit of DEV in
+   place, as any process of the container could. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,13 @@ static int forge(const char *path, const char *what) {
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   if (!strcmp(argv[1], "--forge")) return argc < 4 ? 2 : forge(argv[2], argv[3]);
+  if (!strcmp(argv[1], "--set-limit") && argc == 5) {
+    int fd = open(argv[2], O_RDWR); if (fd < 0) { perror("open"); return 1; }
+    unsigned char *b = mmap(0, GQ_USAGE_TOTAL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (b == MAP_FAILED) return 1;
+    __atomic_store_n(&((struct gq_usage_header *)b)->limit[atoi(argv[3])], strtoull(argv[4], 0, 0), __ATOMIC_SEQ_CST);
+    return 0;
+  }
   int fd = open(argv[1], O_RDONLY);
   if (fd < 0) { perror("open"); return 1; }
   off_t sz = lseek(fd, 0, SEEK_END);

@@ -157,6 +157,17 @@ fn ident(p: &Path) -> Result<(u64, u64), DrvLimitError> {
     Ok((m.dev(), m.ino()))
 }
 
+/// The driver-level limits of a reservation: each GPU's grant, as it is.
+pub fn limits_of(r: &crate::Reservation) -> Vec<GpuLimit> {
+    r.slices
+        .iter()
+        .map(|s| GpuLimit {
+            uuid: s.uuid.clone(),
+            hard_bytes: s.vram_bytes,
+        })
+        .collect()
+}
+
 /// Set `hard = slice, soft = 0` for every GPU; all or nothing.
 pub fn apply(
     drv: &mut dyn LimitDriver,

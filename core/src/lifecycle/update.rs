@@ -269,10 +269,11 @@ fn held_on(cfg: &Config, r: &Reservation, uuid: &str) -> (u64, String) {
     let path = state::usage_path(&state::existing_dir(cfg, r));
     let alive = container_processes(r);
     let u = match &alive {
-        // a slot counts while its process lives (same pid in the container,
-        // same start time); one left by a dead process is not held memory
+        // a slot counts while its process lives (same pid in the
+        // container's pid namespace, same start time); one left by a dead
+        // process is not held memory
         Some(set) => usage::read_alive(&path, &|h| set.contains(&(h.pid, h.start_time))),
-        // processes not known (cgroup v1, no pid): every slot counts
+        // processes not known (no live init): every slot counts
         None => usage::read(&path),
     };
     let Some(u) = u else {
@@ -305,14 +306,17 @@ fn held_on(cfg: &Config, r: &Reservation, uuid: &str) -> (u64, String) {
     (of(&u.used), holders)
 }
 
-/// Upper bounds on the walk of a container's cgroup.
-const MAX_PROCS: usize = 65536;
-const MAX_CGROUP_DEPTH: usize = 16;
+/// Upper bound on the processes looked at.
+const MAX_PROCS: usize = 1 << 20;
 
 /// The container's processes as its usage file names them: (pid in the
-/// container's pid namespace, start time), from its cgroup (cgroup v2) and
-/// each process's `NSpid`. None when they cannot be known.
+/// container's pid namespace, start time), for every host process in the
+/// pid namespace of the container's init (by `/proc/PID/ns/pid`, on cgroup
+/// v1 and v2 alike). A process of a pid namespace nested inside the
+/// container names itself by its innermost pid and is not matched: its slot
+/// counts as gone. None when the container's init is not known alive.
 fn container_processes(r: &Reservation) -> Option<std::collections::HashSet<(u64, u64)>> {
+    use std::os::unix::fs::MetadataExt;
     let pid = r.pid?;
     if !r
         .pid_start
@@ -320,32 +324,26 @@ fn container_processes(r: &Reservation) -> Option<std::collections::HashSet<(u64
     {
         return None;
     }
-    let cg = drvlimit::container_cgroup(
-        std::path::Path::new("/proc"),
-        std::path::Path::new(drvlimit::CGROUP_ROOT),
-        pid,
-    )
-    .ok()?;
+    let ns_of = |p: &str| {
+        std::fs::metadata(format!("/proc/{p}/ns/pid"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let ns = ns_of(&pid.to_string())?;
     let mut out = std::collections::HashSet::new();
-    let mut dirs = vec![(cg, 0usize)];
-    while let Some((d, depth)) = dirs.pop() {
-        let procs = crate::fsutil::read_regular_capped(&d.join("cgroup.procs"), 1 << 20).ok()?;
-        for hp in String::from_utf8_lossy(&procs).split_whitespace() {
-            let Ok(hp) = hp.parse::<u32>() else { continue };
-            let (Some(ns), Some(st)) = (ns_pid(hp), crate::fsutil::process_start_time(hp)) else {
-                continue; // gone meanwhile
-            };
-            out.insert((ns, st));
-            if out.len() > MAX_PROCS {
-                return None;
-            }
+    for (n, e) in std::fs::read_dir("/proc").ok()?.flatten().enumerate() {
+        if n > MAX_PROCS {
+            return None;
         }
-        if depth < MAX_CGROUP_DEPTH {
-            for e in std::fs::read_dir(&d).ok()?.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir() && !t.is_symlink()) {
-                    dirs.push((e.path(), depth + 1));
-                }
-            }
+        let name = e.file_name();
+        let Some(hp) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if ns_of(&hp.to_string()) != Some(ns) {
+            continue;
+        }
+        if let (Some(inner), Some(st)) = (ns_pid(hp), crate::fsutil::process_start_time(hp)) {
+            out.insert((inner, st));
         }
     }
     Some(out)

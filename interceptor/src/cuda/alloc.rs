@@ -71,7 +71,7 @@ unsafe fn pitch_common(
         return call();
     }
     let api = b"cuMemAllocPitch";
-    let dev = account::current_dev_charged();
+    let dev = crate::contexts::current_dev_charged();
     // what the driver rejects reaches it (issue 17 §3): no output pointers,
     // an empty extent, an element size other than 4/8/16, a row wider than
     // the device's maximum pitch, a size beyond 64 bits
@@ -95,10 +95,10 @@ unsafe fn pitch_common(
                 // accepted after all: charge what it holds, or undo
                 if let Some((p, pitch)) = result() {
                     let n = pitch.saturating_mul(height);
-                    match account::admit(api, dev, n) {
+                    match ACCT.admit(api, dev, n) {
                         Ok(Some(ch)) => return record(ch, KIND_DPTR, Some(p), |k| free_dptr(k), r),
                         Ok(None) => return r,
-                        Err(()) => {
+                        Err(Refused) => {
                             free_dptr(p);
                             return CUDA_ERROR_OUT_OF_MEMORY;
                         }
@@ -108,10 +108,10 @@ unsafe fn pitch_common(
             return r;
         }
     };
-    let mut ch = match account::admit(api, dev, est) {
+    let mut ch = match ACCT.admit(api, dev, est) {
         Ok(Some(c)) => c,
         Ok(None) => return call(),
-        Err(()) => return CUDA_ERROR_OUT_OF_MEMORY,
+        Err(Refused) => return CUDA_ERROR_OUT_OF_MEMORY,
     };
     let r = call();
     if r != CUDA_SUCCESS {
@@ -127,7 +127,8 @@ unsafe fn pitch_common(
     };
     let actual = pitch.saturating_mul(height);
     if actual > ch.n {
-        if ch.grow(api, actual - ch.n).is_err() {
+        let extra = actual - ch.n;
+        if ACCT.grow(api, &mut ch, extra).is_err() {
             free_dptr(p);
             ch.rollback();
             return CUDA_ERROR_OUT_OF_MEMORY;

@@ -1,53 +1,24 @@
-//! Context creation (charged per context) and context lifetimes; the
-//! bookkeeping is crate::ctxlife.
+//! Context creation (each context charged, crate::contexts) and context
+//! lifetimes; the bookkeeping is crate::contexts.
 use super::*;
 
 // ------------------------------------------------------------ contexts
 
-/// Context overhead: charged once per process and device on the first
-/// successful context creation / primary-context retain (0 = off).
-#[inline(always)]
-unsafe fn with_ctx_charge(api: &[u8], ordinal: c_int, call: impl FnOnce() -> CUresult) -> CUresult {
-    let ov = match config() {
-        Some(c) if c.enforce => c.ctx_overhead,
-        _ => 0,
-    };
-    if ov == 0 {
-        return call();
-    }
-    let dev = account::select(DevSel::Ordinal(ordinal));
-    if dev.idx == UNTRACKED {
-        return call();
-    }
-    let flag = &state::CTX_CHARGED[dev.idx];
-    if flag.compare_exchange(0, 1, AcqRel, Acquire).is_err() {
-        return call();
-    }
-    // a slice smaller than one context: no CUDA program can run in it, and
-    // the line should say so rather than describe a refused allocation
-    if let Some(slice) = account::slice_below(dev, ov) {
-        flag.store(0, Release);
-        crate::msg::context_too_big(ov, slice, dev.ordinal);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    let ch = match account::admit(api, dev, ov) {
-        Ok(c) => c,
-        Err(()) => {
-            flag.store(0, Release);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    };
-    let r = call();
-    if r != CUDA_SUCCESS {
-        if let Some(c) = ch {
-            c.rollback();
-        }
-        flag.store(0, Release);
-    }
-    r
-}
-
 type Ctx = *mut c_void;
+
+/// A context the process creates itself: charged until it is destroyed.
+#[inline(always)]
+unsafe fn created(dev: c_int, pctx: *mut Ctx, call: impl FnOnce() -> CUresult) -> CUresult {
+    crate::contexts::create(b"cuCtxCreate (context)", dev, || {
+        let r = call();
+        let h = if r == CUDA_SUCCESS && !pctx.is_null() {
+            *pctx as u64
+        } else {
+            0
+        };
+        (r, h)
+    })
+}
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CUresult {
@@ -55,9 +26,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut Ctx, flags: c_uint, dev: c_in
         S::cuCtxCreate_v2,
         unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult
     );
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
-        f(pctx, flags, dev)
-    })
+    created(dev, pctx, || f(pctx, flags, dev))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CUresult {
@@ -65,9 +34,7 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut Ctx, flags: c_uint, dev: c_int) 
         S::cuCtxCreate,
         unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> CUresult
     );
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
-        f(pctx, flags, dev)
-    })
+    created(dev, pctx, || f(pctx, flags, dev))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v3(
@@ -79,9 +46,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 ) -> CUresult {
     type F = unsafe extern "C" fn(*mut Ctx, *mut c_void, c_int, c_uint, c_int) -> CUresult;
     let f = real_or!(S::cuCtxCreate_v3, F);
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
-        f(pctx, params, n, flags, dev)
-    })
+    created(dev, pctx, || f(pctx, params, n, flags, dev))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v4(
@@ -92,9 +57,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
 ) -> CUresult {
     type F = unsafe extern "C" fn(*mut Ctx, *mut c_void, c_uint, c_int) -> CUresult;
     let f = real_or!(S::cuCtxCreate_v4, F);
-    with_ctx_charge(b"cuCtxCreate (context overhead)", dev, || {
-        f(pctx, params, flags, dev)
-    })
+    created(dev, pctx, || f(pctx, params, flags, dev))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) -> CUresult {
@@ -102,7 +65,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) ->
         S::cuDevicePrimaryCtxRetain,
         unsafe extern "C" fn(*mut Ctx, c_int) -> CUresult
     );
-    with_ctx_charge(b"cuDevicePrimaryCtxRetain (context overhead)", dev, || {
+    crate::contexts::retain_primary(b"cuDevicePrimaryCtxRetain (context overhead)", dev, || {
         f(pctx, dev)
     })
 }
@@ -123,13 +86,14 @@ pub unsafe extern "C" fn cuCtxDestroy(ctx: Ctx) -> CUresult {
 unsafe fn ctx_destroy(ctx: Ctx, call: impl FnOnce() -> CUresult) -> CUresult {
     let enforce = config().map(|c| c.enforce).unwrap_or(false);
     let dev = if enforce {
-        crate::ctxlife::ctx_device(ctx)
+        crate::contexts::ctx_device(ctx)
     } else {
         None
     };
     let r = call();
     if r == CUDA_SUCCESS && enforce {
-        crate::ctxlife::context_gone(dev);
+        crate::contexts::destroyed(ctx as u64);
+        crate::contexts::context_gone(dev);
     }
     r
 }
@@ -143,7 +107,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
     );
     let r = f(dev);
     if r == CUDA_SUCCESS {
-        crate::ctxlife::context_gone(Some(dev));
+        crate::contexts::context_gone(Some(dev));
     }
     r
 }
@@ -155,7 +119,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: c_int) -> CUresult {
     );
     let r = f(dev);
     if r == CUDA_SUCCESS {
-        crate::ctxlife::context_gone(Some(dev));
+        crate::contexts::context_gone(Some(dev));
     }
     r
 }
@@ -168,8 +132,8 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
         unsafe extern "C" fn(c_int) -> CUresult
     );
     let r = f(dev);
-    if r == CUDA_SUCCESS && !crate::ctxlife::primary_active(dev) {
-        crate::ctxlife::context_gone(Some(dev));
+    if r == CUDA_SUCCESS && !crate::contexts::primary_active(dev) {
+        crate::contexts::context_gone(Some(dev));
     }
     r
 }
@@ -180,8 +144,8 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> CUresult {
         unsafe extern "C" fn(c_int) -> CUresult
     );
     let r = f(dev);
-    if r == CUDA_SUCCESS && !crate::ctxlife::primary_active(dev) {
-        crate::ctxlife::context_gone(Some(dev));
+    if r == CUDA_SUCCESS && !crate::contexts::primary_active(dev) {
+        crate::contexts::context_gone(Some(dev));
     }
     r
 }
@@ -194,10 +158,10 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
         S::cuCtxSetLimit,
         unsafe extern "C" fn(c_int, usize) -> CUresult
     );
-    if limit != crate::ctxlife::CU_LIMIT_MALLOC_HEAP_SIZE
-        && limit != crate::ctxlife::CU_LIMIT_STACK_SIZE
+    if limit != crate::contexts::CU_LIMIT_MALLOC_HEAP_SIZE
+        && limit != crate::contexts::CU_LIMIT_STACK_SIZE
     {
         return f(limit, value);
     }
-    crate::ctxlife::set_limit(limit, value, || f(limit, value))
+    crate::contexts::set_limit(limit, value, || f(limit, value))
 }

@@ -29,10 +29,11 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         let loc_id = *(params.add(12) as *const c_int);
         let bytes = *(params.add(104) as *const usize) as u64;
         if loc_type == CU_MEM_LOCATION_TYPE_DEVICE
-            && !account::fits(
+            && !ACCT.fits_after(
                 b"cuGraphAddMemAllocNode",
-                account::select(DevSel::Ordinal(loc_id)),
+                devices::of_ordinal(loc_id),
                 bytes,
+                0,
             )
         {
             return CUDA_ERROR_OUT_OF_MEMORY;

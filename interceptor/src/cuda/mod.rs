@@ -9,23 +9,28 @@
 //! alloc.rs (cuMemAlloc, pitch, frees, managed), pools.rs (async and pool
 //! allocation, synchronisation), vmm.rs, arrays.rs, report.rs (cuMemGetInfo,
 //! cuDeviceTotalMem), contexts.rs (creation and lifetimes), graphs.rs (graph
-//! memory, stream capture). Their bookkeeping lives beside them in
-//! crate::{pools, vmm, ctxlife, graphs, capture}.
+//! memory, stream capture). Their bookkeeping lives below them in
+//! crate::{pools, vmm, contexts, graphs, capture}.
 
-use crate::account::{self, Charge, Dev, DevSel, UNTRACKED};
+use crate::account::{self, ACCT};
+use crate::cu::*;
+use crate::devices::{self, DevSel};
+use crate::policy::{Books, Charge, Dev, Refused, UNTRACKED};
 use crate::ptrtable::{KIND_ARRAY, KIND_DPTR, KIND_MIPMAP, KIND_POOLPTR, KIND_VMM};
 use crate::state::{self, config, TABLE};
 use crate::symbols::{real_fn, S};
 use core::sync::atomic::Ordering::*;
 use libc::{c_int, c_uint, c_void};
 
-pub type CUresult = c_int;
-pub const CUDA_SUCCESS: CUresult = 0;
-pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
-pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
-pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
-
-const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+/// The device a call is about; the current context's with its base
+/// context charge (crate::contexts).
+#[inline]
+fn select(sel: DevSel) -> Dev {
+    match sel {
+        DevSel::Current => crate::contexts::current_dev_charged(),
+        DevSel::Ordinal(o) => devices::of_ordinal(o),
+    }
+}
 
 type CUstream = *mut c_void;
 type CUdeviceptr = u64;
@@ -57,10 +62,10 @@ unsafe fn produce(
     if !enforce {
         return call();
     }
-    let dev = account::select(sel);
-    let ch = match account::admit(api, dev, n) {
+    let dev = select(sel);
+    let ch = match ACCT.admit(api, dev, n) {
         Ok(c) => c,
-        Err(()) => return CUDA_ERROR_OUT_OF_MEMORY,
+        Err(Refused) => return CUDA_ERROR_OUT_OF_MEMORY,
     };
     let r = call();
     let ch = match ch {
@@ -119,10 +124,10 @@ unsafe fn driver_first(
         return r;
     }
     let k = key();
-    match account::admit(api, account::select(sel), n) {
+    match ACCT.admit(api, select(sel), n) {
         Ok(Some(ch)) => record(ch, kind, k, undo, r),
         Ok(None) => r,
-        Err(()) => {
+        Err(Refused) => {
             if let Some(k) = k {
                 undo(k);
             }
@@ -164,7 +169,7 @@ fn consume(k: u64, kind: u32, call: impl FnOnce() -> CUresult) -> CUresult {
     let r = call();
     if let Some(rec) = rec {
         if r == CUDA_SUCCESS {
-            account::release(rec);
+            ACCT.release_rec(rec);
         } else {
             TABLE.insert(k, kind, rec.size, rec.dev);
         }
@@ -177,7 +182,7 @@ fn consume(k: u64, kind: u32, call: impl FnOnce() -> CUresult) -> CUresult {
 #[inline(always)]
 fn free_ptr(k: u64, call: impl FnOnce() -> CUresult) -> CUresult {
     let rec = TABLE.remove(k, KIND_DPTR);
-    if rec.is_none() && crate::pools::USED.load(Relaxed) != 0 {
+    if rec.is_none() && crate::pools::used() {
         if let Some(pr) = TABLE.remove(k, KIND_POOLPTR) {
             let r = call();
             if r == CUDA_SUCCESS {
@@ -191,7 +196,7 @@ fn free_ptr(k: u64, call: impl FnOnce() -> CUresult) -> CUresult {
     let r = call();
     if let Some(rec) = rec {
         if r == CUDA_SUCCESS {
-            account::release(rec);
+            ACCT.release_rec(rec);
         } else {
             TABLE.insert(k, KIND_DPTR, rec.size, rec.dev);
         }

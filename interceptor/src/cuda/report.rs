@@ -10,11 +10,12 @@ fn report(dev: Dev, real_free: u64, real_total: u64) -> Option<(u64, u64)> {
     if !c.enforce || dev.idx == UNTRACKED {
         return None;
     }
-    let limit = state::limit_for(c, dev.idx, &|| Some(real_total));
+    let limit = account::limit_for(c, dev.idx, &|| Some(real_total));
+    account::show_limit(dev.idx, limit);
     let slice = limit.min(real_total);
     let used = match state::region() {
         Some(r) => {
-            account::ensure_ctx_charged(&r, dev);
+            crate::contexts::ensure_base(dev, true);
             account::container_used(&r, dev.idx)
         }
         None if state::failed_closed() => slice,
@@ -35,10 +36,8 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
         return r;
     }
     let (mut rf, mut rt) = (0usize, 0usize);
-    if free.is_null() || total.is_null() {
-        if f(&mut rf, &mut rt) != CUDA_SUCCESS {
-            return r;
-        }
+    if (free.is_null() || total.is_null()) && f(&mut rf, &mut rt) != CUDA_SUCCESS {
+        return r;
     }
     if !free.is_null() {
         rf = *free;
@@ -46,7 +45,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     if !total.is_null() {
         rt = *total;
     }
-    if let Some((slice, fr)) = report(account::current_dev(), rf as u64, rt as u64) {
+    if let Some((slice, fr)) = report(devices::current_dev(), rf as u64, rt as u64) {
         if !free.is_null() {
             *free = fr as usize;
         }
@@ -83,7 +82,7 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
         rf = a as usize;
         rt = b as usize;
     }
-    if let Some((slice, fr)) = report(account::current_dev(), rf as u64, rt as u64) {
+    if let Some((slice, fr)) = report(devices::current_dev(), rf as u64, rt as u64) {
         if !free.is_null() {
             *free = fr.min(c_uint::MAX as u64) as c_uint;
         }
@@ -104,11 +103,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
     if r != CUDA_SUCCESS || bytes.is_null() {
         return r;
     }
-    if let Some((slice, _)) = report(
-        account::select(DevSel::Ordinal(dev)),
-        u64::MAX,
-        *bytes as u64,
-    ) {
+    if let Some((slice, _)) = report(devices::of_ordinal(dev), u64::MAX, *bytes as u64) {
         *bytes = slice as usize;
     }
     r
@@ -127,8 +122,8 @@ pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: c_int) -> CUr
     if !config().map(|c| c.enforce).unwrap_or(false) {
         return r;
     }
-    let rt = account::real_total(dev).unwrap_or(*bytes as u64);
-    if let Some((slice, _)) = report(account::select(DevSel::Ordinal(dev)), u64::MAX, rt) {
+    let rt = devices::real_total(dev).unwrap_or(*bytes as u64);
+    if let Some((slice, _)) = report(devices::of_ordinal(dev), u64::MAX, rt) {
         *bytes = slice.min(c_uint::MAX as u64) as c_uint;
     }
     r

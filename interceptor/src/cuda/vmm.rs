@@ -36,7 +36,11 @@ pub unsafe extern "C" fn cuMemCreate(
     // a size that is not a multiple of the minimum granularity, reserved
     // flags, no handle: the driver's INVALID_VALUE, not a refusal
     let gran = vmm_granularity(prop);
-    if handle.is_null() || size == 0 || flags != 0 || (gran != 0 && size as u64 % gran != 0) {
+    if handle.is_null()
+        || size == 0
+        || flags != 0
+        || (gran != 0 && !(size as u64).is_multiple_of(gran))
+    {
         let r = driver_first(
             b"cuMemCreate",
             DevSel::Ordinal(ord),

@@ -8,8 +8,9 @@
 //! real dlsym itself) and either returns the wrapper or restores the argument
 //! registers and jumps to the real dlsym.
 
+use super::{is_ours, lookup_wrapped, wrapper};
 use crate::state::config;
-use crate::symbols::{self, SYMS};
+use crate::symbols;
 use crate::sys::{self, c_char, c_void};
 
 #[cfg(target_arch = "x86_64")]
@@ -79,10 +80,10 @@ unsafe extern "C" fn gq_dlsym_hook(
         return core::ptr::null_mut();
     }
     let c1 = *name.add(1) as u8;
-    if !(c0 == b'c' && c1 == b'u') && !(c0 == b'n' && c1 == b'v') {
+    if (c0 != b'c' || c1 != b'u') && (c0 != b'n' || c1 != b'v') {
         return core::ptr::null_mut();
     }
-    let i = match symbols::lookup_wrapped(name) {
+    let i = match lookup_wrapped(name) {
         Some(i) => i,
         None => return core::ptr::null_mut(),
     };
@@ -96,12 +97,12 @@ unsafe extern "C" fn gq_dlsym_hook(
     if p.is_null() {
         return core::ptr::null_mut(); // the real dlsym sets dlerror() again
     }
-    if symbols::is_ours(p as usize) {
+    if is_ours(p as usize) {
         return p;
     }
     symbols::offer_real(i, p as usize);
     if crate::state::debug_enabled() {
         crate::state::debug(&[b"dlsym ", sys::cstr_bytes(name), b" -> wrapper"]);
     }
-    SYMS[i].wrapper as *mut c_void
+    wrapper(i) as *mut c_void
 }

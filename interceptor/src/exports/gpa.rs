@@ -13,7 +13,8 @@
 //!     (a variant newer than this table knows is handed back untouched);
 //!  4. anything else: the real pointer, untouched.
 
-use crate::cuda::{CUresult, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS};
+use super::{is_ours, wrapper};
+use crate::cu::{CUresult, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS};
 use crate::state::config;
 use crate::symbols::{self, real_fn, LIB_CUDA, S, SYMS};
 use libc::{c_char, c_int, c_void};
@@ -39,7 +40,7 @@ unsafe fn choose(sym: *const c_char, ver: c_int, flags: u64) -> Option<usize> {
     let mut family_has_ptsz = false;
     let mut exact = None;
     for (i, s) in SYMS.iter().enumerate() {
-        if s.wrapper.is_null() || s.lib != LIB_CUDA {
+        if !s.wrapped || s.lib != LIB_CUDA {
             continue;
         }
         if base_eq(sym, s.base) && s.ptsz {
@@ -51,7 +52,7 @@ unsafe fn choose(sym: *const c_char, ver: c_int, flags: u64) -> Option<usize> {
     }
     let mut best: Option<usize> = None;
     for (i, s) in SYMS.iter().enumerate() {
-        if s.wrapper.is_null() || s.lib != LIB_CUDA || !base_eq(sym, s.base) {
+        if !s.wrapped || s.lib != LIB_CUDA || !base_eq(sym, s.base) {
             continue;
         }
         if s.ver > ver || (family_has_ptsz && s.ptsz != want_ptsz) {
@@ -77,7 +78,7 @@ unsafe fn map(
         return;
     }
     let p = *pfn as usize;
-    if p == 0 || symbols::is_ours(p) {
+    if p == 0 || is_ours(p) {
         return;
     }
     match config() {
@@ -86,8 +87,8 @@ unsafe fn map(
     }
     symbols::resolve_all_cuda();
     for (i, s) in SYMS.iter().enumerate() {
-        if !s.wrapper.is_null() && s.lib == LIB_CUDA && symbols::real_known(i) == p {
-            *pfn = s.wrapper as *mut c_void;
+        if s.wrapped && s.lib == LIB_CUDA && symbols::real_known(i) == p {
+            *pfn = wrapper(i) as *mut c_void;
             dbg(sym, ver, flags, b" -> wrapper (pointer match) ", s.name);
             return;
         }
@@ -112,7 +113,7 @@ unsafe fn map(
     }
     symbols::offer_real(i, p);
     if symbols::real_known(i) != 0 {
-        *pfn = s.wrapper as *mut c_void;
+        *pfn = wrapper(i) as *mut c_void;
         dbg(sym, ver, flags, b" -> wrapper (name+version) ", s.name);
     }
 }

@@ -1,0 +1,15 @@
+//! The driver's ABI as every layer sees it: result codes and the handful of
+//! enum values the bookkeeping passes to the driver. Types only; nothing
+//! here calls anything.
+
+use libc::c_int;
+
+pub type CUresult = c_int;
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+
+/// CUmemLocationType: a device (pools, VMM, graph memory nodes).
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;

@@ -1,0 +1,286 @@
+//! The interceptor is layered: every module sits on a floor, and a module
+//! imports only modules on floors below its own. That keeps the import
+//! graph free of circles (`python3 tools/modgraph.py interceptor`) and
+//! keeps the policy and the bookkeeping below the driver's entry points:
+//! a bookkeeping module that needs work of a higher one done (a fork
+//! child's reset, a reserve given back before a refusal, work deferred
+//! during a stream capture) registers it in `hooks` instead of being called
+//! upward. The floors are the table below and docs/interceptor.md
+//! ("Layers"); a new module must be given one.
+//!
+//! An import is what `tools/modgraph.py` counts (`crate::NAME`,
+//! `crate::{NAME, ..}`, comments included, the file's `#[cfg(test)] mod
+//! tests` excluded). The reader is core/tests/layers.rs's.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Lowest first. A module may import modules of lower floors only.
+const FLOORS: &[&[&str]] = &[
+    // 0: the driver's types and codes, formatting, parsing, data structures,
+    //    the registries of hooks
+    &["cu", "fmt", "config", "ptrtable", "slotgroup", "hooks"],
+    // 1: libc (dl*, files, clocks)
+    &["sys"],
+    // 2: the real entry points (resolved once), the usage region, the live
+    //    grant, the line
+    &["symbols", "region", "livegrant", "msg"],
+    // 3: the policy: admission and charging over the region (pure)
+    &["policy"],
+    // 4: the process's configuration, region and slot
+    &["state"],
+    // 5: GPUs outside the slice
+    &["foreign"],
+    // 6: which device a call is about
+    &["devices"],
+    // 7: the process's books (the policy over the process's state)
+    &["account"],
+    // 8-11: bookkeeping of what the driver holds
+    &["capture"],
+    &["graphs"],
+    &["pools", "vmm"],
+    &["contexts"],
+    // 12: the CUDA and NVML entry points
+    &["cuda", "nvml"],
+    // 13: the exported table, cuGetProcAddress, dlsym
+    &["exports"],
+];
+
+/// Floors whose modules export driver symbols (and dlsym): left out of the
+/// std test harness, everything below is unit-tested there.
+const ENTRY_FLOORS: usize = 2;
+
+/// Module name -> source text of each of its files (src/NAME.rs, src/NAME/**).
+fn modules(src: &Path) -> BTreeMap<String, Vec<String>> {
+    fn walk(dir: &Path, top: Option<&str>, out: &mut BTreeMap<String, Vec<String>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                walk(&p, Some(top.unwrap_or(&name)), out);
+            } else if let Some(stem) = name.strip_suffix(".rs") {
+                let module = match top {
+                    Some(t) => t.to_string(),
+                    None if stem == "lib" || stem == "main" => continue,
+                    None => stem.to_string(),
+                };
+                out.entry(module)
+                    .or_default()
+                    .push(std::fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(src, None, &mut out);
+    out
+}
+
+/// lib.rs's `pub use module::{Name, ..};` lines: re-exported name -> module.
+fn reexports(lib: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in lib.lines() {
+        let Some(rest) = line.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let Some((module, names)) = rest.split_once("::") else {
+            continue;
+        };
+        let names = names
+            .trim_end_matches(';')
+            .trim_matches(|c| c == '{' || c == '}');
+        for n in names.split(',') {
+            let n = n.trim().rsplit("::").next().unwrap_or("");
+            if !n.is_empty() {
+                out.insert(n.to_string(), module.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+fn ident(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The crate-level names one source text refers to through `crate::`.
+fn referenced(text: &str) -> BTreeSet<String> {
+    let code = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + "crate::".len()..];
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
+            continue; // `$crate::` (a macro naming its own crate) or `foocrate::`
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            // top-level items of `crate::{a, b::{c, d}, E}`
+            let (mut depth, mut start) = (0, true);
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if start && !c.is_whitespace() => {
+                        out.insert(ident(&group[j..]).to_string());
+                        start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.insert(ident(rest).to_string());
+        }
+    }
+    out
+}
+
+/// Every import that does not go to a strictly lower floor, and every
+/// module that has no floor.
+fn violations(
+    mods: &BTreeMap<String, Vec<String>>,
+    reexp: &BTreeMap<String, String>,
+    floors: &[&[&str]],
+) -> Vec<String> {
+    let floor_of = |m: &str| floors.iter().position(|f| f.contains(&m));
+    let mut bad = Vec::new();
+    for (m, texts) in mods {
+        let Some(fm) = floor_of(m) else {
+            bad.push(format!("module {m} has no floor in FLOORS"));
+            continue;
+        };
+        let mut targets = BTreeSet::new();
+        for t in texts {
+            for name in referenced(t) {
+                let target = if mods.contains_key(&name) {
+                    name
+                } else if let Some(owner) = reexp.get(&name) {
+                    owner.clone()
+                } else {
+                    continue;
+                };
+                if &target != m {
+                    targets.insert(target);
+                }
+            }
+        }
+        for t in targets {
+            let ft = floor_of(&t);
+            if ft.is_none_or(|ft| ft >= fm) {
+                bad.push(format!(
+                    "{m} (floor {fm}) imports {t} (floor {})",
+                    ft.map_or("none".into(), |f| f.to_string())
+                ));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn interceptor_imports_only_go_down_the_floors() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&src);
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let reexp = reexports(&lib);
+    assert!(
+        mods.len() >= 20 && mods.contains_key("policy") && mods.contains_key("cuda"),
+        "read interceptor/src: {:?}",
+        mods.keys()
+    );
+    let bad = violations(&mods, &reexp, FLOORS);
+    assert!(
+        bad.is_empty(),
+        "imports against the layers of the interceptor (see docs/interceptor.md):\n{}",
+        bad.join("\n")
+    );
+    for f in FLOORS.iter().flat_map(|f| f.iter()) {
+        assert!(
+            mods.contains_key(*f),
+            "FLOORS names {f}, which interceptor/src lacks"
+        );
+    }
+}
+
+/// The modules lib.rs leaves out of the unit-test harness
+/// (`#[cfg(not(test))]` before their `mod` line).
+fn untested(lib: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut gated = false;
+    for line in lib.lines().map(str::trim) {
+        if line == "#[cfg(not(test))]" {
+            gated = true;
+            continue;
+        }
+        let m = line
+            .strip_prefix("pub mod ")
+            .or_else(|| line.strip_prefix("mod "))
+            .map(|m| m.trim_end_matches(';'));
+        if let (true, Some(m)) = (gated, m) {
+            out.insert(m.to_string());
+        }
+        gated = false;
+    }
+    out
+}
+
+/// Only the entry points (the top floors) are compiled out of the std test
+/// harness: the policy and the bookkeeping below them are unit-tested.
+#[test]
+fn only_the_entry_points_are_left_out_of_unit_tests() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let entry: BTreeSet<String> = FLOORS[FLOORS.len() - ENTRY_FLOORS..]
+        .iter()
+        .flat_map(|f| f.iter().map(|m| m.to_string()))
+        .collect();
+    assert_eq!(untested(&lib), entry);
+    // negative control: a bookkeeping module gated out is seen
+    let gated = lib.replace("pub mod pools;", "#[cfg(not(test))]\npub mod pools;");
+    assert!(untested(&gated).contains("pools"));
+}
+
+/// Negative control: the reader finds back edges in each spelling, a
+/// circle, and a module without a floor.
+#[test]
+fn the_check_sees_a_back_edge() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let real = modules(&src);
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let reexp = reexports(&lib);
+    let with = |module: &str, extra: &str| {
+        let mut m = real.clone();
+        m.get_mut(module).unwrap().push(extra.to_string());
+        violations(&m, &reexp, FLOORS)
+    };
+    assert!(violations(&real, &reexp, FLOORS).is_empty());
+    // the hub of the circle this layering removed: the process state's
+    // fork handler calling the bookkeeping it resets
+    let v = with("state", "extern \"C\" fn f() { crate::pools::reset(); }");
+    assert_eq!(v, ["state (floor 4) imports pools (floor 10)"]);
+    // the symbol table naming the wrappers
+    let v = with("symbols", "use crate::{sys, cuda::{cuMemAlloc}};");
+    assert_eq!(v, ["symbols (floor 2) imports cuda (floor 12)"]);
+    // the policy reaching for process state
+    let v = with("policy", "fn f() { crate::state::config(); }");
+    assert_eq!(v, ["policy (floor 3) imports state (floor 4)"]);
+    // an import on the same floor (two such would be a circle)
+    let v = with("pools", "use crate::vmm::created;");
+    assert_eq!(v, ["pools (floor 10) imports vmm (floor 10)"]);
+    // tests and macros' `$crate::` do not count
+    assert!(with("fmt", "#[cfg(test)]\nmod tests {\n use crate::cuda::X;\n}").is_empty());
+    assert!(with("sys", "macro_rules! m { () => { $crate::cuda::X } }").is_empty());
+    // a module nobody placed
+    let mut m = real.clone();
+    m.insert("newcomer".into(), vec![String::new()]);
+    assert_eq!(
+        violations(&m, &reexp, FLOORS),
+        ["module newcomer has no floor in FLOORS"]
+    );
+}
