@@ -215,14 +215,7 @@ impl EnterEffects for HostEnter<'_> {
         let Some(nvml) = driver::libnvml_of(files) else {
             return;
         };
-        let gpus: Vec<drvlimit::GpuLimit> = r
-            .slices
-            .iter()
-            .map(|s| drvlimit::GpuLimit {
-                uuid: s.uuid.clone(),
-                hard_bytes: s.vram_bytes,
-            })
-            .collect();
+        let gpus = drvlimit::limits_of(r);
         let rec = match drvlimit::set_for_container(self.cfg, &nvml, pid, &gpus) {
             Ok(Some(rec)) => rec,
             Ok(None) => return,
