@@ -28,7 +28,7 @@ pub const PRELOAD: &str = "/etc/ld.so.preload";
 
 /// The host's configuration file (the host's programs take another one
 /// from `GPU_QUOTA_CONFIG`; the standalone interceptor reads only this one,
-/// see [`crate::ctxcost::standalone_cache_path`]).
+/// see `ctxcost::standalone_cache_path`).
 pub const CONFIG_FILE: &str = "/etc/gpu-quota/config.toml";
 /// The same, for the interceptor's open(2).
 pub const CONFIG_FILE_C: &CStr = c"/etc/gpu-quota/config.toml";

@@ -8,7 +8,7 @@
 //! given twice: the last one counts.
 //!
 //! Version 2 carries no size: what the container may hold on each GPU is
-//! its grant, in the `grant` file beside this one ([`crate::grant`]), where
+//! its grant, in the `grant` file beside this one (the `grant` module), where
 //! the host can change it while the container runs. (Version 1 wrote the
 //! smallest slice as `vram_bytes` and one `gpu.<uuid>.vram_bytes` line per
 //! GPU; the interceptor enforced the smallest on every GPU.)
