@@ -1,6 +1,7 @@
 /* A fake libnvidia-ml.so.1: the devices of the fake libcuda (same env,
    same UUIDs), memory numbers from the shared in-use record. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,21 @@ typedef struct { unsigned version; unsigned long long total, reserved, free, use
 static void setup(void) {
   const char *e;
   if ((e = getenv("FAKE_CUDA_DEVICES"))) g_ndev = atoi(e);
+  else {
+    /* a real driver knows its GPUs without any environment (gpu-quota's
+       helper children run with an empty one): fake-nvml-devices beside
+       this library, when it exists, holds the count */
+    Dl_info di; char p[4096];
+    if (dladdr((void *)setup, &di) && di.dli_fname) {
+      snprintf(p, sizeof p, "%s", di.dli_fname);
+      char *sl = strrchr(p, '/');
+      if (sl) {
+        snprintf(sl + 1, sizeof p - (sl + 1 - p), "fake-nvml-devices");
+        FILE *f = fopen(p, "r");
+        if (f) { if (fscanf(f, "%d", &g_ndev) != 1) g_ndev = 1; fclose(f); }
+      }
+    }
+  }
   if (g_ndev < 1) g_ndev = 1;
   if (g_ndev > FAKE_MAX_DEV) g_ndev = FAKE_MAX_DEV;
   if ((e = getenv("FAKE_CUDA_MEM_BYTES"))) fake_mem_sizes(e, g_mem_of);
@@ -80,7 +96,6 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *d, nvmlMemory_v2_t *m) {
 }
 
 /* ---- additions for issue 9 (context cost, driver limits); additive only ---- */
-#include <dlfcn.h>
 #include <signal.h>
 #include <errno.h>
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;

@@ -391,10 +391,10 @@ if [ -f $C/fake/libnvidia-ml.so.1 ]; then
   D=$W/h9pdev; mkdir -p $D; for m in 0 1; do mknod $D/nvidia$m c 195 $m 2>/dev/null; done
   mknod $D/nvidiactl c 195 255 2>/dev/null; mknod $D/nvidia-uvm c 237 0 2>/dev/null; mknod $D/nvidia-uvm-tools c 237 1 2>/dev/null
   GQ_EXTRA_CFG= mkcfg h9p 'context_overhead = "256m"' "[driver]" "lib_dirs = [\"$FK/lib\"]" "dev_root = \"$D\"" "[[inventory.gpu]]" "index = 0" 'uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff00"' 'memory = "16g"' "[[inventory.gpu]]" "index = 1" 'uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff01"' 'memory = "8g"'
-  : > $FK/lib/fake-nvml-limits.log
+  : > $FK/lib/fake-nvml-limits.log; echo 2 > $FK/lib/fake-nvml-devices
   bundle dl3 busybox vram=50% gpus=2 -- true
   ctr h9p create --bundle $W/b/dl3 dl3 > $W/b/dl3/create.out 2> $W/b/dl3/create.err < /dev/null && ctr h9p start dl3 < /dev/null
-  sleep 1; LOG=$(cat $FK/lib/fake-nvml-limits.log); ctr h9p delete dl3 < /dev/null
+  sleep 1; LOG=$(cat $FK/lib/fake-nvml-limits.log); ctr h9p delete dl3 < /dev/null; rm -f $FK/lib/fake-nvml-devices
   if echo "$LOG" | grep -q 'uuid=GPU-face3344-5566-7788-99aa-bbccddeeff00 .*soft=0 hard=8589934592' && echo "$LOG" | grep -q 'uuid=GPU-face3344-5566-7788-99aa-bbccddeeff01 .*soft=0 hard=4294967296'; then
     res PASS "28#grant" "vram=50% over a 16 GiB and an 8 GiB GPU (fake r615 NVML, real runc + cgroup v2): the driver-level limit is each GPU's own grant" "$(echo "$LOG" | grep 'soft=0 hard=[0-9]' | grep -v 18446744073709551615 | sed 's/ pid=[0-9]*//' | tr '\n' ';' | cut -c1-300)"
   else res FAIL "28#grant" "per-GPU driver-level limits from one grant" "log: $(echo "$LOG" | tr '\n' ';' | cut -c1-300) err: $(tr '\n' ' ' < $W/b/dl3/create.err | cut -c1-200)"; fi
