@@ -376,6 +376,23 @@ pub fn clear_for_container(
     clear_in_dir(cfg, &dir)
 }
 
+/// gpu-quota-driver and the host's libnvidia-ml, for a change made after
+/// the container started (a resize, a release).
+fn helper_and_nvml(cfg: &crate::Config) -> Result<(PathBuf, PathBuf), DrvLimitError> {
+    let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
+        DrvLimitError::Output(format!("{} not found", crate::paths::DRIVER_HELPER_NAME))
+    })?;
+    let files = crate::driver::discover(&cfg.driver).map_err(|e| DrvLimitError::Load {
+        path: cfg.driver.ldcache.clone(),
+        message: e.to_string(),
+    })?;
+    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
+        path: "libnvidia-ml.so.1".into(),
+        message: "not found among the driver files".into(),
+    })?;
+    Ok((helper, nvml))
+}
+
 /// Change one GPU's hard limit in what state directory `dir` records (a
 /// resize of a running container): set through gpu-quota-driver on the
 /// recorded cgroup, if it is still that container's, then recorded.
@@ -396,17 +413,7 @@ pub fn update_in_dir(
     if ident(&rec.cgroup)? != (rec.dev, rec.ino) {
         return Ok(false); // the container's cgroup is gone: nothing holds the limit
     }
-    let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
-        DrvLimitError::Output(format!("{} not found", crate::paths::DRIVER_HELPER_NAME))
-    })?;
-    let files = crate::driver::discover(&cfg.driver).map_err(|e| DrvLimitError::Load {
-        path: cfg.driver.ldcache.clone(),
-        message: e.to_string(),
-    })?;
-    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
-        path: "libnvidia-ml.so.1".into(),
-        message: "not found among the driver files".into(),
-    })?;
+    let (helper, nvml) = helper_and_nvml(cfg)?;
     let one = [GpuLimit {
         uuid: uuid.into(),
         hard_bytes,
@@ -433,17 +440,7 @@ pub fn clear_in_dir(cfg: &crate::Config, dir: &Path) -> Result<Option<Cleared>, 
     if !dir.join(RECORD_FILE).is_file() {
         return Ok(None);
     }
-    let helper = crate::paths::driver_helper(cfg).ok_or_else(|| {
-        DrvLimitError::Output(format!("{} not found", crate::paths::DRIVER_HELPER_NAME))
-    })?;
-    let files = crate::driver::discover(&cfg.driver).map_err(|e| DrvLimitError::Load {
-        path: cfg.driver.ldcache.clone(),
-        message: e.to_string(),
-    })?;
-    let nvml = crate::driver::libnvml_of(&files).ok_or_else(|| DrvLimitError::Load {
-        path: "libnvidia-ml.so.1".into(),
-        message: "not found among the driver files".into(),
-    })?;
+    let (helper, nvml) = helper_and_nvml(cfg)?;
     clear_recorded(&helper, &nvml, dir)
 }
 
