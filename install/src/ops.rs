@@ -256,12 +256,16 @@ pub fn gc(a: &GcArgs) -> Result<()> {
     } else {
         // a resize a crash interrupted: the container gets what its
         // reservation holds (lifecycle::update)
-        for r in lifecycle::update::repair(&cfg)? {
+        let repaired = lifecycle::update::repair(&cfg)?;
+        for r in &repaired.done {
             gpuquota_core::outln!(
                 "finished the interrupted resize of {}: {}",
                 r.container_id,
                 gpuquota_core::ledger::describe_slices(&r.slices)
             );
+        }
+        for (id, e) in &repaired.failed {
+            eprintln!("gpu-quota: the interrupted resize of container {id} could not be finished ({e}); gc tries again next time");
         }
         let gone = ledger.gc()?;
         lifecycle::release(

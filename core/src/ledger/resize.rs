@@ -66,7 +66,7 @@ pub enum ResizeError {
         gpu: u32,
         slices: String,
     },
-    #[error("container {id} is already being resized on GPU {gpu} ({from} → {to}); wait for it to finish")]
+    #[error("container {id} is already being resized on GPU {gpu} ({from} → {to}), or an interrupted resize of it could not be finished; `gpu-quota gc` finishes it (and says why not), then resize again")]
     UnderWay {
         id: String,
         gpu: u32,

@@ -95,24 +95,30 @@ fn grant_path(cfg: &Config, r: &Reservation) -> std::path::PathBuf {
 /// live limit, then its driver-level limit where one is set (a repair or
 /// an undo, where the order no longer matters: the ledger still counts the
 /// larger of the two sizes until the marker goes).
-fn apply(
-    cfg: &Config,
-    r: &Reservation,
-    p: &PendingResize,
-    bytes: u64,
-) -> Result<(), (std::io::Error, Option<drvlimit::DrvLimitError>)> {
-    grantfile::set_vram(&grant_path(cfg, r), &p.uuid, bytes).map_err(|e| (e, None))?;
+fn apply(cfg: &Config, r: &Reservation, p: &PendingResize, bytes: u64) -> std::io::Result<()> {
+    grantfile::set_vram(&grant_path(cfg, r), &p.uuid, bytes)?;
     let dir = state::existing_dir(cfg, r);
     drvlimit::update_in_dir(cfg, &dir, &p.uuid, bytes)
         .map(|_| ())
-        .map_err(|e| (std::io::Error::other(e.to_string()), Some(e)))
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// What [`repair`] did.
+#[derive(Debug, Default)]
+pub struct Repaired {
+    /// Reservations whose interrupted resize is finished (their container
+    /// has their bytes, or is gone).
+    pub done: Vec<Reservation>,
+    /// Containers whose limit could not be set (id, why): their marker
+    /// stays, the next repair tries again.
+    pub failed: Vec<(String, std::io::Error)>,
 }
 
 /// Finish every resize a crash interrupted: the container gets what its
-/// reservation holds, the marker goes. Returns the reservations repaired.
-pub fn repair(cfg: &Config) -> Result<Vec<Reservation>, LedgerError> {
+/// reservation holds, the marker goes.
+pub fn repair(cfg: &Config) -> Result<Repaired, LedgerError> {
     let ledger = Ledger::new(cfg);
-    let mut done = vec![];
+    let mut out = Repaired::default();
     for r in ledger.read()?.reservations {
         let Some(p) = r.resizing.clone() else {
             continue;
@@ -126,12 +132,9 @@ pub fn repair(cfg: &Config) -> Result<Vec<Reservation>, LedgerError> {
         match apply(cfg, &r, &p, bytes) {
             // a container whose state is gone has no limit to agree with
             Ok(()) => {}
-            Err((e, _)) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err((e, _)) => {
-                eprintln!(
-                    "gpu-quota: the interrupted resize of container {} could not be finished: {e}",
-                    r.container_id
-                );
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                out.failed.push((r.container_id.clone(), e));
                 continue;
             }
         }
@@ -140,10 +143,10 @@ pub fn repair(cfg: &Config) -> Result<Vec<Reservation>, LedgerError> {
             root: r.runtime_root.as_deref(),
         };
         if let Some(r) = ledger.resize_end(key, bytes)? {
-            done.push(r);
+            out.done.push(r);
         }
     }
-    Ok(done)
+    Ok(out)
 }
 
 /// Resize container `key`'s slice on GPU `gpu` (its host index; `None`
