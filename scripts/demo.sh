@@ -75,7 +75,7 @@ mkbundle() { # NAME ANNOTATIONS_JSON SCRIPT
   local b="$D/bundles/$1" rootfs="$D/bundles/$1/rootfs"
   mkdir -p "$rootfs/bin" "$rootfs/tmp"
   cp "$(command -v busybox)" "$rootfs/bin/busybox"
-  for a in sh cat grep sleep ls sed; do ln -sf busybox "$rootfs/bin/$a"; done
+  for a in sh cat grep sleep ls sed od; do ln -sf busybox "$rootfs/bin/$a"; done
   cp "$D/cuda_probe" "$rootfs/bin/cuda_probe"
   for l in $(ldd "$D/cuda_probe" "$R/libgpuquota.so" | grep -v ":$" | grep -o "/[^ ]*" | sort -u); do
     mkdir -p "$rootfs$(dirname "$l")"; cp -L "$l" "$rootfs$l"
@@ -96,7 +96,7 @@ rt() { "$R/gpu-quota-runtime" --root "$RUNC_ROOT" "$@"; }
 echo; echo "== 1. a container with vram=4g: CUDA sees 4 GiB, 3 GiB fit, 2 GiB more is refused"
 echo "   (inside the container; GiB = 2^30 bytes)"
 # the script runs as sh -c inside config.json: no double quotes in it
-B=$(mkbundle probe '{"vram":"4g"}' 'v=$(sed -n s/^vram_bytes=//p /run/gpu-quota/limits); echo limits file /run/gpu-quota/limits, written by gpu-quota-hook: vram_bytes=$v, that is $((v >> 30)) GiB; echo nvidia-smi -L:; nvidia-smi -L | sed s/^/__/; echo cuMemGetInfo through the interceptor, total and free bytes:; cuda_probe info | sed s/^/__/; echo cuMemAlloc of 3 GiB, then 2 GiB more, rc 0 = success, rc 2 = CUDA_ERROR_OUT_OF_MEMORY:; cuda_probe alloc 3 2 2>&1 | sed s/^/__/')
+B=$(mkbundle probe '{"vram":"4g"}' 'v=$(od -An -tu8 -j88 -N8 /run/gpu-quota/grant); v=$((v)); echo grant file /run/gpu-quota/grant, written by gpu-quota-hook and read-only here: $v bytes on GPU 0, that is $((v >> 30)) GiB; echo nvidia-smi -L:; nvidia-smi -L | sed s/^/__/; echo cuMemGetInfo through the interceptor, total and free bytes:; cuda_probe info | sed s/^/__/; echo cuMemAlloc of 3 GiB, then 2 GiB more, rc 0 = success, rc 2 = CUDA_ERROR_OUT_OF_MEMORY:; cuda_probe alloc 3 2 2>&1 | sed s/^/__/')
 (cd "$B" && rt run demo-probe) | sed 's/^__/      /; s/^/   /'
 echo; echo "== 2. two containers take half of GPU 0 each (vram=50%, gpu=0); gpu-quota ls shows the ledger"
 for i in 1 2; do

@@ -36,8 +36,10 @@ mod tests {
         assert_eq!(parse_size(b"0"), Some(Size::Bytes(0)));
         assert_eq!(parse_size(b"0%"), None);
         assert_eq!(parse_size(b"8x"), None);
-        let limits =
-            parse_limits(b"vram_bytes=4294967296\ngpus=GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9\n");
-        assert_eq!((limits.vram_bytes, limits.ngpus), (Some(4 * G), 1));
+        // the limits file names the GPUs; their sizes are the grant's
+        let limits = parse_limits(
+            b"version=2\ncontext_overhead_bytes=1024\ngpus=GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9\n",
+        );
+        assert_eq!((limits.version, limits.context_overhead_bytes, limits.ngpus), (2, Some(1024), 1));
     }
 }

@@ -26,7 +26,7 @@ compose_up() {
   DC up -d >"$LOG/compose-up.log" 2>&1 || { cat "$LOG/compose-up.log"; cat "$R/compose/compose.yaml"; return 1; }
   expect_ledger 1 "after docker compose up -d" || return 1
   local c; c=$(DC ps -q | head -1)
-  has "$(D exec "$c" cat /run/gpu-quota/limits)" "vram_bytes=$((COMPOSE_VRAM * GIB))"
+  has "$(D exec "$c" gq-limits)" "grant0=$((COMPOSE_VRAM * GIB))"
 }
 compose_down() {
   DC down -t 1 >"$LOG/compose-down.log" 2>&1 || { cat "$LOG/compose-down.log"; return 1; }

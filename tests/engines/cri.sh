@@ -30,8 +30,8 @@ cri_slice() {
   expect_ledger 1 "after StartContainer" || return 1
   has "$(ledger)" "\"bytes\": $((2 * GIB))" || return 1
   has "$(bundle_annotations "$CRI_C1")" '"gpu-quota.io/vram":"2g"' || return 1
-  local l; l=$(Q exec "$CRI_C1" -- cat /run/gpu-quota/limits) || { echo "$l"; return 1; }
-  has "$l" "vram_bytes=$((2 * GIB))"
+  local l; l=$(Q exec "$CRI_C1" -- gq-limits) || { echo "$l"; return 1; }
+  has "$l" "grant0=$((2 * GIB))"
 }
 cri_workload() {
   # the CRI's annotations name the pod: gpu-quota ls, the metrics' labels and the event log show it
@@ -95,7 +95,7 @@ cri_nvidia_plugin() {
   [ "$(ledger_gpu)" = 1 ] || { echo "the slice is on GPU $(ledger_gpu), NVIDIA's plugin allocated GPU 1"; ledger; return 1; }
   out=$(Q exec "$c" -- ls /dev) || { echo "$out"; return 1; }
   has "$out" nvidia1 && hasnt "$out" nvidia0 || return 1
-  out=$(Q exec "$c" -- cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
+  out=$(Q exec "$c" -- gq-limits) || { echo "$out"; return 1; }
   has "$out" "GPU-00000001-0000-4000-8000-000000000001" && hasnt "$out" "GPU-00000000-0000-4000-8000-000000000000" || return 1
   Q stop-pod "$R/pod-4.json" && wait_ledger 0 5 && Q remove-pod "$R/pod-4.json" && rm -f "$R/pod-4.json"
 }

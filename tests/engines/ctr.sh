@@ -18,8 +18,8 @@ ctr_run() { C run --snapshotter native --fifo-dir "$R/fifo" --runc-binary "$RT" 
 ctr_slice() {
   ctr_run -d --annotation vram=2g "$CIMG" gq-c1 sleep 600 >/dev/null || return 1
   expect_ledger 1 "after ctr run -d" || return 1
-  local l; l=$(C tasks exec --exec-id probe gq-c1 cat /run/gpu-quota/limits) || return 1
-  has "$l" "vram_bytes=$((2 * GIB))" || return 1
+  local l; l=$(C tasks exec --exec-id probe gq-c1 gq-limits) || return 1
+  has "$l" "grant0=$((2 * GIB))" || return 1
   has "$(ledger)" "$R/ctd/state/io.containerd.runtime.v2.task/$NS/gq-c1"
 }
 ctr_refusal() {
@@ -42,8 +42,8 @@ ctr_release() {
   ! C containers ls -q | grep -qx gq-c1
 }
 ctr_run_rm() {
-  local out; out=$(ctr_run --rm --annotation gpu-quota.io/vram=2g "$CIMG" gq-c3 cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
-  has "$out" "vram_bytes=$((2 * GIB))" || return 1
+  local out; out=$(ctr_run --rm --annotation gpu-quota.io/vram=2g "$CIMG" gq-c3 gq-limits) || { echo "$out"; return 1; }
+  has "$out" "grant0=$((2 * GIB))" || return 1
   wait_ledger 0 5
 }
 # `ctr run --gpus 1` (issue 27): ctr writes containerd's own `oci-hook` running the
@@ -55,11 +55,11 @@ ctr_gpus() {
   local tk=$R/ctr-tk out rc=0
   mkdir -p "$tk" && cp "$ROOT/tests/toolkit/nvidia-container-cli" "$tk/" || return 1
   printf 'dev_root=%s\nlog=%s\n' "$GQ/dev" "$tk/standin.log" >"$tk/standin.conf"; : >"$tk/standin.log"
-  local probe='ls /dev | grep -E "^nvidia[0-9]+$" | tr "\n" " "; echo; cat /run/gpu-quota/limits 2>/dev/null; true'
+  local probe='ls /dev | grep -E "^nvidia[0-9]+$" | tr "\n" " "; echo; gq-limits 2>/dev/null; true'
   out=$(PATH=$tk:$PATH ctr_run --rm --gpus 1 --annotation vram=2g "$CIMG" gq-cg1 sh -c "$probe" 2>&1) || { echo "$out"; return 1; }
   note "with vram: $(head -1 <<<"$out")"
   [ "$(head -1 <<<"$out")" = "nvidia1 " ] || { echo "GPU nodes: $out"; rc=1; }
-  has "$out" "vram_bytes=$((2 * GIB))" && has "$out" "gpus=GPU-00000001-0000-4000-8000-000000000001" || rc=1
+  has "$out" "grant0=$((2 * GIB))" && has "$out" "gpus=GPU-00000001-0000-4000-8000-000000000001" || rc=1
   hasnt "$(cat "$tk/standin.log")" "cli ran" || rc=1
   wait_ledger 0 5 || rc=1
   out=$(PATH=$tk:$PATH ctr_run --rm --gpus 1 "$CIMG" gq-cg2 sh -c "$probe" 2>&1) || { echo "$out"; return 1; }

@@ -38,8 +38,8 @@ docker_slice() {
   D "${DRUN[@]}" -d --name gq-d1 $(dreq 2g) "$IMG" sleep 600 >/dev/null || return 1
   expect_ledger 1 "after docker run -d" || return 1
   has "$(ledger)" "\"bytes\": $((2 * GIB))" || return 1
-  local l; l=$(D exec gq-d1 cat /run/gpu-quota/limits) || return 1
-  has "$l" "vram_bytes=$((2 * GIB))" || return 1
+  local l; l=$(D exec gq-d1 gq-limits) || return 1
+  has "$l" "grant0=$((2 * GIB))" || return 1
   D exec gq-d1 sh -c 'ls /dev; cat /etc/ld.so.preload; ls /run/gpu-quota/driver' >"$T/d1.probe" || return 1
   has "$(cat "$T/d1.probe")" "nvidiactl" && has "$(cat "$T/d1.probe")" "libgpuquota.so" && has "$(cat "$T/d1.probe")" "libcuda.so.1" || return 1
 }
@@ -58,8 +58,8 @@ docker_rm() {
   wait_ledger 0 5 && no_state_dirs
 }
 docker_run_rm() {
-  local out; out=$(D "${DRUN[@]}" --rm $(dreq 2g) "$IMG" cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
-  has "$out" "vram_bytes=$((2 * GIB))" || return 1
+  local out; out=$(D "${DRUN[@]}" --rm $(dreq 2g) "$IMG" gq-limits) || { echo "$out"; return 1; }
+  has "$out" "grant0=$((2 * GIB))" || return 1
   wait_ledger 0 5
 }
 docker_stop_start() {
@@ -70,7 +70,7 @@ docker_stop_start() {
   wait_ledger 0 5 || return 1
   D start gq-d3 >/dev/null || return 1
   expect_ledger 1 "after docker start" || return 1
-  has "$(D exec gq-d3 cat /run/gpu-quota/limits)" "vram_bytes=$((3 * GIB))" || return 1
+  has "$(D exec gq-d3 gq-limits)" "grant0=$((3 * GIB))" || return 1
   D rm -f gq-d3 >/dev/null || return 1
   wait_ledger 0 5
 }
@@ -106,10 +106,10 @@ docker_headline() {
   # exactly the README's words; IMAGE becomes the test image and a command that prints the limits
   local -a argv; read -r -a argv <<<"${cmd% IMAGE}"
   [ "${argv[0]}" = docker ] || return 1
-  local out; out=$(D "${argv[@]:1}" --name gq-head "$IMG" sh -c 'cat /run/gpu-quota/limits; nvidia-smi -L 2>&1 | head -2') ||
+  local out; out=$(D "${argv[@]:1}" --name gq-head "$IMG" sh -c 'gq-limits; nvidia-smi -L 2>&1 | head -2') ||
     { echo "$out"; D rm -f gq-head >/dev/null 2>&1; return 1; }
-  note "$(grep vram_bytes= <<<"$out" | head -1)"
-  has "$out" "vram_bytes=$((vram * GIB))" || { D rm -f gq-head >/dev/null 2>&1; return 1; }
+  note "$(grep grant0= <<<"$out" | head -1)"
+  has "$out" "grant0=$((vram * GIB))" || { D rm -f gq-head >/dev/null 2>&1; return 1; }
   D rm gq-head >/dev/null || return 1
   wait_ledger 0 5
 }

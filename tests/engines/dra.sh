@@ -78,8 +78,8 @@ dra_claim() {
   expect_ledger 2 "(the claim + its container)" || return 1
   has "$(ledger)" "\"bound_claim\": \"$DRA_UID\"" || return 1
   has "$(ledger)" '"runtime_root": "/run/containerd/runc/k8s.io"' || return 1
-  l=$(Q exec "$c" -- cat /run/gpu-quota/limits) || { echo "$l"; return 1; }
-  has "$l" "vram_bytes=$((4 * GIB))" && has "$l" "gpus=$DRA_GPU" && has "$l" "gpu.$DRA_GPU.vram_bytes=$((4 * GIB))" || return 1
+  l=$(Q exec "$c" -- gq-limits) || { echo "$l"; return 1; }
+  has "$l" "grant0=$((4 * GIB))" && has "$l" "gpus=$DRA_GPU" && true || return 1
   # the container's process (pid from the ledger, as the hook confirmed it) and
   # the config.json runc ran never carry the token
   pid=$(ledger | python3 -c 'import json,sys; print(next(r["pid"] for r in json.load(sys.stdin)["reservations"] if r.get("bound_claim") == sys.argv[1]))' \

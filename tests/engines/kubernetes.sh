@@ -78,8 +78,8 @@ k8s_allocate() {
   has "$(ledger)" "\"uuid\": \"$uuid\"" && has "$(ledger)" "\"bytes\": $((4 * GIB))" || return 1
   has "$(ledger)" '"runtime_root": "/run/containerd/runc/k8s.io"' || return 1
   has "$(bundle_annotations "$c")" "\"gpu-quota.io/gpu\":\"$uuid\"" || return 1
-  l=$(Q exec "$c" -- cat /run/gpu-quota/limits) || { echo "$l"; return 1; }
-  has "$l" "vram_bytes=$((4 * GIB))" && has "$l" "gpu.$uuid.vram_bytes=$((4 * GIB))" || return 1
+  l=$(Q exec "$c" -- gq-limits) || { echo "$l"; return 1; }
+  has "$l" "grant0=$((4 * GIB))" || return 1
   # Kubernetes' own reservation: the plugin keeps all its units healthy
   l=$(KUB list) || { echo "$l"; return 1; }
   has "$l" "healthy 32 of 32"

@@ -8,8 +8,8 @@
 podman_slice() {  # RUNTIME NAME
   P run "${PODMAN_RUN[@]}" -d --name "$2" --runtime "$1" --annotation vram=2g "$IMG" sleep 600 >/dev/null || return 1
   expect_ledger 1 "after podman run -d" || return 1
-  local l; l=$(P exec "$2" cat /run/gpu-quota/limits) || return 1
-  has "$l" "vram_bytes=$((2 * GIB))"
+  local l; l=$(P exec "$2" gq-limits) || return 1
+  has "$l" "grant0=$((2 * GIB))"
 }
 podman_refusal() {  # RUNTIME NAME
   local g out rc; g=$(ledger_gpu)
@@ -27,8 +27,8 @@ podman_rm() {  # NAME
   wait_ledger 0 5
 }
 podman_run_rm() {  # RUNTIME
-  local out; out=$(P run "${PODMAN_RUN[@]}" --rm --runtime "$1" --annotation vram=2g "$IMG" cat /run/gpu-quota/limits) || { echo "$out"; return 1; }
-  has "$out" "vram_bytes=$((2 * GIB))" || return 1
+  local out; out=$(P run "${PODMAN_RUN[@]}" --rm --runtime "$1" --annotation vram=2g "$IMG" gq-limits) || { echo "$out"; return 1; }
+  has "$out" "grant0=$((2 * GIB))" || return 1
   wait_ledger 0 5
 }
 podman_stop_start() {  # RUNTIME
@@ -38,7 +38,7 @@ podman_stop_start() {  # RUNTIME
   wait_ledger 0 5 || return 1
   P start gq-p5 >/dev/null || return 1
   expect_ledger 1 "after podman start" || return 1
-  has "$(P exec gq-p5 cat /run/gpu-quota/limits)" "vram_bytes=$((3 * GIB))" || return 1
+  has "$(P exec gq-p5 gq-limits)" "grant0=$((3 * GIB))" || return 1
   P rm -f -t 0 gq-p5 >/dev/null || return 1
   wait_ledger 0 5
 }

@@ -68,7 +68,7 @@ ledger_indices() { ledger | grep -o '"index": *[0-9]*' | grep -o '[0-9]*$' | sor
 tk_probe() {
   TK_ID=$(D inspect -f '{{.Id}}' "$1") || return 1
   TK_NODES=$(D exec "$1" sh -c 'ls /dev | grep -E "^nvidia[0-9]+$" | tr "\n" " "' | sed 's/ $//')
-  TK_LIMITS=$(D exec "$1" sh -c 'cat /run/gpu-quota/limits 2>/dev/null; echo "env NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"')
+  TK_LIMITS=$(D exec "$1" sh -c 'gq-limits 2>/dev/null; echo "env NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"')
   TK_CFG=$(cat "$R/ctd/state/io.containerd.runtime.v2.task/moby/$TK_ID/config.json" 2>/dev/null)
   [ -n "$TK_CFG" ] || { echo "no config.json for $TK_ID"; return 1; }
   printf '%s\n' "$TK_CFG" >"$LOG/toolkit-$1.config.json"
@@ -87,7 +87,7 @@ tk_owned_check() {  # NSLICES WANT|-
   [ "$2" = - ] || [ "$idx" = "$2" ] || { echo "ledger GPUs '$idx', want '$2'"; rc=1; }
   local want="" i; for i in $idx; do want+="nvidia$i "; done; want=${want% }
   [ "$TK_NODES" = "$want" ] || { echo "GPU nodes in the container '$TK_NODES', want the slice's '$want'"; rc=1; }
-  has "$TK_LIMITS" "vram_bytes=$((2 * GIB))" || rc=1
+  has "$TK_LIMITS" "grant0=$((2 * GIB))" || rc=1
   [ "$(grep '^gpus=' <<<"$TK_LIMITS" | grep -o 'GPU-[0-9a-f-]*' | wc -l)" = "$1" ] || { echo "limits gpus= does not name $1 GPU(s): $TK_LIMITS"; rc=1; }
   hasnt "$(cat "$TK/standin.log")" "ran $TK_ID" || rc=1
   hasnt "$TK_CFG" "nvidia-container-runtime-hook" || rc=1

@@ -1,30 +1,37 @@
 /* A static stand-in for nvidia-smi on hosts without a GPU (tests, demo):
  * an ELF program, as the hook only injects real executables, never scripts.
- * Static, so the interceptor cannot reach it: it reads the container's slice
- * from /run/gpu-quota/limits (the file the interceptor reads) and prints,
- * per GPU of the slice, what nvidia-smi shows there through NVML. */
+ * Static, so the interceptor cannot reach it: it reads the container's
+ * grant from /run/gpu-quota/grant (the file the interceptor enforces;
+ * formats::grant: a 64-byte header — magic "GQGRANT1", version, count — and
+ * 64-byte entries: 16 bytes of UUID, the index, vram_bytes at +24) and
+ * prints, per GPU of the slice, what nvidia-smi shows there through NVML. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <stdlib.h>
+
+static uint64_t le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
 
 int main(void) {
-  FILE *f = fopen("/run/gpu-quota/limits", "r");
-  char line[512];
+  unsigned char g[64 + 16 * 64];
   int n = 0;
+  FILE *f = fopen("/run/gpu-quota/grant", "rb");
   if (f) {
-    while (fgets(line, sizeof line, f)) {
-      /* gpu.GPU-<uuid>.vram_bytes=N */
-      char *dot, *eq;
-      if (strncmp(line, "gpu.", 4) != 0 || !(eq = strchr(line, '='))) continue;
-      *eq = 0;
-      dot = strrchr(line, '.');
-      if (!dot || strcmp(dot, ".vram_bytes") != 0) continue;
-      *dot = 0;
-      unsigned long long b = strtoull(eq + 1, NULL, 10);
-      printf("GPU %d: Simulated GPU (UUID: %s) %llu MiB, the container's slice (fake nvidia-smi from tests/fake)\n",
-             n++, line + 4, b >> 20);
-    }
+    size_t got = fread(g, 1, sizeof g, f);
     fclose(f);
+    uint64_t count = le(g + 12, 4);
+    if (got == sizeof g && memcmp(g, "GQGRANT1", 8) == 0 && le(g + 8, 4) == 1 && count <= 16) {
+      for (uint64_t i = 0; i < count; i++) {
+        const unsigned char *e = g + 64 + 64 * i;
+        printf("GPU %d: Simulated GPU (UUID: GPU-", n++);
+        for (int k = 0; k < 16; k++) printf("%s%02x", (k == 4 || k == 6 || k == 8 || k == 10) ? "-" : "", e[k]);
+        printf(") %llu MiB, the container's slice (fake nvidia-smi from tests/fake)\n",
+               (unsigned long long)(le(e + 24, 8) >> 20));
+      }
+    }
   }
   if (n == 0) puts("GPU 0: Simulated GPU (fake nvidia-smi from tests/fake; no gpu-quota slice here)");
   return 0;

@@ -396,7 +396,7 @@ spec:
   - name: c
     image: $IMG
     imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "cat /run/gpu-quota/limits; sleep 3600"]
+    command: ["/bin/sh", "-c", "cat /run/gpu-quota/limits; echo grant0; od -An -tu8 -j88 -N8 /run/gpu-quota/grant; sleep 3600"]
     resources: {claims: [{name: vram}]}
 EOF
 }
@@ -423,11 +423,12 @@ case_share() {
   local a1 a2; a1=$(pod_claim_alloc p1); a2=$(pod_claim_alloc p2)
   note "p1 claim: $a1; p2 claim: $a2"
   has "$a1" "gpu-0 8Gi" && has "$a2" "gpu-0 8Gi" || return 1
-  # what the container itself printed (its CRI log file): /run/gpu-quota/limits
-  local l; waitfor 20 'grep -q vram_bytes /var/log/pods/default_p1_*/c/0.log' || return 1
+  # what the container itself printed (its CRI log file): its limits and, after "grant0",
+  # the live slice of its GPU from /run/gpu-quota/grant (entry 0's vram_bytes, byte 88)
+  local l; waitfor 20 'grep -q grant0 /var/log/pods/default_p1_*/c/0.log' || return 1
   l=$(cat /var/log/pods/default_p1_*/c/0.log)
-  note "p1's container printed: $(grep -o 'gpu=[^ ]*\|vram_bytes=[0-9]*' <<<"$l" | tr '\n' ' ')"
-  has "$l" "GPU-00000000-0000-4000-8000-000000000000" && has "$l" "vram_bytes=$((8 * GIB))" || return 1
+  note "p1's container printed: $(grep -o 'gpus=[^ ]*\|grant0\|[0-9]\{9,\}' <<<"$l" | tr '\n' ' ')"
+  has "$l" "GPU-00000000-0000-4000-8000-000000000000" && has "$l" "$((8 * GIB))" || return 1
   ledger | grep -c '"claim' | sed 's/^/ledger claim fields: /'
 }
 case_pending() {
@@ -475,7 +476,7 @@ EOF
   l=$(cat /var/log/pods/default_forge_*/c/0.log 2>/dev/null)
   note "forge: $(cut -c1-400 <<<"$st")"
   [ -n "$l" ] && note "forge's container printed: $(tr '\n' ' ' <<<"$l" | cut -c1-200)"
-  ! grep -q "vram_bytes" <<<"$l" || { echo "the forging pod has a slice"; return 1; }
+  ! grep -q "container_id=" <<<"$l" || { echo "the forging pod has a slice"; return 1; }
   ! grep -q nvidia <<<"$l" || { echo "the forging pod has GPU nodes"; return 1; }
   [ "$(ledger | grep -c '"container_id"')" -eq "$before" ] || { echo "the ledger changed"; ledger; return 1; }
   grep -q "gpu-quota:" <<<"$st" || { echo "no gpu-quota refusal in the pod's status"; return 1; }
@@ -543,10 +544,11 @@ ctr_yaml() {  # NAME RESTART-POLICY SCRIPT: one container on claim "vram" printi
   echo "    image: $IMG"
   echo "    imagePullPolicy: Never"
   [ -n "$2" ] && echo "    restartPolicy: $2"
-  echo "    command: [\"/bin/sh\", \"-c\", \"cat /run/gpu-quota/limits; $3\"]"
+  echo "    command: [\"/bin/sh\", \"-c\", \"cat /run/gpu-quota/limits; echo grant0; od -An -tu8 -j88 -N8 /run/gpu-quota/grant; $3\"]"
   echo "    resources: {claims: [{name: vram}]}"
 }
-limits_of() { cat /var/log/pods/default_"$1"_*/"$2"/0.log 2>/dev/null | grep -o 'vram_bytes=[0-9]*' | head -1; }
+# the slice a container printed: the number after "grant0" (its grant's first vram_bytes)
+limits_of() { cat /var/log/pods/default_"$1"_*/"$2"/0.log 2>/dev/null | grep -A1 '^grant0$' | sed -n 2p | tr -d ' '; }
 case_shared() {  # one claim, every consumer: two containers, sidecar + main, init + main, two pods
   reset_pods || return 1
   # the template vram-4gi (claim_pod makes it), then four pods on claims of their own, two on a named one
@@ -584,7 +586,7 @@ $(ctr_yaml c "" "sleep 3600")" || return 1
     waitfor 90 running "$p" || { echo "$p: $(phase "$p")"; KC describe pod "$p" | tail -15; bad=1; }
   done
   [ $bad -eq 0 ] || return 1
-  local want="vram_bytes=$((4 * GIB))" pc
+  local want="$((4 * GIB))" pc
   for pc in s-two/a s-two/b s-side/side s-side/main s-init/init s-init/main s-p1/c s-p2/c; do
     waitfor 20 '[ -n "$(limits_of "${pc%/*}" "${pc#*/}")" ]'
     [ "$(limits_of "${pc%/*}" "${pc#*/}")" = "$want" ] || { echo "$pc: '$(limits_of "${pc%/*}" "${pc#*/}")', want $want"; bad=1; }
