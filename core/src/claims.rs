@@ -30,11 +30,11 @@
 //! The token never leaves the ledger and the CDI spec: no event, error or
 //! `Debug` output carries it.
 use crate::{
-    config::Config,
+    config::{Config, Setting, BUILTIN_DEFAULT_BYTES},
     events, fsutil,
-    inventory::{Inventory, InventoryError},
+    inventory::{Gpu, Inventory, InventoryError},
     ledger::{ClaimEntry, Key, Ledger, LedgerError, Reservation},
-    placement::{self, Slice},
+    placement::{self, ContextCosts, Slice},
     state,
     units::human,
 };
@@ -53,6 +53,9 @@ pub struct Offer {
     /// Usable bytes (total minus the configured reserve) minus every
     /// reservation not held by a claim.
     pub offer_bytes: u64,
+    /// The smallest claim worth granting here: one that can hold a CUDA
+    /// context ([`smallest_useful`]).
+    pub min_bytes: u64,
 }
 
 /// A claim the scheduler allocated on this node: `bytes` on `gpu_uuid`.
@@ -83,6 +86,13 @@ pub enum ClaimError {
         holders: String,
         /// How long the prepare waited for holders to release.
         waited_ms: u64,
+    },
+    #[error("claim asks for {} on GPU {gpu}, which cannot hold a CUDA context: every process in its container is charged {} for its context there, so no CUDA program could run in it. The smallest useful claim on this GPU is {}; ask for at least that (the ResourceSlice's request policy says so too)", human(*asked), human(*charge), human(*smallest))]
+    TooSmallForContext {
+        asked: u64,
+        gpu: u32,
+        charge: u64,
+        smallest: u64,
     },
     #[error("claim names GPU {gpu}, which is not a GPU gpu-quota may slice on this host; sliceable GPUs: {known}")]
     UnknownGpu { gpu: String, known: String },
@@ -332,13 +342,18 @@ fn source(cause: &'static str) -> events::Source<'static> {
 }
 
 /// What claims may take on each sliceable GPU of the inventory.
-pub fn offers(cfg: &Config) -> Result<Vec<Offer>, ClaimError> {
+pub fn offers(cfg: &Config, costs: &ContextCosts) -> Result<Vec<Offer>, ClaimError> {
     let inv = Inventory::load(cfg)?;
     let data = Ledger::new(cfg).read()?;
-    Ok(offers_of(cfg, &inv, &data.reservations))
+    Ok(offers_of(cfg, costs, &inv, &data.reservations))
 }
 
-fn offers_of(cfg: &Config, inv: &Inventory, held: &[Reservation]) -> Vec<Offer> {
+fn offers_of(
+    cfg: &Config,
+    costs: &ContextCosts,
+    inv: &Inventory,
+    held: &[Reservation],
+) -> Vec<Offer> {
     let reserve = cfg.reserve_bytes().unwrap_or(0);
     inv.gpus
         .iter()
@@ -356,6 +371,7 @@ fn offers_of(cfg: &Config, inv: &Inventory, held: &[Reservation]) -> Vec<Offer> 
                 product: g.name.clone(),
                 total_bytes: g.total_bytes,
                 offer_bytes: g.total_bytes.saturating_sub(reserve).saturating_sub(others),
+                min_bytes: smallest_useful(cfg, costs, g),
             }
         })
         .collect()
@@ -380,9 +396,35 @@ fn remove_cdi(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
 
 /// Reserve the claim's bytes on its GPU, make its token and its CDI spec.
 /// Idempotent for the same uid, GPU and bytes. Refused at once when the
-/// bytes are not free ([`prepare_waiting`] waits for releases).
+/// bytes are not free ([`prepare_waiting`] waits for releases), or when
+/// they cannot hold a CUDA context.
 pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
-    prepare_waiting(cfg, a, Duration::ZERO)
+    prepare_waiting(cfg, a, &ContextCosts::default(), Duration::ZERO)
+}
+
+/// What a process's CUDA context is charged on GPU `g`, as a claim's
+/// container will be charged it: the configured `context_overhead`, else
+/// the cost measured on this host for that model (`costs`, from the
+/// context-cost cache: `ctxcost::known_costs`), else the built-in default.
+pub fn context_charge(cfg: &Config, costs: &ContextCosts, g: &Gpu) -> u64 {
+    match cfg.context_overhead_setting() {
+        Ok(Setting::Bytes(b)) => b,
+        _ => costs
+            .measured
+            .get(&g.name)
+            .copied()
+            .unwrap_or(BUILTIN_DEFAULT_BYTES),
+    }
+}
+
+/// The smallest claim worth granting on GPU `g`: its context charge and
+/// one allocation above it (0 where no context is charged). A smaller
+/// claim could not create a CUDA context in its container.
+pub fn smallest_useful(cfg: &Config, costs: &ContextCosts, g: &Gpu) -> u64 {
+    match context_charge(cfg, costs, g) {
+        0 => 0,
+        c => c.saturating_add(placement::MIN_USEFUL_ABOVE_CONTEXT),
+    }
 }
 
 /// [`prepare`], and while the claim's bytes are held by others, try again
@@ -392,11 +434,12 @@ pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
 pub fn prepare_waiting(
     cfg: &Config,
     a: &ClaimAlloc,
+    costs: &ContextCosts,
     wait: Duration,
 ) -> Result<Prepared, ClaimError> {
     let start = Instant::now();
     loop {
-        match prepare_once(cfg, a) {
+        match prepare_once(cfg, a, costs) {
             Err(ClaimError::DoesNotFit { .. }) if start.elapsed() + RELEASE_POLL <= wait => {
                 std::thread::sleep(RELEASE_POLL)
             }
@@ -424,7 +467,11 @@ pub fn prepare_waiting(
     }
 }
 
-fn prepare_once(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
+fn prepare_once(
+    cfg: &Config,
+    a: &ClaimAlloc,
+    costs: &ContextCosts,
+) -> Result<Prepared, ClaimError> {
     check(a)?;
     let inv = Inventory::load(cfg)?;
     let Some(g) = inv.gpus.iter().find(|g| {
@@ -445,6 +492,15 @@ fn prepare_once(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
             },
         });
     };
+    let smallest = smallest_useful(cfg, costs, g);
+    if a.bytes < smallest {
+        return Err(ClaimError::TooSmallForContext {
+            asked: a.bytes,
+            gpu: g.index,
+            charge: context_charge(cfg, costs, g),
+            smallest,
+        });
+    }
     let capacity = g
         .total_bytes
         .saturating_sub(cfg.reserve_bytes().unwrap_or(0));

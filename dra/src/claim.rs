@@ -206,6 +206,7 @@ mod tests {
                 product: "NVIDIA H200".into(),
                 total_bytes: 16 * GI,
                 offer_bytes: 15 * GI,
+                min_bytes: 0,
             })
             .to_vec()
     }

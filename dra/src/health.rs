@@ -232,6 +232,7 @@ mod tests {
             product: "P".into(),
             total_bytes: 16 << 30,
             offer_bytes: 15 << 30,
+            min_bytes: 0,
         }
     }
 

@@ -36,13 +36,19 @@ impl HostNode {
 
 impl Node for HostNode {
     fn offers(&self) -> Result<Vec<Offer>, NodeError> {
-        Ok(gpuquota_core::claims::offers(&self.config()?)?)
+        let cfg = self.config()?;
+        let costs = gpuquota_core::ctxcost::known_costs(&cfg, true);
+        Ok(gpuquota_core::claims::offers(&cfg, &costs)?)
     }
 
     fn prepare(&self, a: &ClaimAlloc) -> Result<Prepared, NodeError> {
+        // what a context costs here: a claim that cannot hold one is refused
+        let cfg = self.config()?;
+        let costs = gpuquota_core::ctxcost::known_costs(&cfg, true);
         Ok(gpuquota_core::claims::prepare_waiting(
-            &self.config()?,
+            &cfg,
             a,
+            &costs,
             gpuquota_core::claims::RELEASE_WAIT,
         )?)
     }

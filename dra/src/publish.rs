@@ -382,6 +382,7 @@ mod tests {
             product: "P".into(),
             total_bytes: 16 * GI,
             offer_bytes: free,
+            min_bytes: 0,
         }]
     }
 

@@ -6,10 +6,12 @@
 //! Kubernetes hold; claims are not subtracted, the scheduler counts them
 //! through `consumedCapacity`), rounded down to the request step so that the
 //! scheduler never grants what the ledger would refuse. Requests are rounded
-//! up to a multiple of 256 MiB (at least 256 MiB; 1 GiB when a claim names
-//! no amount): a CUDA context alone costs a few hundred MiB, so smaller
-//! grants are useless, and a coarse step keeps the scheduler's arithmetic
-//! and the figures users read short.
+//! up to a multiple of 256 MiB, at least the smallest claim that can hold a
+//! CUDA context on that GPU (`Offer.min_bytes`: the context charge and one
+//! allocation, e.g. 614 MiB + 2 MiB → 768 MiB on an H200), 1 GiB when a
+//! claim names no amount: a smaller grant could run no CUDA program, and a
+//! coarse step keeps the scheduler's arithmetic and the figures users read
+//! short.
 use crate::api::DRIVER;
 use crate::node::Offer;
 use crate::quantity;
@@ -73,14 +75,18 @@ fn device(o: &Offer) -> Device {
             },
         ),
     ]);
+    // the smallest request this GPU takes: one step, or the smallest claim
+    // that can hold a CUDA context there, rounded up to the step (the
+    // scheduler rounds a smaller request up to it)
+    let min = o.min_bytes.div_ceil(STEP_BYTES).max(1) * STEP_BYTES;
     let capacity = BTreeMap::from([(
         MEMORY.to_string(),
         DeviceCapacity {
             value: q(o.offer_bytes / STEP_BYTES * STEP_BYTES),
             request_policy: Some(CapacityRequestPolicy {
-                default: Some(q(DEFAULT_BYTES)),
+                default: Some(q(DEFAULT_BYTES.max(min))),
                 valid_range: Some(CapacityRequestPolicyRange {
-                    min: q(STEP_BYTES),
+                    min: q(min),
                     step: Some(q(STEP_BYTES)),
                     max: None,
                 }),
@@ -145,6 +151,7 @@ mod tests {
             product: "NVIDIA H200".into(),
             total_bytes: 141 * GI,
             offer_bytes,
+            min_bytes: 0,
         }
     }
 
@@ -196,6 +203,25 @@ mod tests {
         assert_eq!(r.min.0, "256Mi");
         assert_eq!(r.step.as_ref().unwrap().0, "256Mi");
         assert!(r.max.is_none() && p.valid_values.is_none());
+    }
+
+    /// The smallest request a GPU takes can hold a CUDA context: the H200's
+    /// measured charge (614 MiB) and one allocation round up to 768 MiB; a
+    /// charge above the default claim raises the default too.
+    #[test]
+    fn the_minimum_request_can_hold_a_context() {
+        let mi = 1u64 << 20;
+        let mut o = offer(0, 16 * GI);
+        o.min_bytes = 614 * mi + 2 * mi;
+        let s = slice_for("n", &[o.clone()]);
+        let p = memory(&s, 0).request_policy.as_ref().unwrap();
+        assert_eq!(p.valid_range.as_ref().unwrap().min.0, "768Mi");
+        assert_eq!(p.default.as_ref().unwrap().0, "1Gi");
+        o.min_bytes = 1100 * mi;
+        let s = slice_for("n", &[o]);
+        let p = memory(&s, 0).request_policy.as_ref().unwrap();
+        assert_eq!(p.valid_range.as_ref().unwrap().min.0, "1280Mi");
+        assert_eq!(p.default.as_ref().unwrap().0, "1280Mi");
     }
 
     #[test]

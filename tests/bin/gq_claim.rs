@@ -38,12 +38,14 @@ fn main() {
             Err(e @ ClaimError::InUse { .. }) => fail(&e.to_string(), 3),
             Err(e) => fail(&e.to_string(), 1),
         },
-        ["offers"] => match claims::offers(&cfg) {
-            Ok(o) => o
-                .iter()
-                .for_each(|o| println!("{} {} {}", o.index, o.uuid, o.offer_bytes)),
-            Err(e) => fail(&e.to_string(), 1),
-        },
+        ["offers"] => {
+            match claims::offers(&cfg, &gpuquota_core::ctxcost::known_costs(&cfg, true)) {
+                Ok(o) => o
+                    .iter()
+                    .for_each(|o| println!("{} {} {}", o.index, o.uuid, o.offer_bytes)),
+                Err(e) => fail(&e.to_string(), 1),
+            }
+        }
         _ => fail(
             "usage: gq-claim prepare UID NAMESPACE NAME GPU_UUID BYTES | unprepare UID | offers",
             2,

@@ -85,6 +85,47 @@ fn presenting(uid: &str, token: &str) -> Presented {
     .unwrap()
 }
 
+/// A claim below what a context costs on its GPU could run no CUDA program:
+/// refused with the smallest useful size (the configured charge, else the
+/// one measured for that model, else the built-in default), and the offer
+/// says the same smallest size.
+#[test]
+fn a_claim_that_cannot_hold_a_context_is_refused_with_the_smallest_useful_size() {
+    let (_d, cfg) = setup();
+    let mi = 1u64 << 20;
+    // no measurement: the built-in default charge (616 MiB) + 2 MiB
+    let e = prepare(&cfg, &alloc("u-s", GPU0, 512 * mi)).unwrap_err();
+    assert!(
+        matches!(e, ClaimError::TooSmallForContext { smallest, .. } if smallest == 618 * mi),
+        "{e:?}"
+    );
+    let m = e.to_string();
+    assert!(
+        m.contains("512.00 MiB")
+            && m.contains("charged 616.00 MiB")
+            && m.contains("smallest useful claim on this GPU is 618.00 MiB"),
+        "{m}"
+    );
+    assert!(
+        entries(&cfg).is_empty() && !cdi_path(&cfg, "u-s").exists(),
+        "nothing reserved"
+    );
+    // measured on this host for the model: 400 MiB
+    let mut costs = ContextCosts::default();
+    costs.measured.insert("Simulated H100".into(), 400 * mi);
+    prepare_waiting(&cfg, &alloc("u-s", GPU0, 512 * mi), &costs, Duration::ZERO).unwrap();
+    assert_eq!(
+        offers(&cfg, &costs).unwrap()[0].min_bytes,
+        402 * mi,
+        "the offer's smallest claim"
+    );
+    // configured: that size wins; 0 charges nothing and takes any claim
+    let (_d2, mut cfg2) = setup();
+    cfg2.context_overhead = "0".into();
+    prepare(&cfg2, &alloc("u-t", GPU0, mi)).unwrap();
+    assert_eq!(offers(&cfg2, &costs).unwrap()[0].min_bytes, 0);
+}
+
 #[test]
 fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
     let (_d, cfg) = setup();
@@ -174,7 +215,7 @@ fn bad_names_and_unknown_gpus_are_refused_before_anything_is_written() {
     cfg.gpus = vec!["1".into()];
     let e = prepare(&cfg, &alloc("u", GPU0, G)).unwrap_err();
     assert!(matches!(e, ClaimError::UnknownGpu { .. }), "{e:?}");
-    assert_eq!(offers(&cfg).unwrap().len(), 1);
+    assert_eq!(offers(&cfg, &ContextCosts::default()).unwrap().len(), 1);
     assert!(!Ledger::new(&cfg).exists() && !cfg.cdi_dir.exists());
 }
 
@@ -196,7 +237,7 @@ fn offers_leave_claims_out_but_subtract_every_other_reservation() {
         &mut vec![],
     )
     .unwrap();
-    let o = offers(&cfg).unwrap();
+    let o = offers(&cfg, &ContextCosts::default()).unwrap();
     assert_eq!(
         o,
         [
@@ -205,7 +246,8 @@ fn offers_leave_claims_out_but_subtract_every_other_reservation() {
                 index: 0,
                 product: "Simulated H100".into(),
                 total_bytes: 16 * G,
-                offer_bytes: 11 * G, // 16 - 1 reserve - 4 docker
+                offer_bytes: 11 * G,  // 16 - 1 reserve - 4 docker
+                min_bytes: 618 << 20, // the built-in context charge + 2 MiB
             },
             Offer {
                 uuid: GPU1.into(),
@@ -213,6 +255,7 @@ fn offers_leave_claims_out_but_subtract_every_other_reservation() {
                 product: "Simulated H100".into(),
                 total_bytes: 16 * G,
                 offer_bytes: 15 * G,
+                min_bytes: 618 << 20,
             }
         ]
     );
@@ -646,8 +689,13 @@ fn a_prepare_waits_briefly_for_an_earlier_holder_that_is_releasing() {
         })
     };
     let t = std::time::Instant::now();
-    prepare_waiting(&cfg, &alloc("new-uid", GPU0, 8 * G), RELEASE_WAIT)
-        .expect("prepared once the old claim is released");
+    prepare_waiting(
+        &cfg,
+        &alloc("new-uid", GPU0, 8 * G),
+        &ContextCosts::default(),
+        RELEASE_WAIT,
+    )
+    .expect("prepared once the old claim is released");
     assert!(t.elapsed() >= std::time::Duration::from_millis(600));
     assert!(t.elapsed() < std::time::Duration::from_secs(3));
     release.join().unwrap();
@@ -657,6 +705,7 @@ fn a_prepare_waits_briefly_for_an_earlier_holder_that_is_releasing() {
     let e = prepare_waiting(
         &cfg,
         &alloc("third", GPU0, 12 * G),
+        &ContextCosts::default(),
         std::time::Duration::from_millis(800),
     )
     .unwrap_err();
