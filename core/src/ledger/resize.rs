@@ -438,5 +438,21 @@ mod tests {
                 .contains("granted by Kubernetes (pod team/nb-0)"),
             "{e}"
         );
+        // a container bound to a DRA claim: the claim's slice is the scheduler's
+        l.transact(|d| {
+            d.reservations[0].workload = None;
+            d.reservations[0].bound_claim = Some("0a1b2c3d-0000-4000-8000-00000000c1a1".into());
+            Ok(((), true))
+        })
+        .unwrap();
+        let e = l
+            .resize_begin(&cfg, &inv, &c, key("a"), None, Size::Bytes(G))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("granted by Kubernetes (DRA claim 0a1b2c3d-0000-4000-8000-00000000c1a1)"),
+            "{e}"
+        );
+        assert_eq!(bytes_of(&l, "a"), (2 * G, None), "nothing changed");
     }
 }
