@@ -55,12 +55,12 @@ lib_dirs = ["$ROOT/tests/fake/build"]
 bin_dirs = ["$D/bin"]
 [[inventory.gpu]]
 index = 0
-uuid = "GPU-00000000-0000-4000-8000-000000000000"
+uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff00"
 name = "Simulated GPU"
 memory = "16g"
 [[inventory.gpu]]
 index = 1
-uuid = "GPU-00000001-0000-4000-8000-000000000001"
+uuid = "GPU-face3344-5566-7788-99aa-bbccddeeff01"
 name = "Simulated GPU"
 memory = "16g"
 EOT
@@ -97,7 +97,12 @@ echo; echo "== 1. a container with vram=4g: CUDA sees 4 GiB, 3 GiB fit, 2 GiB mo
 echo "   (inside the container; GiB = 2^30 bytes)"
 # the script runs as sh -c inside config.json: no double quotes in it
 B=$(mkbundle probe '{"vram":"4g"}' 'v=$(od -An -tu8 -j88 -N8 /run/gpu-quota/grant); v=$((v)); echo grant file /run/gpu-quota/grant, written by gpu-quota-hook and read-only here: $v bytes on GPU 0, that is $((v >> 30)) GiB; echo nvidia-smi -L:; nvidia-smi -L | sed s/^/__/; echo cuMemGetInfo through the interceptor, total and free bytes:; cuda_probe info | sed s/^/__/; echo cuMemAlloc of 3 GiB, then 2 GiB more, rc 0 = success, rc 2 = CUDA_ERROR_OUT_OF_MEMORY:; cuda_probe alloc 3 2 2>&1 | sed s/^/__/')
-(cd "$B" && rt run demo-probe) | sed 's/^__/      /; s/^/   /'
+OUT1=$(cd "$B" && rt run demo-probe 2>&1)
+sed 's/^__/      /; s/^/   /' <<<"$OUT1"
+# the demo shows what it claims, or says it does not
+for want in "total=4294967296" "alloc 3 GiB rc=0" "alloc 2 GiB rc=2"; do
+  grep -qF "$want" <<<"$OUT1" || { echo "demo: step 1 did not show '$want' (see above)" >&2; exit 1; }
+done
 echo; echo "== 2. two containers take half of GPU 0 each (vram=50%, gpu=0); gpu-quota ls shows the ledger"
 for i in 1 2; do
   B=$(mkbundle half$i '{"vram":"50%","gpu":"0"}' 'sleep 600')
