@@ -18,12 +18,13 @@
 use crate::config::Config;
 use crate::events;
 use crate::inventory::Inventory;
-use crate::ledger::resize::{PendingResize, ResizeError};
+use crate::ledger::resize::ResizeError;
 use crate::ledger::{Key, LedgerError, Reservation};
 use crate::placement::ContextCosts;
 use crate::units::{human, Size};
 use crate::{drvlimit, grantfile, state, usage, Ledger};
 use gpuquota_formats::grant;
+use std::path::Path;
 
 /// The steps of a resize, in order (tests stop a resize at each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,18 +88,13 @@ pub struct Resized {
     pub to: u64,
 }
 
-fn grant_path(cfg: &Config, r: &Reservation) -> std::path::PathBuf {
-    state::existing_dir(cfg, r).join(grant::FILE_NAME)
-}
-
-/// Give the container of `r` the slice `bytes` on the GPU of `p`: its
-/// live limit, then its driver-level limit where one is set (a repair or
-/// an undo, where the order no longer matters: the ledger still counts the
-/// larger of the two sizes until the marker goes).
-fn apply(cfg: &Config, r: &Reservation, p: &PendingResize, bytes: u64) -> std::io::Result<()> {
-    grantfile::set_vram(&grant_path(cfg, r), &p.uuid, bytes)?;
-    let dir = state::existing_dir(cfg, r);
-    drvlimit::update_in_dir(cfg, &dir, &p.uuid, bytes)
+/// Give the container whose state directory is `dir` the slice `bytes` on
+/// GPU `uuid`: its live limit, then its driver-level limit where one is
+/// set (a repair or an undo, where the order no longer matters: the ledger
+/// still counts the larger of the two sizes until the marker goes).
+fn apply(cfg: &Config, dir: &Path, uuid: &str, bytes: u64) -> std::io::Result<()> {
+    grantfile::set_vram(&dir.join(grant::FILE_NAME), uuid, bytes)?;
+    drvlimit::update_in_dir(cfg, dir, uuid, bytes)
         .map(|_| ())
         .map_err(|e| std::io::Error::other(e.to_string()))
 }
@@ -129,7 +125,7 @@ pub fn repair(cfg: &Config) -> Result<Repaired, LedgerError> {
             .find(|s| s.uuid == p.uuid)
             .map(|s| s.vram_bytes)
             .unwrap_or(p.from);
-        match apply(cfg, &r, &p, bytes) {
+        match apply(cfg, &state::existing_dir(cfg, &r), &p.uuid, bytes) {
             // a container whose state is gone has no limit to agree with
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -194,62 +190,60 @@ pub fn resize_observed(
         .map(|s| s.index)
         .unwrap_or(0);
     let id = r.container_id.clone();
-    // undo: the container keeps (shrink) or gets back (a failed grow is
-    // rolled back as a whole) its old size, and the ledger says so
-    let give_up = |kept: u64| -> Result<(), UpdateError> {
-        let _ = apply(cfg, r, p, kept);
-        ledger.resize_end(key.clone(), kept)?;
-        Ok(())
-    };
-    let grant_err = |err: std::io::Error, kept: u64| UpdateError::Grant {
-        id: id.clone(),
-        path: grant_path(cfg, r).display().to_string(),
-        err,
-        kept: human(kept),
-    };
-    let driver_err = |err, kept: u64| UpdateError::Driver {
-        id: id.clone(),
-        gpu: index,
-        err,
-        kept: human(kept),
-    };
+    // the container's state directory, found once
     let dir = state::existing_dir(cfg, r);
+    // a step that fails undoes the resize as a whole: the container keeps
+    // (shrink) or gets back (grow) its old size, and the ledger says so
+    let undo = |e: UpdateError| -> UpdateError {
+        let _ = apply(cfg, &dir, &p.uuid, p.from);
+        match ledger.resize_end(key.clone(), p.from) {
+            Ok(_) => e,
+            Err(l) => l.into(),
+        }
+    };
+    let grant = |bytes: u64| {
+        grantfile::set_vram(&dir.join(grant::FILE_NAME), &p.uuid, bytes).map_err(|err| {
+            undo(UpdateError::Grant {
+                id: id.clone(),
+                path: dir.join(grant::FILE_NAME).display().to_string(),
+                err,
+                kept: human(p.from),
+            })
+        })
+    };
+    let driver = |bytes: u64| {
+        drvlimit::update_in_dir(cfg, &dir, &p.uuid, bytes).map_err(|err| {
+            undo(UpdateError::Driver {
+                id: id.clone(),
+                gpu: index,
+                err,
+                kept: human(p.from),
+            })
+        })
+    };
     if b.grows() {
         // the ledger already counts the new size: raise the driver's limit,
         // then the container's
-        if let Err(e) = drvlimit::update_in_dir(cfg, &dir, &p.uuid, p.to) {
-            give_up(p.from)?;
-            return Err(driver_err(e, p.from));
-        }
+        driver(p.to)?;
         observe(Step::Driver);
-        if let Err(e) = grantfile::set_vram(&grant_path(cfg, r), &p.uuid, p.to) {
-            give_up(p.from)?;
-            return Err(grant_err(e, p.from));
-        }
+        grant(p.to)?;
         observe(Step::Granted);
     } else {
         // nothing new is admitted past the new size from here on
-        if let Err(e) = grantfile::set_vram(&grant_path(cfg, r), &p.uuid, p.to) {
-            give_up(p.from)?;
-            return Err(grant_err(e, p.from));
-        }
+        grant(p.to)?;
         observe(Step::Granted);
-        let (held, holders) = held_on(cfg, r, &p.uuid);
+        let (held, holders) = held_on(&dir, r, &p.uuid);
         observe(Step::Checked);
         if held > p.to {
-            give_up(p.from)?;
-            return Err(UpdateError::Held {
+            return Err(undo(UpdateError::Held {
                 id,
                 gpu: index,
                 to: human(p.to),
                 held: human(held),
                 holders,
-            });
+            }));
         }
-        if let Err(e) = drvlimit::update_in_dir(cfg, &dir, &p.uuid, p.to) {
-            give_up(p.from)?;
-            return Err(driver_err(e, p.from));
-        }
+        driver(p.to)?;
         observe(Step::Driver);
     }
     let r = ledger
@@ -268,8 +262,8 @@ pub fn resize_observed(
 /// What the container holds on GPU `uuid` by its usage file, and by which
 /// processes (pids in the container). A file that names no device for the
 /// GPU counts everything it holds (a shrink must not pass on a guess).
-fn held_on(cfg: &Config, r: &Reservation, uuid: &str) -> (u64, String) {
-    let path = state::usage_path(&state::existing_dir(cfg, r));
+fn held_on(dir: &Path, r: &Reservation, uuid: &str) -> (u64, String) {
+    let path = state::usage_path(dir);
     let alive = container_processes(r);
     let u = match &alive {
         // a slot counts while its process lives (same pid in the
