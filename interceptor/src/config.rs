@@ -40,6 +40,9 @@ mod tests {
         let limits = parse_limits(
             b"version=2\ncontext_overhead_bytes=1024\ngpus=GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9\n",
         );
-        assert_eq!((limits.version, limits.context_overhead_bytes, limits.ngpus), (2, Some(1024), 1));
+        assert_eq!(
+            (limits.version, limits.context_overhead_bytes, limits.ngpus),
+            (2, Some(1024), 1)
+        );
     }
 }

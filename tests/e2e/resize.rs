@@ -94,8 +94,10 @@ fn grow_is_admitted_like_a_new_container_and_refused_when_it_does_not_fit() {
     assert!(m.lines().any(|l| l == "gpu_quota_resizes_total 1"), "{m}");
     // the snapshot `metrics` and `top` share shows the new size
     assert!(
-        m.lines().any(|l| l.starts_with("gpu_quota_container_slice_bytes{container=\"a\"")
-            && l.ends_with(&format!(" {}", 8 * GIB))),
+        m.lines().any(
+            |l| l.starts_with("gpu_quota_container_slice_bytes{container=\"a\"")
+                && l.ends_with(&format!(" {}", 8 * GIB))
+        ),
         "{m}"
     );
     // the GPU is now full: nothing else is admitted on it
