@@ -366,10 +366,13 @@ impl Charges {
             return r;
         }
         if h != 0 {
+            // the entry is taken first, then filled: an entry in use keeps
+            // its device and bytes (h reaches a destroy only after this
+            // returns it)
             for (i, slot) in self.handle.iter().enumerate() {
-                self.idx[i].store(dev.idx as u32, Relaxed);
-                self.bytes[i].store(ov, Relaxed);
                 if slot.compare_exchange(0, h, AcqRel, Acquire).is_ok() {
+                    self.idx[i].store(dev.idx as u32, Release);
+                    self.bytes[i].store(ov, Release);
                     self.live[dev.idx].fetch_add(1, AcqRel);
                     return r;
                 }
@@ -567,6 +570,38 @@ mod tests {
         c.destroyed(&b, 0x300000 + 0x40);
         assert_eq!(c.create(&b, b"x", dev(0), 16 * M, || (1, 0)), 1);
         assert_eq!(r.used(0), 48 * M);
+    }
+
+    /// A context is refunded on the device it was charged on, whatever was
+    /// created after it. (Mutation: filling an entry before taking it
+    /// rewrote the device of every entry in use: destroying the first
+    /// context refunded device 1.)
+    #[test]
+    fn a_destroy_refunds_the_device_the_context_was_charged_on() {
+        let (r, s) = region();
+        let h = TestHost::new(&[Some(64 * M), Some(64 * M)]);
+        let b = Budget {
+            region: r,
+            slot: s,
+            host: &h,
+        };
+        let c = Charges::new();
+        assert_eq!(
+            c.create(&b, b"cuCtxCreate", dev(0), 16 * M, || (
+                CUDA_SUCCESS,
+                0x1000
+            )),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            c.create(&b, b"cuCtxCreate", dev(1), 8 * M, || (CUDA_SUCCESS, 0x2000)),
+            CUDA_SUCCESS
+        );
+        assert!(c.destroyed(&b, 0x1000));
+        assert_eq!((r.used(0), r.used(1)), (0, 8 * M));
+        assert_eq!((c.created_live(0), c.created_live(1)), (0, 1));
+        assert!(c.destroyed(&b, 0x2000));
+        assert_eq!((r.used(0), r.used(1)), (0, 0));
     }
 
     /// The base charge is taken once per device, by the primary retain or
