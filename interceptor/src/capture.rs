@@ -224,10 +224,7 @@ pub fn stream_capturing(s: *mut c_void) -> bool {
 
 /// A capture began on s.
 pub fn began(s: *mut c_void) {
-    if REGISTERED.load(Relaxed) == 0 {
-        REGISTERED.store(1, Relaxed);
-        hooks::FORK.register(fork_reset);
-    }
+    hooks::enlist(&REGISTERED, &[(&hooks::FORK, fork_reset)]);
     CAPTURES.began(s as u64);
 }
 

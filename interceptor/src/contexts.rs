@@ -64,10 +64,7 @@ fn fork_reset(_: usize) -> bool {
 /// registered (once).
 #[inline]
 fn activate() {
-    if REGISTERED.load(Relaxed) == 0 {
-        REGISTERED.store(1, Relaxed);
-        hooks::FORK.register(fork_reset);
-    }
+    hooks::enlist(&REGISTERED, &[(&hooks::FORK, fork_reset)]);
 }
 static REGISTERED: AtomicU8 = AtomicU8::new(0);
 

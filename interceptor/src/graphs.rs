@@ -132,12 +132,18 @@ fn capture_end(_: usize) -> bool {
 
 /// A graph was instantiated (or got a memory node): follow graph memory.
 pub fn note() {
-    if GRAPHS.note() {
-        hooks::FORK.register(fork_reset);
-        hooks::GIVE_BACK.register(give_back);
-        hooks::CAPTURE_END.register(capture_end);
-    }
+    // the hooks exist before the mark that graph memory is followed
+    hooks::enlist(
+        &REGISTERED,
+        &[
+            (&hooks::FORK, fork_reset),
+            (&hooks::GIVE_BACK, give_back),
+            (&hooks::CAPTURE_END, capture_end),
+        ],
+    );
+    GRAPHS.note();
 }
+static REGISTERED: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
 
 /// A graph was launched: its memory is reserved now.
 pub fn launched() {

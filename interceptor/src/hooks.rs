@@ -15,9 +15,12 @@
 //! registry is never emptied. Registering the same function twice is a
 //! no-op, so callers may register on every first use they see.
 
-use core::sync::atomic::{AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering::*};
 
 const N: usize = 16;
+
+/// A registered function: its argument and answer are the registry's.
+pub type Hook = fn(usize) -> bool;
 
 pub struct Registry {
     fns: [AtomicUsize; N],
@@ -77,6 +80,20 @@ pub static FORK: Registry = Registry::new();
 pub static GIVE_BACK: Registry = Registry::new();
 /// Work deferred during stream capture (see the module comment).
 pub static CAPTURE_END: Registry = Registry::new();
+
+/// A bookkeeping module's first use: register its `hooks`, then set its
+/// `flag` (Release), so that a thread that finds the flag set can rely on
+/// them — a fork right after that thread's first use still resets the
+/// child. The fast path is one load.
+#[inline]
+pub fn enlist(flag: &AtomicU8, hooks: &[(&Registry, Hook)]) {
+    if flag.load(Acquire) == 0 {
+        for (r, f) in hooks {
+            r.register(*f);
+        }
+        flag.store(1, Release);
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -442,12 +442,14 @@ fn capture_end(_: usize) -> bool {
 /// capture-end work are registered (once).
 #[inline]
 fn activate() {
-    if REGISTERED.load(Relaxed) == 0 {
-        REGISTERED.store(1, Relaxed);
-        hooks::FORK.register(fork_reset);
-        hooks::GIVE_BACK.register(give_back);
-        hooks::CAPTURE_END.register(capture_end);
-    }
+    hooks::enlist(
+        &REGISTERED,
+        &[
+            (&hooks::FORK, fork_reset),
+            (&hooks::GIVE_BACK, give_back),
+            (&hooks::CAPTURE_END, capture_end),
+        ],
+    );
 }
 
 /// Was any pool allocation recorded? (frees then look for pool records)
