@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Compute-share workloads for the H200 suite (sm= through MPS).
+mps.py mm SECS [--set-env K=V]...   bf16 8192x8192 matmuls for SECS seconds;
+                                    prints RESULT {"tflops":..,"iters":..}
+                                    --set-env changes this process's
+                                    environment before CUDA is initialised
+mps.py alloc GIB [GIB...]           allocates each amount in turn (PyTorch),
+                                    prints what was refused
+mps.py fault                        a kernel writing to address 0x10
+"""
+import json, os, sys, time
+
+def result(**kw):
+    print("RESULT " + json.dumps(kw), flush=True)
+
+def mm(secs, sets):
+    for kv in sets:
+        k, v = kv.split("=", 1)
+        if v == "":
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    import torch
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(5):
+        a @ b
+    torch.cuda.synchronize()
+    t0 = time.time(); it = 0
+    while time.time() - t0 < secs:
+        for _ in range(10):
+            a @ b
+        torch.cuda.synchronize(); it += 10
+    dt = time.time() - t0
+    result(tflops=round(2 * n ** 3 * it / dt / 1e12, 1), iters=it, secs=round(dt, 2),
+           env={k: os.environ.get(k) for k in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY",
+                                                 "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")})
+
+def alloc(gibs):
+    import torch
+    held, out = [], []
+    for g in gibs:
+        try:
+            held.append(torch.empty(int(float(g) * (1 << 30)), dtype=torch.uint8, device="cuda"))
+            out.append([g, "ok"])
+        except Exception as e:  # the framework's own OOM
+            out.append([g, type(e).__name__])
+    free, total = torch.cuda.mem_get_info()
+    result(allocs=out, total=total, free=free)
+
+def fault(secs):
+    import cupy as cp
+    k = cp.RawKernel(r'extern "C" __global__ void f(int *p) { *(int *)0x10 = 1; }', "f")
+    try:
+        k((1,), (1,), (cp.zeros(1, dtype=cp.int32),))
+        cp.cuda.runtime.deviceSynchronize()
+        result(fault="none")
+    except Exception as e:
+        result(fault=type(e).__name__ + ": " + str(e)[:120])
+
+if __name__ == "__main__":
+    m = sys.argv[1]
+    if m == "mm":
+        sets = [sys.argv[i + 1] for i, x in enumerate(sys.argv) if x == "--set-env"]
+        mm(float(sys.argv[2]), sets)
+    elif m == "alloc":
+        alloc(sys.argv[2:])
+    elif m == "fault":
+        fault(0)
