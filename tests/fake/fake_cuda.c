@@ -9,6 +9,9 @@
    that hands out non-exported entry points). Built with
    -Bsymbolic-functions so that its own symbol addresses are its own. */
 #include "fake_cuda_internal.h"
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 
 
 
@@ -230,7 +233,68 @@ void fake_env(void) {
   /* VMM handle values: a driver may hand out any 64-bit value */
   if ((e = getenv("FAKE_CUDA_HANDLE_BASE")) && next_handle == 0x50000000ull) next_handle = strtoull(e, 0, 0);
 }
-CUresult i_cuInit(unsigned f) { (void)f; fake_init(); fake_env(); return OK; }
+/* MPS client (tests/fake/fake_mps_control.c): like the real libcuda, CUDA
+   initialisation reads CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps),
+   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from
+   the environment as it is then (measured on the H200: a process may change
+   them before init, and unsetting the pipe directory leaves MPS), and runs as
+   an MPS client when <dir>/control answers, as a plain process otherwise
+   (no error). Once per process: a forked child connects at its own first
+   cuInit. fakeMpsClientInfo reports what this process ran with. */
+static char g_mps_info[640];
+static int g_mps_pid;
+static pthread_mutex_t mps_mu = PTHREAD_MUTEX_INITIALIZER;
+/* an environment value as one token of the client line: bounded, no spaces
+   or control characters, "-" when unset */
+static void mps_token(char *out, size_t cap, const char *v) {
+  if (!v) { snprintf(out, cap, "-"); return; }
+  size_t i = 0;
+  for (; v[i] && i + 1 < cap; i++) out[i] = ((unsigned char)v[i] <= 0x20 || v[i] == 0x7f) ? '?' : v[i];
+  out[i] = 0;
+}
+static void mps_client_init(void) {
+  pthread_mutex_lock(&mps_mu);
+  if (g_mps_pid == getpid()) { pthread_mutex_unlock(&mps_mu); return; }
+  g_mps_pid = getpid();
+  const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  if (!dir || !*dir) dir = "/tmp/nvidia-mps";
+  char pct[128], mem[128], pipe[200], line[600], rep[16];
+  mps_token(pct, sizeof pct, getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+  mps_token(mem, sizeof mem, getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+  mps_token(pipe, sizeof pipe, dir);
+  snprintf(g_mps_info, sizeof g_mps_info, "mps=0");
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int ok = 0, fd = -1;
+  if (snprintf(a.sun_path, sizeof a.sun_path, "%s/control", dir) < (int)sizeof a.sun_path &&
+      (fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0) {
+    struct timeval tv = {5, 0}; /* a wedged daemon does not hang the application */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int n = snprintf(line, sizeof line, "client pid=%d pct=%s mem=%s pipe=%s\n", (int)getpid(), pct, mem, pipe);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && send(fd, line, (size_t)n, MSG_NOSIGNAL) == n) {
+      size_t got = 0; ssize_t r;
+      while (got < sizeof rep - 1 && (r = recv(fd, rep + got, sizeof rep - 1 - got, 0)) > 0) {
+        got += (size_t)r; rep[got] = 0;
+        if (strchr(rep, '\n')) break;
+      }
+      rep[got] = 0;
+      ok = !strcmp(rep, "ok\n");
+    }
+    close(fd);
+  }
+  if (ok) snprintf(g_mps_info, sizeof g_mps_info, "mps=1 pct=%s mem=%s pipe=%s", pct, mem, pipe);
+  pthread_mutex_unlock(&mps_mu);
+}
+/* fakeMpsClientInfo (fake_exports.c): -1 before this process's first cuInit */
+int fake_mps_info(char *buf, size_t n) {
+  if (!buf || !n) return -1;
+  pthread_mutex_lock(&mps_mu);
+  int inited = g_mps_pid == getpid();
+  int r = snprintf(buf, n, "%s", inited ? g_mps_info : "uninit");
+  pthread_mutex_unlock(&mps_mu);
+  return inited ? r : -1;
+}
+CUresult i_cuInit(unsigned f) { (void)f; fake_init(); fake_env(); mps_client_init(); return OK; }
 CUresult i_cuDriverGetVersion(int *v) { if (!v) return INVALID_VALUE; *v = 13000; return OK; }
 CUresult i_cuDeviceGetCount(int *n) { CHECK_INIT(); if (!n) return INVALID_VALUE; *n = g_ndev; return OK; }
 CUresult i_cuDeviceGet(CUdevice *d, int o) { CHECK_INIT(); if (!d) return INVALID_VALUE; if (o < 0 || o >= g_ndev) return INVALID_DEVICE; *d = o; return OK; }

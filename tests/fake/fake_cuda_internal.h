@@ -77,6 +77,7 @@ extern struct fake_stats ST;
 extern pthread_mutex_t mu;
 extern int g_inited;
 extern int my_proc, my_proc_pid;
+int fake_mps_info(char *buf, size_t n);
 extern struct rec *recs;
 extern size_t nrec, caprec;
 extern u64 next_ptr, next_ptr32, next_handle;

@@ -215,3 +215,9 @@ void fake_cuda_fail_next_free(void) { g_fail_next_free = 1; }
 unsigned long long fake_cuda_capture_violations(void) { return __atomic_load_n(&capture_violations, __ATOMIC_SEQ_CST); }
 /* set the peak to the current use (a test measures its own phase) */
 void fake_cuda_reset_peak(void) { fake_init(); for (int d = 0; d < FAKE_MAX_DEV; d++) S->peak[d] = S->in_use[d]; }
+/* the MPS client state of this process, taken at its first cuInit (fake_cuda.c,
+   mps_client_init): "mps=1 pct=<P|-> mem=<M|-> pipe=<dir>" when the control
+   daemon accepted it, "mps=0" when it ran outside MPS; returns the length
+   (snprintf's), or -1 with "uninit" before this process called cuInit. Not
+   under a cu name: a test reads it whatever the environment says now. */
+int fakeMpsClientInfo(char *buf, size_t n) { return fake_mps_info(buf, n); }

@@ -1,0 +1,363 @@
+/* A fake nvidia-cuda-mps-control for hosts without a GPU (CI): the control
+ * daemon (-d) and its UI client (no argument), modelled on the real one as
+ * measured on an H200 (docs/gpu-runs/2026-12-02-h200-mps-facts/). Tests only.
+ *
+ * Files (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps; CUDA_MPS_LOG_DIRECTORY,
+ * default /var/log/nvidia-mps), with the modes the real daemon gives them:
+ *   <pipe>/control                      unix stream socket 0666 (UI and CUDA clients)
+ *   <pipe>/control_lock                 regular 0666 (the fake holds a flock on it)
+ *   <pipe>/control_privileged           unix stream socket 0755 (served like control)
+ *   <pipe>/log                          FIFO 0777
+ *   <pipe>/nvidia-cuda-mps-control.pid  the daemon's pid, no newline, 0666
+ *   <log>/control.log                   appended, 0644
+ *   <log>/server.log                    created empty, 0644
+ *
+ * Wire protocol on control (the fake's own; the real one is private):
+ *   the first line names the peer:
+ *     "ui"                      a UI session: then one command a line; each
+ *                               reply is its lines followed by one empty line;
+ *                               after quit the daemon closes (EOF ends the reply)
+ *     "client <rest>"           a CUDA client (the fake libcuda's cuInit): the
+ *                               daemon logs NEW CLIENT and answers "ok"
+ *     anything else             logged as "User did not send valid credentials", closed
+ *
+ * Hostile peers (a container reaches <pipe>/control): lines are bounded
+ * (LINE_MAX_FAKE), logged with control characters replaced, a peer that sends
+ * no first line within HELLO_TIMEOUT_S is dropped and at most MAX_CONN
+ * connections are served at once. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LINE_MAX_FAKE 4096
+#define MAX_CONN 64
+#define HELLO_TIMEOUT_S 10
+/* the real text, typo included (measured) */
+#define PRIV_MSG "Insufficient privileges for UID %u. Control deamon settings can only be modified by the user who started it or by the root user."
+
+extern char **environ;
+
+static char pipe_dir[256], log_dir[256];
+static char p_control[320], p_lock[320], p_priv[320], p_fifo[320], p_pid[320];
+static int log_fd = -1;
+static pid_t my_pid;
+static uid_t my_uid;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static double default_pct = 100.0;
+static int server_up; /* a CUDA client has connected: the fake's MPS server exists */
+static int nconn;
+
+static const char *env_or(const char *name, const char *dflt) {
+  const char *v = getenv(name);
+  return v && *v ? v : dflt;
+}
+
+static void paths(void) {
+  snprintf(pipe_dir, sizeof pipe_dir, "%s", env_or("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"));
+  snprintf(log_dir, sizeof log_dir, "%s", env_or("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps"));
+  snprintf(p_control, sizeof p_control, "%s/control", pipe_dir);
+  snprintf(p_lock, sizeof p_lock, "%s/control_lock", pipe_dir);
+  snprintf(p_priv, sizeof p_priv, "%s/control_privileged", pipe_dir);
+  snprintf(p_fifo, sizeof p_fifo, "%s/log", pipe_dir);
+  snprintf(p_pid, sizeof p_pid, "%s/nvidia-cuda-mps-control.pid", pipe_dir);
+}
+
+/* one control.log line: "[YYYY-MM-DD HH:MM:SS.mmm Control %5d] text" (the real
+   daemon's layout); control characters of peer-supplied text become '?' */
+static void logf_(const char *fmt, ...) {
+  char msg[LINE_MAX_FAKE + 256], line[LINE_MAX_FAKE + 320];
+  va_list ap; va_start(ap, fmt); vsnprintf(msg, sizeof msg, fmt, ap); va_end(ap);
+  for (char *p = msg; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm; localtime_r(&ts.tv_sec, &tm);
+  char t[32]; strftime(t, sizeof t, "%Y-%m-%d %H:%M:%S", &tm);
+  int n = snprintf(line, sizeof line, "[%s.%03ld Control %5d] %s\n", t, ts.tv_nsec / 1000000, (int)my_pid, msg);
+  if (n > (int)sizeof line - 1) { n = sizeof line - 1; line[n - 1] = '\n'; }
+  if (log_fd >= 0) write(log_fd, line, n);
+}
+
+/* ---------------------------------------------------------------- UI client */
+static int connect_control(const char *path) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) return -1;
+  strcpy(a.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) { close(fd); return -1; }
+  return fd;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w; n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* buffered line reader over a socket; returns the length, -1 at EOF/error,
+   -2 for a line longer than LINE_MAX_FAKE */
+struct rd { int fd; char buf[LINE_MAX_FAKE * 2]; size_t len; };
+static int read_line(struct rd *r, char *out, size_t cap) {
+  for (;;) {
+    char *nl = memchr(r->buf, '\n', r->len);
+    if (nl) {
+      size_t l = (size_t)(nl - r->buf);
+      if (l >= cap) return -2;
+      memcpy(out, r->buf, l); out[l] = 0;
+      memmove(r->buf, nl + 1, r->len - l - 1); r->len -= l + 1;
+      if (l && out[l - 1] == '\r') out[--l] = 0;
+      return (int)l;
+    }
+    if (r->len >= cap) return -2;
+    ssize_t n = recv(r->fd, r->buf + r->len, sizeof r->buf - r->len, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    r->len += (size_t)n;
+  }
+}
+
+static int ui_main(void) {
+  paths();
+  int fd = connect_control(p_control);
+  if (fd < 0) { puts("Cannot find MPS control daemon process"); return 1; }
+  if (write_all(fd, "ui\n", 3)) { puts("Cannot find MPS control daemon process"); return 1; }
+  static struct rd r; r.fd = fd;
+  char in[LINE_MAX_FAKE], out[LINE_MAX_FAKE];
+  while (fgets(in, sizeof in, stdin)) {
+    size_t l = strcspn(in, "\r\n"); in[l] = 0;
+    char *c = in; while (*c == ' ' || *c == '\t') c++;
+    if (!*c) continue;
+    char msg[LINE_MAX_FAKE + 2]; int m = snprintf(msg, sizeof msg, "%s\n", c);
+    if (write_all(fd, msg, (size_t)m)) break;
+    int n;
+    while ((n = read_line(&r, out, sizeof out)) > 0) { puts(out); fflush(stdout); }
+    if (n < 0) break; /* the daemon closed (quit) */
+  }
+  close(fd);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- daemon */
+static int peer(int fd, struct ucred *cr) {
+  socklen_t l = sizeof *cr;
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &l);
+}
+
+static void remove_files(void) {
+  unlink(p_control); unlink(p_priv); unlink(p_fifo); unlink(p_pid); unlink(p_lock);
+}
+
+/* one command of a UI session: writes the reply lines into rep (no trailing
+   newline, "" for none); returns 1 for quit */
+static int command(const char *cmd, const struct ucred *cr, char *rep, size_t cap) {
+  char name[64] = ""; const char *arg = cmd;
+  size_t k = strcspn(cmd, " \t");
+  if (k < sizeof name) { memcpy(name, cmd, k); name[k] = 0; }
+  arg = cmd + k; while (*arg == ' ' || *arg == '\t') arg++;
+  int privileged = cr->uid == 0 || cr->uid == my_uid;
+  rep[0] = 0;
+  if (!strcmp(name, "get_server_list")) {
+    pthread_mutex_lock(&mu);
+    if (server_up) snprintf(rep, cap, "%d", (int)my_pid);
+    pthread_mutex_unlock(&mu);
+  } else if (!strcmp(name, "get_default_active_thread_percentage")) {
+    pthread_mutex_lock(&mu); snprintf(rep, cap, "%.1f", default_pct); pthread_mutex_unlock(&mu);
+  } else if (!strcmp(name, "set_default_active_thread_percentage")) {
+    if (!privileged) { snprintf(rep, cap, PRIV_MSG, (unsigned)cr->uid); return 0; }
+    char *end; double v = strtod(arg, &end);
+    while (*end == ' ' || *end == '\t') end++;
+    if (end == arg || *end || !(v > 0.0 && v <= 100.0)) { snprintf(rep, cap, "Invalid active thread percentage"); return 0; }
+    pthread_mutex_lock(&mu); default_pct = v; pthread_mutex_unlock(&mu);
+    snprintf(rep, cap, "%.1f", v); /* measured: the set value is echoed */
+  } else if (!strcmp(name, "quit")) {
+    if (!privileged) { snprintf(rep, cap, PRIV_MSG, (unsigned)cr->uid); return 0; }
+    return 1;
+  } else {
+    snprintf(rep, cap, "Unknown command");
+  }
+  return 0;
+}
+
+static void *serve(void *arg) {
+  int fd = (int)(long)arg;
+  static __thread struct rd r; r.fd = fd; r.len = 0;
+  char line[LINE_MAX_FAKE], rep[LINE_MAX_FAKE + 256];
+  struct ucred cr = {0};
+  struct timeval tv = {HELLO_TIMEOUT_S, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  pthread_mutex_lock(&mu); logf_("Accepting connection..."); pthread_mutex_unlock(&mu);
+  int n = read_line(&r, line, sizeof line);
+  if (n < 0 || peer(fd, &cr) != 0) {
+    pthread_mutex_lock(&mu); logf_("User did not send valid credentials"); pthread_mutex_unlock(&mu);
+  } else if (!strncmp(line, "client ", 7)) {
+    pthread_mutex_lock(&mu);
+    logf_("NEW CLIENT peer_pid=%d uid=%u %s", (int)cr.pid, (unsigned)cr.uid, line + 7);
+    server_up = 1;
+    pthread_mutex_unlock(&mu);
+    write_all(fd, "ok\n", 3);
+  } else if (!strcmp(line, "ui")) {
+    tv.tv_sec = 0; setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* a UI may idle */
+    pthread_mutex_lock(&mu); logf_("NEW UI"); pthread_mutex_unlock(&mu);
+    while ((n = read_line(&r, line, sizeof line)) >= 0) {
+      if (!n) { if (write_all(fd, "\n", 1)) break; continue; }
+      pthread_mutex_lock(&mu); logf_("Cmd:%s", line); pthread_mutex_unlock(&mu);
+      int quit = command(line, &cr, rep, sizeof rep - 2);
+      if (quit) {
+        /* the files go before the daemon does: once the UI returns, a new
+           daemon may start on this pipe directory */
+        pthread_mutex_lock(&mu);
+        remove_files();
+        logf_("Control daemon exiting");
+        _exit(0); /* closes the UI's connection: its EOF ends the reply */
+      }
+      pthread_mutex_lock(&mu);
+      if (rep[0]) logf_("%s", rep);
+      pthread_mutex_unlock(&mu);
+      size_t l = strlen(rep);
+      if (l) rep[l++] = '\n';
+      rep[l++] = '\n'; /* the empty line ends a reply */
+      if (write_all(fd, rep, l)) break;
+    }
+    pthread_mutex_lock(&mu); logf_("UI closed"); pthread_mutex_unlock(&mu);
+  } else {
+    pthread_mutex_lock(&mu); logf_("User did not send valid credentials"); pthread_mutex_unlock(&mu);
+  }
+  close(fd);
+  __atomic_fetch_sub(&nconn, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+static int listen_on(const char *path, mode_t mode) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) { fprintf(stderr, "socket path too long: %s\n", path); return -1; }
+  strcpy(a.sun_path, path);
+  unlink(path); /* a stale socket of a daemon that died (we hold control_lock) */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || chmod(path, mode) != 0 || listen(fd, 64) != 0) {
+    fprintf(stderr, "cannot listen on %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return fd;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* the daemon's start, in the child: every failure is reported on stderr
+   (still the caller's) and the ready pipe closes without a byte */
+static int daemon_main(int ready, int lock_fd) {
+  if (setsid() < 0) return 1;
+  my_pid = getpid(); my_uid = getuid();
+  umask(0);
+  int c = listen_on(p_control, 0666), p = listen_on(p_priv, 0755);
+  if (c < 0 || p < 0) return 1;
+  unlink(p_fifo);
+  if (mkfifo(p_fifo, 0777) != 0 || chmod(p_fifo, 0777) != 0) { fprintf(stderr, "cannot create %s: %s\n", p_fifo, strerror(errno)); return 1; }
+  char path[320];
+  snprintf(path, sizeof path, "%s/control.log", log_dir);
+  log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) { fprintf(stderr, "cannot open %s: %s\n", path, strerror(errno)); return 1; }
+  snprintf(path, sizeof path, "%s/server.log", log_dir);
+  int s = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (s < 0) { fprintf(stderr, "cannot open %s: %s\n", path, strerror(errno)); return 1; }
+  close(s);
+  int pf = open(p_pid, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (pf < 0) { fprintf(stderr, "cannot write %s: %s\n", p_pid, strerror(errno)); return 1; }
+  fchmod(pf, 0666);
+  dprintf(pf, "%d", (int)my_pid); /* measured: 3 bytes for pid 505, no newline */
+  close(pf);
+
+  logf_("Starting control daemon using socket %s", p_control);
+  logf_("To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY=%s", pipe_dir);
+  logf_("CUDA MPS Control binary version: 13000");
+  /* fake-only lines: tests prove the daemon's environment (names only: values
+     may be secrets) and its GPU */
+  size_t ne = 0; for (char **e = environ; *e; e++) ne++;
+  char **names = calloc(ne + 1, sizeof *names);
+  size_t tot = 0;
+  for (size_t i = 0; i < ne; i++) { names[i] = strndup(environ[i], strcspn(environ[i], "=")); tot += strlen(names[i]) + 1; }
+  qsort(names, ne, sizeof *names, cmp_str);
+  char *lst = calloc(tot + 1, 1), *q = lst;
+  for (size_t i = 0; i < ne; i++) q += sprintf(q, "%s%s", i ? " " : "", names[i]);
+  logf_("Environment: %s", lst);
+  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  if (cvd) logf_("CUDA_VISIBLE_DEVICES=%s", cvd); else logf_("CUDA_VISIBLE_DEVICES unset");
+
+  if (chdir("/") != 0) return 1;
+  int nul = open("/dev/null", O_RDWR);
+  if (nul < 0) return 1;
+  dup2(nul, 0); dup2(nul, 1); dup2(nul, 2);
+  if (nul > 2) close(nul);
+  signal(SIGPIPE, SIG_IGN);
+  (void)lock_fd; /* held (flock) for the daemon's life */
+  write(ready, "1", 1);
+  close(ready);
+
+  struct pollfd pfd[2] = {{c, POLLIN, 0}, {p, POLLIN, 0}};
+  for (;;) {
+    if (poll(pfd, 2, -1) < 0) continue;
+    for (int i = 0; i < 2; i++) {
+      if (!(pfd[i].revents & POLLIN)) continue;
+      int fd = accept4(pfd[i].fd, 0, 0, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      if (__atomic_add_fetch(&nconn, 1, __ATOMIC_SEQ_CST) > MAX_CONN) {
+        __atomic_fetch_sub(&nconn, 1, __ATOMIC_SEQ_CST); close(fd); continue;
+      }
+      pthread_t t; pthread_attr_t at; pthread_attr_init(&at);
+      pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+      if (pthread_create(&t, &at, serve, (void *)(long)fd) != 0) { __atomic_fetch_sub(&nconn, 1, __ATOMIC_SEQ_CST); close(fd); }
+      pthread_attr_destroy(&at);
+    }
+  }
+}
+
+static int start_daemon(void) {
+  paths();
+  if (mkdir(pipe_dir, 0755) != 0 && errno != EEXIST) { fprintf(stderr, "cannot create %s: %s\n", pipe_dir, strerror(errno)); return 1; }
+  if (mkdir(log_dir, 0755) != 0 && errno != EEXIST) { fprintf(stderr, "cannot create %s: %s\n", log_dir, strerror(errno)); return 1; }
+  /* one daemon per pipe directory: one that holds the lock, or (checked
+     second, so that a fake daemon's log shows no probe) one that answers */
+  mode_t old = umask(0);
+  int lock_fd = open(p_lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  umask(old);
+  if (lock_fd < 0) { fprintf(stderr, "cannot open %s: %s\n", p_lock, strerror(errno)); return 1; }
+  int probe = -1;
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || (probe = connect_control(p_control)) >= 0) {
+    if (probe >= 0) close(probe);
+    fputs("An instance of this daemon is already running\n", stderr);
+    return 1;
+  }
+  int pp[2];
+  if (pipe2(pp, O_CLOEXEC) != 0) return 1;
+  pid_t pid = fork();
+  if (pid < 0) { perror("fork"); return 1; }
+  if (pid == 0) { close(pp[0]); _exit(daemon_main(pp[1], lock_fd)); }
+  close(pp[1]); close(lock_fd);
+  char b; ssize_t n;
+  while ((n = read(pp[0], &b, 1)) < 0 && errno == EINTR) {}
+  if (n != 1) { fputs("the MPS control daemon failed to start\n", stderr); return 1; }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 1) return ui_main();
+  if (argc == 2 && !strcmp(argv[1], "-d")) return start_daemon();
+  fprintf(stderr, "usage: %s [-d]\n", argv[0]);
+  return 1;
+}

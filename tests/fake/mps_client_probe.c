@@ -1,0 +1,48 @@
+/* An MPS client for tests/fake/test_mps_control.sh: loads the fake libcuda
+ * (dlopen, path in argv[1]), applies NAME=VALUE (setenv) and -NAME (unsetenv)
+ * arguments to its own environment, as an application may do before CUDA
+ * initialisation, calls cuInit and prints what fakeMpsClientInfo reports
+ * (its pid on a second line). --fork: also a forked child's cuInit and info. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+  if (argc < 2) { fprintf(stderr, "usage: %s LIBCUDA [NAME=VALUE|-NAME|--fork]...\n", argv[0]); return 2; }
+  int do_fork = 0;
+  for (int i = 2; i < argc; i++) {
+    char *eq = strchr(argv[i], '=');
+    if (!strcmp(argv[i], "--fork")) do_fork = 1;
+    else if (argv[i][0] == '-') unsetenv(argv[i] + 1);
+    else if (eq) { *eq = 0; setenv(argv[i], eq + 1, 1); }
+  }
+  void *h = dlopen(argv[1], RTLD_NOW);
+  if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 2; }
+  int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+  int (*info)(char *, size_t) = (int (*)(char *, size_t))dlsym(h, "fakeMpsClientInfo");
+  if (!init || !info) { fprintf(stderr, "missing cuInit or fakeMpsClientInfo\n"); return 2; }
+  char buf[700];
+  if (info(buf, sizeof buf) != -1) { fprintf(stderr, "info before cuInit: %s\n", buf); return 3; }
+  int r = init(0);
+  if (r != 0) { fprintf(stderr, "cuInit: %d\n", r); return 3; }
+  if (info(buf, sizeof buf) < 0) { fprintf(stderr, "info after cuInit failed\n"); return 3; }
+  printf("%s\npid=%d\n", buf, (int)getpid());
+  fflush(stdout);
+  if (do_fork) {
+    pid_t c = fork();
+    if (c == 0) {
+      /* a child is not a client before its own cuInit */
+      if (info(buf, sizeof buf) != -1) { fprintf(stderr, "child info before cuInit: %s\n", buf); _exit(3); }
+      if (init(0) != 0 || info(buf, sizeof buf) < 0) _exit(3);
+      printf("child %s\npid=%d\n", buf, (int)getpid());
+      fflush(stdout);
+      _exit(0);
+    }
+    int st; waitpid(c, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# The fake nvidia-cuda-mps-control (fake_mps_control.c) and the fake libcuda as
+# an MPS client, against what the real ones did on the H200
+# (docs/gpu-runs/2026-12-02-h200-mps-facts/). `make -C tests/fake test-mps`.
+# Runs as root or not; the privilege checks need root (setpriv to nobody) and
+# are skipped otherwise. Ends with "N passed, M failed", non-zero on a failure.
+set -u
+cd "$(dirname "$0")"
+B=$PWD/build
+CTL=$B/nvidia-cuda-mps-control
+PROBE=$B/mps_client_probe
+LIB=$B/libcuda.so.1
+ME=$(id -u)
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+eq() { local name=$1 want=$2 got=$3; if [ "$got" = "$want" ]; then ok "$name"; else bad "$name: want [$want] got [$got]"; fi; }
+
+T=$(mktemp -d /tmp/gq-mps.XXXXXX)
+chmod 755 "$T" # nobody must reach the pipe directory, as in the H200 run
+P=$T/pipe; L=$T/log
+export CUDA_MPS_PIPE_DIRECTORY=$P CUDA_MPS_LOG_DIRECTORY=$L
+started=()
+cleanup() {
+  for p in "${started[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+ui() { timeout 10 "$CTL"; }
+as_nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+daemon_pid() { cat "$P/nvidia-cuda-mps-control.pid" 2>/dev/null; }
+mode() { stat -c '%A' "$1" 2>/dev/null; }
+gone() { # the process has exited (a zombie counts: its parent may not reap it)
+  local i s
+  for i in $(seq 50); do
+    [ -e "/proc/$1" ] || return 0
+    s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+    [ "$s" = Z ] || [ -z "$s" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+LOGLINE='^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} Control +[0-9]+\] '
+
+echo "== no daemon"
+out=$(echo get_server_list | ui); rc=$?
+eq "UI without a daemon says so" "Cannot find MPS control daemon process" "$out"
+eq "UI without a daemon exits 1" 1 "$rc"
+out=$("$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25); rc=$?
+eq "cuInit without a daemon runs outside MPS" "mps=0" "$(head -1 <<<"$out")"
+eq "cuInit without a daemon succeeds" 0 "$rc"
+
+echo "== -d"
+# the clean environment gpu-quota gives it; $(...) waits for the daemon to
+# let go of stdout: -d must not keep the caller's pipes
+out=$(timeout 10 env -i PATH=/usr/bin:/bin CUDA_VISIBLE_DEVICES=3 CUDA_MPS_PIPE_DIRECTORY=$P CUDA_MPS_LOG_DIRECTORY=$L "$CTL" -d 2>&1); rc=$?
+eq "-d exits 0" 0 "$rc"
+eq "-d prints nothing" "" "$out"
+D=$(daemon_pid); started+=("$D")
+# no sleep: -d returns once the daemon is ready
+eq "-d returns with the daemon answering" "100.0" "$(echo get_default_active_thread_percentage | ui)"
+eq "control: socket 0666" srw-rw-rw- "$(mode "$P/control")"
+eq "control_lock: regular 0666" -rw-rw-rw- "$(mode "$P/control_lock")"
+eq "control_privileged: socket 0755" srwxr-xr-x "$(mode "$P/control_privileged")"
+eq "log: FIFO 0777" prwxrwxrwx "$(mode "$P/log")"
+eq "pid file: 0666" -rw-rw-rw- "$(mode "$P/nvidia-cuda-mps-control.pid")"
+check "pid file: the pid, no newline" grep -qxE '[0-9]+' <(cat "$P/nvidia-cuda-mps-control.pid"; echo)
+check "pid file: no trailing newline" test "$(tail -c1 "$P/nvidia-cuda-mps-control.pid" | od -An -c | tr -d ' ')" != '\n'
+check "pid file names the daemon" grep -q nvidia-cuda-mps-control "/proc/$D/cmdline"
+eq "daemon: session leader (setsid)" "$D" "$(awk '{print $4}' <(sed 's/.*) //' "/proc/$D/stat"))"
+eq "daemon: cwd /" / "$(readlink "/proc/$D/cwd")"
+eq "daemon: stdin, stdout, stderr /dev/null" "/dev/null /dev/null /dev/null" "$(readlink "/proc/$D/fd/0" "/proc/$D/fd/1" "/proc/$D/fd/2" | tr '\n' ' ' | sed 's/ $//')"
+eq "control.log: 0644" -rw-r--r-- "$(mode "$L/control.log")"
+eq "server.log: empty 0644" "-rw-r--r-- 0" "$(stat -c '%A %s' "$L/server.log" 2>/dev/null)"
+check "control.log: every line in the real layout" bash -c "! grep -vE '$LOGLINE' '$L/control.log' && grep -qE '$LOGLINE' '$L/control.log'"
+check "control.log: the daemon's pid in its lines" grep -qE "Control +$D\] Starting control daemon using socket $P/control\$" "$L/control.log"
+check "control.log: how clients connect" grep -qF "] To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY=$P" "$L/control.log"
+check "control.log: the environment's names" grep -qE "\] Environment: CUDA_MPS_LOG_DIRECTORY CUDA_MPS_PIPE_DIRECTORY CUDA_VISIBLE_DEVICES PATH\$" "$L/control.log"
+check "control.log: no values in the environment line" bash -c "! grep 'Environment:' '$L/control.log' | grep -q /usr/bin"
+check "control.log: the GPU" grep -qE "\] CUDA_VISIBLE_DEVICES=3\$" "$L/control.log"
+
+echo "== a second -d"
+out=$(timeout 10 "$CTL" -d 2>&1); rc=$?
+eq "second -d exits 1" 1 "$rc"
+check "second -d says why" grep -q "already running" <<<"$out"
+eq "second -d leaves the first" "$D" "$(daemon_pid)"
+check "the first still answers" test "$(echo get_default_active_thread_percentage | ui)" = 100.0
+
+echo "== UI"
+out=$(printf 'get_server_list\nget_default_active_thread_percentage\nset_default_active_thread_percentage 25\nget_default_active_thread_percentage\nbogus_command\n' | ui); rc=$?
+eq "commands of one session, one reply each (no server yet)" "$(printf '100.0\n25.0\n25.0\nUnknown command')" "$out"
+eq "UI exits 0" 0 "$rc"
+eq "a bad percentage is refused" "Invalid active thread percentage" "$(echo 'set_default_active_thread_percentage 250' | ui)"
+eq "and changes nothing" 25.0 "$(echo get_default_active_thread_percentage | ui)"
+check "control.log: a UI session" bash -c "grep -A3 'Accepting connection...' '$L/control.log' | grep -q 'NEW UI'"
+check "control.log: its command and reply" bash -c "grep -A1 'Cmd:set_default_active_thread_percentage 25\$' '$L/control.log' | tail -1 | grep -qE '\] 25.0\$'"
+check "control.log: UI closed" grep -qE '\] UI closed$' "$L/control.log"
+
+echo "== privileges"
+PRIV='Insufficient privileges for UID 65534. Control deamon settings can only be modified by the user who started it or by the root user.'
+if [ "$ME" = 0 ] && command -v setpriv >/dev/null; then
+  out=$(echo get_default_active_thread_percentage | as_nobody timeout 10 "$CTL"); rc=$?
+  eq "nobody may read" "25.0 0" "$out $rc"
+  out=$(echo 'set_default_active_thread_percentage 10' | as_nobody timeout 10 "$CTL"); rc=$?
+  eq "nobody may not set (the real text)" "$PRIV" "$out"
+  eq "the refusal exits 0 (measured)" 0 "$rc"
+  eq "nothing changed" 25.0 "$(echo get_default_active_thread_percentage | ui)"
+  out=$(echo quit | as_nobody timeout 10 "$CTL")
+  eq "nobody may not quit" "$PRIV" "$out"
+  check "the daemon lives on" test -S "$P/control" -a -d "/proc/$D"
+  check "control.log: the refusal" grep -qF "] $PRIV" "$L/control.log"
+else
+  echo "skip privilege checks (need root and setpriv)"
+fi
+
+echo "== CUDA clients"
+eq "get_server_list: empty before any client" "" "$(echo get_server_list | ui)"
+out=$("$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25); rc=$?
+cp=$(sed -n 's/^pid=//p' <<<"$out")
+eq "a client at 25%" "mps=1 pct=25 mem=- pipe=$P" "$(head -1 <<<"$out")"
+eq "its cuInit succeeds" 0 "$rc"
+check "control.log: NEW CLIENT with the peer's pid and uid" grep -qE "\] NEW CLIENT peer_pid=$cp uid=$ME pid=$cp pct=25 mem=- pipe=$P\$" "$L/control.log"
+eq "get_server_list: the server now" "$D" "$(echo get_server_list | ui)"
+out=$(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 "$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100)
+eq "launched at 25, sets 100 before init: 100 (measured)" "mps=1 pct=100 mem=- pipe=$P" "$(head -1 <<<"$out")"
+out=$(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 "$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25)
+eq "launched at 100, sets 25 before init: 25 (measured)" "mps=1 pct=25 mem=- pipe=$P" "$(head -1 <<<"$out")"
+n=$(grep -c 'NEW CLIENT' "$L/control.log")
+out=$("$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 -CUDA_MPS_PIPE_DIRECTORY)
+if [ -S /tmp/nvidia-mps/control ]; then
+  echo "skip 'unset pipe dir leaves MPS': a daemon answers at /tmp/nvidia-mps"
+else
+  eq "unsetting the pipe dir before init leaves MPS (measured)" "mps=0" "$(head -1 <<<"$out")"
+fi
+eq "and the daemon saw no client" "$n" "$(grep -c 'NEW CLIENT' "$L/control.log")"
+out=$("$PROBE" "$LIB" CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M)
+eq "the pinned memory limit is passed" "mps=1 pct=- mem=0=4096M pipe=$P" "$(head -1 <<<"$out")"
+out=$("$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 --fork)
+pp=$(sed -n '2s/^pid=//p' <<<"$out"); cp=$(sed -n '4s/^pid=//p' <<<"$out")
+eq "a forked child connects at its own cuInit" "child mps=1 pct=50 mem=- pipe=$P" "$(sed -n 3p <<<"$out")"
+check "control.log: parent and child, each once" bash -c "[ \$(grep -cE 'NEW CLIENT peer_pid=($pp|$cp) ' '$L/control.log') = 2 ] && [ -n '$cp' ] && [ '$cp' != '$pp' ]"
+out=$("$PROBE" "$LIB" 'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=2 5')
+eq "a value with a space stays one token" "mps=1 pct=2?5 mem=- pipe=$P" "$(head -1 <<<"$out")"
+if [ "$ME" = 0 ] && command -v setpriv >/dev/null; then
+  out=$(as_nobody "$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25); cp=$(sed -n 's/^pid=//p' <<<"$out")
+  check "control.log: a client of uid 65534" grep -qE "\] NEW CLIENT peer_pid=$cp uid=65534 pid=$cp pct=25 " "$L/control.log"
+fi
+if command -v python3 >/dev/null; then
+  # a peer that never sends its first line, and one that sends garbage, do not
+  # stop the daemon from serving others
+  python3 - "$P/control" <<'EOF' &
+import socket, sys, time
+a = socket.socket(socket.AF_UNIX); a.connect(sys.argv[1])
+b = socket.socket(socket.AF_UNIX); b.connect(sys.argv[1]); b.sendall(b"\x1b[31mhello\n"); b.recv(10)
+time.sleep(3)
+EOF
+  idle=$!
+  sleep 0.5
+  out=$("$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25)
+  eq "a client while a peer idles" "mps=1 pct=25 mem=- pipe=$P" "$(head -1 <<<"$out")"
+  check "control.log: the garbage peer, no escape codes" bash -c "grep -q 'User did not send valid credentials' '$L/control.log' && ! grep -q \$'\\x1b' '$L/control.log'"
+  wait "$idle"
+fi
+
+echo "== quit"
+out=$(echo quit | ui); rc=$?
+eq "quit: exits 0, prints nothing" "0 " "$rc $out"
+for f in control control_lock control_privileged log nvidia-cuda-mps-control.pid; do
+  check "quit removed $f" test ! -e "$P/$f" -a ! -L "$P/$f"
+done
+check "the daemon exited" gone "$D"
+check "control.log: Cmd:quit" grep -qE '\] Cmd:quit$' "$L/control.log"
+out=$(echo get_server_list | ui); rc=$?
+eq "UI after quit" "Cannot find MPS control daemon process 1" "$out $rc"
+
+echo "== restart"
+"$CTL" -d; eq "-d after quit" 0 "$?"
+D=$(daemon_pid); started+=("$D")
+eq "a new daemon starts with the default percentage" 100.0 "$(echo get_default_active_thread_percentage | ui)"
+eq "and no server" "" "$(echo get_server_list | ui)"
+kill -KILL "$D"; gone "$D"
+"$CTL" -d; eq "-d over a killed daemon's files" 0 "$?"
+D2=$(daemon_pid); started+=("$D2")
+check "a new pid" test -n "$D2" -a "$D2" != "$D"
+eq "it answers" 100.0 "$(echo get_default_active_thread_percentage | ui)"
+echo quit | ui >/dev/null
+check "and quits" gone "$D2"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
