@@ -244,6 +244,10 @@ void fake_env(void) {
 static char g_mps_info[640];
 static int g_mps_pid;
 static pthread_mutex_t mps_mu = PTHREAD_MUTEX_INITIALIZER;
+/* a fork while another thread talks to the daemon must not leave the child's
+   first cuInit waiting on a lock nobody will release */
+static void mps_atfork_child(void) { pthread_mutex_init(&mps_mu, 0); }
+__attribute__((constructor)) static void mps_ctor(void) { pthread_atfork(0, 0, mps_atfork_child); }
 /* an environment value as one token of the client line: bounded, no spaces
    or control characters, "-" when unset */
 static void mps_token(char *out, size_t cap, const char *v) {
