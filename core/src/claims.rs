@@ -543,7 +543,7 @@ fn prepare_once(
             // again (a kubelet retry, a reboot emptied the CDI directory)
             return Ok((write_cdi(cfg, &a.uid, &c.token).map(|()| None), false));
         }
-        let used = d.usage().get(&g.uuid).map_or(0, |u| u.0);
+        let used = d.usage().get(&g.uuid).map_or(0, |u| u.bytes);
         let free = capacity.saturating_sub(used);
         if a.bytes > free {
             return Ok((
@@ -581,6 +581,7 @@ fn prepare_once(
                     uuid: g.uuid.clone(),
                     index: g.index,
                     vram_bytes: a.bytes,
+                    sm_percent: 0,
                 }],
                 format!("claim {}/{}", a.namespace, a.name),
             )

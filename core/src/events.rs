@@ -95,6 +95,10 @@ pub fn reason_of(e: &LedgerError) -> &'static str {
             PlacementError::TooLarge { .. } => "too_large",
             PlacementError::TooSmallForContext { .. } => "too_small_for_context",
             PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
+            PlacementError::ShareNeedsOneGpu { .. } => "invalid_request",
+            PlacementError::ShareDoesNotFit { .. } => "share_does_not_fit",
+            PlacementError::ShareBesideUnshared { .. }
+            | PlacementError::UnsharedBesideShares { .. } => "share_mix",
         },
         LedgerError::Duplicate { .. } => "duplicate",
         LedgerError::Corrupt { .. } | LedgerError::CorruptRecord { .. } => "ledger_corrupt",
@@ -198,6 +202,8 @@ pub fn resized(
 fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, reason: &str) {
     let (gpu, uuid, slice_bytes) = slices_fields(r);
     let total_bytes: u64 = r.slices.iter().map(|s| s.vram_bytes).sum();
+    // a share is of one GPU (placement), so one figure says it
+    let sm_percent: u32 = r.slices.iter().map(|s| s.sm_percent).max().unwrap_or(0);
     let pid = r.pid.unwrap_or(0);
     let age_secs = crate::fsutil::now_unix().saturating_sub(r.created_unix);
     // who the container is to its engine (empty where the engine said nothing)
@@ -220,6 +226,7 @@ fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, 
             uuid = uuid.as_str(),
             slice_bytes,
             total_bytes,
+            sm_percent,
             request = r.request.as_str(),
             namespace = namespace.as_str(),
             pod = pod.as_str(),
@@ -299,6 +306,7 @@ mod tests {
             index: 1,
             uuid: "GPU-1".into(),
             vram_bytes: 4 << 30,
+            sm_percent: 0,
         };
         Reservation {
             pid: Some(42),

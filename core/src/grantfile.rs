@@ -129,6 +129,7 @@ mod tests {
             uuid: u.into(),
             index,
             vram_bytes,
+            sm_percent: 0,
         };
         Reservation::new(
             "c1",

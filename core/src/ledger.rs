@@ -186,14 +186,12 @@ impl Default for LedgerData {
 }
 
 impl LedgerData {
-    /// Bytes held and number of holders per GPU uuid.
+    /// What the reservations that count hold on each GPU (by uuid).
     pub fn usage(&self) -> Usage {
         let mut u = Usage::new();
         for r in self.reservations.iter().filter(|r| r.counts()) {
             for s in &r.slices {
-                let e = u.entry(s.uuid.clone()).or_insert((0, 0));
-                e.0 += s.vram_bytes;
-                e.1 += 1;
+                u.entry(s.uuid.clone()).or_default().add(s);
             }
         }
         u
@@ -549,7 +547,14 @@ pub struct AdmitInfo {
 
 pub fn describe_slices(s: &[Slice]) -> String {
     s.iter()
-        .map(|s| format!("{} on GPU {}", human(s.vram_bytes), s.index))
+        .map(|s| match s.sm_percent {
+            0 => format!("{} on GPU {}", human(s.vram_bytes), s.index),
+            p => format!(
+                "{} and {p}% of the SMs on GPU {}",
+                human(s.vram_bytes),
+                s.index
+            ),
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -569,7 +574,10 @@ pub fn describe_request(req: &Request) -> String {
                 .join(",")
         ),
     };
-    format!("vram={v}{g}")
+    match req.sm {
+        Some(p) => format!("vram={v}{g} sm={p}%"),
+        None => format!("vram={v}{g}"),
+    }
 }
 
 #[cfg(test)]

@@ -69,10 +69,73 @@ pub enum PlacementError {
         count: u32,
         free: String,
     },
+    #[error("{origin} asks for a compute share of {count} GPUs; a share is of one GPU's SMs (served by that GPU's MPS daemon, and a process joins one). Ask for one GPU with sm=, or leave sm out")]
+    ShareNeedsOneGpu { origin: String, count: usize },
+    #[error("requested sm={requested}% of {gpu}, but only {free}% of its compute is unreserved ({used}% held by {holders} container(s) with a share); unreserved elsewhere: {elsewhere}. Ask for less, choose another GPU, or wait until a share is released (see `gpu-quota ls`)")]
+    ShareDoesNotFit {
+        requested: u32,
+        gpu: String,
+        free: u32,
+        used: u32,
+        holders: usize,
+        elsewhere: String,
+    },
+    #[error("requested sm={requested}% of {gpu}, which runs {unshared} sliced container(s) without a compute share: outside MPS they time-slice against every share there, so no share could be kept. Choose another GPU or wait until they end (see `gpu-quota ls`)")]
+    ShareBesideUnshared {
+        requested: u32,
+        gpu: String,
+        unshared: usize,
+    },
+    #[error("requested {requested} on {gpu} without a compute share, but {used}% of its compute is reserved by {holders} container(s) with sm=: outside MPS this container would time-slice against them. Ask for a share too (sm=…, {free}% is unreserved), choose another GPU, or wait until the shares end (see `gpu-quota ls`)")]
+    UnsharedBesideShares {
+        requested: String,
+        gpu: String,
+        used: u32,
+        holders: usize,
+        free: u32,
+    },
 }
 
-/// What is already held on each GPU (by uuid): bytes and number of holders.
-pub type Usage = BTreeMap<String, (u64, usize)>;
+/// What is already held on one GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuUse {
+    /// Bytes of the slices that count.
+    pub bytes: u64,
+    /// Slices that count (containers and claims).
+    pub holders: usize,
+    /// Compute shares, in percent of the GPU's SMs.
+    pub sm: u32,
+    /// Holders with a share.
+    pub shared: usize,
+}
+
+impl GpuUse {
+    /// Count `s` in.
+    pub fn add(&mut self, s: &Slice) {
+        self.bytes += s.vram_bytes;
+        self.holders += 1;
+        if s.sm_percent > 0 {
+            self.sm += s.sm_percent;
+            self.shared += 1;
+        }
+    }
+    /// Leave `s` out again.
+    pub fn remove(&mut self, s: &Slice) {
+        self.bytes = self.bytes.saturating_sub(s.vram_bytes);
+        self.holders = self.holders.saturating_sub(1);
+        if s.sm_percent > 0 {
+            self.sm = self.sm.saturating_sub(s.sm_percent);
+            self.shared = self.shared.saturating_sub(1);
+        }
+    }
+    /// Holders without a share: outside MPS, time-sliced.
+    pub fn unshared(&self) -> usize {
+        self.holders - self.shared.min(self.holders)
+    }
+}
+
+/// What is already held on each GPU (by uuid).
+pub type Usage = BTreeMap<String, GpuUse>;
 
 /// What a CUDA context is known to cost on this host, per GPU model: the
 /// config's `context_overhead` when it is a size, else what the hook
@@ -136,7 +199,70 @@ impl Placer<'_> {
 
     fn free(&self, g: &Gpu, usage: &Usage) -> u64 {
         self.capacity(g)
-            .saturating_sub(usage.get(&g.uuid).map(|u| u.0).unwrap_or(0))
+            .saturating_sub(usage.get(&g.uuid).map(|u| u.bytes).unwrap_or(0))
+    }
+
+    /// Why `g`'s compute cannot take `req` as it is held now: a share
+    /// needs room among the shares and no holder outside MPS beside it; a
+    /// slice without a share needs no share beside it (measured on the
+    /// H200: a process outside MPS and an MPS client time-slice, 302 of
+    /// 447 TFLOPS left to a 50 % client).
+    fn compute_refusal(&self, req: &Request, g: &Gpu, usage: &Usage) -> Option<PlacementError> {
+        let u = usage.get(&g.uuid).copied().unwrap_or_default();
+        let free = crate::formats::grant::SM_MAX.saturating_sub(u.sm);
+        match req.sm {
+            Some(p) if u.unshared() > 0 => Some(PlacementError::ShareBesideUnshared {
+                requested: p,
+                gpu: describe(g),
+                unshared: u.unshared(),
+            }),
+            Some(p) if p > free => Some(PlacementError::ShareDoesNotFit {
+                requested: p,
+                gpu: describe(g),
+                free,
+                used: u.sm,
+                holders: u.shared,
+                elsewhere: self.share_list(usage, &g.uuid),
+            }),
+            None if u.shared > 0 => Some(PlacementError::UnsharedBesideShares {
+                requested: format!(
+                    "{} ({})",
+                    human(req.vram.resolve(g.total_bytes)),
+                    req.origin
+                ),
+                gpu: describe(g),
+                used: u.sm,
+                holders: u.shared,
+                free,
+            }),
+            _ => None,
+        }
+    }
+
+    fn share_list(&self, usage: &Usage, except: &str) -> String {
+        let v: Vec<String> = self
+            .inventory
+            .gpus
+            .iter()
+            .filter(|g| self.is_sliceable(g) && g.uuid != except)
+            .map(|g| {
+                let u = usage.get(&g.uuid).copied().unwrap_or_default();
+                if u.unshared() > 0 {
+                    format!("GPU {}: none (runs slices without a share)", g.index)
+                } else {
+                    format!(
+                        "GPU {}: {}%",
+                        g.index,
+                        crate::formats::grant::SM_MAX.saturating_sub(u.sm)
+                    )
+                }
+            })
+            .collect();
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(", ")
+        }
     }
 
     fn free_list(&self, usage: &Usage, except: Option<&str>) -> String {
@@ -193,10 +319,21 @@ impl Placer<'_> {
         if candidates.is_empty() {
             return Err(PlacementError::NoGpus);
         }
+        if req.sm.is_some() {
+            let count = match &req.gpus {
+                GpuSelector::Count(n) => *n as usize,
+                GpuSelector::List(l) => l.len(),
+                GpuSelector::All => candidates.len(),
+            };
+            if count != 1 {
+                return Err(PlacementError::ShareNeedsOneGpu { origin, count });
+            }
+        }
         let slice = |g: &Gpu| Slice {
             uuid: g.uuid.clone(),
             index: g.index,
             vram_bytes: req.vram.resolve(g.total_bytes),
+            sm_percent: req.sm.unwrap_or(0),
         };
         let chosen: Vec<&Gpu> = match &req.gpus {
             GpuSelector::List(refs) => {
@@ -239,11 +376,26 @@ impl Placer<'_> {
                         available: candidates.len(),
                     });
                 }
-                let mut fit: Vec<&Gpu> = candidates
+                let bytes_fit: Vec<&Gpu> = candidates
                     .iter()
                     .copied()
                     .filter(|g| slice(g).vram_bytes <= self.free(g, usage))
                     .collect();
+                let mut fit: Vec<&Gpu> = bytes_fit
+                    .iter()
+                    .copied()
+                    .filter(|g| self.compute_refusal(req, g, usage).is_none())
+                    .collect();
+                if fit.len() < n && bytes_fit.len() >= n {
+                    // the bytes would fit: say why the compute does not
+                    let g = bytes_fit
+                        .iter()
+                        .find(|g| self.compute_refusal(req, g, usage).is_some())
+                        .expect("a GPU the compute refused");
+                    return Err(self
+                        .compute_refusal(req, g, usage)
+                        .expect("refused just above"));
+                }
                 if fit.len() < n {
                     if candidates
                         .iter()
@@ -283,7 +435,11 @@ impl Placer<'_> {
             }
             let free = self.free(g, usage);
             if bytes > free {
-                let (used, holders) = usage.get(&g.uuid).copied().unwrap_or((0, 0));
+                let GpuUse {
+                    bytes: used,
+                    holders,
+                    ..
+                } = usage.get(&g.uuid).copied().unwrap_or_default();
                 return Err(PlacementError::DoesNotFit {
                     requested: format!("{} ({})", human(bytes), req.origin),
                     gpu: describe(g),
@@ -307,6 +463,9 @@ impl Placer<'_> {
                         suggest: format!("{}m", smallest.div_ceil(mib)),
                     });
                 }
+            }
+            if let Some(e) = self.compute_refusal(req, g, usage) {
+                return Err(e);
             }
         }
         Ok(chosen.into_iter().map(slice).collect())
@@ -341,11 +500,21 @@ mod tests {
             gpus,
             origin: Origin::Annotation("vram".into()),
             named_gpus: false,
+            sm: None,
         }
     }
     fn used(v: &[(u32, u64)]) -> Usage {
         v.iter()
-            .map(|(i, b)| (format!("GPU-{i:04}"), (*b, 1)))
+            .map(|(i, b)| {
+                (
+                    format!("GPU-{i:04}"),
+                    GpuUse {
+                        bytes: *b,
+                        holders: 1,
+                        ..GpuUse::default()
+                    },
+                )
+            })
             .collect()
     }
 
@@ -554,5 +723,160 @@ mod tests {
         assert!(place(&conf, 512 * mib).is_ok());
         let msg = place(&conf, 200 * mib).unwrap_err().to_string();
         assert!(msg.contains("the config's context_overhead"), "{msg}");
+    }
+
+    fn with_sm(mut r: Request, p: u32) -> Request {
+        r.sm = Some(p);
+        r
+    }
+    /// `(gpu, bytes, share)` per holder.
+    fn held(v: &[(u32, u64, u32)]) -> Usage {
+        let mut u = Usage::new();
+        for (i, b, p) in v {
+            u.entry(format!("GPU-{i:04}")).or_default().add(&Slice {
+                uuid: format!("GPU-{i:04}"),
+                index: *i,
+                vram_bytes: *b,
+                sm_percent: *p,
+            });
+        }
+        u
+    }
+
+    #[test]
+    fn compute_shares_add_up_to_at_most_the_gpu() {
+        let i = inv(1, 80 * G);
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &[],
+            contexts: &ContextCosts::default(),
+        };
+        let r = |pct| with_sm(req(Size::Bytes(8 * G), GpuSelector::Count(1)), pct);
+        let got = p.place(&r(25), &Usage::new()).unwrap();
+        assert_eq!((got[0].sm_percent, got[0].vram_bytes), (25, 8 * G));
+        let u = held(&[(0, 8 * G, 60), (0, 8 * G, 15)]);
+        assert_eq!(
+            p.place(&r(25), &u).unwrap()[0].sm_percent,
+            25,
+            "75 + 25 fit"
+        );
+        let e = p.place(&r(26), &u).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PlacementError::ShareDoesNotFit {
+                    requested: 26,
+                    free: 25,
+                    used: 75,
+                    holders: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        assert!(m.contains("sm=26%") && m.contains("only 25%"), "{m}");
+        // the same GPU named explicitly: the same refusal
+        let named = with_sm(
+            req(
+                Size::Bytes(8 * G),
+                GpuSelector::List(vec![GpuRef::Index(0)]),
+            ),
+            26,
+        );
+        assert!(matches!(
+            p.place(&named, &u),
+            Err(PlacementError::ShareDoesNotFit { .. })
+        ));
+        // a share released: its percent is free again
+        let mut u = u;
+        u.get_mut("GPU-0000").unwrap().remove(&Slice {
+            uuid: "GPU-0000".into(),
+            index: 0,
+            vram_bytes: 8 * G,
+            sm_percent: 60,
+        });
+        assert!(p.place(&r(85), &u).is_ok());
+    }
+
+    #[test]
+    fn shares_and_slices_without_one_do_not_mix_on_a_gpu() {
+        let i = inv(2, 80 * G);
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &[],
+            contexts: &ContextCosts::default(),
+        };
+        let plain = req(Size::Bytes(8 * G), GpuSelector::Count(1));
+        let shared = with_sm(plain.clone(), 25);
+        // GPU 0 runs a share: a slice without one goes to GPU 1 (binpack
+        // would have filled GPU 0), a share goes to GPU 0
+        let u = held(&[(0, 8 * G, 50)]);
+        assert_eq!(p.place(&plain, &u).unwrap()[0].index, 1);
+        assert_eq!(p.place(&shared, &u).unwrap()[0].index, 0);
+        // GPU 0 runs a slice without a share: the reverse
+        let u = held(&[(0, 8 * G, 0)]);
+        assert_eq!(p.place(&shared, &u).unwrap()[0].index, 1);
+        assert_eq!(p.place(&plain, &u).unwrap()[0].index, 0);
+        // named, the mix is refused with what to do
+        let on0 = |r: &Request| Request {
+            gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
+            ..r.clone()
+        };
+        let e = p.place(&on0(&shared), &held(&[(0, 8 * G, 0)])).unwrap_err();
+        assert!(
+            matches!(e, PlacementError::ShareBesideUnshared { unshared: 1, .. }),
+            "{e:?}"
+        );
+        let e = p.place(&on0(&plain), &held(&[(0, 8 * G, 30)])).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PlacementError::UnsharedBesideShares {
+                    used: 30,
+                    free: 70,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("Ask for a share too"), "{e}");
+        // both GPUs taken by the other kind: the compute is named, not the bytes
+        let e = p
+            .place(&shared, &held(&[(0, 8 * G, 0), (1, 8 * G, 0)]))
+            .unwrap_err();
+        assert!(
+            matches!(e, PlacementError::ShareBesideUnshared { .. }),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_share_is_of_one_gpu() {
+        let i = inv(2, 80 * G);
+        let p = Placer {
+            inventory: &i,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &[],
+            contexts: &ContextCosts::default(),
+        };
+        for gpus in [
+            GpuSelector::Count(2),
+            GpuSelector::All,
+            GpuSelector::List(vec![GpuRef::Index(0), GpuRef::Index(1)]),
+        ] {
+            let e = p
+                .place(&with_sm(req(Size::Bytes(G), gpus), 10), &Usage::new())
+                .unwrap_err();
+            assert!(
+                matches!(e, PlacementError::ShareNeedsOneGpu { count: 2, .. }),
+                "{e:?}"
+            );
+        }
     }
 }

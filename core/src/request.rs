@@ -1,8 +1,8 @@
 //! The request model: what a container asks for, read from OCI annotations
-//! (`vram`, `gpu`, `gpus`, and the `gpu-quota.io/…` aliases) or, only where
-//! the host allows it (`env_requests` in the config, for engines that cannot
-//! pass annotations), the process environment (`GPU_QUOTA_VRAM`,
-//! `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`).
+//! (`vram`, `gpu`, `gpus`, `sm`, and the `gpu-quota.io/…` aliases) or, only
+//! where the host allows it (`env_requests` in the config, for engines that
+//! cannot pass annotations), the process environment (`GPU_QUOTA_VRAM`,
+//! `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`, `GPU_QUOTA_SM`).
 //!
 //! One request has one source: when any request annotation is present the
 //! environment is ignored entirely. The environment includes the image's
@@ -21,6 +21,7 @@ pub enum Field {
     Vram,
     Gpu,
     Gpus,
+    Sm,
 }
 
 impl Field {
@@ -29,6 +30,7 @@ impl Field {
             Field::Vram => [keys::ANN_VRAM, keys::ANN_NS_VRAM],
             Field::Gpu => [keys::ANN_GPU, keys::ANN_NS_GPU],
             Field::Gpus => [keys::ANN_GPUS, keys::ANN_NS_GPUS],
+            Field::Sm => [keys::ANN_SM, keys::ANN_NS_SM],
         }
     }
     pub fn env(self) -> &'static str {
@@ -36,6 +38,7 @@ impl Field {
             Field::Vram => keys::ENV_VRAM,
             Field::Gpu => keys::ENV_GPU,
             Field::Gpus => keys::ENV_GPUS,
+            Field::Sm => keys::ENV_SM,
         }
     }
     fn accepted(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Field {
             Field::Vram => units::SIZE_FORMS,
             Field::Gpu => "a GPU index (0), a UUID (GPU-8f6c…), or a comma-separated list of distinct GPUs (0,1)",
             Field::Gpus => "a count of GPUs (1, 2, …) or \"all\"",
+            Field::Sm => "a whole percentage of one GPU's SMs from 1% to 100% (sm=25%)",
         }
     }
 }
@@ -118,6 +122,9 @@ pub struct Request {
     /// Recorded here, when the request is read, so that nothing after
     /// parsing goes back to config.json's keys.
     pub named_gpus: bool,
+    /// A compute share of the one GPU, in percent of its SMs (1–100),
+    /// served through that GPU's MPS daemon; `None`: no share.
+    pub sm: Option<u32>,
 }
 
 /// Upper bound on `gpus=N` and on list lengths: no host has more.
@@ -200,7 +207,7 @@ pub enum EnvRequests {
 /// Every request field set in `env` (`GPU_QUOTA_VRAM`, …), for the notice
 /// that they were ignored.
 pub fn env_request_vars(env: &[String]) -> Vec<&'static str> {
-    [Field::Vram, Field::Gpu, Field::Gpus]
+    [Field::Vram, Field::Gpu, Field::Gpus, Field::Sm]
         .into_iter()
         .filter(|f| lookup_env(*f, env).is_some())
         .map(Field::env)
@@ -223,6 +230,26 @@ pub fn config_env(config: &Value) -> Vec<String> {
 fn parse_vram(raw: &Raw) -> Result<Size, RequestError> {
     units::parse_size(&raw.value)
         .map_err(|e: SizeError| err(Field::Vram, &raw.origin, &raw.value, e.to_string()))
+}
+
+fn parse_sm(raw: &Raw) -> Result<u32, RequestError> {
+    let bad = |reason: &str| err(Field::Sm, &raw.origin, &raw.value, reason);
+    let v = raw.value.trim();
+    let digits = v.strip_suffix('%').unwrap_or(v).trim();
+    if digits.is_empty() {
+        return Err(bad("empty value"));
+    }
+    if digits.starts_with('-') {
+        return Err(bad("negative share"));
+    }
+    if digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("not a whole percentage"));
+    }
+    match digits.parse::<u32>() {
+        Ok(0) => Err(bad("a share of 0% is no share; leave sm out")),
+        Ok(p) if p <= gpuquota_formats::grant::SM_MAX => Ok(p),
+        _ => Err(bad("more than the whole GPU")),
+    }
 }
 
 fn parse_gpu_list(raw: &Raw) -> Result<Vec<GpuRef>, RequestError> {
@@ -303,13 +330,23 @@ impl Request {
         let mut vram = lookup_annotation(Field::Vram, annotations)?;
         let mut gpu = lookup_annotation(Field::Gpu, annotations)?;
         let mut gpus = lookup_annotation(Field::Gpus, annotations)?;
-        let any_annotation = vram.is_some() || gpu.is_some() || gpus.is_some();
+        let mut sm = lookup_annotation(Field::Sm, annotations)?;
+        let any_annotation = vram.is_some() || gpu.is_some() || gpus.is_some() || sm.is_some();
         if !any_annotation && env_requests == EnvRequests::Allowed {
             vram = lookup_env(Field::Vram, env);
             gpu = lookup_env(Field::Gpu, env);
             gpus = lookup_env(Field::Gpus, env);
+            sm = lookup_env(Field::Sm, env);
         }
         let Some(vram) = vram else {
+            if let Some(r) = &sm {
+                return Err(err(
+                    Field::Sm,
+                    &r.origin,
+                    &r.value,
+                    "a compute share was asked for without a memory slice; a share always comes with one: add vram=SIZE (for example vram=8g)",
+                ));
+            }
             if let Some(r) = gpu.as_ref().or(gpus.as_ref()) {
                 let field = if gpu.is_some() {
                     Field::Gpu
@@ -326,6 +363,7 @@ impl Request {
             return Ok(None);
         };
         let size = parse_vram(&vram)?;
+        let sm = sm.as_ref().map(parse_sm).transpose()?;
         let selector = match (&gpu, &gpus) {
             (None, None) => GpuSelector::Count(1),
             (None, Some(n)) => parse_gpus(n)?,
@@ -363,6 +401,7 @@ impl Request {
             gpus: selector,
             origin: vram.origin,
             named_gpus: gpu.is_some() || gpus.is_some(),
+            sm,
         }))
     }
 
@@ -394,6 +433,59 @@ mod tests {
 
     fn ann(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn compute_share() {
+        let r = |v: Value| Request::from_parts(Some(&ann(v)), &[], EnvRequests::Ignored);
+        let ok = r(json!({"vram": "8g", "sm": "25%"})).unwrap().unwrap();
+        assert_eq!((ok.sm, ok.vram), (Some(25), Size::Bytes(8 * G)));
+        assert_eq!(
+            r(json!({"vram": "8g", "gpu-quota.io/sm": "100"}))
+                .unwrap()
+                .unwrap()
+                .sm,
+            Some(100)
+        );
+        assert_eq!(r(json!({"vram": "8g"})).unwrap().unwrap().sm, None);
+        for (bad, why) in [
+            ("0%", "no share"),
+            ("101%", "whole GPU"),
+            ("-5%", "negative"),
+            ("12.5%", "whole percentage"),
+            ("%", "empty"),
+            ("1000", "whole percentage"),
+        ] {
+            let e = r(json!({"vram": "8g", "sm": bad})).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
+        let e = r(json!({"sm": "25%"})).unwrap_err().to_string();
+        assert!(
+            e.contains("without a memory slice") && e.contains("vram="),
+            "{e}"
+        );
+        // the environment form, only where env requests are allowed, and
+        // never beside an annotation
+        let env = [
+            "GPU_QUOTA_VRAM=4g".to_string(),
+            "GPU_QUOTA_SM=50%".to_string(),
+        ];
+        let allowed = Request::from_parts(None, &env, EnvRequests::Allowed)
+            .unwrap()
+            .unwrap();
+        assert_eq!(allowed.sm, Some(50));
+        assert_eq!(
+            Request::from_parts(None, &env, EnvRequests::Ignored).unwrap(),
+            None
+        );
+        let a = Request::from_parts(
+            Some(&ann(json!({"vram": "1g"}))),
+            &env,
+            EnvRequests::Allowed,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(a.sm, None, "an image ENV never adds a share to annotations");
     }
 
     #[test]

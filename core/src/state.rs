@@ -423,6 +423,7 @@ mod tests {
             uuid: U.into(),
             index: 3,
             vram_bytes: 4 << 30,
+            sm_percent: 0,
         };
         let r = Reservation::new("c1", None, "/b", vec![slice.clone()], "vram=4g");
         let files = DriverFiles {

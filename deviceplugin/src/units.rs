@@ -220,6 +220,7 @@ mod tests {
             uuid: format!("GPU-{gpu:04}"),
             index: gpu,
             vram_bytes: bytes,
+            sm_percent: 0,
         };
         Reservation {
             state: ResState::Running,

@@ -27,7 +27,7 @@
 //! | 8 | version [`VERSION`] (u32) |
 //! | 12 | entries in use, at most [`MAX_GPUS`] (u32) |
 //! | 16..64 | reserved, 0 |
-//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), reserved (u32), vram_bytes (u64, live), reserved (32 bytes: room for more dimensions of a grant) |
+//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), compute share in percent of the GPU's SMs (u32, 0: none), vram_bytes (u64, live), reserved (32 bytes: room for more dimensions of a grant) |
 use crate::limits::parse_uuid;
 
 pub const FILE_NAME: &str = "grant";
@@ -42,6 +42,7 @@ pub const SIZE: usize = HEADER_SIZE + MAX_GPUS * ENTRY_SIZE;
 
 const E_UUID: usize = 0;
 const E_INDEX: usize = 16;
+const E_SM: usize = 20;
 const E_VRAM: usize = 24;
 
 /// One GPU's share of a grant. `U` is how the GPU is named: the host keeps
@@ -56,7 +57,24 @@ pub struct GpuGrant<U> {
     /// as it did before the grant was a type of its own.
     #[cfg_attr(feature = "serde", serde(rename = "bytes"))]
     pub vram_bytes: u64,
+    /// The compute share on this GPU, in percent of its SMs (1–100), served
+    /// through the GPU's MPS daemon; 0: no share (the container is not an
+    /// MPS client). Fixed for the container's life. The ledger's JSON
+    /// leaves it out when 0, so records written before it read as no share.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "sm", default, skip_serializing_if = "is_zero")
+    )]
+    pub sm_percent: u32,
 }
+
+#[cfg(feature = "serde")]
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
+/// The most a compute share can be: the whole GPU.
+pub const SM_MAX: u32 = 100;
 
 /// A GPU's name in raw bytes.
 pub type Uuid = [u8; 16];
@@ -69,6 +87,7 @@ impl<U: AsRef<str>> GpuGrant<U> {
             uuid: parse_uuid(self.uuid.as_ref().as_bytes())?,
             index: self.index,
             vram_bytes: self.vram_bytes,
+            sm_percent: self.sm_percent,
         })
     }
 }
@@ -130,6 +149,7 @@ pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
         let e = HEADER_SIZE + i * ENTRY_SIZE;
         b[e + E_UUID..e + E_UUID + 16].copy_from_slice(&g.uuid);
         b[e + E_INDEX..e + E_INDEX + 4].copy_from_slice(&g.index.to_le_bytes());
+        b[e + E_SM..e + E_SM + 4].copy_from_slice(&g.sm_percent.to_le_bytes());
         b[e + E_VRAM..e + E_VRAM + 8].copy_from_slice(&g.vram_bytes.to_le_bytes());
     }
     Ok(b)
@@ -174,7 +194,11 @@ pub fn decode(b: &[u8]) -> Option<Table> {
             uuid,
             index: u32_at(b, e + E_INDEX),
             vram_bytes: u64_at(b, e + E_VRAM),
+            sm_percent: u32_at(b, e + E_SM),
         };
+        if t.gpus[i].sm_percent > SM_MAX {
+            return None;
+        }
     }
     Some(t)
 }
@@ -200,7 +224,19 @@ mod tests {
             uuid: [u; 16],
             index,
             vram_bytes,
+            sm_percent: 0,
         }
+    }
+
+    #[test]
+    fn a_compute_share_travels_and_a_bad_one_is_refused() {
+        let mut one = g(1, 0, G);
+        one.sm_percent = 25;
+        let mut b = encode(&[one, g(2, 1, G)]).unwrap();
+        let t = decode(&b).unwrap();
+        assert_eq!((t.gpus[0].sm_percent, t.gpus[1].sm_percent), (25, 0));
+        b[HEADER_SIZE + E_SM] = 101;
+        assert!(decode(&b).is_none(), "a share over the whole GPU");
     }
 
     #[test]
@@ -252,6 +288,7 @@ mod tests {
             uuid: "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
             index: 1,
             vram_bytes: G,
+            sm_percent: 0,
         };
         let r = t.raw().unwrap();
         assert_eq!(
@@ -261,7 +298,8 @@ mod tests {
         assert!(GpuGrant {
             uuid: "GPU-a",
             index: 0,
-            vram_bytes: 0
+            vram_bytes: 0,
+            sm_percent: 0,
         }
         .raw()
         .is_none());

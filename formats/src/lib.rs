@@ -18,7 +18,8 @@
 //!   locations;
 //! * [`helper`] — the command line of the host's helper child
 //!   (gpu-quota-driver);
-//! * [`names`] — the hash in on-disk names.
+//! * [`names`] — the hash in on-disk names;
+//! * [`mps`] — a compute share's MPS client settings.
 //!
 //! Each constant that more than one crate spells lives here once;
 //! `tests/one_owner.rs` fails on a literal copy anywhere else.
@@ -37,6 +38,7 @@ pub mod helper;
 pub mod keys;
 pub mod layout;
 pub mod limits;
+pub mod mps;
 pub mod names;
 pub mod size;
 pub mod usage;

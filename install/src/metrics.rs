@@ -105,7 +105,7 @@ pub fn render(s: &Snapshot) -> String {
         );
     }
     type PerGpu = fn(&crate::snapshot::GpuView) -> Option<u64>;
-    let per_gpu: [(&str, &str, PerGpu); 6] = [
+    let per_gpu: [(&str, &str, PerGpu); 7] = [
         ("gpu_quota_gpu_total_bytes", "Memory of the GPU.", |g| {
             Some(g.total)
         }),
@@ -133,6 +133,11 @@ pub fn render(s: &Snapshot) -> String {
             "gpu_quota_gpu_containers",
             "Containers holding a slice of the GPU.",
             |g| Some(g.holders as u64),
+        ),
+        (
+            "gpu_quota_gpu_sm_reserved_percent",
+            "Compute shares (sm=) reserved on the GPU, in percent of its SMs.",
+            |g| Some(g.sm as u64),
         ),
     ];
     for (name, help, value) in per_gpu {
@@ -175,6 +180,19 @@ pub fn render(s: &Snapshot) -> String {
             let mut l = who(c);
             l.push(("gpu", &i));
             o.sample("gpu_quota_container_slice_bytes", &l, sl.bytes);
+        }
+    }
+    o.family(
+        "gpu_quota_container_sm_percent",
+        "gauge",
+        "Compute share (sm=) of a container on a GPU, in percent of its SMs; only containers with one.",
+    );
+    for c in &s.containers {
+        for sl in c.slices.iter().filter(|sl| sl.sm > 0) {
+            let i = sl.index.to_string();
+            let mut l = who(c);
+            l.push(("gpu", &i));
+            o.sample("gpu_quota_container_sm_percent", &l, sl.sm as u64);
         }
     }
     o.family(
@@ -291,6 +309,7 @@ mod tests {
             capacity: 90,
             reserved: 40,
             holders: 1,
+            sm: 25,
             used: Some(55),
         });
         s.containers.push(ContainerView {
@@ -303,6 +322,7 @@ mod tests {
                 index: 0,
                 uuid: "GPU-0".into(),
                 bytes: 40,
+                sm: 25,
                 used: None,
             }],
             refusals: None,
@@ -326,6 +346,7 @@ mod tests {
                 index: 0,
                 uuid: "GPU-0".into(),
                 bytes: 8,
+                sm: 0,
                 used: None,
             }],
             ..s.containers[0].clone()
@@ -341,6 +362,8 @@ mod tests {
             "gpu_quota_container_slice_bytes{container=\"c\\\\1\",namespace=\"\",pod=\"\",pod_uid=\"\",container_name=\"\",gpu=\"0\"} 40",
             "gpu_quota_container_slice_bytes{container=\"k\",namespace=\"ml\",pod=\"p-0\",pod_uid=\"u\",container_name=\"main\",gpu=\"0\"} 8",
             "gpu_quota_container_age_seconds{container=\"c\\\\1\"} 7",
+            "gpu_quota_gpu_sm_reserved_percent{gpu=\"0\",uuid=\"GPU-0\",simulated=\"false\"} 25",
+            "gpu_quota_container_sm_percent{container=\"c\\\\1\",namespace=\"\",pod=\"\",pod_uid=\"\",container_name=\"\",gpu=\"0\"} 25",
             "gpu_quota_claim_bytes{claim=\"ml/v\",gpu=\"0\",bound=\"false\"} 8",
             "gpu_quota_admissions_total 3",
             "gpu_quota_admission_refusals_total{reason=\"does_not_fit\"} 2",
@@ -352,6 +375,10 @@ mod tests {
         assert!(
             !t.contains("gpu_quota_container_used_bytes{"),
             "no usage sample before CUDA ran"
+        );
+        assert!(
+            !t.contains("gpu_quota_container_sm_percent{container=\"k\""),
+            "no share sample for a container without one"
         );
         s.ledger_error = Some("corrupt".into());
         s.gpus[0].used = None;

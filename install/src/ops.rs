@@ -55,6 +55,8 @@ struct GpuRow {
     capacity: u64,
     reserved: u64,
     holders: usize,
+    /// Compute shares on the GPU (percent of its SMs).
+    sm: u32,
 }
 
 fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
@@ -63,7 +65,8 @@ fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
     inv.gpus
         .iter()
         .map(|g| {
-            let (reserved, holders) = usage.get(&g.uuid).copied().unwrap_or((0, 0));
+            let u = usage.get(&g.uuid).copied().unwrap_or_default();
+            let (reserved, holders, sm) = (u.bytes, u.holders, u.sm);
             GpuRow {
                 index: g.index,
                 uuid: g.uuid.clone(),
@@ -73,6 +76,7 @@ fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
                 capacity: g.total_bytes.saturating_sub(reserve),
                 reserved,
                 holders,
+                sm,
             }
         })
         .collect()
@@ -98,7 +102,8 @@ pub fn ls(a: &LsArgs) -> Result<()> {
             .into_iter()
             .map(|g| serde_json::json!({"index": g.index, "uuid": g.uuid, "name": g.name, "simulated": g.simulated,
                 "total_bytes": g.total, "capacity_bytes": g.capacity, "reserved_bytes": g.reserved,
-                "free_bytes": g.capacity.saturating_sub(g.reserved), "containers": g.holders}))
+                "free_bytes": g.capacity.saturating_sub(g.reserved), "containers": g.holders,
+                "sm_reserved_percent": g.sm}))
             .collect();
         let res: Vec<_> = data
             .reservations
@@ -154,7 +159,14 @@ pub fn ls(a: &LsArgs) -> Result<()> {
             .join(",");
         // per GPU where the slices differ (a percentage of GPUs of two
         // sizes, or one resized)
-        let mut sizes: Vec<String> = r.slices.iter().map(|s| human(s.vram_bytes)).collect();
+        let mut sizes: Vec<String> = r
+            .slices
+            .iter()
+            .map(|s| match s.sm_percent {
+                0 => human(s.vram_bytes),
+                p => format!("{} {p}%", human(s.vram_bytes)),
+            })
+            .collect();
         sizes.dedup();
         let slice = sizes.join(",");
         let pid = r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
@@ -173,21 +185,27 @@ pub fn ls(a: &LsArgs) -> Result<()> {
         Some(inv) => {
             gpuquota_core::outln!();
             gpuquota_core::outln!(
-                "{:<4} {:<42} {:>12} {:>12} {:>12}  CONTAINERS",
+                "{:<4} {:<42} {:>12} {:>12} {:>12} {:>4}  CONTAINERS",
                 "GPU",
                 "UUID",
                 "CAPACITY",
                 "RESERVED",
-                "FREE"
+                "FREE",
+                "SM"
             );
             for g in gpu_rows(&cfg, &inv, &data) {
                 gpuquota_core::outln!(
-                    "{:<4} {:<42} {:>12} {:>12} {:>12}  {}{}",
+                    "{:<4} {:<42} {:>12} {:>12} {:>12} {:>4}  {}{}",
                     g.index,
                     g.uuid,
                     human(g.capacity),
                     human(g.reserved),
                     human(g.capacity.saturating_sub(g.reserved)),
+                    if g.sm > 0 {
+                        format!("{}%", g.sm)
+                    } else {
+                        "-".into()
+                    },
                     g.holders,
                     if g.simulated { "  (simulated)" } else { "" }
                 );

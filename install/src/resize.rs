@@ -146,6 +146,7 @@ mod tests {
             uuid: "GPU-0".into(),
             index: 0,
             vram_bytes: 1 << 30,
+            sm_percent: 0,
         };
         Reservation {
             workload: name.map(|n| Workload {

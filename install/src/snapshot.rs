@@ -53,6 +53,8 @@ pub struct GpuView {
     pub capacity: u64,
     pub reserved: u64,
     pub holders: usize,
+    /// Compute shares reserved on the GPU, percent of its SMs.
+    pub sm: u32,
     /// Physically used (NVML); None where unknown.
     pub used: Option<u64>,
 }
@@ -62,6 +64,8 @@ pub struct SliceView {
     pub index: u32,
     pub uuid: String,
     pub bytes: u64,
+    /// Its compute share on this GPU, percent of the SMs (0: none).
+    pub sm: u32,
     /// In use by the container on this GPU (its usage file); None before
     /// any CUDA process ran.
     pub used: Option<u64>,
@@ -143,7 +147,8 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
                 .gpus
                 .iter()
                 .map(|g| {
-                    let (reserved, holders) = usage.get(&g.uuid).copied().unwrap_or((0, 0));
+                    let u = usage.get(&g.uuid).copied().unwrap_or_default();
+                    let (reserved, holders, sm) = (u.bytes, u.holders, u.sm);
                     GpuView {
                         index: g.index,
                         uuid: g.uuid.clone(),
@@ -154,6 +159,7 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
                         capacity: g.total_bytes.saturating_sub(reserve),
                         reserved,
                         holders,
+                        sm,
                         used: phys.get(&g.uuid.to_lowercase()).copied(),
                     }
                 })
@@ -208,6 +214,7 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
                         index: sl.index,
                         uuid: sl.uuid.clone(),
                         bytes: sl.vram_bytes,
+                        sm: sl.sm_percent,
                         used: u.as_ref().map(|u| u.used.get(i).copied().unwrap_or(0)),
                     })
                     .collect(),
@@ -238,6 +245,7 @@ mod tests {
             uuid: "GPU-0".into(),
             index: 0,
             vram_bytes: bytes,
+            sm_percent: 0,
         };
         Reservation {
             pid: Some(std::process::id()),

@@ -121,13 +121,18 @@ const GLYPHS: [char; 6] = ['#', '=', '%', '@', '&', '*'];
 
 fn gpu_title(g: &GpuView) -> String {
     format!(
-        "GPU {} {}{}: {} reserved of {} ({} containers)",
+        "GPU {} {}{}: {} reserved of {} ({} containers){}",
         g.index,
         g.name,
         if g.simulated { " (simulated)" } else { "" },
         human(g.reserved),
         human(g.capacity),
-        g.holders
+        g.holders,
+        if g.sm > 0 {
+            format!(", {}% of the SMs shared through MPS", g.sm)
+        } else {
+            String::new()
+        }
     )
 }
 
@@ -332,6 +337,7 @@ mod tests {
             capacity: 16 * G - reserve,
             reserved: 12 * G,
             holders: 2,
+            sm: 0,
             used: None,
         }
     }
@@ -346,6 +352,7 @@ mod tests {
                 index: 0,
                 uuid: "GPU-0".into(),
                 bytes,
+                sm: 0,
                 used,
             }],
             refusals: None,

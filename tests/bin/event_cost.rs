@@ -24,6 +24,7 @@ fn main() {
         uuid: "GPU-0".into(),
         index: 0,
         vram_bytes: 1 << 30,
+        sm_percent: 0,
     };
     let r = Reservation {
         pid: Some(1),

@@ -27,6 +27,7 @@ fn main() {
         uuid: "GPU-0".into(),
         index: 0,
         vram_bytes: 1 << 30,
+        sm_percent: 0,
     };
     let r = Reservation {
         created_unix: 1,
@@ -101,6 +102,7 @@ fn record(a: &[String]) {
             gpus: GpuSelector::Count(1),
             origin: Origin::Annotation("vram".into()),
             named_gpus: false,
+            sm: None,
         };
         ledger
             .admit(

@@ -54,6 +54,7 @@ fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
         gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
         origin: Origin::Annotation("vram".into()),
         named_gpus: true,
+        sm: None,
     };
     Ledger::new(cfg)
         .admit(cfg, &inv, &req, id, Some("/run/runc"), "/b", &mut vec![])
@@ -280,11 +281,12 @@ fn a_claims_bytes_count_once_whatever_is_bound_to_it() {
         [Slice {
             uuid: GPU0.into(),
             index: 0,
-            vram_bytes: 8 * G
+            vram_bytes: 8 * G,
+            sm_percent: 0,
         }]
     );
     let u = Ledger::new(&cfg).read().unwrap().usage();
-    assert_eq!(u.get(GPU0), Some(&(8 * G, 1)));
+    assert_eq!(u.get(GPU0).map(|u| (u.bytes, u.holders)), Some((8 * G, 1)));
     // 8 GiB more still fit on the 16 GiB GPU (counted twice they would not)
     container(&cfg, "docker1", 0, 8 * G);
 }
@@ -395,7 +397,7 @@ fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
     assert_eq!(r2.bound_claim.as_deref(), Some("u-1"));
     assert_eq!(r2.slices, r.slices);
     let data = Ledger::new(&cfg).read().unwrap();
-    assert_eq!(data.usage()[GPU1].0, 8 * G, "counted once");
+    assert_eq!(data.usage()[GPU1].bytes, 8 * G, "counted once");
     // each consumer has its own group in the shared usage file
     assert_ne!(state::consumer_group(&r), state::consumer_group(&r2));
     assert!(state::limits_text(&r, 0)

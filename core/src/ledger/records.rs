@@ -63,9 +63,13 @@ pub fn uuid_tag(uuid: &str) -> u32 {
 }
 
 /// The record name of `r`; `None` for what is not kept as a record (a
-/// claim's entry, or a name that would be too long).
+/// claim's entry, a reservation with a compute share, or a name that
+/// would be too long). Shares stay in ledger.json, which every admission
+/// reads in full: a name carries only bytes, and a release that did not
+/// know shares would read a name that carried one as no record at all
+/// and admit past it.
 pub fn name_of(r: &Reservation) -> Option<String> {
-    if r.is_claim() {
+    if r.is_claim() || r.slices.iter().any(|s| s.sm_percent > 0) {
         return None;
     }
     let key = key_hash(&r.container_id, r.runtime_root.as_deref());
@@ -121,14 +125,16 @@ pub fn valid_boot(b: &str) -> bool {
 
 /// Add the bytes and holders the names count to `u`, for the GPUs among
 /// `uuids` (a record's bytes on a GPU not in the list place nothing).
+/// A named record holds no compute share: a reservation with one is kept
+/// in ledger.json ([`name_of`]).
 pub fn add_usage<'a>(u: &mut Usage, names: &[Name], uuids: impl Iterator<Item = &'a str>) {
     let tags: Vec<(u32, &str)> = uuids.map(|x| (uuid_tag(x), x)).collect();
     for n in names.iter().filter(|n| n.counts) {
         for (tag, bytes) in &n.slices {
             for (_, uuid) in tags.iter().filter(|(t, _)| t == tag) {
-                let e = u.entry(uuid.to_string()).or_insert((0, 0));
-                e.0 += bytes;
-                e.1 += 1;
+                let e = u.entry(uuid.to_string()).or_default();
+                e.bytes += bytes;
+                e.holders += 1;
             }
         }
     }
@@ -352,6 +358,7 @@ mod tests {
                     uuid: u.to_string(),
                     index: i as u32,
                     vram_bytes: *b,
+                    sm_percent: 0,
                 })
                 .collect(),
             "vram=1g",

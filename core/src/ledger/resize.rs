@@ -191,8 +191,7 @@ impl Ledger {
                 let mut usage = d.usage();
                 if let Some(e) = usage.get_mut(&slice.uuid) {
                     if r.counts() {
-                        e.0 = e.0.saturating_sub(slice.vram_bytes);
-                        e.1 = e.1.saturating_sub(1);
+                        e.remove(&slice);
                     }
                 }
                 let placer = Placer {
@@ -207,6 +206,9 @@ impl Ledger {
                     gpus: GpuSelector::List(vec![GpuRef::Uuid(slice.uuid.clone())]),
                     origin: Origin::Annotation("gpu-quota resize".into()),
                     named_gpus: true,
+                    // the container keeps its share: the grow is checked
+                    // beside the same shares it runs with
+                    sm: (slice.sm_percent > 0).then_some(slice.sm_percent),
                 };
                 if let Err(err) = placer.place(&req, &usage) {
                     return Err(ResizeError::Refused {
@@ -304,6 +306,7 @@ mod tests {
             gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
+            sm: None,
         };
         l.admit(cfg, inv, &req, id, None, "/b", &mut vec![])
             .unwrap()
@@ -366,6 +369,7 @@ mod tests {
             gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
+            sm: None,
         };
         assert!(l
             .admit(&cfg, &inv, &req, "c", None, "/b", &mut vec![])

@@ -33,6 +33,7 @@ fn req(b: u64, gpu: Option<u32>) -> Request {
             .unwrap_or(GpuSelector::Count(1)),
         origin: Origin::Annotation("vram".into()),
         named_gpus: gpu.is_some(),
+        sm: None,
     }
 }
 
@@ -614,6 +615,7 @@ fn earlier_boot_record(
             uuid: format!("GPU-{gpu}"),
             index: gpu,
             vram_bytes: bytes,
+            sm_percent: 0,
         }],
         "vram",
     );

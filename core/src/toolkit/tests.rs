@@ -19,6 +19,7 @@ fn req(gpus: GpuSelector) -> Request {
         gpus,
         origin: Origin::Annotation("vram".into()),
         named_gpus: false,
+        sm: None,
     }
 }
 /// `r` as a request that did (`true`) or did not name its GPUs.

@@ -1,0 +1,132 @@
+//! A compute share's MPS client settings, for both sides: the host puts
+//! them into the container's environment (core::spec) and libgpuquota.so
+//! sets them again at every `cuInit`, where the CUDA driver reads them.
+//!
+//! The driver reads these variables when a process initialises CUDA, and a
+//! process may change its own environment before that (measured on the
+//! H200, docs/gpu-runs/2026-12-02-h200-mps-facts: launched at 25 % and
+//! setting 100 % before init ran at 100 %; unsetting the pipe directory ran
+//! outside MPS on the whole GPU). The container's environment is therefore
+//! only a default: the interceptor's `cuInit` writes these values over
+//! whatever the process set, just before the driver reads them.
+use core::ffi::CStr;
+
+/// The state directory's mount point for the GPU's MPS pipe directory
+/// (inside [`crate::layout::CONTAINER_DIR`], read-only).
+pub const PIPE_SUBDIR: &str = "mps";
+/// The same, as the container sees it.
+pub const CONTAINER_PIPE_DIR: &str = "/run/gpu-quota/mps";
+pub const CONTAINER_PIPE_DIR_C: &CStr = c"/run/gpu-quota/mps";
+
+pub const ENV_PIPE_DIRECTORY_C: &CStr = c"CUDA_MPS_PIPE_DIRECTORY";
+pub const ENV_ACTIVE_THREAD_PERCENTAGE_C: &CStr = c"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+pub const ENV_PINNED_DEVICE_MEM_LIMIT_C: &CStr = c"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+pub const ENV_LOG_DIRECTORY_C: &CStr = c"CUDA_MPS_LOG_DIRECTORY";
+
+const fn str_of(c: &'static CStr) -> &'static str {
+    match core::str::from_utf8(c.to_bytes()) {
+        Ok(s) => s,
+        Err(_) => panic!("ASCII"),
+    }
+}
+
+pub const ENV_PIPE_DIRECTORY: &str = str_of(ENV_PIPE_DIRECTORY_C);
+pub const ENV_ACTIVE_THREAD_PERCENTAGE: &str = str_of(ENV_ACTIVE_THREAD_PERCENTAGE_C);
+pub const ENV_PINNED_DEVICE_MEM_LIMIT: &str = str_of(ENV_PINNED_DEVICE_MEM_LIMIT_C);
+pub const ENV_LOG_DIRECTORY: &str = str_of(ENV_LOG_DIRECTORY_C);
+
+/// The client variables a share sets, in the order they are set.
+pub const CLIENT_ENV: [&str; 3] = [
+    ENV_PIPE_DIRECTORY,
+    ENV_ACTIVE_THREAD_PERCENTAGE,
+    ENV_PINNED_DEVICE_MEM_LIMIT,
+];
+
+/// Room for one value with its NUL.
+pub const VALUE_MAX: usize = 32;
+
+/// A value in a fixed buffer, NUL-terminated for setenv(3).
+#[derive(Clone, Copy)]
+pub struct Value {
+    buf: [u8; VALUE_MAX],
+    len: usize,
+}
+
+impl Value {
+    fn new() -> Value {
+        Value {
+            buf: [0; VALUE_MAX],
+            len: 0,
+        }
+    }
+    fn push(&mut self, s: &[u8]) {
+        for &b in s {
+            if self.len + 1 < VALUE_MAX {
+                self.buf[self.len] = b;
+                self.len += 1;
+            }
+        }
+    }
+    fn push_u64(&mut self, mut x: u64) {
+        let mut d = [0u8; 20];
+        let mut i = d.len();
+        loop {
+            i -= 1;
+            d[i] = b'0' + (x % 10) as u8;
+            x /= 10;
+            if x == 0 {
+                break;
+            }
+        }
+        self.push(&d[i..]);
+    }
+    /// The value without its NUL.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+    /// The value with its NUL.
+    pub fn as_bytes_with_nul(&self) -> &[u8] {
+        &self.buf[..self.len + 1]
+    }
+}
+
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` of a share.
+pub fn thread_percentage(sm_percent: u32) -> Value {
+    let mut v = Value::new();
+    v.push_u64(sm_percent as u64);
+    v
+}
+
+/// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` of a one-GPU slice: the client's
+/// device 0 (a share is for one GPU, the only one the container sees)
+/// limited to the slice in whole MiB, rounded down (`0=4096M`, the form
+/// measured on the H200). A per-process limit: the slice is for all of the
+/// container's processes together, which the interceptor enforces; this is
+/// MPS's own second line.
+pub fn pinned_limit(vram_bytes: u64) -> Value {
+    let mut v = Value::new();
+    v.push(b"0=");
+    v.push_u64((vram_bytes >> 20).max(1));
+    v.push(b"M");
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values() {
+        assert_eq!(thread_percentage(25).as_str(), "25");
+        assert_eq!(thread_percentage(100).as_bytes_with_nul(), b"100\0");
+        assert_eq!(pinned_limit(4 << 30).as_str(), "0=4096M");
+        assert_eq!(pinned_limit((616 << 20) + 5).as_str(), "0=616M");
+        assert_eq!(pinned_limit(u64::MAX).as_str(), "0=17592186044415M");
+        assert_eq!(pinned_limit(1).as_str(), "0=1M");
+        assert_eq!(
+            CONTAINER_PIPE_DIR,
+            [crate::layout::CONTAINER_DIR, PIPE_SUBDIR].join("/")
+        );
+        assert_eq!(CONTAINER_PIPE_DIR_C.to_str(), Ok(CONTAINER_PIPE_DIR));
+    }
+}
