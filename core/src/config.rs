@@ -209,6 +209,11 @@ pub struct Config {
     /// Where `core::claims` writes the CDI spec of each prepared DRA claim
     /// (the container engine's CDI spec directory; made 0755 if missing).
     pub cdi_dir: PathBuf,
+    /// NVIDIA's `nvidia-cuda-mps-control`, which serves compute shares
+    /// (`sm=`); default: the first executable of that name in the driver's
+    /// `bin_dirs`. Run as root with a clean environment, so it must be a
+    /// root-owned file nobody else can change (`paths::trusted_program`).
+    pub mps_control: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -233,6 +238,7 @@ impl Default for Config {
             driver: DriverConfig::default(),
             inventory: InventoryConfig::default(),
             cdi_dir: "/var/run/cdi".into(),
+            mps_control: None,
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod devices;
 pub mod driver;
 pub mod events;
 pub mod mountplan;
+pub mod mps;
 pub mod out;
 pub mod paths;
 pub mod rootfs;

@@ -239,8 +239,14 @@ pub trait Effects {
 }
 
 /// The plan for one container whose host state directory is `host_state`
-/// (made by `state::create` and filled by `state::fill`).
-pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<Op> {
+/// (made by `state::create` and filled by `state::fill`); `mps_pipe`: the
+/// pipe directory of its GPU's MPS daemon, for a container with a share.
+pub fn plan(
+    host_state: &Path,
+    files: &DriverFiles,
+    interceptor: &Path,
+    mps_pipe: Option<&Path>,
+) -> Vec<Op> {
     let cdir = CONTAINER_DIR.to_string();
     let mut ops = vec![
         // read-only from the start; the mounts below go on top of its entries
@@ -258,6 +264,16 @@ pub fn plan(host_state: &Path, files: &DriverFiles, interceptor: &Path) -> Vec<O
             readonly: false,
         },
     ];
+    if let Some(pipe) = mps_pipe {
+        // read-only: a client connects to the daemon's sockets (which a
+        // read-only mount allows) and may not replace or remove them
+        ops.push(Op::Bind {
+            src: pipe.into(),
+            dst: crate::formats::mps::CONTAINER_PIPE_DIR.into(),
+            kind: Kind::Dir,
+            readonly: true,
+        });
+    }
     for l in &files.libs {
         ops.push(Op::Bind {
             src: l.host_path.clone(),
@@ -454,11 +470,27 @@ mod tests {
             Path::new("/run/gpu-quota/containers/c1"),
             &files,
             Path::new("/lib/gpu-quota/libgpuquota.so"),
+            None,
         );
         let mut fx = Record::default();
         fx.image
             .insert(PRELOAD.into(), b"/usr/lib/libfoo.so\n".to_vec());
         execute(&ops, &mut fx).unwrap();
+        // with a compute share, the GPU's MPS pipe directory, read-only,
+        // on the state directory's mount point and before anything else
+        let shared = plan(
+            Path::new("/run/gpu-quota/containers/c1"),
+            &files,
+            Path::new("/lib/gpu-quota/libgpuquota.so"),
+            Some(Path::new("/run/gpu-quota/mps/GPU-1/pipe")),
+        );
+        let mut sfx = Record::default();
+        execute(&shared, &mut sfx).unwrap();
+        assert_eq!(
+            sfx.log[2],
+            "bind /run/gpu-quota/mps/GPU-1/pipe /run/gpu-quota/mps Dir ro"
+        );
+        assert_eq!(sfx.log.len(), fx.log.len() + 1);
         assert_eq!(
             fx.log,
             vec![
@@ -504,6 +536,7 @@ mod tests {
             Path::new("/s/c1"),
             &driver(),
             Path::new("/l/libgpuquota.so"),
+            None,
         );
         let mut image = ldcache::LdCache::default();
         image.insert(b"libz.so.1", b"/usr/lib/x86_64-linux-gnu/libz.so.1", 0x0303);

@@ -309,6 +309,13 @@ pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::
         }
         let usage_opts = format!("size={USAGE_FS_BYTES},nr_inodes={USAGE_FS_INODES},mode=0755");
         tmpfs("gpu-quota-usage", &rw, usage_opts)?;
+        if r.slices.iter().any(|s| s.sm_percent > 0) {
+            // the mount point of the GPU's MPS pipe directory (the hook
+            // binds it there, read-only)
+            let m = dir.join(crate::formats::mps::PIPE_SUBDIR);
+            std::fs::create_dir(&m)?;
+            std::fs::set_permissions(&m, std::fs::Permissions::from_mode(0o755))?;
+        }
         write(&usage_path(&dir), b"", 0o666)
     })();
     if let Err(e) = made {

@@ -30,8 +30,9 @@ const FLOORS: &[&[&str]] = &[
     // 6: the ledger of reservations; device nodes of a placement; the engine's
     //    own GPU requests (NVIDIA toolkit hook, CDI devices) reconciled with ours
     &["ledger", "devices", "toolkit", "grantfile"],
-    // 7: per-container state, event records, the spec patch
-    &["state", "events", "spec"],
+    // 7: per-container state, event records, the spec patch, the GPUs' MPS
+    //    daemons (from the ledger's shares)
+    &["state", "events", "spec", "mps"],
     // 8: the mount plan, the context charge, the driver limits; DRA claims
     //    (their ledger entries, tokens and CDI specs)
     &["mountplan", "ctxcost", "drvlimit", "claims"],

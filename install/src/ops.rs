@@ -292,6 +292,26 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             lifecycle::Ending::Reclaimed,
             cli_source("gc"),
         );
+        // the MPS daemons in line with the shares: one answers for every
+        // GPU with shares (after a daemon died or a reboot), none is left
+        // for a GPU without
+        let shares = gpuquota_core::mps::shared_gpus(&ledger.read()?);
+        let settled = gpuquota_core::mps::HostControl::find(&cfg).and_then(|ctl| {
+            gpuquota_core::mps::settle(&cfg, || Some(shares.clone()), !shares.is_empty(), &ctl)
+        });
+        match settled {
+            Ok(s) => {
+                for u in &s.started {
+                    gpuquota_core::outln!("started the MPS daemon of {u}, which has shares");
+                }
+                for u in &s.stopped {
+                    gpuquota_core::outln!("stopped the MPS daemon of {u}, which has no share left");
+                }
+            }
+            // no control program: only a problem where shares exist
+            Err(e) if !shares.is_empty() => eprintln!("gpu-quota: MPS daemons: {e}"),
+            Err(_) => {}
+        }
         gone
     };
     for r in &gone {

@@ -138,7 +138,15 @@ pub fn enter(
     let charge = fx.context_charge(&files, &r)?;
     fx.fill_state(&dir, &r, &files, charge)?;
     fx.driver_limits(&files, &dir, &r, pid);
-    let plan = mountplan::plan(&dir, &files, &interceptor);
+    // a share is of one GPU (placement); its daemon was made to answer
+    // at create (lifecycle::prepare)
+    let pipe = r
+        .slices
+        .iter()
+        .find(|s| s.sm_percent > 0)
+        .and_then(|s| crate::mps::dirs(cfg, &s.uuid))
+        .map(|d| d.pipe);
+    let plan = mountplan::plan(&dir, &files, &interceptor, pipe.as_deref());
     let rootfs = spec::rootfs_path(&e.bundle.dir, &e.bundle.config);
     let declared = Declared::from_config(&e.bundle.config);
     fx.mount(&c, pid, &rootfs, declared, &plan)?;

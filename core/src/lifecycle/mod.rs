@@ -132,6 +132,8 @@ pub enum LifecycleError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
+    Mps(#[from] crate::mps::MpsError),
+    #[error(transparent)]
     MountConflict(#[from] crate::mountplan::MountConflict),
     #[error("entering {path}: {err}")]
     EnterNamespace { path: PathBuf, err: std::io::Error },

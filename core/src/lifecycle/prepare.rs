@@ -8,7 +8,7 @@ use super::{end, Bundle, Container, Exit, LifecycleError};
 use crate::{
     claims,
     config::{Config, ConfigError},
-    devices, events, paths,
+    devices, events, mps, paths,
     request::{self, EnvRequests},
     spec::{self, Modifier},
     state, toolkit, Inventory, Request, Reservation,
@@ -140,19 +140,26 @@ impl<'a> Edits<'a> {
     /// `uuids`: the slice's GPUs; `narrow`: the engine's request is to be
     /// narrowed away; `claim`: the config presents a claim's variable.
     fn new(
-        uuids: &[String],
+        slices: &[crate::placement::Slice],
         narrow: Option<spec::Narrow<'a>>,
         claim: bool,
         devices: spec::Devices,
         hooks: spec::HookSpec,
         record: Option<String>,
     ) -> Edits<'a> {
+        let uuids: Vec<String> = slices.iter().map(|s| s.uuid.clone()).collect();
         let mut env = spec::Environment::default();
         if narrow.is_some() {
-            env = env.slice_gpus(uuids);
+            env = env.slice_gpus(&uuids);
         }
         if claim {
             env = env.without_claim();
+        }
+        // a share is of one GPU (placement)
+        if let [s] = slices {
+            if s.sm_percent > 0 {
+                env = env.mps_client(s.sm_percent, s.vram_bytes);
+            }
         }
         Edits {
             narrow,
@@ -204,7 +211,7 @@ fn setup(
             drm_owner: &owner,
         });
         let edits = Edits::new(
-            &uuids,
+            &r.slices,
             narrow,
             claim,
             spec::Devices(devices::nodes_for(&cfg.driver.dev_root, inv, &r.slices)?),
@@ -212,6 +219,11 @@ fn setup(
             crate::ledger::records::name_of(r),
         );
         bundle.apply(&edits.list())?;
+        for s in r.slices.iter().filter(|s| s.sm_percent > 0) {
+            // after the reservation is written (mps's lock order)
+            let ctl = mps::HostControl::find(cfg)?;
+            mps::ensure(cfg, &s.uuid, &ctl)?;
+        }
         claims::shared_usage(cfg, r, state::UsageBacking::Tmpfs)?;
         state::create(cfg, r, state::UsageBacking::Tmpfs).map_err(|err| LifecycleError::State {
             path: state::container_dir(cfg, r),
@@ -287,6 +299,15 @@ mod tests {
             timeout_secs: 60,
         }
     }
+    fn slice(uuid: &str) -> crate::placement::Slice {
+        crate::placement::Slice {
+            uuid: uuid.into(),
+            index: 1,
+            vram_bytes: 1 << 30,
+            sm_percent: 0,
+        }
+    }
+
     fn node(minor: u64) -> devices::DeviceNode {
         devices::DeviceNode {
             host_path: format!("/dev/nvidia{minor}").into(),
@@ -308,14 +329,14 @@ mod tests {
                       "resources": {"devices": [{"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]}},
             "annotations": {"vram": "1g", spec::RECORD_ANNOTATION: "r-stale"}
         });
-        let uuids = vec!["GPU-1".to_string()];
+        let slices = vec![slice("GPU-1")];
         let none = |_| None;
         let narrow = spec::Narrow {
             slice_minors: vec![1],
             drm_owner: &none,
         };
         let e = Edits::new(
-            &uuids,
+            &slices,
             Some(narrow),
             true,
             spec::Devices(vec![node(1)]),
@@ -372,7 +393,7 @@ mod tests {
         });
         let mut v = before.clone();
         let e = Edits::new(
-            &["GPU-1".into()],
+            &[slice("GPU-1")],
             None,
             false,
             spec::Devices(vec![node(1)]),

@@ -20,7 +20,7 @@ use crate::{
     config::Config,
     drvlimit, events,
     ledger::{Key, LedgerError},
-    state, Ledger, Reservation,
+    mps, state, Ledger, Reservation,
 };
 use std::path::{Path, PathBuf};
 
@@ -133,6 +133,9 @@ pub trait Effects {
     fn record(&mut self, ending: Ending, src: events::Source<'_>, rs: &[Reservation]);
     /// Where `r`'s state is (its directory, or an old-named one).
     fn state_dir(&self, r: &Reservation) -> PathBuf;
+    /// Stop the MPS daemons of GPUs left without a share (after the
+    /// reservations with shares among `gone` were released).
+    fn settle_mps(&mut self);
 }
 
 /// The effects on this host.
@@ -175,6 +178,20 @@ impl Effects for HostEffects<'_> {
     fn state_dir(&self, r: &Reservation) -> PathBuf {
         state::existing_dir(self.cfg, r)
     }
+    fn settle_mps(&mut self) {
+        let cfg = self.cfg;
+        let settled = mps::HostControl::find(cfg).and_then(|ctl| {
+            mps::settle(
+                cfg,
+                || Ledger::new(cfg).read().ok().map(|d| mps::shared_gpus(&d)),
+                false,
+                &ctl,
+            )
+        });
+        if let Err(e) = settled {
+            eprintln!("gpu-quota: warning: MPS daemon not stopped: {e}");
+        }
+    }
 }
 
 /// The one release of reservations already taken out of the ledger: for
@@ -200,6 +217,14 @@ pub fn release(
             fx.clear_driver_limit(&dir);
             fx.remove_state(r, held.as_deref());
         }
+    }
+    if gone
+        .iter()
+        .any(|r| r.slices.iter().any(|s| s.sm_percent > 0))
+    {
+        // also for a container given back while it runs: its share no
+        // longer counts, and the next admission may need the GPU outside MPS
+        fx.settle_mps();
     }
     fx.record(ending, src, gone);
 }
@@ -259,6 +284,9 @@ mod tests {
         fn state_dir(&self, r: &Reservation) -> PathBuf {
             PathBuf::from("/state").join(&r.container_id)
         }
+        fn settle_mps(&mut self) {
+            self.calls.push("settle mps".into());
+        }
     }
 
     fn res(id: &str) -> Reservation {
@@ -289,6 +317,45 @@ mod tests {
                 "remove b (held 1)",
                 "record Reclaimed gc a,b"
             ]
+        );
+    }
+
+    #[test]
+    fn a_share_released_on_any_path_settles_the_mps_daemons() {
+        let shared = || {
+            let mut r = res("s");
+            r.slices.push(crate::placement::Slice {
+                uuid: "GPU-a".into(),
+                index: 0,
+                vram_bytes: 1 << 30,
+                sm_percent: 25,
+            });
+            r
+        };
+        for ending in [
+            Ending::Released,
+            Ending::Reclaimed,
+            Ending::ForcedWhileRunning,
+        ] {
+            let mut fx = Log::default();
+            release(&mut fx, &[res("a"), shared()], ending, src("x"));
+            assert_eq!(
+                fx.calls.iter().filter(|c| *c == "settle mps").count(),
+                1,
+                "{ending:?}: {:?}",
+                fx.calls
+            );
+            assert!(
+                fx.calls.last().unwrap().starts_with("record"),
+                "{:?}",
+                fx.calls
+            );
+        }
+        let mut fx = Log::default();
+        release(&mut fx, &[res("a")], Ending::Released, src("x"));
+        assert!(
+            !fx.calls.iter().any(|c| c == "settle mps"),
+            "no share, no daemon work"
         );
     }
 

@@ -7,16 +7,18 @@ use crate::toolkit::{CUDA_VISIBLE_DEVICES, VISIBLE_DEVICES};
 use gpuquota_formats::keys;
 use serde_json::Value;
 
-/// Built with [`Environment::slice_gpus`] and [`Environment::without_claim`];
-/// the default edits nothing. Only definitions already in the config are
-/// rewritten or removed: none is added, and a config without
-/// `process.env` keeps none.
+/// Built with [`Environment::slice_gpus`], [`Environment::without_claim`]
+/// and [`Environment::mps_client`]; the default edits nothing. Apart from
+/// an MPS client's variables, only definitions already in the config are
+/// rewritten or removed, and a config without `process.env` keeps none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Environment {
     /// Every definition of each variable gets this value.
     rewrite: Vec<(&'static str, String)>,
     /// Definitions whose text starts with one of these go.
     remove: Vec<&'static str>,
+    /// Set once each, appended; every other definition of the name goes.
+    set: Vec<(&'static str, String)>,
 }
 
 impl Environment {
@@ -33,6 +35,27 @@ impl Environment {
     /// Every DRA claim variable (`GPU_QUOTA_CLAIM_…`) goes.
     pub fn without_claim(mut self) -> Self {
         self.remove.push(keys::ENV_CLAIM_PREFIX);
+        self
+    }
+
+    /// An MPS client of the GPU's daemon at a share of `sm_percent` and a
+    /// per-process limit of the slice. The image's own definitions go: the
+    /// driver reads the first, and an image must not choose its share.
+    /// (A process can still change its environment before CUDA reads it;
+    /// libgpuquota.so sets the same values again at `cuInit`.)
+    pub fn mps_client(mut self, sm_percent: u32, vram_bytes: u64) -> Self {
+        use gpuquota_formats::mps;
+        self.set.extend([
+            (mps::ENV_PIPE_DIRECTORY, mps::CONTAINER_PIPE_DIR.to_string()),
+            (
+                mps::ENV_ACTIVE_THREAD_PERCENTAGE,
+                mps::thread_percentage(sm_percent).as_str().to_string(),
+            ),
+            (
+                mps::ENV_PINNED_DEVICE_MEM_LIMIT,
+                mps::pinned_limit(vram_bytes).as_str().to_string(),
+            ),
+        ]);
         self
     }
 }
@@ -52,6 +75,16 @@ impl Modifier for Environment {
             !e.as_str()
                 .is_some_and(|s| self.remove.iter().any(|p| s.starts_with(p)))
         });
+        env.retain(|e| {
+            !e.as_str().is_some_and(|s| {
+                self.set
+                    .iter()
+                    .any(|(var, _)| s.strip_prefix(var).is_some_and(|r| r.starts_with('=')))
+            })
+        });
+        for (var, value) in &self.set {
+            env.push(Value::String(format!("{var}={value}")));
+        }
         for (var, value) in &self.rewrite {
             let prefix = format!("{var}=");
             for e in env.iter_mut() {
@@ -98,6 +131,30 @@ mod tests {
         let mut none = json!({"process": {}});
         e.modify(&mut none).unwrap();
         assert_eq!(none, json!({"process": {}}));
+    }
+
+    #[test]
+    fn an_mps_client_gets_its_share_whatever_the_image_set() {
+        let mut v = json!({"process": {"env": [
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "PATH=/bin",
+            "CUDA_MPS_PIPE_DIRECTORY=/tmp/mine", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT_X=keep"
+        ]}});
+        let e = Environment::default().mps_client(25, 8 << 30);
+        e.modify(&mut v).unwrap();
+        assert_eq!(
+            v["process"]["env"],
+            json!([
+                "PATH=/bin",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT_X=keep",
+                "CUDA_MPS_PIPE_DIRECTORY=/run/gpu-quota/mps",
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"
+            ])
+        );
+        let once = v.clone();
+        e.modify(&mut v).unwrap();
+        assert_eq!(v, once, "idempotent");
     }
 
     #[test]

@@ -1,0 +1,443 @@
+//! The MPS control daemon of each GPU that has compute shares (`sm=`).
+//!
+//! gpu-quota owns one `nvidia-cuda-mps-control -d` per GPU with shares:
+//! started when the first container with a share on that GPU is admitted,
+//! asked to quit when the last one is released (a daemon left running
+//! would keep its server's memory on the GPU and keep the GPU in MPS mode
+//! for nobody). Its pipe and log directories are
+//! `<state_dir>/mps/<uuid>/{pipe,log}`, never a user's; a container with a
+//! share gets its GPU's pipe directory read-only at
+//! `formats::mps::CONTAINER_PIPE_DIR` and runs as a client there.
+//!
+//! No shared `/dev/shm`: on the H200 a client with a private `/dev/shm`
+//! ran at its share (docs/gpu-runs/2026-12-02-h200-mps-facts), so each
+//! container keeps its own.
+//!
+//! The daemon is a process of its own (it daemonizes): a runtime or hook
+//! that exits, restarts or is upgraded leaves it and its clients alone,
+//! and the paths are the same for the next release. Whether one answers is
+//! asked at every admission with a share and by `gpu-quota gc`, which
+//! start one where shares exist and none answers (a daemon that died, a
+//! reboot) and stop those whose GPU has no share left.
+//!
+//! Every start and stop decision is taken under `<state_dir>/mps/lock`,
+//! reading the ledger inside it; an admission takes it only after its
+//! reservation is written. So a release that reads no share left and
+//! stops the daemon either runs before the admission's `ensure` (which then
+//! starts a new one) or sees the admission's share and leaves the daemon.
+use crate::config::Config;
+use crate::formats::mps as names;
+use crate::fsutil;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The state directory's subdirectory of daemons.
+pub const SUBDIR: &str = "mps";
+/// The control program's name in the driver's bin directories.
+pub const CONTROL_NAME: &str = "nvidia-cuda-mps-control";
+/// How long a control command or a start may take.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MpsError {
+    #[error("a compute share (sm=) needs NVIDIA's MPS control daemon, but no trusted {CONTROL_NAME} was found ({looked}); install the driver's MPS utilities, set mps_control in the config, or leave sm out")]
+    NoControl { looked: String },
+    #[error("GPU {uuid}: {what}")]
+    Daemon { uuid: String, what: String },
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+}
+
+/// One GPU's daemon directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dirs {
+    pub root: PathBuf,
+    pub pipe: PathBuf,
+    pub log: PathBuf,
+}
+
+/// Whether `uuid` may name a directory (NVML's `GPU-…`: hex and dashes).
+fn valid_uuid(uuid: &str) -> bool {
+    !uuid.is_empty()
+        && uuid.len() <= 80
+        && uuid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// `<state_dir>/mps`.
+pub fn base(cfg: &Config) -> PathBuf {
+    cfg.state_dir.join(SUBDIR)
+}
+
+/// The directories of GPU `uuid`'s daemon.
+pub fn dirs(cfg: &Config, uuid: &str) -> Option<Dirs> {
+    valid_uuid(uuid).then(|| {
+        let root = base(cfg).join(uuid);
+        Dirs {
+            pipe: root.join("pipe"),
+            log: root.join("log"),
+            root,
+        }
+    })
+}
+
+/// What talking to a daemon does; the host's is [`HostControl`], tests
+/// record.
+pub trait Control {
+    /// A daemon answers on `d.pipe`.
+    fn answers(&self, d: &Dirs) -> bool;
+    /// Start one for GPU `uuid` (returns once it answers or failed).
+    fn start(&self, uuid: &str, d: &Dirs) -> Result<(), String>;
+    /// Ask it to quit (returns once it is gone or the deadline passed).
+    fn quit(&self, d: &Dirs) -> Result<(), String>;
+}
+
+/// The GPUs that hold shares, in the reservations that count.
+pub fn shared_gpus(data: &crate::ledger::LedgerData) -> BTreeSet<String> {
+    data.usage()
+        .into_iter()
+        .filter(|(_, u)| u.sm > 0)
+        .map(|(uuid, _)| uuid)
+        .collect()
+}
+
+/// Under the daemons' lock.
+fn locked<T>(cfg: &Config, f: impl FnOnce() -> Result<T, MpsError>) -> Result<T, MpsError> {
+    let b = base(cfg);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err| MpsError::Io { path, err }
+    };
+    fsutil::secure_dir(&b, 0o755).map_err(io(&b))?;
+    let lp = b.join("lock");
+    let _g = fsutil::lock_exclusive(&lp).map_err(io(&lp))?;
+    f()
+}
+
+/// Make sure GPU `uuid`'s daemon answers (an admission with a share on it,
+/// after its reservation was written); returns its directories.
+pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsError> {
+    let d = dirs(cfg, uuid).ok_or_else(|| MpsError::Daemon {
+        uuid: uuid.into(),
+        what: "not a GPU UUID that can name a directory".into(),
+    })?;
+    locked(cfg, || {
+        if ctl.answers(&d) {
+            return Ok(d.clone());
+        }
+        for p in [&d.root, &d.pipe, &d.log] {
+            fsutil::secure_dir(p, 0o755).map_err(|err| MpsError::Io {
+                path: p.clone(),
+                err,
+            })?;
+        }
+        ctl.start(uuid, &d).map_err(|what| MpsError::Daemon {
+            uuid: uuid.into(),
+            what,
+        })?;
+        Ok(d)
+    })
+}
+
+/// What [`settle`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+}
+
+/// Bring the daemons in line with the ledger: stop (and remove the
+/// directories of) every daemon whose GPU has no share left; with
+/// `restart`, start one for every GPU with shares where none answers.
+/// `shares` is read inside the lock (`read` is called there).
+pub fn settle(
+    cfg: &Config,
+    read: impl FnOnce() -> Option<BTreeSet<String>>,
+    restart: bool,
+    ctl: &dyn Control,
+) -> Result<Settled, MpsError> {
+    if !base(cfg).exists() && !restart {
+        return Ok(Settled::default());
+    }
+    locked(cfg, || {
+        let mut out = Settled::default();
+        // a ledger that does not read: leave every daemon as it is
+        let Some(shares) = read() else {
+            return Ok(out);
+        };
+        let present: Vec<String> = std::fs::read_dir(base(cfg))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .filter_map(|e| e.file_name().to_str().map(String::from))
+                    .filter(|n| valid_uuid(n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for uuid in &present {
+            if shares.contains(uuid) {
+                continue;
+            }
+            let d = dirs(cfg, uuid).expect("validated above");
+            if ctl.answers(&d) {
+                ctl.quit(&d).map_err(|what| MpsError::Daemon {
+                    uuid: uuid.clone(),
+                    what,
+                })?;
+            }
+            let _ = std::fs::remove_dir_all(&d.root);
+            out.stopped.push(uuid.clone());
+        }
+        if restart {
+            for uuid in &shares {
+                let Some(d) = dirs(cfg, uuid) else { continue };
+                if ctl.answers(&d) {
+                    continue;
+                }
+                for p in [&d.root, &d.pipe, &d.log] {
+                    fsutil::secure_dir(p, 0o755).map_err(|err| MpsError::Io {
+                        path: p.clone(),
+                        err,
+                    })?;
+                }
+                ctl.start(uuid, &d).map_err(|what| MpsError::Daemon {
+                    uuid: uuid.clone(),
+                    what,
+                })?;
+                out.started.push(uuid.clone());
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// The host's daemons, driven through NVIDIA's control program.
+pub struct HostControl {
+    pub program: PathBuf,
+}
+
+impl HostControl {
+    /// The control program `cfg` names or the driver's bin directories
+    /// hold, if it is one root trusts.
+    pub fn find(cfg: &Config) -> Result<HostControl, MpsError> {
+        let candidates: Vec<PathBuf> = match &cfg.mps_control {
+            Some(p) => vec![p.clone()],
+            None => cfg
+                .driver
+                .bin_dirs
+                .iter()
+                .map(|d| d.join(CONTROL_NAME))
+                .collect(),
+        };
+        candidates
+            .iter()
+            .find_map(|p| crate::paths::trusted_program(p))
+            .map(|program| HostControl { program })
+            .ok_or_else(|| MpsError::NoControl {
+                looked: candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// The program with a clean environment: only what the daemon needs,
+    /// nothing of the caller's (a runtime's environment is the engine's).
+    fn command(&self, d: &Dirs) -> Command {
+        let mut c = Command::new(&self.program);
+        c.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(names::ENV_PIPE_DIRECTORY, &d.pipe)
+            .env(names::ENV_LOG_DIRECTORY, &d.log)
+            .current_dir("/");
+        c
+    }
+
+    /// Run the UI with `input`; its output, or why it failed.
+    fn ui(&self, d: &Dirs, input: &str) -> Result<String, String> {
+        let mut child = self
+            .command(d)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", self.program.display()))?;
+        if let Some(mut i) = child.stdin.take() {
+            let _ = i.write_all(input.as_bytes());
+        }
+        let status = wait_until(&mut child, DEADLINE)?;
+        let mut out = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            use std::io::Read;
+            let _ = o.by_ref().take(64 << 10).read_to_string(&mut out);
+        }
+        if status.success() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "{} exited with {status}: {}",
+                self.program.display(),
+                out.trim()
+            ))
+        }
+    }
+}
+
+/// Wait for `child` at most `limit`; killed after it.
+fn wait_until(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Result<std::process::ExitStatus, String> {
+    let until = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Ok(s),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer within {} s", limit.as_secs()));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// The daemon's pid file in its pipe directory.
+const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
+
+impl Control for HostControl {
+    fn answers(&self, d: &Dirs) -> bool {
+        d.pipe.join("control").exists() && self.ui(d, "get_server_list\n").is_ok()
+    }
+
+    fn start(&self, uuid: &str, d: &Dirs) -> Result<(), String> {
+        let mut child = self
+            .command(d)
+            // the daemon serves this GPU only
+            .env("CUDA_VISIBLE_DEVICES", uuid)
+            .arg("-d")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", self.program.display()))?;
+        let status = wait_until(&mut child, DEADLINE)?;
+        if !status.success() {
+            return Err(format!(
+                "{} -d exited with {status}; see {}",
+                self.program.display(),
+                d.log.join("control.log").display()
+            ));
+        }
+        let until = Instant::now() + DEADLINE;
+        while Instant::now() < until {
+            if self.answers(d) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!(
+            "the daemon started but does not answer; see {}",
+            d.log.join("control.log").display()
+        ))
+    }
+
+    fn quit(&self, d: &Dirs) -> Result<(), String> {
+        self.ui(d, "quit\n")?;
+        let until = Instant::now() + DEADLINE;
+        while d.pipe.join(PID_FILE).exists() {
+            if Instant::now() >= until {
+                return Err("asked to quit, the daemon is still there".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Daemons as a set of GPUs, and what was asked of them.
+    #[derive(Default)]
+    struct Fake {
+        running: RefCell<BTreeSet<String>>,
+        log: RefCell<Vec<String>>,
+    }
+    fn gpu_of(d: &Dirs) -> String {
+        d.root.file_name().unwrap().to_str().unwrap().to_string()
+    }
+    impl Control for Fake {
+        fn answers(&self, d: &Dirs) -> bool {
+            self.running.borrow().contains(&gpu_of(d))
+        }
+        fn start(&self, uuid: &str, d: &Dirs) -> Result<(), String> {
+            assert!(d.pipe.is_dir() && d.log.is_dir(), "directories first");
+            self.log.borrow_mut().push(format!("start {uuid}"));
+            self.running.borrow_mut().insert(uuid.into());
+            Ok(())
+        }
+        fn quit(&self, d: &Dirs) -> Result<(), String> {
+            self.log.borrow_mut().push(format!("quit {}", gpu_of(d)));
+            self.running.borrow_mut().remove(&gpu_of(d));
+            Ok(())
+        }
+    }
+
+    fn cfg(t: &Path) -> Config {
+        Config {
+            state_dir: t.join("state"),
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn one_daemon_per_gpu_from_the_first_share_to_the_last() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cfg(t.path());
+        let f = Fake::default();
+        let d = ensure(&c, "GPU-a", &f).unwrap();
+        assert_eq!(d.pipe, c.state_dir.join("mps/GPU-a/pipe"));
+        ensure(&c, "GPU-a", &f).unwrap();
+        ensure(&c, "GPU-b", &f).unwrap();
+        assert_eq!(*f.log.borrow(), ["start GPU-a", "start GPU-b"], "once each");
+        // GPU-a still has a share: only GPU-b's daemon goes, with its directory
+        let s = settle(&c, || Some(["GPU-a".to_string()].into()), false, &f).unwrap();
+        assert_eq!(s.stopped, ["GPU-b"]);
+        assert!(!c.state_dir.join("mps/GPU-b").exists());
+        assert!(c.state_dir.join("mps/GPU-a/pipe").is_dir());
+        // a ledger that does not read stops nothing
+        assert_eq!(settle(&c, || None, false, &f).unwrap(), Settled::default());
+        // the daemon died; gc starts it again where shares are
+        f.running.borrow_mut().clear();
+        let s = settle(&c, || Some(["GPU-a".to_string()].into()), true, &f).unwrap();
+        assert_eq!(s.started, ["GPU-a"]);
+        let s = settle(&c, || Some(BTreeSet::new()), false, &f).unwrap();
+        assert_eq!(s.stopped, ["GPU-a"]);
+        assert_eq!(f.log.borrow().last().unwrap(), "quit GPU-a");
+        assert!(f.running.borrow().is_empty());
+    }
+
+    #[test]
+    fn names_that_are_not_gpus_name_no_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cfg(t.path());
+        for bad in ["", "..", "GPU-a/../../x", "a b"] {
+            assert!(dirs(&c, bad).is_none(), "{bad:?}");
+            assert!(ensure(&c, bad, &Fake::default()).is_err(), "{bad:?}");
+        }
+        // a stray file or directory under mps/ that is no GPU is left alone
+        std::fs::create_dir_all(c.state_dir.join("mps/not a gpu")).unwrap();
+        let f = Fake::default();
+        assert_eq!(
+            settle(&c, || Some(BTreeSet::new()), false, &f).unwrap(),
+            Settled::default()
+        );
+    }
+}
