@@ -31,6 +31,7 @@ pub mod policy;
 pub mod state;
 
 pub mod foreign;
+pub mod mpsclient;
 
 pub mod devices;
 

@@ -43,6 +43,7 @@ macro_rules! symtab {
 }
 
 symtab! {
+    cuInit: "cuInit", 2000, false, LIB_CUDA, true;
     cuMemAlloc: "cuMemAlloc", 2000, false, LIB_CUDA, true;
     cuMemAlloc_v2: "cuMemAlloc", 3020, false, LIB_CUDA, true;
     cuMemAllocPitch: "cuMemAllocPitch", 2000, false, LIB_CUDA, true;

@@ -32,8 +32,8 @@ const FLOORS: &[&[&str]] = &[
     &["policy"],
     // 4: the process's configuration, region and slot
     &["state"],
-    // 5: GPUs outside the slice
-    &["foreign"],
+    // 5: GPUs outside the slice; a share's MPS client settings
+    &["foreign", "mpsclient"],
     // 6: which device a call is about
     &["devices"],
     // 7: the process's books (the policy over the process's state)

@@ -43,6 +43,7 @@ struct Table([*const (); NSYMS]);
 unsafe impl Sync for Table {}
 
 wrappers! {
+    cuInit => c::cuInit;
     cuMemAlloc => c::cuMemAlloc;
     cuMemAlloc_v2 => c::cuMemAlloc_v2;
     cuMemAllocPitch => c::cuMemAllocPitch;

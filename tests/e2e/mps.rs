@@ -1,0 +1,297 @@
+//! Compute shares (`sm=`) on real runc with the fake MPS control daemon
+//! (tests/fake/fake_mps_control.c, modelled on the H200's): admission of
+//! shares (fit, refusal over 100 %, no mix with slices outside MPS,
+//! release), the daemon's life from the first share on a GPU to the last,
+//! its clean environment, and a client that runs at its share whatever the
+//! image and the process set before cuInit.
+use gpu_quota_e2e::cuda::*;
+use gpu_quota_e2e::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn control() -> PathBuf {
+    let p = repo_dir().join("tests/fake/build/nvidia-cuda-mps-control");
+    assert!(p.is_file(), "{} not built: make -C tests/fake", p.display());
+    p
+}
+
+fn extra() -> String {
+    format!(
+        "log = \"file\"\nmps_control = \"{}\"\n",
+        control().display()
+    )
+}
+
+fn gq(h: &Host, args: &[&str]) -> Output {
+    let mut c = Command::new(bin("gpu-quota"));
+    c.env("GPU_QUOTA_CONFIG", h.config()).args(args);
+    capture(c)
+}
+
+/// GPU `uuid`'s daemon directory on host `h`.
+fn mps_dir(h: &Host, uuid: &str) -> PathBuf {
+    h.path().join("state/mps").join(uuid)
+}
+
+/// Whether a daemon answers on `dir`'s pipe directory (the UI, as an
+/// operator would ask).
+fn answers(dir: &Path) -> bool {
+    let mut c = Command::new(control());
+    c.env_clear()
+        .env("CUDA_MPS_PIPE_DIRECTORY", dir.join("pipe"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut ch = c.spawn().unwrap();
+    use std::io::Write;
+    let _ = ch.stdin.take().unwrap().write_all(b"get_server_list\n");
+    ch.wait().unwrap().success()
+}
+
+/// Quits every daemon a test left (a failed assertion must not leave a
+/// process on the host).
+struct Daemons<'a>(&'a Host);
+impl Drop for Daemons<'_> {
+    fn drop(&mut self) {
+        for e in std::fs::read_dir(self.0.path().join("state/mps"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if answers(&e.path()) {
+                let mut c = Command::new(control());
+                c.env_clear()
+                    .env("CUDA_MPS_PIPE_DIRECTORY", e.path().join("pipe"))
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null());
+                if let Ok(mut ch) = c.spawn() {
+                    use std::io::Write;
+                    let _ = ch.stdin.take().unwrap().write_all(b"quit\n");
+                    let _ = ch.wait();
+                }
+            }
+        }
+    }
+}
+
+fn start(h: &Host, id: &str, ann: &[(&str, &str)]) -> Output {
+    let b = h.bundle(id);
+    b.set(ann, "touch /out/up; sleep 600", &[]);
+    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
+    if o.status.success() {
+        b.wait_out("up", 10).expect("container up");
+    }
+    o
+}
+
+fn delete(h: &Host, id: &str) {
+    let _ = h.runtime(&["kill", id, "KILL"]);
+    for _ in 0..100 {
+        if h.runtime(&["delete", id]).status.success() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_ok(&h.runtime(&["delete", "--force", id]), "delete");
+}
+
+#[test]
+fn shares_fit_within_a_gpu_and_its_daemon_lives_from_the_first_share_to_the_last() {
+    require_e2e!();
+    let h = Host::new(HostOpts {
+        extra_config: extra(),
+        ..HostOpts::default()
+    });
+    let _d = Daemons(&h);
+    let gpu0 = uuid(0);
+    let dir = mps_dir(&h, &gpu0);
+    assert_ok(
+        &start(&h, "a", &[("vram", "2g"), ("sm", "60%"), ("gpu", "0")]),
+        "a 60% share",
+    );
+    assert!(answers(&dir), "the first share started GPU 0's daemon");
+    let log = std::fs::read_to_string(dir.join("log/control.log")).unwrap();
+    // for GPU 0 only, with nothing of the runtime's environment (the test's
+    // own variables, the engine's) in it
+    assert!(
+        log.contains(&format!("CUDA_VISIBLE_DEVICES={gpu0}")),
+        "{log}"
+    );
+    let names = log
+        .lines()
+        .find_map(|l| l.split_once("] Environment: ").map(|x| x.1.to_string()))
+        .expect("environment line");
+    assert_eq!(
+        names, "CUDA_MPS_LOG_DIRECTORY CUDA_MPS_PIPE_DIRECTORY CUDA_VISIBLE_DEVICES PATH",
+        "a clean environment"
+    );
+    // 60 + 50 > 100: refused with what is free; nothing started or changed
+    let o = start(&h, "b", &[("vram", "2g"), ("sm", "50%"), ("gpu", "0")]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("sm=50%") && e.contains("only 40%"), "{e}");
+    // a slice without a share beside shares: refused, says what to do
+    let o = start(&h, "c", &[("vram", "2g"), ("gpu", "0")]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("Ask for a share too"), "{}", stderr(&o));
+    // without a GPU named, placement takes GPU 1 for it instead
+    assert_ok(
+        &start(&h, "c1", &[("vram", "2g")]),
+        "a slice without a share",
+    );
+    let on = |id: &str| {
+        h.reservations()
+            .into_iter()
+            .find(|r| r["container_id"] == id)
+            .map(|r| {
+                (
+                    r["slices"][0]["index"].as_u64().unwrap(),
+                    r["slices"][0]["sm"].as_u64(),
+                )
+            })
+    };
+    assert_eq!(on("c1"), Some((1, None)));
+    // and a share may not join GPU 1 beside it
+    let o = start(&h, "e", &[("vram", "2g"), ("sm", "10%"), ("gpu", "1")]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("without a compute share"),
+        "{}",
+        stderr(&o)
+    );
+    // 60 + 40 = 100 fits
+    assert_ok(
+        &start(
+            &h,
+            "d",
+            &[("vram", "2g"), ("gpu-quota.io/sm", "40"), ("gpu", "0")],
+        ),
+        "a 40% share",
+    );
+    assert_eq!(on("d"), Some((0, Some(40))));
+    let ls = String::from_utf8_lossy(&gq(&h, &["ls"]).stdout).into_owned();
+    assert!(ls.contains("2.00 GiB 60%") && ls.contains("sm=40%"), "{ls}");
+    let gpu_line = ls
+        .lines()
+        .find(|l| l.contains(&gpu0) && l.starts_with('0'))
+        .unwrap();
+    assert!(gpu_line.contains("100%"), "{gpu_line}");
+    let m = String::from_utf8_lossy(&gq(&h, &["metrics"]).stdout).into_owned();
+    assert!(
+        m.lines().any(
+            |l| l.starts_with("gpu_quota_gpu_sm_reserved_percent{gpu=\"0\"") && l.ends_with(" 100")
+        ),
+        "{m}"
+    );
+    let events = std::fs::read_to_string(h.path().join("gq.log")).unwrap();
+    assert!(events.contains("\"sm_percent\":60"), "{events}");
+    // the first share leaves: the daemon stays for the other
+    delete(&h, "a");
+    assert!(answers(&dir), "GPU 0 still has a share");
+    // the last share leaves: the daemon quits and its directory goes
+    delete(&h, "d");
+    assert!(!dir.exists(), "GPU 0's daemon directory removed");
+    let quit = std::fs::read_dir(h.path().join("state/mps"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .count();
+    assert_eq!(quit, 0, "no daemon directory left");
+    // GPU 0 is outside MPS again: a slice without a share is admitted there
+    assert_ok(
+        &start(&h, "c0", &[("vram", "2g"), ("gpu", "0")]),
+        "no share",
+    );
+    delete(&h, "c0");
+    delete(&h, "c1");
+}
+
+#[test]
+fn gc_starts_a_dead_daemon_again_where_shares_are() {
+    require_e2e!();
+    let h = Host::new(HostOpts {
+        extra_config: extra(),
+        ..HostOpts::default()
+    });
+    let _d = Daemons(&h);
+    let dir = mps_dir(&h, &uuid(0));
+    assert_ok(&start(&h, "a", &[("vram", "2g"), ("sm", "25%")]), "a share");
+    let pid: i32 = std::fs::read_to_string(dir.join("pipe/nvidia-cuda-mps-control.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // the daemon dies (a crash, an operator's kill)
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    for _ in 0..100 {
+        if !answers(&dir) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!answers(&dir));
+    let o = gq(&h, &["gc"]);
+    assert_ok(&o, "gc");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("started the MPS daemon"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(answers(&dir), "gc started it again");
+    delete(&h, "a");
+    assert!(!dir.exists());
+}
+
+#[test]
+fn a_client_runs_at_its_share_whatever_the_image_and_the_process_set() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("share", &extra());
+    let _d = Daemons(&h);
+    let rootfs = b.rootfs();
+    let probe = repo_dir().join("tests/fake/build/mps_client_probe");
+    std::fs::copy(&probe, rootfs.join("bin/mps_client_probe")).unwrap();
+    for l in ldd_libs(&probe) {
+        copy_lib(&rootfs, &l);
+    }
+    // the image asks for the whole GPU and its own pipe directory; the
+    // process then raises its share and leaves MPS before cuInit, as a
+    // program can (measured on the H200: both work without gpu-quota)
+    let script = "/bin/mps_client_probe libcuda.so.1 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 \
+                  -CUDA_MPS_PIPE_DIRECTORY -CUDA_MPS_PINNED_DEVICE_MEM_LIMIT > /out/info 2>&1; \
+                  env | grep CUDA_MPS | sort > /out/env; touch /out/done";
+    let mut c = b.config();
+    c["annotations"] = serde_json::json!({"vram": "4g", "sm": "25%"});
+    c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", script]);
+    for e in [
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
+        "CUDA_MPS_PIPE_DIRECTORY=/tmp/mine",
+    ] {
+        c["process"]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!(e));
+    }
+    b.write_config(&c);
+    assert_ok(
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "share"]),
+        "run",
+    );
+    let info = std::fs::read_to_string(b.out.join("info")).unwrap();
+    assert!(
+        info.starts_with("mps=1 pct=25 mem=0=4096M pipe=/run/gpu-quota/mps"),
+        "the client's settings at cuInit: {info}"
+    );
+    // the container started with gpu-quota's values, not the image's
+    let env = std::fs::read_to_string(b.out.join("env")).unwrap();
+    assert!(
+        env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25")
+            && env.contains("CUDA_MPS_PIPE_DIRECTORY=/run/gpu-quota/mps"),
+        "{env}"
+    );
+    // the daemon saw that client at 25 (the run is over: its log is what
+    // is left of it until the share is released, which already happened)
+    assert!(
+        !mps_dir(&h, &fake_uuid(0)).exists(),
+        "the foreground run's release stopped the daemon"
+    );
+}
