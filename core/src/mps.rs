@@ -151,14 +151,17 @@ pub struct Settled {
 /// Bring the daemons in line with the ledger: stop (and remove the
 /// directories of) every daemon whose GPU has no share left; with
 /// `restart`, start one for every GPU with shares where none answers.
-/// `shares` is read inside the lock (`read` is called there).
+/// The shares are read inside the lock (`read` is called there).
 pub fn settle(
     cfg: &Config,
-    read: impl FnOnce() -> Option<BTreeSet<String>>,
+    read: impl Fn() -> Option<BTreeSet<String>>,
     restart: bool,
     ctl: &dyn Control,
 ) -> Result<Settled, MpsError> {
-    if !base(cfg).exists() && !restart {
+    // no daemon was ever started here (ensure makes the directory under
+    // the lock first) and, where asked to restart, none is wanted: a host
+    // without shares gets no directory
+    if !base(cfg).exists() && (!restart || read().is_none_or(|s| s.is_empty())) {
         return Ok(Settled::default());
     }
     locked(cfg, || {

@@ -295,10 +295,26 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         // the MPS daemons in line with the shares: one answers for every
         // GPU with shares (after a daemon died or a reboot), none is left
         // for a GPU without
-        let shares = gpuquota_core::mps::shared_gpus(&ledger.read()?);
+        // (the shares are read inside the daemons' lock, as a release
+        // reads them: read before it, an admission in between could have
+        // its new daemon stopped)
         let settled = gpuquota_core::mps::HostControl::find(&cfg).and_then(|ctl| {
-            gpuquota_core::mps::settle(&cfg, || Some(shares.clone()), !shares.is_empty(), &ctl)
+            gpuquota_core::mps::settle(
+                &cfg,
+                || {
+                    ledger
+                        .read()
+                        .ok()
+                        .map(|d| gpuquota_core::mps::shared_gpus(&d))
+                },
+                true,
+                &ctl,
+            )
         });
+        let shares = ledger
+            .read()
+            .map(|d| !gpuquota_core::mps::shared_gpus(&d).is_empty())
+            .unwrap_or(true);
         match settled {
             Ok(s) => {
                 for u in &s.started {
@@ -309,7 +325,7 @@ pub fn gc(a: &GcArgs) -> Result<()> {
                 }
             }
             // no control program: only a problem where shares exist
-            Err(e) if !shares.is_empty() => eprintln!("gpu-quota: MPS daemons: {e}"),
+            Err(e) if shares => eprintln!("gpu-quota: MPS daemons: {e}"),
             Err(_) => {}
         }
         gone

@@ -29,4 +29,12 @@ cc -O2 -o "$C/bin/oddcalls" tests/interceptor/oddcalls.c -ldl
 cp tests/gpu/*.sh tests/gpu/*.py "$C/gpu/" 2>/dev/null || true
 make -s -C tests/fake
 mkdir -p "$C/fake"; cp tests/fake/build/libcuda.so.1 tests/fake/build/libnvidia-ml.so.1 "$C/fake/"
+# the build to compare against (tests/gpu/run-suite.sh section mpsbench):
+# GQ_OLD=DIR holding its gpu-quota-runtime, gpu-quota-hook,
+# gpu-quota-driver and libgpuquota.so
+if [ -n "${GQ_OLD:-}" ]; then
+  mkdir -p "$C/old"
+  for f in gpu-quota-runtime gpu-quota-hook gpu-quota-driver libgpuquota.so; do cp "$GQ_OLD/$f" "$C/old/"; done
+  strip "$C/old/gpu-quota-runtime" "$C/old/gpu-quota-hook" "$C/old/gpu-quota-driver" 2>/dev/null || true
+fi
 du -sh "$C"
