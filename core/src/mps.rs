@@ -249,13 +249,29 @@ impl HostControl {
 
     /// The program with a clean environment: only what the daemon needs,
     /// nothing of the caller's (a runtime's environment is the engine's).
+    /// Nor any descriptor of the caller's beyond stdio: the runtime runs
+    /// under an engine's shim, whose pipes a daemon that lives on must not
+    /// hold open (an engine waiting for their end would wait for the
+    /// daemon).
     fn command(&self, d: &Dirs) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut c = Command::new(&self.program);
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env(names::ENV_PIPE_DIRECTORY, &d.pipe)
             .env(names::ENV_LOG_DIRECTORY, &d.log)
             .current_dir("/");
+        // every descriptor from 3 up closes at exec (CLOSE_RANGE_CLOEXEC,
+        // Linux 5.11: std's own error pipe keeps working until then; an
+        // older kernel refuses the flag and nothing changes)
+        const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+        // SAFETY: one syscall, async-signal-safe
+        unsafe {
+            c.pre_exec(|| {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
+                Ok(())
+            });
+        }
         c
     }
 

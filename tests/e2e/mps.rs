@@ -215,7 +215,39 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
     });
     let _d = Daemons(&h);
     let dir = mps_dir(&h, &uuid(0));
-    assert_ok(&start(&h, "a", &[("vram", "2g"), ("sm", "25%")]), "a share");
+    // the runtime is run the way an engine's shim runs it, with a pipe of
+    // the engine's open beyond stdio: the daemon it starts, which lives on,
+    // must not hold it (the engine would wait for its end)
+    let mut fds = [0i32; 2];
+    // close-on-exec here (other tests of this process spawn children);
+    // the runtime gets its copy by dup2, which clears it
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let b = h.bundle("a");
+    b.set(&[("vram", "2g"), ("sm", "25%")], "touch /out/up; sleep 600", &[]);
+    let mut c = h.runtime_cmd(&["run", "-d", "--bundle", &b.bundle_arg(), "a"]);
+    let w = fds[1];
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        c.pre_exec(move || {
+            // the write end as fd 7, inherited (no close-on-exec)
+            if libc::dup2(w, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    assert_ok(&capture(c), "run with an inherited pipe");
+    b.wait_out("up", 10).expect("container up");
+    unsafe { libc::close(fds[1]) };
+    unsafe { libc::fcntl(fds[0], libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut buf = [0u8; 1];
+    let n = unsafe { libc::read(fds[0], buf.as_mut_ptr() as *mut _, 1) };
+    assert_eq!(
+        n,
+        0,
+        "the engine's pipe is closed once the runtime exited (read {n}: the MPS daemon holds it)"
+    );
+    unsafe { libc::close(fds[0]) };
     let pid: i32 = std::fs::read_to_string(dir.join("pipe/nvidia-cuda-mps-control.pid"))
         .unwrap()
         .trim()
