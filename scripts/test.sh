@@ -4,7 +4,8 @@
 #      are installed when missing and we are root on Debian/Ubuntu;
 #   2. cargo unit tests + e2e tests against real runc (GPU_QUOTA_E2E=1: an
 #      e2e test that cannot run fails instead of skipping);
-#   3. the interceptor suite against the fake driver;
+#   3. the interceptor suite against the fake driver, and the fake MPS
+#      control daemon's own checks;
 #   4. real-engine tests (Debian 12: docker 20.10, containerd 1.6, podman 4.3;
 #      Debian 13, downloaded into a private prefix: docker 26, compose 2.26,
 #      containerd 1.7; ctr and CRI on both containerds), which start and stop
@@ -97,6 +98,11 @@ echo "== interceptor (fake driver)"
 bash tests/interceptor/run.sh 2>&1 | tee "$LOG/interceptor.log" | grep -vE '^ok '
 count interceptor "$LOG/interceptor.log" "${PIPESTATUS[0]}"
 step "interceptor"
+
+echo "== the fake MPS control daemon and the fake driver's MPS client (tests/fake test-mps)"
+make -s -C tests/fake test-mps 2>&1 | tee "$LOG/fake-mps.log" | grep -vE '^ok '
+count fake-mps "$LOG/fake-mps.log" "${PIPESTATUS[0]}"
+step "fake MPS"
 
 if [ -f tests/engines/run.sh ]; then
   echo "== engines (real docker 20.10 + 26, compose, containerd 1.6 + 1.7 with ctr and CRI, podman)"

@@ -223,7 +223,11 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
     // the runtime gets its copy by dup2, which clears it
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     let b = h.bundle("a");
-    b.set(&[("vram", "2g"), ("sm", "25%")], "touch /out/up; sleep 600", &[]);
+    b.set(
+        &[("vram", "2g"), ("sm", "25%")],
+        "touch /out/up; sleep 600",
+        &[],
+    );
     let mut c = h.runtime_cmd(&["run", "-d", "--bundle", &b.bundle_arg(), "a"]);
     let w = fds[1];
     unsafe {
@@ -243,8 +247,7 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
     let mut buf = [0u8; 1];
     let n = unsafe { libc::read(fds[0], buf.as_mut_ptr() as *mut _, 1) };
     assert_eq!(
-        n,
-        0,
+        n, 0,
         "the engine's pipe is closed once the runtime exited (read {n}: the MPS daemon holds it)"
     );
     unsafe { libc::close(fds[0]) };

@@ -444,8 +444,7 @@ print("; ".join(bad))' 2>&1)
 done
 else res SKIP "29#resize" "resize section" "not in SECTIONS, or no rootfs"; fi
 ############################ Issue 17: CUDA graphs, graph memory, odd calls, standalone context ############################
-if want mps && [ $OVERLAY_OK = 1 ]; then
-sec "issue 30: compute shares (sm=) through MPS"
+# issue 30 (sm=): a host for the compute-share sections and their helpers
 mkcfg mps 'gpus = ["0"]'
 MD=$W/mps/state/mps/$UUID0; MPSR=$OUT/mps.txt; : > $MPSR
 mpsres() { grep '^RESULT ' "$1" 2>/dev/null | tail -1 | cut -c8-; }
@@ -456,6 +455,9 @@ mrun() { # ID ANN... -- CMD: create+start a container on the mps host, detached
 mwait() { local id=$1 s=${2:-120} i; for ((i = 0; i < s * 10; i++)); do [ "$(state_of mps $id)" = stopped ] && return 0; sleep 0.1; done; return 1; }
 mdel() { ctr mps delete --force $1 < /dev/null; clog $1; umount $W/b/$1/rootfs 2>/dev/null; }
 daemons() { pgrep -f nvidia-cuda-mps-control | wc -l; }
+
+if want mps && [ $OVERLAY_OK = 1 ]; then
+sec "issue 30: compute shares (sm=) through MPS"
 SOLO=$(timeout 120 $PY $REPO/tests/gpu/mps.py mm 15 2>&1 | tee -a $MPSR | grep '^RESULT' | cut -c8- | $PY -c 'import json,sys; print(json.load(sys.stdin)["tflops"])' 2>/dev/null || echo 0)
 echo "solo (host, no MPS, no gpu-quota): $SOLO TFLOPS" | tee -a $MPSR
 D0=$(daemons)
@@ -499,11 +501,15 @@ sec "issue 30: a fault in one sm= container, beside another client and a process
 # initialises (a client and a process outside MPS initialising at the same
 # instant hung once in mps-facts.txt and once in this suite's first run)
 ( timeout 90 $PY $REPO/tests/gpu/mps.py mm 40 > $W/outside.log 2>&1 ) &
+OUTSIDE=$!
 sleep 12; echo "[t=${SECONDS}s] outside process running"
 mrun fa vram=16g sm=50% -- sh -c "timeout 90 $PY /gq/mps.py mm 20 > /out/log 2>&1"
 sleep 14; echo "[t=${SECONDS}s] client fa running; starting the faulting client"
 mrun fb vram=4g sm=25% -- sh -c "timeout 60 $PY /gq/mps.py fault > /out/log 2>&1"
-mwait fb 70; echo "[t=${SECONDS}s] fb done"; mwait fa 90; echo "[t=${SECONDS}s] fa done"; wait
+mwait fb 70; echo "[t=${SECONDS}s] fb: $(state_of mps fb)"; mwait fa 90; echo "[t=${SECONDS}s] fa: $(state_of mps fa)"
+# its pid: a bare `wait` also waits for the tee of this script's own output
+# (a process substitution), which never ends; that hung this section twice
+wait $OUTSIDE
 FA=$(mpsres $W/b/fa/out/log); FB=$(mpsres $W/b/fb/out/log); FO=$(mpsres $W/outside.log)
 echo "fault: faulting client $FB; other client $FA; process outside MPS $FO" | tee -a $MPSR
 mdel fa; mdel fb
