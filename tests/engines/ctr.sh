@@ -15,6 +15,16 @@ ctd_config_dump() {
   has "$(tr '\0' ' ' </proc/"$CTD_PID"/cmdline)" "--config $R/etc/containerd/config.toml"
 }
 ctr_run() { C run --snapshotter native --fifo-dir "$R/fifo" --runc-binary "$RT" "$@"; }
+ctr_share() {
+  ctr_run -d --annotation vram=2g --annotation sm=25% "$CIMG" gq-cs sleep 600 >/dev/null || return 1
+  local e; e=$(C tasks exec --exec-id probe gq-cs sh -c 'env; ls /run/gpu-quota/mps') || return 1
+  share_seen "$e" || return 1
+  C tasks kill -s KILL gq-cs >/dev/null || return 1
+  local i; for i in $(seq 1 50); do C tasks ls | grep -q 'gq-cs.*STOPPED' && break; sleep 0.1; done
+  C tasks delete gq-cs >/dev/null || return 1
+  C containers rm gq-cs >/dev/null || return 1
+  wait_ledger 0 5 && share_gone
+}
 ctr_slice() {
   ctr_run -d --annotation vram=2g "$CIMG" gq-c1 sleep 600 >/dev/null || return 1
   expect_ledger 1 "after ctr run -d" || return 1
@@ -73,6 +83,7 @@ ctr_cases() {
   check "$CTD: config dump of the installed config shows runtime gpu-quota with BinaryName and pod_annotations" ctd_config_dump
   check "$CTD: ctr run --runc-binary gpu-quota-runtime --annotation vram=2g gets a 2 GiB slice" ctr_slice
   check "$CTD: ctr run of a request that does not fit fails with the gpu-quota message" ctr_refusal
+  check "$CTD: ctr run --annotation vram=2g --annotation sm=25% is an MPS client of its GPU's daemon; removing it stops the daemon" ctr_share
   check "$CTD: ctr task kill keeps, task delete releases, container rm removes" ctr_release
   check "$CTD: ctr run --rm --annotation gpu-quota.io/vram=2g sees 2 GiB and releases" ctr_run_rm
   check "$CTD: ctr run --gpus 1 (containerd's oci-hook + a stand-in nvidia-container-cli) with vram=2g: the slice is GPU 1, its node only, the hook never ran; without vram the hook gave GPU 1" ctr_gpus

@@ -43,6 +43,13 @@ docker_slice() {
   D exec gq-d1 sh -c 'ls /dev; cat /etc/ld.so.preload; ls /run/gpu-quota/driver' >"$T/d1.probe" || return 1
   has "$(cat "$T/d1.probe")" "nvidiactl" && has "$(cat "$T/d1.probe")" "libgpuquota.so" && has "$(cat "$T/d1.probe")" "libcuda.so.1" || return 1
 }
+docker_share() {
+  D "${DRUN[@]}" -d --name gq-ds --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
+  local e; e=$(D exec gq-ds sh -c 'env; ls /run/gpu-quota/mps') || return 1
+  share_seen "$e" || return 1
+  D rm -f gq-ds >/dev/null || return 1
+  wait_ledger 0 5 && share_gone
+}
 docker_refusal() {
   # gq-d1 holds 2 GiB on one GPU; 15 GiB pinned to that GPU cannot fit
   local g out rc; g=$(ledger_gpu)
@@ -130,6 +137,7 @@ docker_cases() {
     check "$DK: the README's headline command, copied from README.md, gets its slice and releases on rm" docker_headline
     check "$DK: run -d --runtime gpu-quota --annotation vram=2g gets a 2 GiB slice (limits, devices, preload, libs)" docker_slice
     check "$DK: --annotation vram=15g --annotation gpu=N that does not fit fails with the gpu-quota message" docker_refusal
+    check "$DK: --annotation vram=2g --annotation sm=25% is an MPS client of its GPU's daemon (variables, pipe directory); rm -f stops the daemon" docker_share
   else
     check "$DK: run -d --runtime gpu-quota -e GPU_QUOTA_VRAM=2g gets a 2 GiB slice (limits, devices, preload, libs)" docker_slice
     check "$DK: -e GPU_QUOTA_VRAM=15g -e GPU_QUOTA_GPU=N that does not fit fails with the gpu-quota message" docker_refusal

@@ -3,7 +3,10 @@
 # device nodes made with mknod (195:0, 195:1, nvidiactl, nvidia-uvm, -tools),
 # stand-in driver libraries, and DIR/config.toml, a gpu-quota configuration
 # with the hook and interceptor from BIN and two simulated 16 GiB GPUs
-# (static inventory); CDI_DIR sets `cdi_dir` (DRA claims' CDI specs).
+# (static inventory); CDI_DIR sets `cdi_dir` (DRA claims' CDI specs). Compute
+# shares (sm=) use the fake MPS control daemon of tests/fake (built by the
+# caller with `make -C tests/fake`).
+FAKEHOST_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 fake_gpu_host() {
   local g=$1 bin=$2 cdi=""
   [ -n "${3:-}" ] && cdi="cdi_dir = \"$3\""
@@ -21,6 +24,7 @@ log_file = "$g/gq.log"
 interceptor = "$bin/libgpuquota.so"
 hook = "$bin/gpu-quota-hook"
 create_grace_secs = 5
+mps_control = "$FAKEHOST_REPO/tests/fake/build/nvidia-cuda-mps-control"
 $cdi
 
 [driver]

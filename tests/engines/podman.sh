@@ -22,6 +22,13 @@ podman_refusal() {  # RUNTIME NAME
   expect_ledger 1 "after the refusal" || return 1
   ! P ps -a --format '{{.Names}}' | grep -qx "$2" || { echo "refused --rm container left behind"; return 1; }
 }
+podman_share() {  # RUNTIME
+  P run "${PODMAN_RUN[@]}" -d --name gq-ps --runtime "$1" --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
+  local e; e=$(P exec gq-ps sh -c 'env; ls /run/gpu-quota/mps') || return 1
+  share_seen "$e" || return 1
+  P rm -f -t 0 gq-ps >/dev/null || return 1
+  wait_ledger 0 5 && share_gone
+}
 podman_rm() {  # NAME
   P rm -f -t 0 "$1" >/dev/null || return 1
   wait_ledger 0 5
@@ -63,6 +70,7 @@ podman_cases() {
   check "$PV: --runtime /abs/gpu-quota-runtime --annotation vram=2g gets a 2 GiB slice" podman_slice "$RT" gq-p1
   check "$PV: (abs path) a request that does not fit fails with the gpu-quota message, one prefix" podman_refusal "$RT" gq-p2
   check "$PV: (abs path) rm -f releases the slice" podman_rm gq-p1
+  check "$PV: --annotation vram=2g --annotation sm=25% is an MPS client of its GPU's daemon; rm -f stops the daemon" podman_share "$RT"
   check "$PV: (abs path) run --rm sees 2 GiB and releases" podman_run_rm "$RT"
   check "$PV: install --root registers runtime name gpu-quota (isolated CONTAINERS_CONF)" podman_install
   check "$PV: --runtime gpu-quota (installed name) gets a 2 GiB slice" podman_slice gpu-quota gq-p3

@@ -270,6 +270,18 @@ wait_ledger() {  # N SECS: the ledger reaches N reservations within SECS
 ledger_gpu() { ledger | grep -o '"index": *[0-9]*' | head -1 | grep -o '[0-9]*$'; }
 has() { grep -qF -- "$2" <<<"$1" || { echo "expected '$2' in:"; echo "$1"; return 1; }; }
 hasnt() { ! grep -qF -- "$2" <<<"$1" || { echo "did not expect '$2' in:"; echo "$1"; return 1; }; }
+# a compute share's container: its MPS variables and pipe directory (TEXT is
+# `env; ls /run/gpu-quota/mps` from inside it), and its GPU's daemon up
+share_seen() {  # TEXT
+  has "$1" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" && has "$1" "CUDA_MPS_PIPE_DIRECTORY=/run/gpu-quota/mps" &&
+    has "$1" "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M" && has "$1" "control" || return 1
+  ls "$GQ"/state/mps/GPU-*/pipe/control >/dev/null 2>&1 || { echo "no MPS daemon under $GQ/state/mps"; return 1; }
+}
+# after the last share: no daemon directory left (the daemon quit)
+share_gone() {
+  local i; for i in $(seq 1 50); do ls -d "$GQ"/state/mps/GPU-* >/dev/null 2>&1 || return 0; sleep 0.1; done
+  echo "MPS daemon directory left: $(ls "$GQ/state/mps")"; return 1
+}
 no_state_dirs() { [ -z "$(ls "$GQ/state/containers" 2>/dev/null)" ] || { echo "state dirs left: $(ls "$GQ/state/containers")"; return 1; }; }
 
 source "$ROOT/tests/engines/oci-image.sh"   # oci_image ROOTFS OUT.tar NAME CMD_JSON ENV_JSON
