@@ -3,7 +3,9 @@
 # one private control daemon; no gpu-quota involved). Writes $OUT/mps-facts.txt.
 # Each client runs in its own mount namespace, as a container would: the pipe
 # directory bound read-only at /run/mps, /dev/shm either the daemon's or a
-# private tmpfs.
+# private tmpfs. Waits name their jobs: a bare `wait` would also wait for
+# the `tee` of this script's output, which never ends (it stopped the first
+# run at the step of a client beside a process outside MPS).
 set -u
 OUT=${OUT:-/tmp/gq-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/mps-facts.txt") 2>&1
@@ -46,11 +48,11 @@ sec "pinned device memory limit 0=4096M: 3 GiB then 2 GiB"
 client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M -- timeout 90 $PY $W alloc 3 2; echo "rc=$?"
 sec "an MPS client at 50% and a process outside MPS at once (15 s each)"
 client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 90 $PY $W mm 15 > $D/a.out 2>&1 &
-$PY $W mm 15 > $D/b.out 2>&1; wait
+$PY $W mm 15 > $D/b.out 2>&1; wait $!
 echo "MPS client 50%: $(grep RESULT $D/a.out)"; echo "outside MPS: $(grep RESULT $D/b.out)"
 sec "two clients at 50% at once"
 client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 90 $PY $W mm 15 > $D/a.out 2>&1 &
-client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 90 $PY $W mm 15 > $D/b.out 2>&1; wait
+client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 90 $PY $W mm 15 > $D/b.out 2>&1; wait $!
 echo "A: $(grep RESULT $D/a.out)"; echo "B: $(grep RESULT $D/b.out)"
 sec "a client issuing control commands through its read-only pipe dir"
 client shared -- bash -c "echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=/run/mps timeout 10 $CTL; echo rc=\$?; echo 'set_default_active_thread_percentage 10' | CUDA_MPS_PIPE_DIRECTORY=/run/mps timeout 10 $CTL; echo rc=\$?; echo get_default_active_thread_percentage | CUDA_MPS_PIPE_DIRECTORY=/run/mps timeout 10 $CTL"
@@ -58,7 +60,7 @@ echo "from the host: $(echo get_default_active_thread_percentage | ctl)"; echo '
 sec "fault: client A illegal address while client B (50%) runs matmul; process outside MPS at the same time"
 client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 90 $PY $W mm 12 > $D/b.out 2>&1 &
 $PY $W mm 12 > $D/c.out 2>&1 &
-sleep 5; client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 60 $PY $W fault; wait
+sleep 5; client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 60 $PY $W fault; wait %1 %2
 echo "B (MPS): $(grep -E 'RESULT|Error' $D/b.out | tail -2)"; echo "C (outside): $(grep -E 'RESULT|Error' $D/c.out | tail -2)"
 client shared CUDA_MPS_PIPE_DIRECTORY=/run/mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- timeout 60 $PY $W mm 5; echo "new client after the fault rc=$?"
 echo "control.log tail:"; tail -20 $D/log/control.log

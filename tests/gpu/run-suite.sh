@@ -497,9 +497,8 @@ mdel mem
 fi
 if want mpsfault && [ $OVERLAY_OK = 1 ]; then
 sec "issue 30: a fault in one sm= container, beside another client and a process outside MPS"
-# the process outside MPS starts first and is computing before any client
-# initialises (a client and a process outside MPS initialising at the same
-# instant hung once in mps-facts.txt and once in this suite's first run)
+# the process outside MPS starts first and is computing before the client
+# initialises (the order mps-facts2.txt measured)
 ( timeout 90 $PY $REPO/tests/gpu/mps.py mm 40 > $W/outside.log 2>&1 ) &
 OUTSIDE=$!
 sleep 12; echo "[t=${SECONDS}s] outside process running"
