@@ -124,20 +124,25 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
         what: "not a GPU UUID that can name a directory".into(),
     })?;
     locked(cfg, || {
-        if ctl.answers(&d) {
-            return Ok(d.clone());
+        if !ctl.answers(&d) {
+            start(uuid, &d, ctl)?;
         }
-        for p in [&d.root, &d.pipe, &d.log] {
-            fsutil::secure_dir(p, 0o755).map_err(|err| MpsError::Io {
-                path: p.clone(),
-                err,
-            })?;
-        }
-        ctl.start(uuid, &d).map_err(|what| MpsError::Daemon {
-            uuid: uuid.into(),
-            what,
-        })?;
         Ok(d)
+    })
+}
+
+/// Make `d`'s directories and start GPU `uuid`'s daemon there (under the
+/// lock).
+fn start(uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
+    for p in [&d.root, &d.pipe, &d.log] {
+        fsutil::secure_dir(p, 0o755).map_err(|err| MpsError::Io {
+            path: p.clone(),
+            err,
+        })?;
+    }
+    ctl.start(uuid, d).map_err(|what| MpsError::Daemon {
+        uuid: uuid.into(),
+        what,
     })
 }
 
@@ -196,20 +201,10 @@ pub fn settle(
         if restart {
             for uuid in &shares {
                 let Some(d) = dirs(cfg, uuid) else { continue };
-                if ctl.answers(&d) {
-                    continue;
+                if !ctl.answers(&d) {
+                    start(uuid, &d, ctl)?;
+                    out.started.push(uuid.clone());
                 }
-                for p in [&d.root, &d.pipe, &d.log] {
-                    fsutil::secure_dir(p, 0o755).map_err(|err| MpsError::Io {
-                        path: p.clone(),
-                        err,
-                    })?;
-                }
-                ctl.start(uuid, &d).map_err(|what| MpsError::Daemon {
-                    uuid: uuid.clone(),
-                    what,
-                })?;
-                out.started.push(uuid.clone());
             }
         }
         Ok(out)

@@ -725,6 +725,19 @@ mod tests {
         assert!(msg.contains("the config's context_overhead"), "{msg}");
     }
 
+    static NO_COSTS: ContextCosts = ContextCosts {
+        configured: None,
+        measured: BTreeMap::new(),
+    };
+    fn binpack(i: &Inventory) -> Placer<'_> {
+        Placer {
+            inventory: i,
+            policy: Policy::Binpack,
+            reserve: 0,
+            sliceable: &[],
+            contexts: &NO_COSTS,
+        }
+    }
     fn with_sm(mut r: Request, p: u32) -> Request {
         r.sm = Some(p);
         r
@@ -746,13 +759,7 @@ mod tests {
     #[test]
     fn compute_shares_add_up_to_at_most_the_gpu() {
         let i = inv(1, 80 * G);
-        let p = Placer {
-            inventory: &i,
-            policy: Policy::Binpack,
-            reserve: 0,
-            sliceable: &[],
-            contexts: &ContextCosts::default(),
-        };
+        let p = binpack(&i);
         let r = |pct| with_sm(req(Size::Bytes(8 * G), GpuSelector::Count(1)), pct);
         let got = p.place(&r(25), &Usage::new()).unwrap();
         assert_eq!((got[0].sm_percent, got[0].vram_bytes), (25, 8 * G));
@@ -804,13 +811,7 @@ mod tests {
     #[test]
     fn shares_and_slices_without_one_do_not_mix_on_a_gpu() {
         let i = inv(2, 80 * G);
-        let p = Placer {
-            inventory: &i,
-            policy: Policy::Binpack,
-            reserve: 0,
-            sliceable: &[],
-            contexts: &ContextCosts::default(),
-        };
+        let p = binpack(&i);
         let plain = req(Size::Bytes(8 * G), GpuSelector::Count(1));
         let shared = with_sm(plain.clone(), 25);
         // GPU 0 runs a share: a slice without one goes to GPU 1 (binpack
@@ -858,13 +859,7 @@ mod tests {
     #[test]
     fn a_share_is_of_one_gpu() {
         let i = inv(2, 80 * G);
-        let p = Placer {
-            inventory: &i,
-            policy: Policy::Binpack,
-            reserve: 0,
-            sliceable: &[],
-            contexts: &ContextCosts::default(),
-        };
+        let p = binpack(&i);
         for gpus in [
             GpuSelector::Count(2),
             GpuSelector::All,

@@ -71,7 +71,8 @@ pub const ENV_GPU_C: &CStr = c"GPU_QUOTA_GPU";
 pub const ENV_GPUS_C: &CStr = c"GPU_QUOTA_GPUS";
 pub const ENV_SM_C: &CStr = c"GPU_QUOTA_SM";
 
-const fn str_of(c: &'static CStr) -> &'static str {
+/// A C-string constant as text (every key here is ASCII).
+pub(crate) const fn str_of(c: &'static CStr) -> &'static str {
     match core::str::from_utf8(c.to_bytes()) {
         Ok(s) => s,
         Err(_) => panic!("environment keys are ASCII"),

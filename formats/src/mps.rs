@@ -23,12 +23,7 @@ pub const ENV_ACTIVE_THREAD_PERCENTAGE_C: &CStr = c"CUDA_MPS_ACTIVE_THREAD_PERCE
 pub const ENV_PINNED_DEVICE_MEM_LIMIT_C: &CStr = c"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 pub const ENV_LOG_DIRECTORY_C: &CStr = c"CUDA_MPS_LOG_DIRECTORY";
 
-const fn str_of(c: &'static CStr) -> &'static str {
-    match core::str::from_utf8(c.to_bytes()) {
-        Ok(s) => s,
-        Err(_) => panic!("ASCII"),
-    }
-}
+use crate::keys::str_of;
 
 pub const ENV_PIPE_DIRECTORY: &str = str_of(ENV_PIPE_DIRECTORY_C);
 pub const ENV_ACTIVE_THREAD_PERCENTAGE: &str = str_of(ENV_ACTIVE_THREAD_PERCENTAGE_C);
