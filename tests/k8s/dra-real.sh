@@ -88,7 +88,7 @@ if [ -z "${GQ_DRA_INNER:-}" ]; then
     # shims name its socket; the containers' bundles are under it)
     local p
     for p in /proc/[0-9]*; do
-      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$GQ_DRA_T" && echo "process: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+      tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$GQ_DRA_T" && echo "process: $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")"
     done
     # the host's mounts (the run's own are in its private namespace)
     grep -E "kube|containerd|gpu-quota|cdi|$GQ_DRA_T" /proc/self/mounts | cut -d' ' -f2 | sort
@@ -144,7 +144,7 @@ waitfor() {  # SECS 'SHELL CONDITION': true within SECS (evaluated anew each tim
 our_shims() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $CSOCK " && echo "${p#/proc/}"
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "-address $CSOCK " && echo "${p#/proc/}"
   done
 }
 # PIDS... and every process below them (a container's processes are below its shim)
@@ -157,6 +157,14 @@ tree() {
   echo "${all[@]}"
 }
 
+# a process's start time (field 22 of /proc/PID/stat, after the command in
+# parentheses), empty once it has ended
+started() { local s; s=$(cat /proc/"$1"/stat 2>/dev/null) && awk '{print $20}' <<<"${s##*) }"; }
+still() {  # PID:START...: whether one of them still runs
+  local p
+  for p in "$@"; do [ -n "${p#*:}" ] && [ "$(started "${p%%:*}")" = "${p#*:}" ] && return 0; done
+  return 1
+}
 cleanup() {
   set +e
   if [ -n "${GQ_DRA_KEEP_LOGS:-}" ]; then mkdir -p "$GQ_DRA_KEEP_LOGS" && cp -r "$LOG"/. "$GQ_DRA_KEEP_LOGS"/; fi
@@ -164,11 +172,16 @@ cleanup() {
   [ -n "${DRA_PID:-}" ] && kill "$DRA_PID" 2>/dev/null
   # what this run started, by pid, read before anything is stopped (a shim
   # whose containerd is gone is still found by its command line)
-  local p mine
-  mine=$(tree "${PIDS[@]}" $(our_shims))
-  for p in $mine; do kill "$p" 2>/dev/null; done
-  sleep 2
-  for p in $mine $(tree $(our_shims)); do kill -9 "$p" 2>/dev/null; done
+  local p mine i
+  # each as PID:START (its start time): a pid that ended is not killed again
+  # after it may have been reused by someone else's process
+  mine=$(for p in $(tree "${PIDS[@]}" $(our_shims)); do echo "$p:$(started "$p")"; done)
+  for p in $mine; do kill "${p%%:*}" 2>/dev/null; done
+  # the API server takes a few seconds to stop on SIGTERM
+  for i in $(seq 1 50); do still $mine || break; sleep 0.2; done
+  for p in $mine $(for p in $(tree $(our_shims)); do echo "$p:$(started "$p")"; done); do
+    [ "$(started "${p%%:*}")" = "${p#*:}" ] && [ -n "${p#*:}" ] && kill -9 "${p%%:*}" 2>/dev/null
+  done
   sleep 0.5
   local c
   for c in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/gq-dra /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/*/default; do
