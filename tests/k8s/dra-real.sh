@@ -43,6 +43,9 @@
 #  11. one claim, every consumer: two containers, a sidecar and the main
 #      container, an init and the main container, two pods on a named claim
 #  12. a force-deleted pod's replacement (which needs its bytes) runs within 15 s
+#  13. a claim below the context charge: the scheduler rounds it up to the
+#      published minimum (charge + one allocation, on the step), which the
+#      container gets
 # Everything runs in a private mount namespace over tmpfs directories, and
 # containerd listens on a socket under the run's own directory, so its shims
 # (whose command lines name that socket) are told apart from any other
@@ -85,7 +88,7 @@ if [ -z "${GQ_DRA_INNER:-}" ]; then
     # shims name its socket; the containers' bundles are under it)
     local p
     for p in /proc/[0-9]*; do
-      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$GQ_DRA_T" && echo "process: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+      tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$GQ_DRA_T" && echo "process: $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")"
     done
     # the host's mounts (the run's own are in its private namespace)
     grep -E "kube|containerd|gpu-quota|cdi|$GQ_DRA_T" /proc/self/mounts | cut -d' ' -f2 | sort
@@ -141,7 +144,7 @@ waitfor() {  # SECS 'SHELL CONDITION': true within SECS (evaluated anew each tim
 our_shims() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $CSOCK " && echo "${p#/proc/}"
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "-address $CSOCK " && echo "${p#/proc/}"
   done
 }
 # PIDS... and every process below them (a container's processes are below its shim)
@@ -154,6 +157,14 @@ tree() {
   echo "${all[@]}"
 }
 
+# a process's start time (field 22 of /proc/PID/stat, after the command in
+# parentheses), empty once it has ended
+started() { local s; s=$(cat /proc/"$1"/stat 2>/dev/null) && awk '{print $20}' <<<"${s##*) }"; }
+still() {  # PID:START...: whether one of them still runs
+  local p
+  for p in "$@"; do [ -n "${p#*:}" ] && [ "$(started "${p%%:*}")" = "${p#*:}" ] && return 0; done
+  return 1
+}
 cleanup() {
   set +e
   if [ -n "${GQ_DRA_KEEP_LOGS:-}" ]; then mkdir -p "$GQ_DRA_KEEP_LOGS" && cp -r "$LOG"/. "$GQ_DRA_KEEP_LOGS"/; fi
@@ -161,11 +172,16 @@ cleanup() {
   [ -n "${DRA_PID:-}" ] && kill "$DRA_PID" 2>/dev/null
   # what this run started, by pid, read before anything is stopped (a shim
   # whose containerd is gone is still found by its command line)
-  local p mine
-  mine=$(tree "${PIDS[@]}" $(our_shims))
-  for p in $mine; do kill "$p" 2>/dev/null; done
-  sleep 2
-  for p in $mine $(tree $(our_shims)); do kill -9 "$p" 2>/dev/null; done
+  local p mine i
+  # each as PID:START (its start time): a pid that ended is not killed again
+  # after it may have been reused by someone else's process
+  mine=$(for p in $(tree "${PIDS[@]}" $(our_shims)); do echo "$p:$(started "$p")"; done)
+  for p in $mine; do kill "${p%%:*}" 2>/dev/null; done
+  # the API server takes a few seconds to stop on SIGTERM
+  for i in $(seq 1 50); do still $mine || break; sleep 0.2; done
+  for p in $mine $(for p in $(tree $(our_shims)); do echo "$p:$(started "$p")"; done); do
+    [ "$(started "${p%%:*}")" = "${p#*:}" ] && [ -n "${p#*:}" ] && kill -9 "${p%%:*}" 2>/dev/null
+  done
   sleep 0.5
   local c
   for c in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/gq-dra /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/*/default; do
@@ -260,6 +276,11 @@ export GPU_QUOTA_CONFIG=$T/etc/gpu-quota/config.toml
 IMG=docker.io/library/gq-dra-busybox:latest
 PAUSE=docker.io/library/gq-dra-pause:latest
 ledger() { python3 "$ROOT/tests/ledger_view.py" "$GQ/ledger"; }
+# what a container printed: its CRI log file (/var/log/pods/NS_POD_UID/CTR/0.log)
+# without each line's "TIME STREAM TAG " prefix
+printed() { cat /var/log/pods/default_"$1"_*/"$2"/0.log 2>/dev/null | cut -d' ' -f4-; }
+# the slice a container printed: the number after "grant0" (its grant's first vram_bytes)
+limits_of() { printed "$1" "$2" | grep -A1 '^grant0$' | sed -n 2p | tr -d ' '; }
 
 node() {
   mkdir -p "$T/etc/gpu-quota" "$T/etc/containerd" || return 1
@@ -425,10 +446,10 @@ case_share() {
   has "$a1" "gpu-0 8Gi" && has "$a2" "gpu-0 8Gi" || return 1
   # what the container itself printed (its CRI log file): its limits and, after "grant0",
   # the live slice of its GPU from /run/gpu-quota/grant (entry 0's vram_bytes, byte 88)
-  local l; waitfor 20 'grep -q grant0 /var/log/pods/default_p1_*/c/0.log' || return 1
-  l=$(cat /var/log/pods/default_p1_*/c/0.log)
-  note "p1's container printed: $(grep -o 'gpus=[^ ]*\|grant0\|[0-9]\{9,\}' <<<"$l" | tr '\n' ' ')"
-  has "$l" "GPU-00000000-0000-4000-8000-000000000000" && has "$l" "$((8 * GIB))" || return 1
+  local l; waitfor 20 '[ -n "$(limits_of p1 c)" ]' || return 1
+  l=$(printed p1 c)
+  note "p1's container printed: $(grep -o '^gpus=[^ ]*' <<<"$l") grant0 $(limits_of p1 c)"
+  has "$l" "GPU-00000000-0000-4000-8000-000000000000" && [ "$(limits_of p1 c)" = "$((8 * GIB))" ] || return 1
   ledger | grep -c '"claim' | sed 's/^/ledger claim fields: /'
 }
 case_pending() {
@@ -473,7 +494,7 @@ EOF
   waitfor 60 '[ -n "$(KC get pod forge -o jsonpath="{.status.containerStatuses[0].state.terminated}{.status.containerStatuses[0].state.waiting.message}{.status.containerStatuses[0].state.running}")" ]' || return 1
   sleep 3
   local st l; st=$(KC get pod forge -o jsonpath='{.status.phase} {.status.containerStatuses[0].state}')
-  l=$(cat /var/log/pods/default_forge_*/c/0.log 2>/dev/null)
+  l=$(printed forge c)
   note "forge: $(cut -c1-400 <<<"$st")"
   [ -n "$l" ] && note "forge's container printed: $(tr '\n' ' ' <<<"$l" | cut -c1-200)"
   ! grep -q "container_id=" <<<"$l" || { echo "the forging pod has a slice"; return 1; }
@@ -502,23 +523,36 @@ reset_pods() {  # no pod and no container outside Kubernetes left
   local o; for o in gq-out1 gq-out2 gq-out3; do outside_rm "$o" >/dev/null 2>&1; done
   waitfor 60 '[ -z "$(KC get pods -o name)" ]'
 }
+slice_uid() { KC get resourceslices -o jsonpath='{.items[*].metadata.uid}'; }
+gone_seen() { grep -c "is gone from the API server" "$LOG/dra.log"; }
 case_slices_deleted() {  # deleted by hand: published again within seconds
   reset_pods || return 1
+  # the offer settled first (both GPUs whole again, then two polls more): a
+  # slice written because the offer changed would hide a driver that never
+  # notices a deletion (run 1 of 2026-12-02 passed that way)
+  waitfor 20 '[ "$(cap_of 0)" = 16Gi ] && [ "$(cap_of 1)" = 16Gi ]' || { echo "offer: $(cap_of 0) $(cap_of 1)"; return 1; }
+  sleep 2
+  local uid gone; uid=$(slice_uid); gone=$(gone_seen)
   KC delete resourceslices --all >/dev/null || return 1
   local t0=$SECONDS
   waitfor 15 '[ -n "$(cap_of 0)" ]' || { echo "no slice 15 s after the deletion"; tail -5 "$LOG/dra.log"; return 1; }
-  note "deleted by hand: published again after $((SECONDS - t0)) s (gpu-0 $(cap_of 0))"
+  note "deleted by hand: published again after $((SECONDS - t0)) s (gpu-0 $(cap_of 0), gpu-1 $(cap_of 1)); uid $uid -> $(slice_uid)"
+  [ "$(slice_uid)" != "$uid" ] || { echo "the slice was not deleted"; return 1; }
+  [ "$(gone_seen)" -gt "$gone" ] || { echo "the driver did not see the deletion: its log"; tail -5 "$LOG/dra.log"; return 1; }
+  grep "is gone from the API server" "$LOG/dra.log" | tail -1 | cut -c1-200
 }
 case_kubelet_restart() {  # claim pods keep running; the wiped slice comes back; a new pod schedules
   claim_pod k1 4Gi && claim_pod k2 4Gi || return 1
   waitfor 90 running k1 && waitfor 60 running k2 || { KC describe pod k2 | tail -20; return 1; }
-  local regs; regs=$(grep -c "registered with the kubelet" "$LOG/dra.log")
+  local regs uid gone; regs=$(grep -c "registered with the kubelet" "$LOG/dra.log"); uid=$(slice_uid); gone=$(gone_seen)
   kill -TERM "$KUBELET_PID"; wait "$KUBELET_PID" 2>/dev/null
   kubelet_start
   local t0=$SECONDS
   waitfor 30 '[ "$(grep -c "registered with the kubelet" "$LOG/dra.log")" -gt "$regs" ]' || { echo "not registered again"; return 1; }
   waitfor 20 '[ -n "$(cap_of 0)" ]' || { echo "no slice 20 s after the kubelet's restart"; return 1; }
   note "kubelet restarted: slice back after $((SECONDS - t0)) s; k1 $(phase k1), k2 $(phase k2)"
+  # the kubelet wipes its node's slices at startup: a new slice, published by the driver
+  note "slice uid $uid -> $(slice_uid); the driver logged its absence $(( $(gone_seen) - gone )) time(s)"
   running k1 && running k2 || return 1
   claim_pod k3 4Gi || return 1
   waitfor 60 running k3 || { KC describe pod k3 | tail -20; return 1; }
@@ -547,8 +581,6 @@ ctr_yaml() {  # NAME RESTART-POLICY SCRIPT: one container on claim "vram" printi
   echo "    command: [\"/bin/sh\", \"-c\", \"cat /run/gpu-quota/limits; echo grant0; od -An -tu8 -j88 -N8 /run/gpu-quota/grant; $3\"]"
   echo "    resources: {claims: [{name: vram}]}"
 }
-# the slice a container printed: the number after "grant0" (its grant's first vram_bytes)
-limits_of() { cat /var/log/pods/default_"$1"_*/"$2"/0.log 2>/dev/null | grep -A1 '^grant0$' | sed -n 2p | tr -d ' '; }
 case_shared() {  # one claim, every consumer: two containers, sidecar + main, init + main, two pods
   reset_pods || return 1
   # the template vram-4gi (claim_pod makes it), then four pods on claims of their own, two on a named one
@@ -593,6 +625,18 @@ $(ctr_yaml c "" "sleep 3600")" || return 1
   done
   [ $bad -eq 0 ] || return 1
   note "two containers, sidecar + main, init + main and two pods on a named claim: every consumer runs with $want"
+  # the node holds each claim once, whatever its number of consumers: four
+  # claim reservations of 4 GiB (16 GiB), every live consumer bound to one of them
+  local led; led=$(ledger | python3 -c '
+import json,sys
+rs=json.load(sys.stdin)["reservations"]
+cl=[r for r in rs if r.get("claim")]
+bd=[r for r in rs if r.get("bound_claim")]
+print(len(cl), sum(s["bytes"] for r in cl for s in r["slices"]), len(bd), len({r["bound_claim"] for r in bd}))')
+  read -r nclaims claimbytes nbound nboundto <<<"$led"
+  note "ledger: $nclaims claim reservations holding $claimbytes bytes; $nbound containers bound to $nboundto of them"
+  [ "$nclaims" = 4 ] && [ "$claimbytes" = $((16 * GIB)) ] && [ "$nboundto" = 4 ] && [ "$nbound" -ge 7 ] ||
+    { echo "want 4 claims of 4 GiB, 7 or 8 live consumers bound to the 4"; return 1; }
   # a container of an unrelated pod presenting the claim is refused: case 5 (forge)
 }
 case_force_delete() {  # the replacement of a force-deleted pod runs within 15 s
@@ -609,9 +653,27 @@ case_force_delete() {  # the replacement of a force-deleted pod runs within 15 s
   note "force-deleted f1 (12Gi): f2 (12Gi) ran after $((SECONDS - t0)) s"
   [ $((SECONDS - t0)) -le 15 ] || { grep "prepare" "$LOG/dra.log" | tail -3; return 1; }
 }
+case_below_context() {  # a claim below the context charge is rounded up to the smallest useful size
+  reset_pods || return 1
+  # the fake host configures no context_overhead: the built-in 616 MiB and one
+  # 2 MiB allocation, rounded up to the 256Mi step, is the published minimum
+  local min; min=$(slice_json | python3 -c '
+import json,sys
+for s in json.load(sys.stdin)["items"]:
+    for dev in s["spec"].get("devices",[]):
+        if dev["name"]=="gpu-0": print(dev["capacity"]["memory"]["requestPolicy"]["validRange"]["min"])')
+  note "gpu-0's request minimum: $min"
+  [ "$min" = 768Mi ] || { echo "want 768Mi (616Mi charge + 2Mi, rounded up to 256Mi)"; return 1; }
+  claim_pod b1 256Mi || return 1
+  waitfor 90 running b1 || { KC describe pod b1 | tail -15; return 1; }
+  local a; a=$(pod_claim_alloc b1)
+  waitfor 20 '[ -n "$(limits_of b1 c)" ]'
+  note "a 256Mi claim: allocated $a, the container's slice $(limits_of b1 c) bytes"
+  has "$a" " 768Mi" || return 1
+  [ "$(limits_of b1 c)" = $((768 * 1024 * 1024)) ] || { echo "the container's slice is $(limits_of b1 c)"; return 1; }
+}
 case_sigterm() {
-  KC delete pods --all --grace-period=1 >/dev/null; outside_rm gq-out2; outside_rm gq-out3
-  waitfor 60 '[ -z "$(KC get pods -o name)" ]'  || return 1
+  reset_pods || return 1
   kill -TERM "$DRA_PID"; local rc=0; wait "$DRA_PID" || rc=$?; DRA_PID=""
   [ $rc -eq 0 ] || { echo "gpu-quota-dra exited $rc"; tail -5 "$LOG/dra.log"; return 1; }
   # the slice is left to the kubelet: it withdraws it once the driver has
@@ -635,6 +697,7 @@ check "9. slices deleted by hand are published again within 15 s" case_slices_de
 check "10. a kubelet restart with claim pods running: the slice is back, the pods run, a new pod schedules" case_kubelet_restart
 check "11. one claim, every consumer: two containers, sidecar + main, init + main, two pods on a named claim" case_shared
 check "12. a force-deleted pod's replacement runs within 15 s" case_force_delete
+check "13. a claim below the context charge is rounded up to the smallest claim that holds a context" case_below_context
 check "7. SIGTERM: the driver exits 0, claims unprepared, the slice left to the kubelet, which withdraws it" case_sigterm
 health() {  # the kubelet watched the driver's device health without an error
   ! grep -q "Error receiving from WatchResources stream" "$LOG/kubelet.log" ||
