@@ -28,6 +28,14 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const SCHEMA_VERSION: u32 = 2;
+/// The version ledger.json is written with while a reservation in it holds
+/// a compute share (`sm=`). A release before shares ignored the unknown
+/// `sm` field and would write the ledger back without it, the shares then
+/// gone from every later admission and daemon decision; it refuses a
+/// version it does not know (`TooNew`) instead. Without shares the file
+/// goes back to [`SCHEMA_VERSION`], which every release since records
+/// reads.
+pub const SHARES_SCHEMA_VERSION: u32 = 3;
 
 mod container;
 pub(crate) mod records;
@@ -208,7 +216,7 @@ pub enum LedgerError {
         saved: PathBuf,
         message: String,
     },
-    #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({SCHEMA_VERSION}); upgrade gpu-quota")]
+    #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({SHARES_SCHEMA_VERSION}); upgrade gpu-quota")]
     TooNew { path: PathBuf, found: u32 },
     #[error("cannot start container {id}: {err}")]
     Refused {
@@ -342,12 +350,12 @@ impl Ledger {
             found,
         };
         match serde_json::from_slice::<LedgerData>(&bytes) {
-            Ok(d) if d.version > SCHEMA_VERSION => Err(too_new(d.version)),
+            Ok(d) if d.version > SHARES_SCHEMA_VERSION => Err(too_new(d.version)),
             Ok(d) => Ok(d),
             Err(full) => {
                 let v: Version =
                     serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-                if v.version > SCHEMA_VERSION {
+                if v.version > SHARES_SCHEMA_VERSION {
                     return Err(too_new(v.version));
                 }
                 Err(corrupt(full.to_string()))
@@ -377,6 +385,25 @@ impl Ledger {
         sync_dir: bool,
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<(), LedgerError> {
+        let shares = data
+            .reservations
+            .iter()
+            .any(|r| r.slices.iter().any(|s| s.sm_percent > 0));
+        let version = if shares {
+            SHARES_SCHEMA_VERSION
+        } else {
+            data.version.min(SCHEMA_VERSION)
+        };
+        let marked;
+        let data = if version == data.version {
+            data
+        } else {
+            marked = LedgerData {
+                version,
+                reservations: data.reservations.clone(),
+            };
+            &marked
+        };
         // compact: its size is the part of a whole-ledger write that grows
         // with the number of entries (pretty printing made it 1.4× larger)
         let mut bytes = serde_json::to_vec(data).expect("ledger serializes");

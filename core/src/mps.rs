@@ -110,7 +110,9 @@ fn locked<T>(cfg: &Config, f: impl FnOnce() -> Result<T, MpsError>) -> Result<T,
         let path = path.to_path_buf();
         move |err| MpsError::Io { path, err }
     };
-    fsutil::secure_dir(&b, 0o755).map_err(io(&b))?;
+    // 0700: no other host user reaches a daemon's sockets or logs; only
+    // the pipe directory is 0755, for the containers it is bound into
+    fsutil::secure_dir(&b, 0o700).map_err(io(&b))?;
     let lp = b.join("lock");
     let _g = fsutil::lock_exclusive(&lp).map_err(io(&lp))?;
     f()
@@ -134,8 +136,8 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
 /// Make `d`'s directories and start GPU `uuid`'s daemon there (under the
 /// lock).
 fn start(uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
-    for p in [&d.root, &d.pipe, &d.log] {
-        fsutil::secure_dir(p, 0o755).map_err(|err| MpsError::Io {
+    for (p, mode) in [(&d.root, 0o700), (&d.pipe, 0o755), (&d.log, 0o700)] {
+        fsutil::secure_dir(p, mode).map_err(|err| MpsError::Io {
             path: p.clone(),
             err,
         })?;
@@ -146,11 +148,12 @@ fn start(uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
     })
 }
 
-/// What [`settle`] did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// What [`settle`] did; one GPU's failure does not stop the others.
+#[derive(Debug, Default)]
 pub struct Settled {
     pub started: Vec<String>,
     pub stopped: Vec<String>,
+    pub failed: Vec<MpsError>,
 }
 
 /// Bring the daemons in line with the ledger: stop (and remove the
@@ -190,10 +193,15 @@ pub fn settle(
             }
             let d = dirs(cfg, uuid).expect("validated above");
             if ctl.answers(&d) {
-                ctl.quit(&d).map_err(|what| MpsError::Daemon {
-                    uuid: uuid.clone(),
-                    what,
-                })?;
+                if let Err(what) = ctl.quit(&d) {
+                    // its directory stays (the daemon may still be there);
+                    // the other GPUs are still seen to
+                    out.failed.push(MpsError::Daemon {
+                        uuid: uuid.clone(),
+                        what,
+                    });
+                    continue;
+                }
             }
             let _ = std::fs::remove_dir_all(&d.root);
             out.stopped.push(uuid.clone());
@@ -202,8 +210,10 @@ pub fn settle(
             for uuid in &shares {
                 let Some(d) = dirs(cfg, uuid) else { continue };
                 if !ctl.answers(&d) {
-                    start(uuid, &d, ctl)?;
-                    out.started.push(uuid.clone());
+                    match start(uuid, &d, ctl) {
+                        Ok(()) => out.started.push(uuid.clone()),
+                        Err(e) => out.failed.push(e),
+                    }
                 }
             }
         }
@@ -383,6 +393,8 @@ mod tests {
     struct Fake {
         running: RefCell<BTreeSet<String>>,
         log: RefCell<Vec<String>>,
+        /// GPUs whose daemon does not quit
+        stuck: BTreeSet<String>,
     }
     fn gpu_of(d: &Dirs) -> String {
         d.root.file_name().unwrap().to_str().unwrap().to_string()
@@ -398,6 +410,9 @@ mod tests {
             Ok(())
         }
         fn quit(&self, d: &Dirs) -> Result<(), String> {
+            if self.stuck.contains(&gpu_of(d)) {
+                return Err("still there".into());
+            }
             self.log.borrow_mut().push(format!("quit {}", gpu_of(d)));
             self.running.borrow_mut().remove(&gpu_of(d));
             Ok(())
@@ -427,7 +442,8 @@ mod tests {
         assert!(!c.state_dir.join("mps/GPU-b").exists());
         assert!(c.state_dir.join("mps/GPU-a/pipe").is_dir());
         // a ledger that does not read stops nothing
-        assert_eq!(settle(&c, || None, false, &f).unwrap(), Settled::default());
+        let s = settle(&c, || None, false, &f).unwrap();
+        assert!(s.started.is_empty() && s.stopped.is_empty() && s.failed.is_empty());
         // the daemon died; gc starts it again where shares are
         f.running.borrow_mut().clear();
         let s = settle(&c, || Some(["GPU-a".to_string()].into()), true, &f).unwrap();
@@ -436,6 +452,40 @@ mod tests {
         assert_eq!(s.stopped, ["GPU-a"]);
         assert_eq!(f.log.borrow().last().unwrap(), "quit GPU-a");
         assert!(f.running.borrow().is_empty());
+    }
+
+    #[test]
+    fn one_gpu_that_fails_does_not_stop_the_others() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cfg(t.path());
+        let f = Fake {
+            stuck: ["GPU-a".to_string()].into(),
+            ..Fake::default()
+        };
+        for g in ["GPU-a", "GPU-b"] {
+            ensure(&c, g, &f).unwrap();
+        }
+        let s = settle(&c, || Some(BTreeSet::new()), false, &f).unwrap();
+        assert_eq!(s.stopped, ["GPU-b"], "GPU-b after GPU-a's failure");
+        assert_eq!(s.failed.len(), 1);
+        assert!(
+            c.state_dir.join("mps/GPU-a").exists(),
+            "a daemon that did not quit keeps its directory"
+        );
+        assert!(!c.state_dir.join("mps/GPU-b").exists());
+    }
+
+    #[test]
+    fn only_the_pipe_directory_is_open_to_others() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let c = cfg(t.path());
+        let d = ensure(&c, "GPU-a", &Fake::default()).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&base(&c)), 0o700);
+        assert_eq!(mode(&d.root), 0o700);
+        assert_eq!(mode(&d.log), 0o700);
+        assert_eq!(mode(&d.pipe), 0o755);
     }
 
     #[test]
@@ -449,9 +499,7 @@ mod tests {
         // a stray file or directory under mps/ that is no GPU is left alone
         std::fs::create_dir_all(c.state_dir.join("mps/not a gpu")).unwrap();
         let f = Fake::default();
-        assert_eq!(
-            settle(&c, || Some(BTreeSet::new()), false, &f).unwrap(),
-            Settled::default()
-        );
+        let s = settle(&c, || Some(BTreeSet::new()), false, &f).unwrap();
+        assert!(s.started.is_empty() && s.stopped.is_empty() && s.failed.is_empty());
     }
 }

@@ -323,6 +323,9 @@ pub fn gc(a: &GcArgs) -> Result<()> {
                 for u in &s.stopped {
                     gpuquota_core::outln!("stopped the MPS daemon of {u}, which has no share left");
                 }
+                for e in &s.failed {
+                    eprintln!("gpu-quota: MPS daemon: {e}; gc tries again next time");
+                }
             }
             // no control program: only a problem where shares exist
             Err(e) if shares => eprintln!("gpu-quota: MPS daemons: {e}"),

@@ -97,11 +97,13 @@ mod tests {
                 uuid: [1; 16],
                 index: 0,
                 vram_bytes: 64 << 20,
+                sm_percent: 0,
             },
             GpuGrant {
                 uuid: [2; 16],
                 index: 3,
                 vram_bytes: 32 << 20,
+                sm_percent: 0,
             },
         ];
         std::fs::write(&p, grant::encode(&g).unwrap()).unwrap();

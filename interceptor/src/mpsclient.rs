@@ -28,11 +28,22 @@ pub fn impose() {
     let Some((sm, vram)) = share() else { return };
     let pct = mps::thread_percentage(sm);
     let mem = mps::pinned_limit(vram);
+    // Only where the process changed it: the container starts with these
+    // values (core::spec), so the usual cuInit writes nothing, and a
+    // process that leaves its environment alone never has it rewritten
+    // under a thread reading it.
     let set = |k: &core::ffi::CStr, v: &[u8]| {
+        let want = &v[..v.len() - 1];
+        if crate::sys::getenv(k) == Some(want) {
+            return;
+        }
         // SAFETY: both NUL-terminated; setenv copies them
         unsafe { libc::setenv(k.as_ptr(), v.as_ptr() as *const libc::c_char, 1) };
     };
-    set(mps::ENV_PIPE_DIRECTORY_C, mps::CONTAINER_PIPE_DIR_C.to_bytes_with_nul());
+    set(
+        mps::ENV_PIPE_DIRECTORY_C,
+        mps::CONTAINER_PIPE_DIR_C.to_bytes_with_nul(),
+    );
     set(mps::ENV_ACTIVE_THREAD_PERCENTAGE_C, pct.as_bytes_with_nul());
     set(mps::ENV_PINNED_DEVICE_MEM_LIMIT_C, mem.as_bytes_with_nul());
 }

@@ -23,11 +23,11 @@ podman_refusal() {  # RUNTIME NAME
   ! P ps -a --format '{{.Names}}' | grep -qx "$2" || { echo "refused --rm container left behind"; return 1; }
 }
 podman_share() {  # RUNTIME
+  local e rc=0
   P run "${PODMAN_RUN[@]}" -d --name gq-ps --runtime "$1" --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
-  local e; e=$(P exec gq-ps sh -c 'env; ls /run/gpu-quota/mps') || return 1
-  share_seen "$e" || return 1
-  P rm -f -t 0 gq-ps >/dev/null || return 1
-  wait_ledger 0 5 && share_gone
+  e=$(P exec gq-ps sh -c "$SHARE_PROBE") && share_seen "$e" || rc=1
+  P rm -f -t 0 gq-ps >/dev/null || rc=1
+  [ $rc = 0 ] && wait_ledger 0 5 && share_gone
 }
 podman_rm() {  # NAME
   P rm -f -t 0 "$1" >/dev/null || return 1

@@ -271,7 +271,11 @@ ledger_gpu() { ledger | grep -o '"index": *[0-9]*' | head -1 | grep -o '[0-9]*$'
 has() { grep -qF -- "$2" <<<"$1" || { echo "expected '$2' in:"; echo "$1"; return 1; }; }
 hasnt() { ! grep -qF -- "$2" <<<"$1" || { echo "did not expect '$2' in:"; echo "$1"; return 1; }; }
 # a compute share's container: its MPS variables and pipe directory (TEXT is
-# `env; ls /run/gpu-quota/mps` from inside it), and its GPU's daemon up
+# what SHARE_PROBE prints inside it), and its GPU's daemon up. The
+# variables are read from the container's init: a process an engine execs
+# gets the environment of the engine's own copy of the spec (ctr's does not
+# have them; the interceptor sets them at cuInit there)
+SHARE_PROBE='tr "\0" "\n" < /proc/1/environ; ls /run/gpu-quota/mps'
 share_seen() {  # TEXT
   has "$1" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" && has "$1" "CUDA_MPS_PIPE_DIRECTORY=/run/gpu-quota/mps" &&
     has "$1" "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M" && has "$1" "control" || return 1

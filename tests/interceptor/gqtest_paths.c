@@ -19,7 +19,7 @@ int t_paths(void) {
     CHECK(ours(fs[i]) == (expect || !strcmp(mode, "direct")), "%s via %s comes from %s (expected %s)", nm[i], mode, lib_of(fs[i]), expect ? "libgpuquota" : "the driver");
   }
   /* not intercepted: the real pointer */
-  CHECK(!ours(A.cuInit) && !ours(A.cuCtxSetCurrent), "non-intercepted symbol wrapped in mode %s", mode);
+  CHECK(!ours(A.cuDeviceGet) && !ours(A.cuCtxSetCurrent), "non-intercepted symbol wrapped in mode %s", mode);
   ctx_on(0);
   struct fake_stats s0 = stats();
   size_t f, t;

@@ -274,10 +274,10 @@ fn corrupt_is_kept_and_reported() {
     std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
     assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
     // a newer schema this one cannot parse is still "too new", not corrupt
-    std::fs::write(l.path(), b"{\"version\":3,\"reservations\":\"elsewhere\"}").unwrap();
+    std::fs::write(l.path(), b"{\"version\":4,\"reservations\":\"elsewhere\"}").unwrap();
     assert!(matches!(
         l.read(),
-        Err(LedgerError::TooNew { found: 3, .. })
+        Err(LedgerError::TooNew { found: 4, .. })
     ));
     // the same shape at this version is corrupt, with the parse's message
     std::fs::write(l.path(), b"{\"version\":2,\"reservations\":\"elsewhere\"}").unwrap();
@@ -769,4 +769,35 @@ fn a_reset_keeps_the_schema_mark_and_records_alone_are_a_ledger() {
     std::fs::remove_file(l.path()).unwrap();
     assert!(l.exists());
     assert_eq!(l.read().unwrap().reservations.len(), 1);
+}
+
+/// While a share is in the ledger, a release that does not know shares
+/// refuses the file (it would write it back without them); once the share
+/// is gone, it reads the ledger again.
+#[test]
+fn a_share_marks_the_ledger_for_releases_that_know_shares() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let version = || -> u32 {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
+        v["version"].as_u64().unwrap() as u32
+    };
+    let mut shared = req(G, Some(0));
+    shared.sm = Some(25);
+    l.admit(&cfg, &inv, &shared, "s", None, "/b", &mut vec![])
+        .unwrap();
+    assert_eq!(version(), SHARES_SCHEMA_VERSION);
+    assert!(
+        SHARES_SCHEMA_VERSION > SCHEMA_VERSION,
+        "an older release refuses it"
+    );
+    let d = l.read().unwrap();
+    assert_eq!(d.reservations[0].slices[0].sm_percent, 25, "read back");
+    l.release(Key::Root {
+        id: "s",
+        root: None,
+    })
+    .unwrap();
+    assert_eq!(version(), SCHEMA_VERSION, "back once no share is left");
 }

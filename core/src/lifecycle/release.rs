@@ -188,8 +188,13 @@ impl Effects for HostEffects<'_> {
                 &ctl,
             )
         });
-        if let Err(e) = settled {
-            eprintln!("gpu-quota: warning: MPS daemon not stopped: {e}");
+        match settled {
+            Ok(s) => {
+                for e in s.failed {
+                    eprintln!("gpu-quota: warning: MPS daemon not stopped: {e}");
+                }
+            }
+            Err(e) => eprintln!("gpu-quota: warning: MPS daemon not stopped: {e}"),
         }
     }
 }

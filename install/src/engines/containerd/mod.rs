@@ -438,7 +438,7 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(ann, ["vram", "gpu", "gpus", "gpu-quota.io/*"]);
+        assert_eq!(ann, ["vram", "gpu", "gpus", "sm", "gpu-quota.io/*"]);
         round_trip(EngineKind::Containerd, MemFs::new(), RT);
     }
 
