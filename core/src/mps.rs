@@ -92,6 +92,9 @@ pub trait Control {
     fn start(&self, uuid: &str, d: &Dirs) -> Result<(), String>;
     /// Ask it to quit (returns once it is gone or the deadline passed).
     fn quit(&self, d: &Dirs) -> Result<(), String>;
+    /// End a daemon of `d` that does not answer (still starting, stuck),
+    /// so that its directory never goes while it lives on.
+    fn kill(&self, d: &Dirs);
 }
 
 /// The GPUs that hold shares, in the reservations that count.
@@ -192,7 +195,9 @@ pub fn settle(
                 continue;
             }
             let d = dirs(cfg, uuid).expect("validated above");
-            if ctl.answers(&d) {
+            if !ctl.answers(&d) {
+                ctl.kill(&d);
+            } else {
                 if let Err(what) = ctl.quit(&d) {
                     // its directory stays (the daemon may still be there);
                     // the other GPUs are still seen to
@@ -339,6 +344,49 @@ impl Control for HostControl {
     }
 
     fn start(&self, uuid: &str, d: &Dirs) -> Result<(), String> {
+        let r = self.start_once(uuid, d);
+        if r.is_err() {
+            // a daemon that came up too late must not outlive the refusal
+            self.kill(d);
+        }
+        r
+    }
+
+    fn quit(&self, d: &Dirs) -> Result<(), String> {
+        self.ui(d, "quit\n")?;
+        let until = Instant::now() + DEADLINE;
+        while d.pipe.join(PID_FILE).exists() {
+            if Instant::now() >= until {
+                return Err("asked to quit, the daemon is still there".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn kill(&self, d: &Dirs) {
+        let Ok(text) = std::fs::read_to_string(d.pipe.join(PID_FILE)) else {
+            return;
+        };
+        let Ok(pid) = text.trim().parse::<i32>() else {
+            return;
+        };
+        // only the control program itself: the pid file could be stale and
+        // its number another process's by now
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+        if pid > 1 && exe.is_ok_and(|e| e == self.program) {
+            // SAFETY: kill(2) on a pid just checked
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let until = Instant::now() + DEADLINE;
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl HostControl {
+    fn start_once(&self, uuid: &str, d: &Dirs) -> Result<(), String> {
         let mut child = self
             .command(d)
             // the daemon serves this GPU only
@@ -369,18 +417,6 @@ impl Control for HostControl {
             d.log.join("control.log").display()
         ))
     }
-
-    fn quit(&self, d: &Dirs) -> Result<(), String> {
-        self.ui(d, "quit\n")?;
-        let until = Instant::now() + DEADLINE;
-        while d.pipe.join(PID_FILE).exists() {
-            if Instant::now() >= until {
-                return Err("asked to quit, the daemon is still there".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -408,6 +444,10 @@ mod tests {
             self.log.borrow_mut().push(format!("start {uuid}"));
             self.running.borrow_mut().insert(uuid.into());
             Ok(())
+        }
+        fn kill(&self, d: &Dirs) {
+            self.log.borrow_mut().push(format!("kill {}", gpu_of(d)));
+            self.running.borrow_mut().remove(&gpu_of(d));
         }
         fn quit(&self, d: &Dirs) -> Result<(), String> {
             if self.stuck.contains(&gpu_of(d)) {

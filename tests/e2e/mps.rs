@@ -275,6 +275,21 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
     assert!(answers(&dir), "gc started it again");
     delete(&h, "a");
     assert!(!dir.exists());
+    // a daemon that stops answering (stuck, or still starting) is ended,
+    // not left running without its directory when the last share goes
+    assert_ok(&start(&h, "b", &[("vram", "2g"), ("sm", "25%")]), "b");
+    let pid: i32 = std::fs::read_to_string(dir.join("pipe/nvidia-cuda-mps-control.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    delete(&h, "b");
+    assert!(!dir.exists());
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the daemon that did not answer is gone too"
+    );
 }
 
 #[test]
