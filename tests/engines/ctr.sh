@@ -16,14 +16,15 @@ ctd_config_dump() {
 }
 ctr_run() { C run --snapshotter native --fifo-dir "$R/fifo" --runc-binary "$RT" "$@"; }
 ctr_share() {
-  local e rc=0
+  # the reservations before it (an earlier case's container may still run)
+  local e rc=0 n0; n0=$(ledger_n)
   ctr_run -d --annotation vram=2g --annotation sm=25% "$CIMG" gq-cs sleep 600 >/dev/null || return 1
   e=$(C tasks exec --exec-id probe gq-cs sh -c "$SHARE_PROBE") && share_seen "$e" || rc=1
   # removed whatever the check said: a share left behind changes every later case
   C tasks kill -s KILL gq-cs >/dev/null
   local i; for i in $(seq 1 50); do C tasks ls | grep -q 'gq-cs.*STOPPED' && break; sleep 0.1; done
   C tasks delete gq-cs >/dev/null; C containers rm gq-cs >/dev/null
-  [ $rc = 0 ] && wait_ledger 0 5 && share_gone
+  [ $rc = 0 ] && wait_ledger "$n0" 5 && share_gone
 }
 ctr_slice() {
   ctr_run -d --annotation vram=2g "$CIMG" gq-c1 sleep 600 >/dev/null || return 1

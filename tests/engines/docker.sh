@@ -44,11 +44,12 @@ docker_slice() {
   has "$(cat "$T/d1.probe")" "nvidiactl" && has "$(cat "$T/d1.probe")" "libgpuquota.so" && has "$(cat "$T/d1.probe")" "libcuda.so.1" || return 1
 }
 docker_share() {
-  local e rc=0
+  # the reservations before it (an earlier case's container may still run)
+  local e rc=0 n0; n0=$(ledger_n)
   D "${DRUN[@]}" -d --name gq-ds --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
   e=$(D exec gq-ds sh -c "$SHARE_PROBE") && share_seen "$e" || rc=1
   D rm -f gq-ds >/dev/null || rc=1
-  [ $rc = 0 ] && wait_ledger 0 5 && share_gone
+  [ $rc = 0 ] && wait_ledger "$n0" 5 && share_gone
 }
 docker_refusal() {
   # gq-d1 holds 2 GiB on one GPU; 15 GiB pinned to that GPU cannot fit

@@ -23,11 +23,12 @@ podman_refusal() {  # RUNTIME NAME
   ! P ps -a --format '{{.Names}}' | grep -qx "$2" || { echo "refused --rm container left behind"; return 1; }
 }
 podman_share() {  # RUNTIME
-  local e rc=0
+  # the reservations before it (an earlier case's container may still run)
+  local e rc=0 n0; n0=$(ledger_n)
   P run "${PODMAN_RUN[@]}" -d --name gq-ps --runtime "$1" --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
   e=$(P exec gq-ps sh -c "$SHARE_PROBE") && share_seen "$e" || rc=1
   P rm -f -t 0 gq-ps >/dev/null || rc=1
-  [ $rc = 0 ] && wait_ledger 0 5 && share_gone
+  [ $rc = 0 ] && wait_ledger "$n0" 5 && share_gone
 }
 podman_rm() {  # NAME
   P rm -f -t 0 "$1" >/dev/null || return 1
