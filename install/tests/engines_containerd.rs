@@ -155,7 +155,7 @@ fn containerd_v3_drop_in_and_import() {
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
-    assert_eq!(ann, ["vram", "gpu", "gpus", "gpu-quota.io/*"]);
+    assert_eq!(ann, ["vram", "gpu", "gpus", "sm", "gpu-quota.io/*"]);
 }
 
 #[test]
@@ -222,7 +222,7 @@ fn containerd_real_parser_accepts_our_configs() {
             "{fixture_name}"
         );
         assert!(
-            dump.contains("pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"gpu-quota.io/*\"]"),
+            dump.contains("pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"gpu-quota.io/*\"]"),
             "{fixture_name}"
         );
         assert!(
