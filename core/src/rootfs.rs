@@ -502,7 +502,10 @@ impl Rootfs {
             Ok(fd) => {
                 let fd = regular_file(fd, rel)?;
                 let f = reopen_read(&fd).map_err(io("open", rel))?;
-                let mut buf = Vec::new();
+                // sized once from the file (within the bound): a growing
+                // buffer copies a large hostile file over and over
+                let size = f.metadata().map_or(0, |m| m.len()).min(max as u64 + 1);
+                let mut buf = Vec::with_capacity(size as usize);
                 f.take(max as u64 + 1)
                     .read_to_end(&mut buf)
                     .map_err(io("read", rel))?;
