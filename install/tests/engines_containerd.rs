@@ -222,7 +222,9 @@ fn containerd_real_parser_accepts_our_configs() {
             "{fixture_name}"
         );
         assert!(
-            dump.contains("pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"gpu-quota.io/*\"]"),
+            dump.contains(
+                "pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"gpu-quota.io/*\"]"
+            ),
             "{fixture_name}"
         );
         assert!(
