@@ -202,8 +202,7 @@ pub fn resized(
 fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, reason: &str) {
     let (gpu, uuid, slice_bytes) = slices_fields(r);
     let total_bytes: u64 = r.slices.iter().map(|s| s.vram_bytes).sum();
-    // a share is of one GPU (placement), so one figure says it
-    let sm_percent: u32 = r.slices.iter().map(|s| s.sm_percent).max().unwrap_or(0);
+    let sm_percent: u32 = r.share().map_or(0, |s| s.sm_percent);
     let pid = r.pid.unwrap_or(0);
     let age_secs = crate::fsutil::now_unix().saturating_sub(r.created_unix);
     // who the container is to its engine (empty where the engine said nothing)

@@ -122,6 +122,12 @@ impl std::fmt::Debug for ClaimEntry {
 }
 
 impl Reservation {
+    /// The GPU of its compute share, if it has one (a share is of one GPU:
+    /// `gpuquota_formats::grant::share`).
+    pub fn share(&self) -> Option<&Slice> {
+        gpuquota_formats::grant::share(&self.slices)
+    }
+
     /// A reservation of `slices` for container `container_id` under runc
     /// root `runtime_root` from `bundle`, as the user asked (`request`):
     /// `Reserved`, no process, nothing else recorded (created at 0).

@@ -76,6 +76,22 @@ fn is_zero(x: &u32) -> bool {
 /// The most a compute share can be: the whole GPU.
 pub const SM_MAX: u32 = 100;
 
+/// The GPU of a grant's compute share. A share is of one GPU: each GPU with
+/// shares has its own MPS daemon and a process joins one, so a grant holds
+/// a share only as its one GPU. Everything past placement asks this, and
+/// the grant file refuses any other shape.
+pub fn share<U>(gpus: &[GpuGrant<U>]) -> Option<&GpuGrant<U>> {
+    match gpus {
+        [g] if g.sm_percent > 0 => Some(g),
+        _ => None,
+    }
+}
+
+/// A share on a grant of several GPUs (which [`share`] would not see).
+fn stray_share<U>(gpus: &[GpuGrant<U>]) -> bool {
+    gpus.len() > 1 && gpus.iter().any(|g| g.sm_percent > 0)
+}
+
 /// A GPU's name in raw bytes.
 pub type Uuid = [u8; 16];
 
@@ -116,6 +132,8 @@ pub enum EncodeError {
     TooManyGpus(usize),
     /// The same GPU twice: a reader could not tell which entry counts.
     DuplicateGpu(usize),
+    /// A compute share on a grant of several GPUs (see [`share`]).
+    ShareOfSeveral,
 }
 
 impl core::fmt::Display for EncodeError {
@@ -126,6 +144,12 @@ impl core::fmt::Display for EncodeError {
             }
             EncodeError::DuplicateGpu(i) => {
                 write!(f, "GPU entry {i} of the grant repeats an earlier one")
+            }
+            EncodeError::ShareOfSeveral => {
+                write!(
+                    f,
+                    "a compute share is of one GPU, and this grant has several"
+                )
             }
         }
     }
@@ -140,6 +164,9 @@ pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
         if grant[..i].iter().any(|h| h.uuid == g.uuid) {
             return Err(EncodeError::DuplicateGpu(i));
         }
+    }
+    if stray_share(grant) {
+        return Err(EncodeError::ShareOfSeveral);
     }
     let mut b = [0u8; SIZE];
     b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
@@ -200,6 +227,9 @@ pub fn decode(b: &[u8]) -> Option<Table> {
             return None;
         }
     }
+    if stray_share(t.gpus()) {
+        return None;
+    }
     Some(t)
 }
 
@@ -232,11 +262,26 @@ mod tests {
     fn a_compute_share_travels_and_a_bad_one_is_refused() {
         let mut one = g(1, 0, G);
         one.sm_percent = 25;
-        let mut b = encode(&[one, g(2, 1, G)]).unwrap();
+        let mut b = encode(&[one]).unwrap();
         let t = decode(&b).unwrap();
-        assert_eq!((t.gpus[0].sm_percent, t.gpus[1].sm_percent), (25, 0));
+        assert_eq!(t.gpus[0].sm_percent, 25);
+        assert_eq!(share(t.gpus()).map(|s| s.uuid), Some([1; 16]));
         b[HEADER_SIZE + E_SM] = 101;
         assert!(decode(&b).is_none(), "a share over the whole GPU");
+    }
+
+    #[test]
+    fn a_share_is_of_one_gpu_only() {
+        let mut one = g(1, 0, G);
+        one.sm_percent = 25;
+        assert_eq!(share(&[g(1, 0, G)]), None, "no share");
+        assert_eq!(share(&[one, g(2, 1, G)]), None);
+        assert_eq!(encode(&[one, g(2, 1, G)]), Err(EncodeError::ShareOfSeveral));
+        // a file with the share on its second GPU, written by hand
+        let mut b = encode(&[g(2, 1, G), g(1, 0, G)]).unwrap();
+        assert!(decode(&b).is_some());
+        b[HEADER_SIZE + ENTRY_SIZE + E_SM] = 25;
+        assert!(decode(&b).is_none(), "a share beside another GPU");
     }
 
     #[test]

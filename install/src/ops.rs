@@ -298,24 +298,15 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         // (the shares are read inside the daemons' lock, as a release
         // reads them: read before it, an admission in between could have
         // its new daemon stopped)
-        let settled = gpuquota_core::mps::HostControl::find(&cfg).and_then(|ctl| {
-            gpuquota_core::mps::settle(
-                &cfg,
-                || {
-                    ledger
-                        .read()
-                        .ok()
-                        .map(|d| gpuquota_core::mps::shared_gpus(&d))
-                },
-                true,
-                &ctl,
-            )
-        });
-        let shares = ledger
-            .read()
-            .map(|d| !gpuquota_core::mps::shared_gpus(&d).is_empty())
-            .unwrap_or(true);
-        match settled {
+        let shares = || {
+            ledger
+                .read()
+                .ok()
+                .map(|d| gpuquota_core::mps::shared_gpus(&d))
+        };
+        match gpuquota_core::mps::HostControl::find(&cfg)
+            .and_then(|ctl| gpuquota_core::mps::settle(&cfg, shares, true, &ctl))
+        {
             Ok(s) => {
                 for u in &s.started {
                     gpuquota_core::outln!("started the MPS daemon of {u}, which has shares");
@@ -327,8 +318,11 @@ pub fn gc(a: &GcArgs) -> Result<()> {
                     eprintln!("gpu-quota: MPS daemon: {e}; gc tries again next time");
                 }
             }
-            // no control program: only a problem where shares exist
-            Err(e) if shares => eprintln!("gpu-quota: MPS daemons: {e}"),
+            // no control program: only a problem where shares exist (or
+            // where the ledger does not say)
+            Err(e) if shares().is_none_or(|s| !s.is_empty()) => {
+                eprintln!("gpu-quota: MPS daemons: {e}")
+            }
             Err(_) => {}
         }
         gone

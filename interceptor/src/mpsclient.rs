@@ -8,19 +8,15 @@
 //! or a few times per process, so setenv's allocation and lock are fine.
 
 use crate::state::config;
-use gpuquota_formats::mps;
+use gpuquota_formats::{grant, mps};
 
-/// The share of this container's one shared GPU, and that GPU's slice:
-/// `None` outside a container with a share (a share is of one GPU).
+/// The share of this container's shared GPU, and that GPU's slice as it
+/// is now: `None` outside a container with a share.
 fn share() -> Option<(u32, u64)> {
     let g = config()?.grant.as_ref()?;
-    let (e, s) = g
-        .table
-        .gpus()
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.sm_percent > 0)?;
-    Some((s.sm_percent, g.vram(e)))
+    let s = grant::share(g.table.gpus())?;
+    // the grant's only GPU (grant::share)
+    Some((s.sm_percent, g.vram(0)))
 }
 
 /// Set the client variables of the grant's share (nothing without one).

@@ -33,19 +33,24 @@ fn mps_dir(h: &Host, uuid: &str) -> PathBuf {
     h.path().join("state/mps").join(uuid)
 }
 
-/// Whether a daemon answers on `dir`'s pipe directory (the UI, as an
-/// operator would ask).
-fn answers(dir: &Path) -> bool {
+/// One command to the control UI of the daemon on `dir`'s pipe directory,
+/// as an operator would give it: whether the UI succeeded.
+fn ui(dir: &Path, cmd: &str) -> bool {
     let mut c = Command::new(control());
     c.env_clear()
         .env("CUDA_MPS_PIPE_DIRECTORY", dir.join("pipe"))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut ch = c.spawn().unwrap();
+    let Ok(mut ch) = c.spawn() else { return false };
     use std::io::Write;
-    let _ = ch.stdin.take().unwrap().write_all(b"get_server_list\n");
-    ch.wait().unwrap().success()
+    let _ = writeln!(ch.stdin.take().unwrap(), "{cmd}");
+    ch.wait().is_ok_and(|s| s.success())
+}
+
+/// Whether a daemon answers on `dir`'s pipe directory.
+fn answers(dir: &Path) -> bool {
+    ui(dir, "get_server_list")
 }
 
 /// Quits every daemon a test left (a failed assertion must not leave a
@@ -59,16 +64,7 @@ impl Drop for Daemons<'_> {
             .flatten()
         {
             if answers(&e.path()) {
-                let mut c = Command::new(control());
-                c.env_clear()
-                    .env("CUDA_MPS_PIPE_DIRECTORY", e.path().join("pipe"))
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::null());
-                if let Ok(mut ch) = c.spawn() {
-                    use std::io::Write;
-                    let _ = ch.stdin.take().unwrap().write_all(b"quit\n");
-                    let _ = ch.wait();
-                }
+                ui(&e.path(), "quit");
             }
         }
     }

@@ -455,18 +455,38 @@ mrun() { # ID ANN... -- CMD: create+start a container on the mps host, detached
 mwait() { local id=$1 s=${2:-120} i; for ((i = 0; i < s * 10; i++)); do [ "$(state_of mps $id)" = stopped ] && return 0; sleep 0.1; done; return 1; }
 mdel() { ctr mps delete --force $1 < /dev/null; clog $1; umount $W/b/$1/rootfs 2>/dev/null; }
 daemons() { pgrep -f nvidia-cuda-mps-control | wc -l; }
+# the SM clock while a run computes: a share's throughput is its SMs times
+# their clock, and the clock is the power limit's (fewer SMs, higher clock)
+clkon() { nvidia-smi -i 0 --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 500 > "$1" 2>/dev/null & CLKPID=$!; }
+clkoff() { kill $CLKPID 2>/dev/null; wait $CLKPID 2>/dev/null; }
+# median SM clock (MHz) and power (W) of the samples drawing over 200 W (computing, not starting)
+clkmed() { $PY -c '
+import sys, statistics as s
+r = [tuple(float(x) for x in l.split(",")) for l in open(sys.argv[1]) if l.count(",") == 1 and "N/A" not in l]
+r = [x for x in r if x[1] > 200]
+print(f"{s.median(x[0] for x in r):.0f} {s.median(x[1] for x in r):.0f}" if r else "0 0")' "$1" 2>/dev/null || echo "0 0"; }
 
 if want mps && [ $OVERLAY_OK = 1 ]; then
 sec "issue 30: compute shares (sm=) through MPS"
+echo "power limit: $(nvidia-smi -i 0 --query-gpu=power.limit,clocks.max.sm --format=csv,noheader)" | tee -a $MPSR
+clkon $T/clk-solo
 SOLO=$(timeout 120 $PY $REPO/tests/gpu/mps.py mm 15 2>&1 | tee -a $MPSR | grep '^RESULT' | cut -c8- | $PY -c 'import json,sys; print(json.load(sys.stdin)["tflops"])' 2>/dev/null || echo 0)
-echo "solo (host, no MPS, no gpu-quota): $SOLO TFLOPS" | tee -a $MPSR
+clkoff; read CSOLO PSOLO <<< "$(clkmed $T/clk-solo)"
+echo "solo (host, no MPS, no gpu-quota): $SOLO TFLOPS at $CSOLO MHz, $PSOLO W" | tee -a $MPSR
 D0=$(daemons)
 for p in 25 50 100; do
-  id=mm$p; mrun $id vram=16g sm=$p% -- sh -c "timeout 150 $PY /gq/mps.py mm 15 > /out/log 2>&1; env | grep CUDA_MPS > /out/env"
+  id=mm$p; clkon $T/clk-$p; mrun $id vram=16g sm=$p% -- sh -c "timeout 150 $PY /gq/mps.py mm 15 > /out/log 2>&1; env | grep CUDA_MPS > /out/env"
   [ $p = 25 ] && { sleep 3; UP=$(daemons); [ -e $MD/pipe/control ] && CTL1=yes || CTL1=no; }
-  mwait $id 150; TT=$(tf $W/b/$id/out/log); echo "sm=$p%: $TT TFLOPS; $(tr '\n' ' ' < $W/b/$id/out/env 2>/dev/null)" | tee -a $MPSR
-  eval "T$p=$TT"; mdel $id
+  mwait $id 150; clkoff; read CK PW <<< "$(clkmed $T/clk-$p)"
+  TT=$(tf $W/b/$id/out/log); echo "sm=$p%: $TT TFLOPS at $CK MHz, $PW W; $(tr '\n' ' ' < $W/b/$id/out/env 2>/dev/null)" | tee -a $MPSR
+  eval "T$p=$TT C$p=$CK"; mdel $id
 done
+# throughput per SM-clock against solo's: what the share's SMs deliver at one clock
+NR=$($PY -c "
+s, c = float('$SOLO' or 0), float('$CSOLO' or 0)
+rows = ((25, '$T25', '$C25'), (50, '$T50', '$C50'), (100, '$T100', '$C100'))
+print(' '.join(f'{p}%: {float(t) / float(k) / (s / c):.3f}' for p, t, k in rows) if s and c and all(float(k) for _, _, k in rows) else 'no clock samples')")
+res INFO "30#clock" "the same runs per SM-clock: (TFLOPS / MHz) against solo's, share 0.25/0.50/1.00" "$NR; clocks solo $CSOLO, 25% $C25, 50% $C50, 100% $C100 MHz (raw in mps.txt)"
 R=$($PY -c "s=float('$SOLO' or 0); print(' '.join(f'{p}%: {float(t)/s:.3f} of solo (share {p/100:.2f})' for p, t in ((25, '$T25'), (50, '$T50'), (100, '$T100'))) if s else 'no solo')")
 OKS=$($PY -c "s=float('$SOLO' or 0); print(all(abs(float(t)/s - p/100) <= 0.10 for p, t in ((25, '$T25'), (50, '$T50'), (100, '$T100'))) if s else False)")
 [ "$OKS" = True ] && res PASS "30#share" "matmul in one container at sm=25/50/100% within ±10 points of share × solo" "solo $SOLO; $R" || res FAIL "30#share" "matmul at sm=25/50/100% within ±10 points of share × solo" "solo $SOLO TFLOPS; $R (raw in mps.txt)"

@@ -138,12 +138,9 @@ pub fn enter(
     let charge = fx.context_charge(&files, &r)?;
     fx.fill_state(&dir, &r, &files, charge)?;
     fx.driver_limits(&files, &dir, &r, pid);
-    // a share is of one GPU (placement); its daemon was made to answer
-    // at create (lifecycle::prepare)
+    // its daemon was made to answer at create (lifecycle::prepare)
     let pipe = r
-        .slices
-        .iter()
-        .find(|s| s.sm_percent > 0)
+        .share()
         .and_then(|s| crate::mps::dirs(cfg, &s.uuid))
         .map(|d| d.pipe);
     let plan = mountplan::plan(&dir, &files, &interceptor, pipe.as_deref());

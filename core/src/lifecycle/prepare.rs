@@ -155,11 +155,8 @@ impl<'a> Edits<'a> {
         if claim {
             env = env.without_claim();
         }
-        // a share is of one GPU (placement)
-        if let [s] = slices {
-            if s.sm_percent > 0 {
-                env = env.mps_client(s.sm_percent, s.vram_bytes);
-            }
+        if let Some(s) = gpuquota_formats::grant::share(slices) {
+            env = env.mps_client(s.sm_percent, s.vram_bytes);
         }
         Edits {
             narrow,
@@ -219,10 +216,9 @@ fn setup(
             crate::ledger::records::name_of(r),
         );
         bundle.apply(&edits.list())?;
-        for s in r.slices.iter().filter(|s| s.sm_percent > 0) {
+        if let Some(s) = r.share() {
             // after the reservation is written (mps's lock order)
-            let ctl = mps::HostControl::find(cfg)?;
-            mps::ensure(cfg, &s.uuid, &ctl)?;
+            mps::ensure(cfg, &s.uuid, &mps::HostControl::find(cfg)?)?;
         }
         claims::shared_usage(cfg, r, state::UsageBacking::Tmpfs)?;
         state::create(cfg, r, state::UsageBacking::Tmpfs).map_err(|err| LifecycleError::State {

@@ -223,10 +223,7 @@ pub fn release(
             fx.remove_state(r, held.as_deref());
         }
     }
-    if gone
-        .iter()
-        .any(|r| r.slices.iter().any(|s| s.sm_percent > 0))
-    {
+    if gone.iter().any(|r| r.share().is_some()) {
         // also for a container given back while it runs: its share no
         // longer counts, and the next admission may need the GPU outside MPS
         fx.settle_mps();
