@@ -97,6 +97,9 @@ pub fn reason_of(e: &LedgerError) -> &'static str {
             PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
             PlacementError::ShareNeedsOneGpu { .. } => "invalid_request",
             PlacementError::ShareDoesNotFit { .. } => "share_does_not_fit",
+            PlacementError::ShareUserUnknown { .. } | PlacementError::ShareOfOtherUser { .. } => {
+                "share_user"
+            }
             PlacementError::ShareBesideUnshared { .. }
             | PlacementError::UnsharedBesideShares { .. } => "share_mix",
         },

@@ -95,6 +95,11 @@ pub struct Reservation {
     /// A resize of one of its slices under way (`ledger::resize`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resizing: Option<resize::PendingResize>,
+    /// With a compute share: the host uid its process runs as (the GPU's
+    /// MPS daemon serves one user at a time; `placement` keeps the shares
+    /// on a GPU to one uid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_user: Option<u32>,
 }
 
 /// A prepared DRA claim, as its ledger entry records it.
@@ -156,6 +161,7 @@ impl Reservation {
             bound_claim: None,
             workload: None,
             resizing: None,
+            share_user: None,
         }
     }
 
@@ -205,7 +211,11 @@ impl LedgerData {
         let mut u = Usage::new();
         for r in self.reservations.iter().filter(|r| r.counts()) {
             for s in &r.slices {
-                u.entry(s.uuid.clone()).or_default().add(s);
+                let g = u.entry(s.uuid.clone()).or_default();
+                g.add(s);
+                if s.sm_percent > 0 {
+                    g.share_user = g.share_user.or(r.share_user);
+                }
             }
         }
         u

@@ -80,6 +80,16 @@ pub enum PlacementError {
         holders: usize,
         elsewhere: String,
     },
+    #[error("{origin} asks for a compute share, but its spec does not say which host user its process runs as (it joins a user namespace, or no uid mapping holds its uid): a GPU's MPS daemon serves one user at a time, and the share is admitted only beside shares of the same user. Run it without sm=, or with its user namespace's mappings in the spec")]
+    ShareUserUnknown { origin: String },
+    #[error("requested sm={requested}% of {gpu} for a process of host uid {yours}, but its {holders} share(s) run as uid {theirs}: the GPU's MPS daemon serves one user at a time, and a client of another user waits until every client there has ended. Run the container as uid {theirs}, choose another GPU, or wait until the shares end (see `gpu-quota ls`)")]
+    ShareOfOtherUser {
+        requested: u32,
+        gpu: String,
+        holders: usize,
+        theirs: u32,
+        yours: String,
+    },
     #[error("requested sm={requested}% of {gpu}, which runs {unshared} sliced container(s) without a compute share: outside MPS they time-slice against every share there, so no share could be kept. Choose another GPU or wait until they end (see `gpu-quota ls`)")]
     ShareBesideUnshared {
         requested: u32,
@@ -107,6 +117,9 @@ pub struct GpuUse {
     pub sm: u32,
     /// Holders with a share.
     pub shared: usize,
+    /// The host uid the shares here run as (MPS serves one user per GPU);
+    /// `None`: no share here, or none recorded it.
+    pub share_user: Option<u32>,
 }
 
 impl GpuUse {
@@ -211,6 +224,15 @@ impl Placer<'_> {
         let u = usage.get(&g.uuid).copied().unwrap_or_default();
         let free = crate::formats::grant::SM_MAX.saturating_sub(u.sm);
         match req.sm {
+            Some(p) if u.share_user.is_some_and(|h| Some(h) != req.user) => {
+                Some(PlacementError::ShareOfOtherUser {
+                    requested: p,
+                    gpu: describe(g),
+                    holders: u.shared,
+                    theirs: u.share_user.unwrap_or_default(),
+                    yours: req.user.map_or("unknown".into(), |u| u.to_string()),
+                })
+            }
             Some(p) if u.unshared() > 0 => Some(PlacementError::ShareBesideUnshared {
                 requested: p,
                 gpu: describe(g),
@@ -327,6 +349,9 @@ impl Placer<'_> {
             };
             if count != 1 {
                 return Err(PlacementError::ShareNeedsOneGpu { origin, count });
+            }
+            if req.user.is_none() {
+                return Err(PlacementError::ShareUserUnknown { origin });
             }
         }
         let slice = |g: &Gpu| Slice {
@@ -501,6 +526,7 @@ mod tests {
             origin: Origin::Annotation("vram".into()),
             named_gpus: false,
             sm: None,
+            user: Some(0),
         }
     }
     fn used(v: &[(u32, u64)]) -> Usage {
@@ -854,6 +880,58 @@ mod tests {
             matches!(e, PlacementError::ShareBesideUnshared { .. }),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn the_shares_on_a_gpu_run_as_one_host_user() {
+        let i = inv(2, 80 * G);
+        let p = binpack(&i);
+        let as_user = |uid: Option<u32>, gpus| Request {
+            user: uid,
+            ..with_sm(req(Size::Bytes(8 * G), gpus), 25)
+        };
+        // GPU 0's shares run as uid 1000
+        let mut u = held(&[(0, 8 * G, 50)]);
+        u.get_mut("GPU-0000").unwrap().share_user = Some(1000);
+        let same = as_user(Some(1000), GpuSelector::Count(1));
+        assert_eq!(
+            p.place(&same, &u).unwrap()[0].index,
+            0,
+            "beside its own user"
+        );
+        // another user goes to the other GPU, or is refused where it named GPU 0
+        let other = as_user(Some(0), GpuSelector::Count(1));
+        assert_eq!(p.place(&other, &u).unwrap()[0].index, 1);
+        let named = as_user(Some(0), GpuSelector::List(vec![GpuRef::Index(0)]));
+        let e = p.place(&named, &u).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PlacementError::ShareOfOtherUser {
+                    theirs: 1000,
+                    holders: 1,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        assert!(
+            m.contains("host uid 0") && m.contains("run as uid 1000"),
+            "{m}"
+        );
+        // a share whose user the spec does not say: refused before any GPU
+        let unknown = as_user(None, GpuSelector::Count(1));
+        assert!(matches!(
+            p.place(&unknown, &Usage::new()),
+            Err(PlacementError::ShareUserUnknown { .. })
+        ));
+        // a slice without a share never asks
+        let plain = Request {
+            user: None,
+            ..req(Size::Bytes(8 * G), GpuSelector::Count(1))
+        };
+        assert_eq!(p.place(&plain, &u).unwrap()[0].index, 1);
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct Request {
     /// A compute share of the one GPU, in percent of its SMs (1–100),
     /// served through that GPU's MPS daemon; `None`: no share.
     pub sm: Option<u32>,
+    /// The host uid the container's process runs as, where a share needs
+    /// it (`spec::host_uid`; set at admission, never by the request):
+    /// a GPU's MPS daemon serves one user at a time. `None`: not known.
+    pub user: Option<u32>,
 }
 
 /// Upper bound on `gpus=N` and on list lengths: no host has more.
@@ -402,6 +406,7 @@ impl Request {
             origin: vram.origin,
             named_gpus: gpu.is_some() || gpus.is_some(),
             sm,
+            user: None,
         }))
     }
 

@@ -103,6 +103,7 @@ fn record(a: &[String]) {
             origin: Origin::Annotation("vram".into()),
             named_gpus: false,
             sm: None,
+            user: Some(0),
         };
         ledger
             .admit(

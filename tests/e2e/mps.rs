@@ -2,8 +2,9 @@
 //! (tests/fake/fake_mps_control.c, modelled on the H200's): admission of
 //! shares (fit, refusal over 100 %, no mix with slices outside MPS,
 //! release), the daemon's life from the first share on a GPU to the last,
-//! its clean environment, and a client that runs at its share whatever the
-//! image and the process set before cuInit.
+//! its clean environment, a client that runs at its share whatever the
+//! image and the process set before cuInit, and the one host user a GPU's
+//! shares run as.
 use gpu_quota_e2e::cuda::*;
 use gpu_quota_e2e::*;
 use std::path::{Path, PathBuf};
@@ -73,6 +74,22 @@ impl Drop for Daemons<'_> {
 fn start(h: &Host, id: &str, ann: &[(&str, &str)]) -> Output {
     let b = h.bundle(id);
     b.set(ann, "touch /out/up; sleep 600", &[]);
+    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
+    if o.status.success() {
+        b.wait_out("up", 10).expect("container up");
+    }
+    o
+}
+
+/// [`start`], with the container's process running as host uid `uid`
+/// (no user namespace): `/out` writable for it.
+fn start_as(h: &Host, id: &str, ann: &[(&str, &str)], uid: u32) -> Output {
+    let b = h.bundle(id);
+    b.set(ann, "touch /out/up; sleep 600", &[]);
+    let mut c = b.config();
+    c["process"]["user"] = serde_json::json!({"uid": uid, "gid": uid});
+    b.write_config(&c);
+    std::os::unix::fs::chown(&b.out, Some(uid), Some(uid)).unwrap();
     let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
     if o.status.success() {
         b.wait_out("up", 10).expect("container up");
@@ -340,4 +357,86 @@ fn a_client_runs_at_its_share_whatever_the_image_and_the_process_set() {
         !mps_dir(&h, &fake_uuid(0)).exists(),
         "the foreground run's release stopped the daemon"
     );
+}
+
+/// MPS serves one user per GPU at a time: a client of another uid waits
+/// (inside cuInit) until every client of the running server has ended. So
+/// the shares on a GPU are kept to one host uid at admission: another
+/// user's share goes to another GPU or is refused where it named this one,
+/// and a share whose spec does not say its host user is refused.
+#[test]
+fn the_shares_on_a_gpu_run_as_one_host_user() {
+    require_e2e!();
+    let h = Host::new(HostOpts {
+        extra_config: extra(),
+        ..HostOpts::default()
+    });
+    let _d = Daemons(&h);
+    let on = |id: &str| {
+        h.reservations()
+            .into_iter()
+            .find(|r| r["container_id"] == id)
+            .map(|r| {
+                (
+                    r["slices"][0]["index"].as_u64().unwrap(),
+                    r["share_user"].as_u64(),
+                )
+            })
+    };
+    assert_ok(
+        &start_as(
+            &h,
+            "u1",
+            &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")],
+            1000,
+        ),
+        "a share as uid 1000",
+    );
+    assert_eq!(on("u1"), Some((0, Some(1000))));
+    // root on GPU 0: refused, naming both users and what to do
+    let o = start(&h, "r0", &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")]);
+    assert!(
+        !o.status.success(),
+        "another user's share beside uid 1000's"
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("host uid 0")
+            && e.contains("run as uid 1000")
+            && e.contains("choose another GPU"),
+        "{e}"
+    );
+    // without a GPU named: the other GPU
+    assert_ok(
+        &start(&h, "r1", &[("vram", "1g"), ("sm", "25%")]),
+        "root's share",
+    );
+    assert_eq!(on("r1"), Some((1, Some(0))));
+    // the same user beside it (negative control)
+    assert_ok(
+        &start_as(
+            &h,
+            "u2",
+            &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")],
+            1000,
+        ),
+        "uid 1000 again",
+    );
+    // a spec that joins a user namespace does not say its host user
+    let b = h.bundle("ns");
+    b.set(&[("vram", "1g"), ("sm", "25%")], "true", &[]);
+    let mut c = b.config();
+    c["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"type": "user", "path": "/proc/1/ns/user"}));
+    b.write_config(&c);
+    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "ns"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("which host user"), "{}", stderr(&o));
+    let events = std::fs::read_to_string(h.path().join("gq.log")).unwrap();
+    assert_eq!(events.matches("\"share_user\"").count(), 2, "{events}");
+    for id in ["u1", "u2", "r1"] {
+        delete(&h, id);
+    }
 }

@@ -7,6 +7,11 @@ mps.py mm SECS [--set-env K=V]...   bf16 8192x8192 matmuls for SECS seconds;
 mps.py alloc GIB [GIB...]           allocates each amount in turn (PyTorch),
                                     prints what was refused
 mps.py fault                        a kernel writing to address 0x10
+mps.py hostile DIR SECS             no CUDA: writes into every FIFO in DIR
+                                    (the mounted pipe directory) and holds an
+                                    exclusive flock on every regular file
+                                    there for SECS seconds; prints what it
+                                    could do
 """
 import json, os, sys, time
 
@@ -59,6 +64,31 @@ def fault(secs):
     except Exception as e:
         result(fault=type(e).__name__ + ": " + str(e)[:120])
 
+def hostile(d, secs):
+    import fcntl, stat
+    out = {"entries": {}, "fifo_written": [], "locked": [], "errors": []}
+    held = []
+    for n in sorted(os.listdir(d)):
+        p = os.path.join(d, n)
+        m = os.lstat(p).st_mode
+        out["entries"][n] = stat.filemode(m)
+        try:
+            if stat.S_ISFIFO(m):
+                fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b"gpu-quota hostile line\n" * 64)
+                held.append(fd)
+                out["fifo_written"].append(n)
+            elif stat.S_ISREG(m):
+                fd = os.open(p, os.O_RDONLY)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(fd)
+                out["locked"].append(n)
+        except OSError as e:
+            out["errors"].append(f"{n}: {e.strerror}")
+    print("HELD " + json.dumps(out), flush=True)
+    time.sleep(secs)
+    result(**out)
+
 if __name__ == "__main__":
     m = sys.argv[1]
     if m == "mm":
@@ -68,3 +98,5 @@ if __name__ == "__main__":
         alloc(sys.argv[2:])
     elif m == "fault":
         fault(0)
+    elif m == "hostile":
+        hostile(sys.argv[2], float(sys.argv[3]))

@@ -55,6 +55,7 @@ fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
         origin: Origin::Annotation("vram".into()),
         named_gpus: true,
         sm: None,
+        user: Some(0),
     };
     Ledger::new(cfg)
         .admit(cfg, &inv, &req, id, Some("/run/runc"), "/b", &mut vec![])

@@ -59,6 +59,7 @@ impl Ledger {
         };
         let reservation = |slices| Reservation {
             workload: info.workload.clone(),
+            share_user: req.sm.and(req.user),
             ..Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now()
         };
         if let Some(r) = self.admit_record(&placer, req, id, root, &reservation)? {

@@ -209,6 +209,11 @@ impl Ledger {
                     // the container keeps its share: the grow is checked
                     // beside the same shares it runs with
                     sm: (slice.sm_percent > 0).then_some(slice.sm_percent),
+                    // a share admitted before its uid was recorded runs
+                    // as the GPU's shares do (MPS served it beside them)
+                    user: r
+                        .share_user
+                        .or_else(|| usage.get(&slice.uuid).and_then(|u| u.share_user)),
                 };
                 if let Err(err) = placer.place(&req, &usage) {
                     return Err(ResizeError::Refused {
@@ -307,6 +312,7 @@ mod tests {
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
             sm: None,
+            user: Some(0),
         };
         l.admit(cfg, inv, &req, id, None, "/b", &mut vec![])
             .unwrap()
@@ -370,6 +376,7 @@ mod tests {
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
             sm: None,
+            user: Some(0),
         };
         assert!(l
             .admit(&cfg, &inv, &req, "c", None, "/b", &mut vec![])

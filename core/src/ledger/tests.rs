@@ -34,6 +34,7 @@ fn req(b: u64, gpu: Option<u32>) -> Request {
         origin: Origin::Annotation("vram".into()),
         named_gpus: gpu.is_some(),
         sm: None,
+        user: Some(0),
     }
 }
 
@@ -800,4 +801,59 @@ fn a_share_marks_the_ledger_for_releases_that_know_shares() {
     })
     .unwrap();
     assert_eq!(version(), SCHEMA_VERSION, "back once no share is left");
+}
+
+/// A share's host uid is recorded with it and read back into the usage, so
+/// the next admission on its GPU sees which user MPS serves there; a
+/// slice without a share records none.
+#[test]
+fn a_share_records_its_host_user_and_the_next_share_is_placed_by_it() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let share = |gpu: Option<u32>, user: u32| Request {
+        sm: Some(25),
+        user: Some(user),
+        ..req(G, gpu)
+    };
+    l.admit(
+        &cfg,
+        &inv,
+        &share(Some(0), 1000),
+        "a",
+        None,
+        "/b",
+        &mut vec![],
+    )
+    .unwrap();
+    let d = l.read().unwrap();
+    assert_eq!(d.reservations[0].share_user, Some(1000));
+    let gpu0 = &d.reservations[0].slices[0].uuid;
+    assert_eq!(d.usage()[gpu0].share_user, Some(1000));
+    // root on GPU 0: refused; on any GPU: the other one
+    let e = l
+        .admit(&cfg, &inv, &share(Some(0), 0), "b", None, "/b", &mut vec![])
+        .unwrap_err();
+    assert!(e.to_string().contains("run as uid 1000"), "{e}");
+    let r = l
+        .admit(&cfg, &inv, &share(None, 0), "c", None, "/b", &mut vec![])
+        .unwrap();
+    assert_eq!(r.slices[0].index, 1);
+    // the same user beside it
+    l.admit(
+        &cfg,
+        &inv,
+        &share(Some(0), 1000),
+        "d",
+        None,
+        "/b",
+        &mut vec![],
+    )
+    .unwrap();
+    let plain = l
+        .admit(&cfg, &inv, &req(G, None), "e", None, "/b", &mut vec![])
+        .unwrap_err();
+    assert!(
+        plain.to_string().contains("without a compute share"),
+        "{plain}"
+    );
 }

@@ -8,7 +8,7 @@ use crate::{
     config::Config,
     ctxcost, events,
     ledger::{self, Ledger},
-    mountplan, state,
+    mountplan, spec, state,
     toolkit::{self, VisibleFrom},
     Inventory, Request, Reservation,
 };
@@ -49,6 +49,11 @@ pub(super) fn admit(
                     let src = c.source("create");
                     events::refused(cfg, src, c.id, &request, "engine_request", &e.to_string());
                 })?;
+            // a share runs as one host user beside the GPU's other shares
+            let req = Request {
+                user: req.sm.and_then(|_| spec::host_uid(&bundle.config)),
+                ..req
+            };
             Ok(Admitted {
                 reservation: admit_request(cfg, inv, bundle, &req, c)?,
                 engine_request: engine.is_some(),

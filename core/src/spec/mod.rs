@@ -23,11 +23,13 @@ mod devices;
 mod env;
 mod hooks;
 mod narrow;
+mod user;
 pub use annotations::Annotations;
 pub use devices::Devices;
 pub use env::Environment;
 pub use hooks::{HookSpec, HOOK_ROOT_ARG};
 pub use narrow::Narrow;
+pub use user::host_uid;
 
 /// Annotation the runtime adds with the GPUs it assigned: toolkit reads it
 /// to tell its own nodes in a reused bundle from an engine's request.

@@ -20,6 +20,7 @@ fn req(gpus: GpuSelector) -> Request {
         origin: Origin::Annotation("vram".into()),
         named_gpus: false,
         sm: None,
+        user: Some(0),
     }
 }
 /// `r` as a request that did (`true`) or did not name its GPUs.
