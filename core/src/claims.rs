@@ -51,7 +51,8 @@ pub struct Offer {
     pub product: String,
     pub total_bytes: u64,
     /// Usable bytes (total minus the configured reserve) minus every
-    /// reservation not held by a claim.
+    /// reservation not held by a claim; 0 while the GPU serves compute
+    /// shares (a claim's containers run outside MPS: [`ClaimError::BesideShares`]).
     pub offer_bytes: u64,
     /// The smallest claim worth granting here: one that can hold a CUDA
     /// context ([`smallest_useful`]).
@@ -94,6 +95,13 @@ pub enum ClaimError {
         charge: u64,
         smallest: u64,
     },
+    #[error("claim asks for {} on GPU {gpu}, which serves {holders} compute share(s) ({used}% of its SMs) through MPS: a claim's containers run outside MPS and would time-slice against them, so this node offers the GPU to claims again only once its shares end (check `gpu-quota ls`)", human(*asked))]
+    BesideShares {
+        asked: u64,
+        gpu: String,
+        used: u32,
+        holders: usize,
+    },
     #[error("claim names GPU {gpu}, which is not a GPU gpu-quota may slice on this host; sliceable GPUs: {known}")]
     UnknownGpu { gpu: String, known: String },
     #[error("claim {uid} is already prepared as {held}, not {asked}; unprepare it first")]
@@ -132,6 +140,7 @@ pub fn reason_of(e: &ClaimError) -> &'static str {
         ClaimError::WrongToken { .. } => "claim_token",
         ClaimError::TwoClaims { .. } => "claim_two",
         ClaimError::InUse { .. } => "claim_bound",
+        ClaimError::BesideShares { .. } => "share_mix",
         ClaimError::Invalid { .. } => "invalid_request",
         _ => "claim",
     }
@@ -365,12 +374,21 @@ fn offers_of(
                 .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
                 .map(|s| s.vram_bytes)
                 .sum();
+            let shared = held
+                .iter()
+                .filter(|r| r.counts())
+                .filter_map(|r| r.share())
+                .any(|s| s.uuid == g.uuid);
             Offer {
                 uuid: g.uuid.clone(),
                 index: g.index,
                 product: g.name.clone(),
                 total_bytes: g.total_bytes,
-                offer_bytes: g.total_bytes.saturating_sub(reserve).saturating_sub(others),
+                offer_bytes: if shared {
+                    0
+                } else {
+                    g.total_bytes.saturating_sub(reserve).saturating_sub(others)
+                },
                 min_bytes: smallest_useful(cfg, costs, g),
             }
         })
@@ -543,7 +561,19 @@ fn prepare_once(
             // again (a kubelet retry, a reboot emptied the CDI directory)
             return Ok((write_cdi(cfg, &a.uid, &c.token).map(|()| None), false));
         }
-        let used = d.usage().get(&g.uuid).map_or(0, |u| u.bytes);
+        let usage = d.usage().get(&g.uuid).copied().unwrap_or_default();
+        if usage.shared > 0 {
+            return Ok((
+                Err(ClaimError::BesideShares {
+                    asked: a.bytes,
+                    gpu: g.uuid.clone(),
+                    used: usage.sm,
+                    holders: usage.shared,
+                }),
+                false,
+            ));
+        }
+        let used = usage.bytes;
         let free = capacity.saturating_sub(used);
         if a.bytes > free {
             return Ok((

@@ -7,6 +7,9 @@
 //! ones, since allocation prefers low numbers. A GPU that was advertised and
 //! is gone (not in the inventory, or its device node vanished) keeps its
 //! units in the list, all unhealthy, so the kubelet stops counting on them.
+//! A GPU that serves compute shares (`sm=`, through MPS) has every unit
+//! unhealthy while it does: a pod's container would run outside MPS beside
+//! them, which admission refuses (docs/compute.md).
 use crate::api;
 use crate::UNIT_BYTES;
 use gpuquota_core::inventory::Gpu;
@@ -161,6 +164,13 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
             match &node.ledger {
                 Err(e) => u = gone(&u, &format!("ledger unreadable: {e}")),
                 Ok(l) => {
+                    let shares = l
+                        .reservations
+                        .iter()
+                        .filter(|r| r.counts() && !(node.stale)(r))
+                        .filter_map(|r| r.share())
+                        .filter(|s| s.uuid == g.uuid)
+                        .count();
                     let (outside, holders) = l
                         .reservations
                         .iter()
@@ -169,7 +179,9 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
                         .filter(|r| r.counts() && !(node.kubernetes)(r) && !(node.stale)(r))
                         .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
                         .fold((0u64, 0usize), |(b, n), s| (b + s.vram_bytes, n + 1));
-                    if outside > 0 {
+                    if shares > 0 {
+                        u = gone(&u, &format!("serves {shares} compute share(s) through MPS"));
+                    } else if outside > 0 {
                         let left = capacity.saturating_sub(outside) / UNIT_BYTES;
                         u.usable = units.min(u32::try_from(left).unwrap_or(u32::MAX));
                         u.why = format!(
@@ -293,6 +305,39 @@ mod tests {
         };
         let s2 = compute(&s, &state(Ok(&i), Ok(&l2), 0, &|_| true));
         assert_eq!(s2.healthy(), 32);
+    }
+
+    /// A GPU with compute shares takes no pod (its container would run
+    /// outside MPS beside them): every unit unhealthy until the shares end;
+    /// the other GPU and a dead share's GPU are untouched.
+    #[test]
+    fn a_gpu_serving_compute_shares_has_no_healthy_unit() {
+        let i = inv(&[16 * G, 16 * G]);
+        let share = |id: &str, gpu: u32| {
+            let mut r = res(id, "/run/docker/runtime-runc/moby", gpu, 2 * G);
+            r.slices[0].sm_percent = 25;
+            r
+        };
+        let l = LedgerData {
+            version: 3,
+            reservations: vec![share("docker1", 0), share("dead1", 1)],
+        };
+        let s = compute(&Snapshot::default(), &state(Ok(&i), Ok(&l), 0, &|_| true));
+        assert_eq!(s.gpus[0].usable, 0, "{:?}", s.gpus[0]);
+        assert!(
+            s.gpus[0].why.contains("1 compute share(s)"),
+            "{:?}",
+            s.gpus[0]
+        );
+        assert_eq!(s.gpus[1].usable, 16, "a dead container's share is gone");
+        let l2 = LedgerData {
+            version: 1,
+            reservations: vec![],
+        };
+        assert_eq!(
+            compute(&s, &state(Ok(&i), Ok(&l2), 0, &|_| true)).healthy(),
+            32
+        );
     }
 
     /// Review of issue 20: a DRA claim's bytes are held by the claim's own

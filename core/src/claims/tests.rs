@@ -783,3 +783,59 @@ fn the_shared_usage_of_a_claim_goes_with_its_last_consumer_and_gc_sweeps_orphans
     assert_eq!(sweep_shared(&cfg).unwrap(), vec![dir.clone()]);
     assert!(!dir.exists());
 }
+
+/// A GPU that serves compute shares is offered to no claim (a claim's
+/// containers run outside MPS and would time-slice against the shares),
+/// and a claim placed there anyway (an offer published before the share)
+/// is refused at prepare, before its CDI spec is written; the other GPU is
+/// offered and prepared as before, and the GPU is offered again once its
+/// shares end.
+#[test]
+fn a_gpu_with_compute_shares_is_not_offered_to_claims() {
+    let (_d, cfg) = setup();
+    let inv = Inventory::load(&cfg).unwrap();
+    let share = Request {
+        vram: Size::Bytes(2 * G),
+        gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
+        origin: Origin::Annotation("vram".into()),
+        named_gpus: true,
+        sm: Some(25),
+        user: Some(0),
+    };
+    let l = Ledger::new(&cfg);
+    l.admit(
+        &cfg,
+        &inv,
+        &share,
+        "s",
+        Some("/run/runc"),
+        "/b",
+        &mut vec![],
+    )
+    .unwrap();
+    let bytes = |o: Vec<Offer>| o.iter().map(|o| o.offer_bytes).collect::<Vec<_>>();
+    let costs = ContextCosts::default();
+    let e = prepare(&cfg, &alloc("u-1", GPU0, 4 * G)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClaimError::BesideShares {
+                used: 25,
+                holders: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("through MPS"), "{e}");
+    assert!(!cdi_path(&cfg, "u-1").exists(), "no CDI spec for it");
+    assert_eq!(bytes(offers(&cfg, &costs).unwrap()), [0, 16 * G]);
+    prepare(&cfg, &alloc("u-2", GPU1, 4 * G)).unwrap();
+    l.release(crate::ledger::Key::Root {
+        id: "s",
+        root: Some("/run/runc"),
+    })
+    .unwrap();
+    assert_eq!(bytes(offers(&cfg, &costs).unwrap()), [16 * G, 16 * G]);
+    prepare(&cfg, &alloc("u-1", GPU0, 4 * G)).unwrap();
+}
