@@ -353,8 +353,12 @@ fn source(cause: &'static str) -> events::Source<'static> {
 /// What claims may take on each sliceable GPU of the inventory.
 pub fn offers(cfg: &Config, costs: &ContextCosts) -> Result<Vec<Offer>, ClaimError> {
     let inv = Inventory::load(cfg)?;
-    let data = Ledger::new(cfg).read()?;
-    Ok(offers_of(cfg, costs, &inv, &data.reservations))
+    let ledger = Ledger::new(cfg);
+    let data = ledger.read()?;
+    let now = fsutil::now_unix();
+    Ok(offers_of(cfg, costs, &inv, &data.reservations, &|r| {
+        ledger.is_stale(r, now)
+    }))
 }
 
 fn offers_of(
@@ -362,6 +366,7 @@ fn offers_of(
     costs: &ContextCosts,
     inv: &Inventory,
     held: &[Reservation],
+    stale: &dyn Fn(&Reservation) -> bool,
 ) -> Vec<Offer> {
     let reserve = cfg.reserve_bytes().unwrap_or(0);
     inv.gpus
@@ -374,9 +379,11 @@ fn offers_of(
                 .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
                 .map(|s| s.vram_bytes)
                 .sum();
+            // a dead container's share does not keep claims away (gc or
+            // the next admission reclaims it)
             let shared = held
                 .iter()
-                .filter(|r| r.counts())
+                .filter(|r| r.counts() && !stale(r))
                 .filter_map(|r| r.share())
                 .any(|s| s.uuid == g.uuid);
             Offer {
@@ -458,7 +465,11 @@ pub fn prepare_waiting(
     let start = Instant::now();
     loop {
         match prepare_once(cfg, a, costs) {
-            Err(ClaimError::DoesNotFit { .. }) if start.elapsed() + RELEASE_POLL <= wait => {
+            // a share that is ending (its container released a moment
+            // ago) frees the GPU as a holder's release does
+            Err(ClaimError::DoesNotFit { .. } | ClaimError::BesideShares { .. })
+                if start.elapsed() + RELEASE_POLL <= wait =>
+            {
                 std::thread::sleep(RELEASE_POLL)
             }
             Err(ClaimError::DoesNotFit {
@@ -561,19 +572,26 @@ fn prepare_once(
             // again (a kubelet retry, a reboot emptied the CDI directory)
             return Ok((write_cdi(cfg, &a.uid, &c.token).map(|()| None), false));
         }
-        let usage = d.usage().get(&g.uuid).copied().unwrap_or_default();
-        if usage.shared > 0 {
+        let now = fsutil::now_unix();
+        let shares: Vec<&Slice> = d
+            .reservations
+            .iter()
+            .filter(|r| r.counts() && !ledger.is_stale(r, now))
+            .filter_map(|r| r.share())
+            .filter(|s| s.uuid == g.uuid)
+            .collect();
+        if !shares.is_empty() {
             return Ok((
                 Err(ClaimError::BesideShares {
                     asked: a.bytes,
                     gpu: g.uuid.clone(),
-                    used: usage.sm,
-                    holders: usage.shared,
+                    used: shares.iter().map(|s| s.sm_percent).sum(),
+                    holders: shares.len(),
                 }),
                 false,
             ));
         }
-        let used = usage.bytes;
+        let used = d.usage().get(&g.uuid).map_or(0, |u| u.bytes);
         let free = capacity.saturating_sub(used);
         if a.bytes > free {
             return Ok((
@@ -612,6 +630,7 @@ fn prepare_once(
                     index: g.index,
                     vram_bytes: a.bytes,
                     sm_percent: 0,
+                    sm_user: None,
                 }],
                 format!("claim {}/{}", a.namespace, a.name),
             )

@@ -97,9 +97,9 @@ pub fn reason_of(e: &LedgerError) -> &'static str {
             PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
             PlacementError::ShareNeedsOneGpu { .. } => "invalid_request",
             PlacementError::ShareDoesNotFit { .. } => "share_does_not_fit",
-            PlacementError::ShareUserUnknown { .. } | PlacementError::ShareOfOtherUser { .. } => {
-                "share_user"
-            }
+            PlacementError::ShareUserUnknown { .. }
+            | PlacementError::ShareNotRoot { .. }
+            | PlacementError::ShareOfOtherUser { .. } => "share_user",
             PlacementError::ShareBesideUnshared { .. }
             | PlacementError::UnsharedBesideShares { .. } => "share_mix",
         },
@@ -309,6 +309,7 @@ mod tests {
             uuid: "GPU-1".into(),
             vram_bytes: 4 << 30,
             sm_percent: 0,
+            sm_user: None,
         };
         Reservation {
             pid: Some(42),

@@ -130,6 +130,7 @@ mod tests {
             index,
             vram_bytes,
             sm_percent: 0,
+            sm_user: None,
         };
         Reservation::new(
             "c1",

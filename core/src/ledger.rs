@@ -34,8 +34,9 @@ pub const SCHEMA_VERSION: u32 = 2;
 /// gone from every later admission and daemon decision; it refuses a
 /// version it does not know (`TooNew`) instead. Without shares the file
 /// goes back to [`SCHEMA_VERSION`], which every release since records
-/// reads.
-pub const SHARES_SCHEMA_VERSION: u32 = 3;
+/// reads. 4, not 3: builds that wrote shares as 3 did not know a share's
+/// host uid (`sm_user`) and would drop it the same way.
+pub const SHARES_SCHEMA_VERSION: u32 = 4;
 
 mod container;
 pub(crate) mod records;
@@ -95,11 +96,6 @@ pub struct Reservation {
     /// A resize of one of its slices under way (`ledger::resize`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resizing: Option<resize::PendingResize>,
-    /// With a compute share: the host uid its process runs as (the GPU's
-    /// MPS daemon serves one user at a time; `placement` keeps the shares
-    /// on a GPU to one uid).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share_user: Option<u32>,
 }
 
 /// A prepared DRA claim, as its ledger entry records it.
@@ -161,7 +157,6 @@ impl Reservation {
             bound_claim: None,
             workload: None,
             resizing: None,
-            share_user: None,
         }
     }
 
@@ -211,11 +206,7 @@ impl LedgerData {
         let mut u = Usage::new();
         for r in self.reservations.iter().filter(|r| r.counts()) {
             for s in &r.slices {
-                let g = u.entry(s.uuid.clone()).or_default();
-                g.add(s);
-                if s.sm_percent > 0 {
-                    g.share_user = g.share_user.or(r.share_user);
-                }
+                u.entry(s.uuid.clone()).or_default().add(s);
             }
         }
         u

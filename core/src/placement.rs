@@ -82,7 +82,9 @@ pub enum PlacementError {
     },
     #[error("{origin} asks for a compute share, but its spec does not say which host user its process runs as (it joins a user namespace, or no uid mapping holds its uid): a GPU's MPS daemon serves one user at a time, and the share is admitted only beside shares of the same user. Run it without sm=, or with its user namespace's mappings in the spec")]
     ShareUserUnknown { origin: String },
-    #[error("requested sm={requested}% of {gpu} for a process of host uid {yours}, but its {holders} share(s) run as uid {theirs}: the GPU's MPS daemon serves one user at a time, and a client of another user waits until every client there has ended. Run the container as uid {theirs}, choose another GPU, or wait until the shares end (see `gpu-quota ls`)")]
+    #[error("{origin} asks for a compute share for a process of host uid {uid}, but gpu-quota's MPS daemons serve host uid 0 only: measured on the H200, the server MPS starts for another uid under them exits at once and its clients get CUDA error 805. Run the container's process as root without a user namespace, or leave sm out")]
+    ShareNotRoot { origin: String, uid: u32 },
+    #[error("requested sm={requested}% of {gpu} for a process of host uid {yours}, but its {holders} share(s) run as host uid {theirs}: the GPU's MPS daemon serves one user at a time, and a client of another user waits until every client there has ended. Run the container as the user that is host uid {theirs}, choose another GPU, or wait until the shares end (see `gpu-quota ls`)")]
     ShareOfOtherUser {
         requested: u32,
         gpu: String,
@@ -130,6 +132,7 @@ impl GpuUse {
         if s.sm_percent > 0 {
             self.sm += s.sm_percent;
             self.shared += 1;
+            self.share_user = self.share_user.or(s.sm_user);
         }
     }
     /// Leave `s` out again.
@@ -139,6 +142,9 @@ impl GpuUse {
         if s.sm_percent > 0 {
             self.sm = self.sm.saturating_sub(s.sm_percent);
             self.shared = self.shared.saturating_sub(1);
+            if self.shared == 0 {
+                self.share_user = None;
+            }
         }
     }
     /// Holders without a share: outside MPS, time-sliced.
@@ -350,15 +356,13 @@ impl Placer<'_> {
             if count != 1 {
                 return Err(PlacementError::ShareNeedsOneGpu { origin, count });
             }
-            if req.user.is_none() {
-                return Err(PlacementError::ShareUserUnknown { origin });
-            }
         }
         let slice = |g: &Gpu| Slice {
             uuid: g.uuid.clone(),
             index: g.index,
             vram_bytes: req.vram.resolve(g.total_bytes),
             sm_percent: req.sm.unwrap_or(0),
+            sm_user: req.sm.and(req.user),
         };
         let chosen: Vec<&Gpu> = match &req.gpus {
             GpuSelector::List(refs) => {
@@ -777,6 +781,7 @@ mod tests {
                 index: *i,
                 vram_bytes: *b,
                 sm_percent: *p,
+                sm_user: None,
             });
         }
         u
@@ -830,6 +835,7 @@ mod tests {
             index: 0,
             vram_bytes: 8 * G,
             sm_percent: 60,
+            sm_user: None,
         });
         assert!(p.place(&r(85), &u).is_ok());
     }
@@ -893,6 +899,16 @@ mod tests {
         // GPU 0's shares run as uid 1000
         let mut u = held(&[(0, 8 * G, 50)]);
         u.get_mut("GPU-0000").unwrap().share_user = Some(1000);
+        // as the ledger's usage fills it: from the share's own grant
+        let mut v = Usage::new();
+        v.entry("GPU-0000".into()).or_default().add(&Slice {
+            uuid: "GPU-0000".into(),
+            index: 0,
+            vram_bytes: 8 * G,
+            sm_percent: 50,
+            sm_user: Some(1000),
+        });
+        assert_eq!(v, u);
         let same = as_user(Some(1000), GpuSelector::Count(1));
         assert_eq!(
             p.place(&same, &u).unwrap()[0].index,
@@ -917,15 +933,9 @@ mod tests {
         );
         let m = e.to_string();
         assert!(
-            m.contains("host uid 0") && m.contains("run as uid 1000"),
+            m.contains("host uid 0") && m.contains("run as host uid 1000"),
             "{m}"
         );
-        // a share whose user the spec does not say: refused before any GPU
-        let unknown = as_user(None, GpuSelector::Count(1));
-        assert!(matches!(
-            p.place(&unknown, &Usage::new()),
-            Err(PlacementError::ShareUserUnknown { .. })
-        ));
         // a slice without a share never asks
         let plain = Request {
             user: None,

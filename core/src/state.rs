@@ -309,7 +309,7 @@ pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::
         }
         let usage_opts = format!("size={USAGE_FS_BYTES},nr_inodes={USAGE_FS_INODES},mode=0755");
         tmpfs("gpu-quota-usage", &rw, usage_opts)?;
-        if r.slices.iter().any(|s| s.sm_percent > 0) {
+        if r.share().is_some() {
             // the mount point of the GPU's MPS pipe directory (the hook
             // binds it there, read-only)
             let m = dir.join(crate::formats::mps::PIPE_SUBDIR);
@@ -431,6 +431,7 @@ mod tests {
             index: 3,
             vram_bytes: 4 << 30,
             sm_percent: 0,
+            sm_user: None,
         };
         let r = Reservation::new("c1", None, "/b", vec![slice.clone()], "vram=4g");
         let files = DriverFiles {

@@ -233,6 +233,7 @@ mod tests {
             index: gpu,
             vram_bytes: bytes,
             sm_percent: 0,
+            sm_user: None,
         };
         Reservation {
             state: ResState::Running,

@@ -98,6 +98,7 @@ fn res(id: &str, root: &str, gpu: &str, bytes: u64) -> Reservation {
         index: if gpu == GPU0 { 0 } else { 1 },
         vram_bytes: bytes,
         sm_percent: 0,
+        sm_user: None,
     };
     Reservation {
         // just created: never stale within the grace period

@@ -27,7 +27,7 @@
 //! | 8 | version [`VERSION`] (u32) |
 //! | 12 | entries in use, at most [`MAX_GPUS`] (u32) |
 //! | 16..64 | reserved, 0 |
-//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), compute share in percent of the GPU's SMs (u32, 0: none), vram_bytes (u64, live), reserved (32 bytes: room for more dimensions of a grant) |
+//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), compute share in percent of the GPU's SMs (u32, 0: none), vram_bytes (u64, live), the share's host uid recorded (u32, 1) or not (0), that uid (u32), reserved (24 bytes: room for more dimensions of a grant) |
 use crate::limits::parse_uuid;
 
 pub const FILE_NAME: &str = "grant";
@@ -44,6 +44,8 @@ const E_UUID: usize = 0;
 const E_INDEX: usize = 16;
 const E_SM: usize = 20;
 const E_VRAM: usize = 24;
+const E_SM_USER_SET: usize = 32;
+const E_SM_USER: usize = 36;
 
 /// One GPU's share of a grant. `U` is how the GPU is named: the host keeps
 /// NVML's text UUID (`GPU-…`), the file and the interceptor the 16 raw bytes.
@@ -66,6 +68,17 @@ pub struct GpuGrant<U> {
         serde(rename = "sm", default, skip_serializing_if = "is_zero")
     )]
     pub sm_percent: u32,
+    /// With a share: the host uid its processes run as. A GPU's MPS daemon
+    /// serves one user at a time and holds a client of another uid inside
+    /// `cuInit` until the first user's clients are gone, so placement keeps
+    /// a GPU's shares to one uid and the interceptor refuses `cuInit` to a
+    /// process of another (`exec --user`, su). `None`: no share, or one
+    /// admitted before the uid was recorded.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub sm_user: Option<u32>,
 }
 
 #[cfg(feature = "serde")]
@@ -104,6 +117,7 @@ impl<U: AsRef<str>> GpuGrant<U> {
             index: self.index,
             vram_bytes: self.vram_bytes,
             sm_percent: self.sm_percent,
+            sm_user: self.sm_user,
         })
     }
 }
@@ -178,6 +192,10 @@ pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
         b[e + E_INDEX..e + E_INDEX + 4].copy_from_slice(&g.index.to_le_bytes());
         b[e + E_SM..e + E_SM + 4].copy_from_slice(&g.sm_percent.to_le_bytes());
         b[e + E_VRAM..e + E_VRAM + 8].copy_from_slice(&g.vram_bytes.to_le_bytes());
+        if let Some(u) = g.sm_user {
+            b[e + E_SM_USER_SET..e + E_SM_USER_SET + 4].copy_from_slice(&1u32.to_le_bytes());
+            b[e + E_SM_USER..e + E_SM_USER + 4].copy_from_slice(&u.to_le_bytes());
+        }
     }
     Ok(b)
 }
@@ -222,6 +240,11 @@ pub fn decode(b: &[u8]) -> Option<Table> {
             index: u32_at(b, e + E_INDEX),
             vram_bytes: u64_at(b, e + E_VRAM),
             sm_percent: u32_at(b, e + E_SM),
+            sm_user: match u32_at(b, e + E_SM_USER_SET) {
+                0 => None,
+                1 => Some(u32_at(b, e + E_SM_USER)),
+                _ => return None,
+            },
         };
         if t.gpus[i].sm_percent > SM_MAX {
             return None;
@@ -255,6 +278,7 @@ mod tests {
             index,
             vram_bytes,
             sm_percent: 0,
+            sm_user: None,
         }
     }
 
@@ -262,9 +286,18 @@ mod tests {
     fn a_compute_share_travels_and_a_bad_one_is_refused() {
         let mut one = g(1, 0, G);
         one.sm_percent = 25;
+        let t = decode(&encode(&[one]).unwrap()).unwrap();
+        assert_eq!(t.gpus[0].sm_user, None, "no uid recorded");
+        one.sm_user = Some(0);
+        let t = decode(&encode(&[one]).unwrap()).unwrap();
+        assert_eq!(t.gpus[0].sm_user, Some(0), "root, told from none");
+        one.sm_user = Some(1000);
         let mut b = encode(&[one]).unwrap();
         let t = decode(&b).unwrap();
-        assert_eq!(t.gpus[0].sm_percent, 25);
+        assert_eq!((t.gpus[0].sm_percent, t.gpus[0].sm_user), (25, Some(1000)));
+        b[HEADER_SIZE + E_SM_USER_SET] = 2;
+        assert!(decode(&b).is_none(), "a flag that is neither");
+        b[HEADER_SIZE + E_SM_USER_SET] = 1;
         assert_eq!(share(t.gpus()).map(|s| s.uuid), Some([1; 16]));
         b[HEADER_SIZE + E_SM] = 101;
         assert!(decode(&b).is_none(), "a share over the whole GPU");
@@ -334,6 +367,7 @@ mod tests {
             index: 1,
             vram_bytes: G,
             sm_percent: 0,
+            sm_user: None,
         };
         let r = t.raw().unwrap();
         assert_eq!(
@@ -345,6 +379,7 @@ mod tests {
             index: 0,
             vram_bytes: 0,
             sm_percent: 0,
+            sm_user: None,
         }
         .raw()
         .is_none());

@@ -147,6 +147,7 @@ mod tests {
             index: 0,
             vram_bytes: 1 << 30,
             sm_percent: 0,
+            sm_user: None,
         };
         Reservation {
             workload: name.map(|n| Workload {

@@ -246,6 +246,7 @@ mod tests {
             index: 0,
             vram_bytes: bytes,
             sm_percent: 0,
+            sm_user: None,
         };
         Reservation {
             pid: Some(std::process::id()),

@@ -10,6 +10,10 @@ pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+/// "The MPS client failed to connect to the MPS control daemon or the MPS
+/// server": what a process of another uid than its GPU's shares gets at
+/// cuInit (the compute-share client settings) instead of waiting there.
+pub const CUDA_ERROR_MPS_CONNECTION_FAILED: CUresult = 805;
 
 /// CUmemLocationType: a device (pools, VMM, graph memory nodes).
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;

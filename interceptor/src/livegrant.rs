@@ -98,12 +98,14 @@ mod tests {
                 index: 0,
                 vram_bytes: 64 << 20,
                 sm_percent: 0,
+                sm_user: None,
             },
             GpuGrant {
                 uuid: [2; 16],
                 index: 3,
                 vram_bytes: 32 << 20,
                 sm_percent: 0,
+                sm_user: None,
             },
         ];
         std::fs::write(&p, grant::encode(&g).unwrap()).unwrap();

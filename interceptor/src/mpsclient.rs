@@ -7,21 +7,54 @@
 //! spells them, as the host's spec does). Not a fast path: cuInit runs once
 //! or a few times per process, so setenv's allocation and lock are fine.
 
+use crate::cu::{CUresult, CUDA_ERROR_MPS_CONNECTION_FAILED};
 use crate::state::config;
 use gpuquota_formats::{grant, mps};
 
-/// The share of this container's shared GPU, and that GPU's slice as it
-/// is now: `None` outside a container with a share.
-fn share() -> Option<(u32, u64)> {
+/// The share of this container's shared GPU, that GPU's slice as it is
+/// now, and the host uid the share runs as: `None` outside a container
+/// with a share.
+fn share() -> Option<(u32, u64, Option<u32>)> {
     let g = config()?.grant.as_ref()?;
     let s = grant::share(g.table.gpus())?;
     // the grant's only GPU (grant::share)
-    Some((s.sm_percent, g.vram(0)))
+    Some((s.sm_percent, g.vram(0), s.sm_user))
+}
+
+/// This process's effective uid as the host sees it (what the daemon reads
+/// from the socket): `geteuid()` through `/proc/self/uid_map` (identity
+/// outside a user namespace). `None` where the map cannot be read.
+fn host_euid() -> Option<u32> {
+    // SAFETY: no arguments, cannot fail
+    let uid = unsafe { libc::geteuid() } as u64;
+    // the kernel takes at most 340 lines of at most 33 bytes
+    let mut buf = [0u8; 12 * 1024];
+    let n = crate::sys::read_file(c"/proc/self/uid_map".as_ptr(), &mut buf)?;
+    buf[..n].split(|&c| c == b'\n').find_map(|line| {
+        let mut f = line
+            .split(|&c| c == b' ')
+            .filter(|w| !w.is_empty())
+            .map(|w| core::str::from_utf8(w).ok()?.parse::<u64>().ok());
+        let (inside, outside, count) = (f.next()??, f.next()??, f.next()??);
+        let off = uid.checked_sub(inside).filter(|&o| o < count)?;
+        u32::try_from(outside.checked_add(off)?).ok()
+    })
 }
 
 /// Set the client variables of the grant's share (nothing without one).
-pub fn impose() {
-    let Some((sm, vram)) = share() else { return };
+/// A process of another host uid than the share's is refused instead
+/// (`Err`, the line printed): MPS would hold it inside cuInit until every
+/// process of the share's uid on the GPU has ended.
+pub fn impose() -> Result<(), CUresult> {
+    let Some((sm, vram, user)) = share() else {
+        return Ok(());
+    };
+    if let (Some(theirs), Some(mine)) = (user, host_euid()) {
+        if mine != theirs {
+            crate::msg::share_of_other_user(mine, theirs);
+            return Err(CUDA_ERROR_MPS_CONNECTION_FAILED);
+        }
+    }
     let pct = mps::thread_percentage(sm);
     let mem = mps::pinned_limit(vram);
     // Only where the process changed it: the container starts with these
@@ -42,4 +75,5 @@ pub fn impose() {
     );
     set(mps::ENV_ACTIVE_THREAD_PERCENTAGE_C, pct.as_bytes_with_nul());
     set(mps::ENV_PINNED_DEVICE_MEM_LIMIT_C, mem.as_bytes_with_nul());
+    Ok(())
 }

@@ -53,6 +53,17 @@ pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
     finish(b);
 }
 
+/// A process of another host uid than its GPU's compute shares, at cuInit.
+pub fn share_of_other_user(mine: u32, theirs: u32) {
+    let Some(mut b) = gate::<320>() else { return };
+    b.push(b"gpu-quota: this process runs as host uid ");
+    b.push_u64(mine as u64);
+    b.push(b", but its GPU's compute shares run as uid ");
+    b.push_u64(theirs as u64);
+    b.push(b": the GPU's MPS daemon serves one user at a time and would hold this process in cuInit until the other user's processes end; run it as the container's user");
+    finish(b);
+}
+
 /// A slice that cannot hold the context being created: the one line says
 /// so, with the smallest slice that could (the context and one 2 MiB
 /// allocation), as admission says it where the charge was known there.

@@ -28,6 +28,7 @@ fn main() {
         index: 0,
         vram_bytes: 1 << 30,
         sm_percent: 0,
+        sm_user: None,
     };
     let r = Reservation {
         created_unix: 1,

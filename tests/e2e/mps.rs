@@ -359,11 +359,11 @@ fn a_client_runs_at_its_share_whatever_the_image_and_the_process_set() {
     );
 }
 
-/// MPS serves one user per GPU at a time: a client of another uid waits
-/// (inside cuInit) until every client of the running server has ended. So
-/// the shares on a GPU are kept to one host uid at admission: another
-/// user's share goes to another GPU or is refused where it named this one,
-/// and a share whose spec does not say its host user is refused.
+/// MPS serves one user per GPU at a time, and gpu-quota's root daemons
+/// serve root (measured on the H200: a server started for uid 1000 under
+/// them exits at once, its client gets error 805). So a share is admitted
+/// for a process of host uid 0 only, records that uid in its grant, and a
+/// share whose spec does not say its host user is refused.
 #[test]
 fn the_shares_on_a_gpu_run_as_one_host_user() {
     require_e2e!();
@@ -372,56 +372,33 @@ fn the_shares_on_a_gpu_run_as_one_host_user() {
         ..HostOpts::default()
     });
     let _d = Daemons(&h);
-    let on = |id: &str| {
-        h.reservations()
-            .into_iter()
-            .find(|r| r["container_id"] == id)
-            .map(|r| {
-                (
-                    r["slices"][0]["index"].as_u64().unwrap(),
-                    r["share_user"].as_u64(),
-                )
-            })
-    };
-    assert_ok(
-        &start_as(
-            &h,
-            "u1",
-            &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")],
-            1000,
-        ),
-        "a share as uid 1000",
+    let o = start_as(
+        &h,
+        "u1",
+        &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")],
+        1000,
     );
-    assert_eq!(on("u1"), Some((0, Some(1000))));
-    // root on GPU 0: refused, naming both users and what to do
-    let o = start(&h, "r0", &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")]);
-    assert!(
-        !o.status.success(),
-        "another user's share beside uid 1000's"
-    );
+    assert!(!o.status.success(), "a share for uid 1000");
     let e = stderr(&o);
     assert!(
-        e.contains("host uid 0")
-            && e.contains("run as uid 1000")
-            && e.contains("choose another GPU"),
+        e.contains("host uid 1000") && e.contains("host uid 0 only") && e.contains("leave sm out"),
         "{e}"
     );
-    // without a GPU named: the other GPU
+    // a slice without a share as uid 1000 is as before (negative control)
     assert_ok(
-        &start(&h, "r1", &[("vram", "1g"), ("sm", "25%")]),
+        &start_as(&h, "u2", &[("vram", "1g"), ("gpu", "1")], 1000),
+        "uid 1000, no share",
+    );
+    assert_ok(
+        &start(&h, "r0", &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")]),
         "root's share",
     );
-    assert_eq!(on("r1"), Some((1, Some(0))));
-    // the same user beside it (negative control)
-    assert_ok(
-        &start_as(
-            &h,
-            "u2",
-            &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")],
-            1000,
-        ),
-        "uid 1000 again",
-    );
+    let user = h
+        .reservations()
+        .into_iter()
+        .find(|r| r["container_id"] == "r0")
+        .map(|r| r["slices"][0]["sm_user"].as_u64());
+    assert_eq!(user, Some(Some(0)), "the share records its host uid");
     // a spec that joins a user namespace does not say its host user
     let b = h.bundle("ns");
     b.set(&[("vram", "1g"), ("sm", "25%")], "true", &[]);
@@ -436,7 +413,58 @@ fn the_shares_on_a_gpu_run_as_one_host_user() {
     assert!(stderr(&o).contains("which host user"), "{}", stderr(&o));
     let events = std::fs::read_to_string(h.path().join("gq.log")).unwrap();
     assert_eq!(events.matches("\"share_user\"").count(), 2, "{events}");
-    for id in ["u1", "u2", "r1"] {
+    for id in ["u2", "r0"] {
         delete(&h, id);
     }
+}
+
+/// A process of another uid inside a container with a share (`exec
+/// --user`, su) would be held by MPS inside cuInit until every process of
+/// the share's uid has ended; the interceptor refuses its cuInit instead,
+/// with one line naming both uids. A process of the share's own uid is a
+/// client at its share (negative control).
+#[test]
+fn a_process_of_another_uid_is_refused_at_cuinit_instead_of_held() {
+    require_e2e!();
+    let (h, b, _) = cuda_host("xuid", &extra());
+    let _d = Daemons(&h);
+    let rootfs = b.rootfs();
+    let probe = repo_dir().join("tests/fake/build/mps_client_probe");
+    std::fs::copy(&probe, rootfs.join("bin/mps_client_probe")).unwrap();
+    for l in ldd_libs(&probe) {
+        copy_lib(&rootfs, &l);
+    }
+    let mut c = b.config();
+    c["annotations"] = serde_json::json!({"vram": "4g", "sm": "25%"});
+    c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", "touch /out/up; sleep 600"]);
+    b.write_config(&c);
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "xuid"]),
+        "run with a share",
+    );
+    b.wait_out("up", 10).expect("container up");
+    let exec = |user: &str| {
+        h.runtime(&[
+            "exec",
+            "--user",
+            user,
+            "xuid",
+            "/bin/mps_client_probe",
+            "libcuda.so.1",
+        ])
+    };
+    let own = exec("0:0");
+    assert_ok(&own, "the share's own user");
+    let out = String::from_utf8_lossy(&own.stdout).into_owned();
+    assert!(out.starts_with("mps=1 pct=25"), "{out}");
+    let other = exec("1000:1000");
+    assert!(!other.status.success(), "another uid's cuInit");
+    let e = stderr(&other);
+    assert!(
+        e.contains("cuInit: 805")
+            && e.contains("runs as host uid 1000")
+            && e.contains("shares run as uid 0"),
+        "{e}"
+    );
+    delete(&h, "xuid");
 }

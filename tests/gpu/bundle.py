@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write an OCI config.json for the H200 suite.
 bundle.py DIR --rootfs PATH [--ann k=v]... [--env K=V]... [--bind SRC:DST[:ro]]...
-          [--plain-gpu N] -- CMD ARGS...
+          [--plain-gpu N] [--user UID] -- CMD ARGS...
 /out inside the container is DIR/out on the host. --plain-gpu N adds, by hand
 (for the no-gpu-quota baseline under plain runc), /dev/nvidiaN, nvidiactl,
 nvidia-uvm(-tools) with their cgroup rules and the host's /usr/local/nvidia."""
@@ -11,14 +11,17 @@ p = argparse.ArgumentParser()
 p.add_argument("dir"); p.add_argument("--rootfs", required=True)
 p.add_argument("--ann", action="append", default=[]); p.add_argument("--env", action="append", default=[])
 p.add_argument("--bind", action="append", default=[]); p.add_argument("--plain-gpu")
+p.add_argument("--user", type=int, default=0)  # uid and gid of the process; /out made writable for it
 argv = sys.argv[1:]
 cut = argv.index("--") if "--" in argv else len(argv)
 a = p.parse_args(argv[:cut])
 cmd = argv[cut + 1:]
 os.makedirs(os.path.join(a.dir, "out"), exist_ok=True)
+if a.user:
+    os.chmod(os.path.join(a.dir, "out"), 0o777)
 caps = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID", "CAP_KILL",
         "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_SETPCAP", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"]
-env = ["PATH=/opt/torch/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+env = ["PATH=/opt/torch/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + ("/tmp" if a.user else "/root"),
        "PYTHONUNBUFFERED=1", "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1",
        "TF_CPP_MIN_LOG_LEVEL=2"] + a.env
 mounts = [
@@ -46,7 +49,7 @@ if a.plain_gpu is not None:
 ann = dict(x.split("=", 1) for x in a.ann)
 cfg = {
     "ociVersion": "1.0.2-dev",
-    "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": cmd, "env": env, "cwd": "/",
+    "process": {"terminal": False, "user": {"uid": a.user, "gid": a.user}, "args": cmd, "env": env, "cwd": "/",
                 "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
                 "noNewPrivileges": True},
     "root": {"path": os.path.abspath(a.rootfs), "readonly": False},

@@ -99,7 +99,7 @@ bundle() { # ID HOST KIND ANN... -- CMD (KIND overlay|busybox|plain-overlay|plai
   while [ $# -gt 0 ] && [ "$1" != -- ]; do anns+=(--ann "$1"); shift; done; shift
   case $kind in plain-*) extra=(--plain-gpu 0); kind=${kind#plain-};; esac
   mkroot $W/b/$id $kind || return 1
-  $PY $BUNDLE $W/b/$id --rootfs $W/b/$id/rootfs "${anns[@]}" "${extra[@]}" $PYBINDS --bind $REPO/tests/gpu:/gq:ro -- "$@"; }
+  $PY $BUNDLE $W/b/$id --rootfs $W/b/$id/rootfs "${anns[@]}" "${extra[@]}" ${BUSER:+--user $BUSER} $PYBINDS --bind $REPO/tests/gpu:/gq:ro -- "$@"; }
 clog() { { echo "----- $1"; for f in $W/b/$1/out/* $W/b/$1/*.err $W/b/$1/*.out; do [ -f "$f" ] && { echo "--- $(basename $f)"; head -c 3000 "$f"; echo; }; done; } >> "$CLOG" 2>/dev/null; }
 ledger() { $PY $REPO/tests/ledger_view.py $W/$1/ledger 2>/dev/null; }
 nres() { ledger $1 | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["reservations"]))' 2>/dev/null || echo 0; }
@@ -555,6 +555,29 @@ LBERR=$(tail -2 $W/b/lb/out/log 2>/dev/null | tr '\n' ' ' | cut -c1-200)
 mwait la 60; mdel la; mdel lb
 echo "locks held: other share created in $((T1 - T0)) ms, ended after $((T2 - T0)) ms, $LB TFLOPS; daemon pid $P0 -> $P1; $LBERR" | tee -a $MPSR
 res INFO "30#lock" "while an sm= container writes into the daemon's FIFO and flocks its files, another sm= container on the GPU" "create $((T1 - T0)) ms, run to end $((T2 - T0)) ms, $LB TFLOPS; daemon pid before $P0, after $P1 (raw in mps.txt)"
+fi
+
+if want mpsuser && [ $OVERLAY_OK = 1 ]; then
+sec "issue 30: host users and the MPS daemon: a non-root share, a process of another uid in a share, a non-root slice"
+# BUSER: bundle()'s process uid (and gid). Under gpu-quota's root daemon a
+# server for uid 1000 exits at once (docs/gpu-runs/2026-12-02-h200-mps-user):
+# admission refuses a non-root share
+BUSER=1000 mrun nu1 vram=8g sm=50% -- sh -c "true"; NUO=$(tr '\n' ' ' < $W/b/nu1/create.err 2>/dev/null | cut -c1-400)
+echo "sm= as uid 1000: $NUO" | tee -a $MPSR; mdel nu1 2>/dev/null
+echo "$NUO" | grep -q "host uid 0 only" && res PASS "30#user" "a share for a process of uid 1000 is refused at create, naming why" "$NUO" || res FAIL "30#user" "non-root share refused" "$NUO"
+mrun ru1 vram=8g sm=50% -- sh -c "timeout 90 $PY /gq/mps.py mm 20 > /out/log 2>&1"
+sleep 12
+# a process of another uid exec'd into it: refused at cuInit by the
+# interceptor (MPS would hold it there until root's clients end)
+X0=$(now_ms); ctr mps exec --user 1001:1001 ru1 timeout 60 $PY -c 'import torch; torch.cuda.init(); print("EXEC-OK", torch.cuda.mem_get_info())' > $W/exec1001.log 2>&1 < /dev/null; X1=$(now_ms)
+XO=$({ grep -m1 '^gpu-quota:' $W/exec1001.log; tail -1 $W/exec1001.log; } | tr '\n' ' ' | cut -c1-600); cat $W/exec1001.log >> $MPSR
+R0=$(now_ms); RO=$(ctr mps exec ru1 timeout 60 $PY -c 'import torch; torch.cuda.init(); print("EXEC-OK", torch.cuda.mem_get_info())' 2>&1 < /dev/null | tail -2 | tr '\n' ' ' | cut -c1-300); R1=$(now_ms)
+echo "exec as uid 1001 into a root share: $((X1 - X0)) ms: $XO; exec as root: $((R1 - R0)) ms: $RO" | tee -a $MPSR
+mwait ru1 120; RU=$(tf $W/b/ru1/out/log); mdel ru1
+echo "$XO" | grep -q "runs as host uid 1001" && ! echo "$XO" | grep -q EXEC-OK && [ $((X1 - X0)) -lt 30000 ] && echo "$RO" | grep -q EXEC-OK && res PASS "30#exec-user" "a process exec'd as uid 1001 into a root sm= container is refused at cuInit, not held; one exec'd as root is a client" "uid 1001: $((X1 - X0)) ms: $XO; root: $RO; the container's matmul: $RU TFLOPS" || res FAIL "30#exec-user" "exec as another uid" "uid 1001: $((X1 - X0)) ms: $XO; root: $RO; matmul $RU"
+BUSER=1000 mrun nu2 vram=4g -- sh -c "timeout 90 $PY /gq/mps.py alloc 3 2 > /out/log 2>&1"
+mwait nu2 100; NJ=$(mpsres $W/b/nu2/out/log); NJERR=$(tail -2 $W/b/nu2/out/log 2>/dev/null | tr '\n' ' ' | cut -c1-200); mdel nu2
+echo "$NJ" | grep -q '\["3", "ok"\], \["2", "OutOfMemoryError"\]' && res PASS "30#user-slice" "vram=4g (no sm) as uid 1000: 3 GiB ok, 2 more refused" "$NJ" || res FAIL "30#user-slice" "vram=4g as uid 1000" "${NJ:-no result} $NJERR"
 fi
 
 if want mpsbench; then

@@ -284,6 +284,7 @@ fn a_claims_bytes_count_once_whatever_is_bound_to_it() {
             index: 0,
             vram_bytes: 8 * G,
             sm_percent: 0,
+            sm_user: None,
         }]
     );
     let u = Ledger::new(&cfg).read().unwrap().usage();
@@ -837,5 +838,30 @@ fn a_gpu_with_compute_shares_is_not_offered_to_claims() {
     })
     .unwrap();
     assert_eq!(bytes(offers(&cfg, &costs).unwrap()), [16 * G, 16 * G]);
+    // a dead container's share (an earlier boot's) keeps no claim away
+    let mut dead = l
+        .admit(
+            &cfg,
+            &inv,
+            &share,
+            "s2",
+            Some("/run/runc"),
+            "/b",
+            &mut vec![],
+        )
+        .unwrap();
+    l.release(crate::ledger::Key::Root {
+        id: "s2",
+        root: Some("/run/runc"),
+    })
+    .unwrap();
+    dead.boot_id = Some("00000000-0000-0000-0000-00000000dead".into());
+    l.transact(|d| {
+        d.reservations.push(dead.clone());
+        Ok(((), true))
+    })
+    .unwrap();
+    // (its bytes count until it is reclaimed, as any dead container's)
+    assert_eq!(bytes(offers(&cfg, &costs).unwrap())[0], 14 * G);
     prepare(&cfg, &alloc("u-1", GPU0, 4 * G)).unwrap();
 }

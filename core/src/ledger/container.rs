@@ -49,6 +49,27 @@ impl Ledger {
         bundle: &str,
         reclaimed: &mut Vec<Reservation>,
     ) -> Result<Reservation, LedgerError> {
+        // a new share must say which user MPS will serve, and it is root
+        // (a running share's resize keeps the user it was admitted with)
+        let refuse = |err| {
+            Err(LedgerError::Refused {
+                id: id.into(),
+                err: Box::new(err),
+            })
+        };
+        let origin = || req.origin.to_string();
+        match (req.sm, req.user) {
+            (Some(_), None) => {
+                return refuse(PlacementError::ShareUserUnknown { origin: origin() })
+            }
+            (Some(_), Some(uid)) if uid != 0 => {
+                return refuse(PlacementError::ShareNotRoot {
+                    origin: origin(),
+                    uid,
+                })
+            }
+            _ => {}
+        }
         let reserve = cfg.reserve_bytes().unwrap_or(0);
         let placer = Placer {
             inventory: inv,
@@ -59,7 +80,6 @@ impl Ledger {
         };
         let reservation = |slices| Reservation {
             workload: info.workload.clone(),
-            share_user: req.sm.and(req.user),
             ..Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now()
         };
         if let Some(r) = self.admit_record(&placer, req, id, root, &reservation)? {

@@ -359,6 +359,7 @@ mod tests {
                     index: i as u32,
                     vram_bytes: *b,
                     sm_percent: 0,
+                    sm_user: None,
                 })
                 .collect(),
             "vram=1g",

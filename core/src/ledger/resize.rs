@@ -211,8 +211,8 @@ impl Ledger {
                     sm: (slice.sm_percent > 0).then_some(slice.sm_percent),
                     // a share admitted before its uid was recorded runs
                     // as the GPU's shares do (MPS served it beside them)
-                    user: r
-                        .share_user
+                    user: slice
+                        .sm_user
                         .or_else(|| usage.get(&slice.uuid).and_then(|u| u.share_user)),
                 };
                 if let Err(err) = placer.place(&req, &usage) {
@@ -388,6 +388,52 @@ mod tests {
             None,
             "nothing under way"
         );
+    }
+
+    /// A share grows beside the other shares of its user, and one
+    /// admitted before uids were recorded takes the user of the shares it
+    /// runs beside (never "the spec does not say", which is for new ones).
+    #[test]
+    fn a_share_grows_beside_shares_of_its_user() {
+        let (_d, cfg, inv, l) = setup();
+        let c = ContextCosts::default();
+        let share = |id: &str, user: Option<u32>| {
+            let req = Request {
+                vram: Size::Bytes(2 * G),
+                gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
+                origin: Origin::Annotation("vram".into()),
+                named_gpus: true,
+                sm: Some(25),
+                user: Some(0),
+            };
+            let r = l
+                .admit(&cfg, &inv, &req, id, None, "/b", &mut vec![])
+                .unwrap();
+            // as a build before the uid was recorded wrote it
+            l.transact(|d| {
+                for r in d.reservations.iter_mut().filter(|r| r.container_id == id) {
+                    r.slices[0].sm_user = user;
+                }
+                Ok(((), true))
+            })
+            .unwrap();
+            r
+        };
+        share("a", Some(0));
+        share("old", None);
+        for id in ["a", "old"] {
+            let b = l
+                .resize_begin(&cfg, &inv, &c, key(id), None, Size::Bytes(4 * G))
+                .unwrap()
+                .unwrap();
+            assert!(b.grows(), "{id}");
+            let r = l.resize_end(key(id), 4 * G).unwrap().unwrap();
+            assert_eq!(
+                (r.slices[0].vram_bytes, r.slices[0].sm_percent),
+                (4 * G, 25),
+                "{id} keeps its share"
+            );
+        }
     }
 
     #[test]

@@ -275,10 +275,10 @@ fn corrupt_is_kept_and_reported() {
     std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
     assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
     // a newer schema this one cannot parse is still "too new", not corrupt
-    std::fs::write(l.path(), b"{\"version\":4,\"reservations\":\"elsewhere\"}").unwrap();
+    std::fs::write(l.path(), b"{\"version\":5,\"reservations\":\"elsewhere\"}").unwrap();
     assert!(matches!(
         l.read(),
-        Err(LedgerError::TooNew { found: 4, .. })
+        Err(LedgerError::TooNew { found: 5, .. })
     ));
     // the same shape at this version is corrupt, with the parse's message
     std::fs::write(l.path(), b"{\"version\":2,\"reservations\":\"elsewhere\"}").unwrap();
@@ -617,6 +617,7 @@ fn earlier_boot_record(
             index: gpu,
             vram_bytes: bytes,
             sm_percent: 0,
+            sm_user: None,
         }],
         "vram",
     );
@@ -803,55 +804,51 @@ fn a_share_marks_the_ledger_for_releases_that_know_shares() {
     assert_eq!(version(), SCHEMA_VERSION, "back once no share is left");
 }
 
-/// A share's host uid is recorded with it and read back into the usage, so
-/// the next admission on its GPU sees which user MPS serves there; a
-/// slice without a share records none.
+/// A share's host uid is recorded in its grant and read back into the
+/// usage; only root's shares are admitted (gpu-quota's daemons serve uid
+/// 0), a share whose spec does not say its user is refused, and a GPU whose
+/// shares run as another uid (written by hand here) takes no share of
+/// root's: it goes to the other GPU.
 #[test]
 fn a_share_records_its_host_user_and_the_next_share_is_placed_by_it() {
     let (_d, cfg, inv) = setup();
     let l = Ledger::new(&cfg);
-    let share = |gpu: Option<u32>, user: u32| Request {
+    let share = |gpu: Option<u32>, user: Option<u32>| Request {
         sm: Some(25),
-        user: Some(user),
+        user,
         ..req(G, gpu)
     };
-    l.admit(
-        &cfg,
-        &inv,
-        &share(Some(0), 1000),
-        "a",
-        None,
-        "/b",
-        &mut vec![],
-    )
-    .unwrap();
+    let adm = |r: &Request, id: &str| l.admit(&cfg, &inv, r, id, None, "/b", &mut vec![]);
+    let e = adm(&share(Some(0), Some(1000)), "n").unwrap_err();
+    assert!(
+        e.to_string().contains("host uid 1000") && e.to_string().contains("host uid 0 only"),
+        "{e}"
+    );
+    let e = adm(&share(None, None), "u").unwrap_err();
+    assert!(e.to_string().contains("which host user"), "{e}");
+    let r = adm(&share(Some(0), Some(0)), "a").unwrap();
+    assert_eq!(r.slices[0].sm_user, Some(0));
     let d = l.read().unwrap();
-    assert_eq!(d.reservations[0].share_user, Some(1000));
-    let gpu0 = &d.reservations[0].slices[0].uuid;
-    assert_eq!(d.usage()[gpu0].share_user, Some(1000));
-    // root on GPU 0: refused; on any GPU: the other one
-    let e = l
-        .admit(&cfg, &inv, &share(Some(0), 0), "b", None, "/b", &mut vec![])
-        .unwrap_err();
-    assert!(e.to_string().contains("run as uid 1000"), "{e}");
-    let r = l
-        .admit(&cfg, &inv, &share(None, 0), "c", None, "/b", &mut vec![])
-        .unwrap();
-    assert_eq!(r.slices[0].index, 1);
-    // the same user beside it
-    l.admit(
-        &cfg,
-        &inv,
-        &share(Some(0), 1000),
-        "d",
-        None,
-        "/b",
-        &mut vec![],
-    )
+    let gpu0 = d.reservations[0].slices[0].uuid.clone();
+    assert_eq!(d.usage()[&gpu0].share_user, Some(0));
+    l.release(Key::Root {
+        id: "a",
+        root: None,
+    })
     .unwrap();
-    let plain = l
-        .admit(&cfg, &inv, &req(G, None), "e", None, "/b", &mut vec![])
-        .unwrap_err();
+    // GPU 0's shares run as uid 1000 (a ledger written by hand)
+    let mut other = r.clone();
+    other.container_id = "x".into();
+    other.slices[0].sm_user = Some(1000);
+    l.transact(|d| {
+        d.reservations.push(other.clone());
+        Ok(((), true))
+    })
+    .unwrap();
+    let e = adm(&share(Some(0), Some(0)), "b").unwrap_err();
+    assert!(e.to_string().contains("run as host uid 1000"), "{e}");
+    assert_eq!(adm(&share(None, Some(0)), "c").unwrap().slices[0].index, 1);
+    let plain = adm(&req(G, Some(0)), "e").unwrap_err();
     assert!(
         plain.to_string().contains("without a compute share"),
         "{plain}"

@@ -301,6 +301,7 @@ mod tests {
             index: 1,
             vram_bytes: 1 << 30,
             sm_percent: 0,
+            sm_user: None,
         }
     }
 

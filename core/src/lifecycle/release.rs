@@ -331,6 +331,7 @@ mod tests {
                 index: 0,
                 vram_bytes: 1 << 30,
                 sm_percent: 25,
+                sm_user: None,
             });
             r
         };

@@ -28,7 +28,13 @@ pub fn host_uid(config: &Value) -> Option<u32> {
     let Some(userns) = userns else {
         return Some(uid);
     };
-    if userns.get("path").is_some() {
+    // runc joins the namespace at a non-empty path, and makes a new one
+    // for an empty path as for none
+    if userns
+        .get("path")
+        .and_then(Value::as_str)
+        .is_some_and(|p| !p.is_empty())
+    {
         return None;
     }
     let maps = config.pointer("/linux/uidMappings")?.as_array()?;
@@ -79,6 +85,14 @@ mod tests {
         let joined = json!({"process": {"user": {"uid": 0}},
             "linux": {"namespaces": [{"type": "user", "path": "/proc/1/ns/user"}]}});
         assert_eq!(host_uid(&joined), None, "joins a namespace");
+        let empty_path = json!({"process": {"user": {"uid": 0}},
+            "linux": {"namespaces": [{"type": "user", "path": ""}],
+                "uidMappings": [{"containerID": 0, "hostID": 100000, "size": 10}]}});
+        assert_eq!(
+            host_uid(&empty_path),
+            Some(100000),
+            "an empty path: a new namespace"
+        );
         let unmapped = json!({"linux": {"namespaces": [{"type": "user"}]}});
         assert_eq!(host_uid(&unmapped), None, "no mappings");
         for bad in [json!(-1), json!("0"), json!(1u64 << 32), json!(1.5)] {
@@ -88,5 +102,13 @@ mod tests {
             "linux": {"namespaces": [{"type": "user"}],
                 "uidMappings": [{"containerID": 0, "hostID": u32::MAX, "size": 10}]}});
         assert_eq!(host_uid(&overflow), None, "past the last host uid");
+        // only the first 340 mappings are looked at (the kernel's most)
+        let mut maps: Vec<_> = (0..340)
+            .map(|i| json!({"containerID": 10000 + i, "hostID": 50000 + i, "size": 1}))
+            .collect();
+        maps.push(json!({"containerID": 0, "hostID": 7, "size": 1}));
+        let past = json!({"process": {"user": {"uid": 0}},
+            "linux": {"namespaces": [{"type": "user"}], "uidMappings": maps}});
+        assert_eq!(host_uid(&past), None, "the 341st mapping is not read");
     }
 }

@@ -7,6 +7,8 @@ use super::*;
 pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     type F = unsafe extern "C" fn(c_uint) -> CUresult;
     let f = real_or!(S::cuInit, F);
-    crate::mpsclient::impose();
+    if let Err(e) = crate::mpsclient::impose() {
+        return e;
+    }
     f(flags)
 }
