@@ -591,10 +591,10 @@ fn a_claim_variable_in_a_config_we_cannot_parse_is_refused_never_passed_through(
         assert!(serde_json::from_slice::<Value>(&std::fs::read(b.config_path()).unwrap()).is_err());
     };
     // negative control: runc itself reads this config and hands the token on
-    let p = h.bundle("plain");
+    let p = h.bundle("plain2");
     odd(&p);
     assert_ok(
-        &h.runc(&["run", "--bundle", &p.bundle_arg(), "plain"]),
+        &h.runc(&["run", "--bundle", &p.bundle_arg(), "plain2"]),
         "runc run",
     );
     p.wait_out("done", 5)

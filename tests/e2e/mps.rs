@@ -5,6 +5,10 @@
 //! its clean environment, a client that runs at its share whatever the
 //! image and the process set before cuInit, and the one host user a GPU's
 //! shares run as.
+//!
+//! Container ids are unique across this file: its tests run in parallel,
+//! and runc names a container's cgroup after its id (two tests' "a" once
+//! met in /sys/fs/cgroup/cpu/a).
 use gpu_quota_e2e::cuda::*;
 use gpu_quota_e2e::*;
 use std::path::{Path, PathBuf};
@@ -235,13 +239,13 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
     // close-on-exec here (other tests of this process spawn children);
     // the runtime gets its copy by dup2, which clears it
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    let b = h.bundle("a");
+    let b = h.bundle("ga");
     b.set(
         &[("vram", "2g"), ("sm", "25%")],
         "touch /out/up; sleep 600",
         &[],
     );
-    let mut c = h.runtime_cmd(&["run", "-d", "--bundle", &b.bundle_arg(), "a"]);
+    let mut c = h.runtime_cmd(&["run", "-d", "--bundle", &b.bundle_arg(), "ga"]);
     let w = fds[1];
     unsafe {
         use std::os::unix::process::CommandExt;
@@ -286,18 +290,18 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
         String::from_utf8_lossy(&o.stdout)
     );
     assert!(answers(&dir), "gc started it again");
-    delete(&h, "a");
+    delete(&h, "ga");
     assert!(!dir.exists());
     // a daemon that stops answering (stuck, or still starting) is ended,
     // not left running without its directory when the last share goes
-    assert_ok(&start(&h, "b", &[("vram", "2g"), ("sm", "25%")]), "b");
+    assert_ok(&start(&h, "gb", &[("vram", "2g"), ("sm", "25%")]), "b");
     let pid: i32 = std::fs::read_to_string(dir.join("pipe/nvidia-cuda-mps-control.pid"))
         .unwrap()
         .trim()
         .parse()
         .unwrap();
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    delete(&h, "b");
+    delete(&h, "gb");
     assert!(!dir.exists());
     assert!(
         !Path::new(&format!("/proc/{pid}")).exists(),

@@ -349,7 +349,7 @@ fn malformed_requests_have_no_side_effect() {
 fn no_request_passes_through_untouched() {
     require_e2e!();
     let h = Host::new(HostOpts::default());
-    let b = h.bundle("plain");
+    let b = h.bundle("plain-gq");
     b.set(
         &[("unrelated", "x")],
         "ls /dev > /out/dev; test -e /etc/ld.so.preload || echo none > /out/preload",
@@ -357,7 +357,7 @@ fn no_request_passes_through_untouched() {
     );
     let before = std::fs::read(b.config_path()).unwrap();
     assert_ok(
-        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "plain"]),
+        &h.runtime(&["run", "--bundle", &b.bundle_arg(), "plain-gq"]),
         "run",
     );
     assert_eq!(
