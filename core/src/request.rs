@@ -323,6 +323,20 @@ fn parse_gpus(raw: &Raw) -> Result<GpuSelector, RequestError> {
 }
 
 impl Request {
+    /// For core's tests: `bytes` and a `sm` % share of GPU `gpu` (named by
+    /// annotation), for a root process.
+    #[cfg(test)]
+    pub(crate) fn share_for_test(bytes: u64, gpu: u32, sm: u32) -> Request {
+        Request {
+            vram: Size::Bytes(bytes),
+            gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
+            origin: Origin::Annotation("vram".into()),
+            named_gpus: true,
+            sm: Some(sm),
+            user: Some(0),
+        }
+    }
+
     /// Read the request from a container's annotations and process env.
     /// `Ok(None)` means the container asked for nothing and must be left
     /// untouched.

@@ -309,17 +309,25 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
     );
 }
 
-#[test]
-fn a_client_runs_at_its_share_whatever_the_image_and_the_process_set() {
-    require_e2e!();
-    let (h, b, _) = cuda_host("share", &extra());
-    let _d = Daemons(&h);
+/// A host with the fake driver and container `name`, whose rootfs holds
+/// mps_client_probe (it runs the fake libcuda's cuInit and prints the MPS
+/// client that joined).
+fn probe_host(name: &str) -> (Host, Bundle) {
+    let (h, b, _) = cuda_host(name, &extra());
     let rootfs = b.rootfs();
     let probe = repo_dir().join("tests/fake/build/mps_client_probe");
     std::fs::copy(&probe, rootfs.join("bin/mps_client_probe")).unwrap();
     for l in ldd_libs(&probe) {
         copy_lib(&rootfs, &l);
     }
+    (h, b)
+}
+
+#[test]
+fn a_client_runs_at_its_share_whatever_the_image_and_the_process_set() {
+    require_e2e!();
+    let (h, b) = probe_host("share");
+    let _d = Daemons(&h);
     // the image asks for the whole GPU and its own pipe directory; the
     // process then raises its share and leaves MPS before cuInit, as a
     // program can (measured on the H200: both work without gpu-quota)
@@ -430,14 +438,8 @@ fn the_shares_on_a_gpu_run_as_one_host_user() {
 #[test]
 fn a_process_of_another_uid_is_refused_at_cuinit_instead_of_held() {
     require_e2e!();
-    let (h, b, _) = cuda_host("xuid", &extra());
+    let (h, b) = probe_host("xuid");
     let _d = Daemons(&h);
-    let rootfs = b.rootfs();
-    let probe = repo_dir().join("tests/fake/build/mps_client_probe");
-    std::fs::copy(&probe, rootfs.join("bin/mps_client_probe")).unwrap();
-    for l in ldd_libs(&probe) {
-        copy_lib(&rootfs, &l);
-    }
     let mut c = b.config();
     c["annotations"] = serde_json::json!({"vram": "4g", "sm": "25%"});
     c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", "touch /out/up; sleep 600"]);

@@ -795,14 +795,7 @@ fn the_shared_usage_of_a_claim_goes_with_its_last_consumer_and_gc_sweeps_orphans
 fn a_gpu_with_compute_shares_is_not_offered_to_claims() {
     let (_d, cfg) = setup();
     let inv = Inventory::load(&cfg).unwrap();
-    let share = Request {
-        vram: Size::Bytes(2 * G),
-        gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
-        origin: Origin::Annotation("vram".into()),
-        named_gpus: true,
-        sm: Some(25),
-        user: Some(0),
-    };
+    let share = Request::share_for_test(2 * G, 0, 25);
     let l = Ledger::new(&cfg);
     l.admit(
         &cfg,

@@ -398,14 +398,7 @@ mod tests {
         let (_d, cfg, inv, l) = setup();
         let c = ContextCosts::default();
         let share = |id: &str, user: Option<u32>| {
-            let req = Request {
-                vram: Size::Bytes(2 * G),
-                gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
-                origin: Origin::Annotation("vram".into()),
-                named_gpus: true,
-                sm: Some(25),
-                user: Some(0),
-            };
+            let req = Request::share_for_test(2 * G, 0, 25);
             let r = l
                 .admit(&cfg, &inv, &req, id, None, "/b", &mut vec![])
                 .unwrap();
