@@ -381,11 +381,9 @@ fn offers_of(
                 .sum();
             // a dead container's share does not keep claims away (gc or
             // the next admission reclaims it)
-            let shared = held
-                .iter()
-                .filter(|r| r.counts() && !stale(r))
-                .filter_map(|r| r.share())
-                .any(|s| s.uuid == g.uuid);
+            let shared = crate::ledger::live_shares_on(held, &g.uuid, stale)
+                .next()
+                .is_some();
             Offer {
                 uuid: g.uuid.clone(),
                 index: g.index,
@@ -573,13 +571,9 @@ fn prepare_once(
             return Ok((write_cdi(cfg, &a.uid, &c.token).map(|()| None), false));
         }
         let now = fsutil::now_unix();
-        let shares: Vec<&Slice> = d
-            .reservations
-            .iter()
-            .filter(|r| r.counts() && !ledger.is_stale(r, now))
-            .filter_map(|r| r.share())
-            .filter(|s| s.uuid == g.uuid)
-            .collect();
+        let stale = |r: &Reservation| ledger.is_stale(r, now);
+        let shares: Vec<&Slice> =
+            crate::ledger::live_shares_on(&d.reservations, &g.uuid, &stale).collect();
         if !shares.is_empty() {
             return Ok((
                 Err(ClaimError::BesideShares {

@@ -200,6 +200,20 @@ impl Default for LedgerData {
     }
 }
 
+/// The compute shares on GPU `uuid` among `held` whose containers live
+/// (`stale`: the caller's judgement of a dead one): what keeps claims and
+/// pods off a GPU that serves shares.
+pub fn live_shares_on<'a>(
+    held: &'a [Reservation],
+    uuid: &'a str,
+    stale: &'a dyn Fn(&Reservation) -> bool,
+) -> impl Iterator<Item = &'a Slice> {
+    held.iter()
+        .filter(move |r| r.counts() && !stale(r))
+        .filter_map(Reservation::share)
+        .filter(move |s| s.uuid == uuid)
+}
+
 impl LedgerData {
     /// What the reservations that count hold on each GPU (by uuid).
     pub fn usage(&self) -> Usage {

@@ -164,13 +164,9 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
             match &node.ledger {
                 Err(e) => u = gone(&u, &format!("ledger unreadable: {e}")),
                 Ok(l) => {
-                    let shares = l
-                        .reservations
-                        .iter()
-                        .filter(|r| r.counts() && !(node.stale)(r))
-                        .filter_map(|r| r.share())
-                        .filter(|s| s.uuid == g.uuid)
-                        .count();
+                    let shares =
+                        gpuquota_core::ledger::live_shares_on(&l.reservations, &g.uuid, node.stale)
+                            .count();
                     let (outside, holders) = l
                         .reservations
                         .iter()

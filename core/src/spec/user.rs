@@ -1,7 +1,8 @@
 //! Which host user a container's process runs as: read from the spec, not
 //! an edit. An MPS daemon serves one user per GPU at a time (a client of
 //! another uid waits until every client of the running server has ended),
-//! so a compute share is admitted only beside shares of the same host uid.
+//! so a compute share records its host uid; admission takes root's only
+//! (`ledger::container`), and placement keeps a GPU's shares to one uid.
 use serde_json::Value;
 
 /// The kernel takes at most this many lines in a `uid_map`; a spec with
