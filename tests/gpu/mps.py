@@ -4,6 +4,9 @@ mps.py mm SECS [--set-env K=V]...   bf16 8192x8192 matmuls for SECS seconds;
                                     prints RESULT {"tflops":..,"iters":..}
                                     --set-env changes this process's
                                     environment before CUDA is initialised
+mps.py attr                         no framework: cuInit, then the device
+                                    attribute MPS_ENABLED (133) of device 0;
+                                    prints RESULT {"init":..,"mps_enabled":..}
 mps.py alloc GIB [GIB...]           allocates each amount in turn (PyTorch),
                                     prints what was refused
 mps.py fault                        a kernel writing to address 0x10
@@ -39,8 +42,22 @@ def mm(secs, sets):
         torch.cuda.synchronize(); it += 10
     dt = time.time() - t0
     result(tflops=round(2 * n ** 3 * it / dt / 1e12, 1), iters=it, secs=round(dt, 2),
+           mps=mps_enabled()["mps_enabled"],
            env={k: os.environ.get(k) for k in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY",
                                                  "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")})
+
+def mps_enabled():
+    """CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133) of device 0, through the driver
+    this process already initialised (cuInit again is a no-op then)."""
+    import ctypes
+    cu = ctypes.CDLL("libcuda.so.1")
+    rc = cu.cuInit(0)
+    if rc != 0:
+        return {"init": rc, "mps_enabled": None}
+    dev, v = ctypes.c_int(), ctypes.c_int(-1)
+    cu.cuDeviceGet(ctypes.byref(dev), 0)
+    arc = cu.cuDeviceGetAttribute(ctypes.byref(v), 133, dev)
+    return {"init": 0, "mps_enabled": v.value if arc == 0 else "err%d" % arc}
 
 def alloc(gibs):
     import torch
@@ -94,6 +111,8 @@ if __name__ == "__main__":
     if m == "mm":
         sets = [sys.argv[i + 1] for i, x in enumerate(sys.argv) if x == "--set-env"]
         mm(float(sys.argv[2]), sets)
+    elif m == "attr":
+        result(**mps_enabled())
     elif m == "alloc":
         alloc(sys.argv[2:])
     elif m == "fault":
