@@ -33,13 +33,10 @@ fn check(name: &str, verdict: Verdict, text: impl Into<String>) -> Check {
     }
 }
 
-/// The request keys that must reach the runtime through CRI pod annotations.
-const REQUEST_KEYS: [&str; 4] = [
-    keys::ANN_VRAM,
-    keys::ANN_GPU,
-    keys::ANN_GPUS,
-    keys::ANN_NS_VRAM,
-];
+/// The request keys that must reach the runtime through CRI pod annotations:
+/// every key a request is made with, from the one list of them (a hand list
+/// here once missed `sm`, so a configuration that dropped it passed).
+const REQUEST_KEYS: &[&str] = &keys::ANNOTATION_KEYS;
 
 /// containerd's own rule for annotation patterns (Go's `path.Match`).
 use super::glob::path_match as glob_match;
@@ -266,7 +263,7 @@ mod tests {
     #[test]
     fn containerd_pod_annotations() {
         let ok = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
-                  runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [\"vram\", \"gpu\", \"gpus\", \"gpu-quota.io/*\"]\n\
+                  runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"gpu-quota.io/*\"]\n\
                   [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n";
         let fs = MemFs::new().with("/etc/containerd/config.toml", ok);
         let c = run(&fs, &["containerd"], None, false);
@@ -278,6 +275,35 @@ mod tests {
         assert_eq!(d.verdict, Verdict::Fail, "{c:?}");
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
         assert!(glob_match("gpu-quota.io/*", "gpu-quota.io/vram") && !glob_match("vram", "vram2"));
+    }
+
+    /// A configuration that passes the memory keys but drops the compute
+    /// share's is flagged, naming `sm`; every key of formats::keys is
+    /// checked, so a key added there is checked here without an edit.
+    #[test]
+    fn containerd_pod_annotations_that_drop_sm_are_flagged() {
+        let conf = |pats: &str| {
+            format!("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
+                     runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [{pats}]\n\
+                     [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n")
+        };
+        let verdict = |pats: &str| {
+            let fs = MemFs::new().with("/etc/containerd/config.toml", &conf(pats));
+            let c = run(&fs, &["containerd"], None, false);
+            find(&c, "engine containerd").clone()
+        };
+        let d = verdict(
+            r#""vram", "gpu", "gpus", "gpu-quota.io/vram", "gpu-quota.io/gpu", "gpu-quota.io/gpus""#,
+        );
+        assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
+        assert!(d.text.contains("drop sm, gpu-quota.io/sm"), "{}", d.text);
+        // control: what `gpu-quota install containerd` writes passes
+        let all: Vec<String> = keys::ANNOTATION_PATTERNS
+            .iter()
+            .map(|p| format!("{p:?}"))
+            .collect();
+        let d = verdict(&all.join(", "));
+        assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
     }
 
     /// Issue 18: doctor matched pod_annotations patterns by prefix only
@@ -297,10 +323,10 @@ mod tests {
             find(&c, "engine containerd").clone()
         };
         // control: the patterns containerd passes every key with
-        let d = verdict(r#""[v]ram", "gpu?", "gpu", "gpu-quota.io/*""#);
+        let d = verdict(r#""[v]ram", "gpu?", "gpu", "s[m]", "gpu-quota.io/*""#);
         assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
         // `*` does not cross '/': containerd drops gpu-quota.io/vram
-        let d = verdict(r#""vram", "gpu*""#);
+        let d = verdict(r#""vram", "sm", "gpu*""#);
         assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
     }
