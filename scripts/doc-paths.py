@@ -13,7 +13,13 @@ Checked (docs/gpu-runs/ are dated records and are skipped):
   - GPU_QUOTA_* environment variables: named somewhere outside docs/;
   - docs/architecture.md: each crate's row names every file of its src/ (and
     include/) and only files that exist; the layers table names every core
-    module and only those.
+    module and only those; every Rust path it names in backticks
+    (`core::placement::Placer::place`, `grantfile::set_vram`, `Size::Ppm`)
+    resolves through the crates' module files to an item defined there, and
+    every type it names (`GpuGrant`, `Reservation`) is defined in some crate.
+`--self-test` runs the checks on a small made-up tree, once as it is and
+once with a type and a function gone, and fails unless only the second is
+flagged (the negative control CI runs).
 Prints each stale claim as FILE:LINE: what, and exits 1 when there is one.
 usage: scripts/doc-paths.py [REPO_DIR]
 """
@@ -22,7 +28,8 @@ import os
 import re
 import sys
 
-ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+_args = [a for a in sys.argv[1:] if not a.startswith("--")]
+ROOT = os.path.abspath(_args[0] if _args else os.path.join(os.path.dirname(__file__), ".."))
 TOP = ("core", "formats", "interceptor", "shim", "hook", "install", "deviceplugin", "tests",
        "docs", "benches", "scripts", "deploy", "fuzz", ".ci")
 PATH_RE = re.compile(r"(?<![\w/.<>-])((?:%s)/[A-Za-z0-9_.*/-]*[A-Za-z0-9_*/])(?:::([A-Za-z_][A-Za-z0-9_]*))?" % "|".join(re.escape(t) for t in TOP))
@@ -43,6 +50,7 @@ def repo_files():
 
 
 FILES = repo_files()
+FILES_SET = set(FILES)
 BY_SUFFIX = {}
 for f in FILES:
     if f.endswith(".rs"):
@@ -153,7 +161,136 @@ def architecture():
     return bad
 
 
+# Rust source roots by the names the docs use for them
+CRATES = {"core": "core/src", "gpuquota_core": "core/src", "formats": "formats/src",
+          "gpuquota_formats": "formats/src", "interceptor": "interceptor/src", "install": "install/src",
+          "shim": "shim/src", "hook": "hook/src", "deviceplugin": "deviceplugin/src", "dra": "dra/src"}
+# names of the standard library and of the language, never ours to define
+STD_TYPES = {"Ok", "Err", "Some", "None", "Vec", "String", "Option", "Result", "Box", "Arc", "Rc",
+             "HashMap", "HashSet", "BTreeMap", "BTreeSet", "Path", "PathBuf", "File", "Self", "Value",
+             "Mutex", "Cow", "Default", "Debug", "Clone", "Drop", "Send", "Sync", "Fn", "FnOnce", "FnMut"}
+ITEM_KINDS = r"(?:pub(?:\([a-z: ]+\))?\s+)?(?:unsafe\s+|const\s+|async\s+|extern\s+\"C\"\s+)*(?:fn|struct|enum|trait|type|const|static|mod|union)"
+RUST_PATH_RE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+TYPE_RE = re.compile(r"^([A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*)(?:<.*>)?$")
+
+
+def rust_files_under(d):
+    return [f for f in FILES if f.startswith(d + "/") and f.endswith(".rs")]
+
+
+def module_files(base, name):
+    """The files of module `name` inside the module whose directory is `base`
+    (`base/name.rs`, and everything under `base/name/`)."""
+    out = [f for f in (base + "/" + name + ".rs", base + "/" + name + "/mod.rs") if f in FILES_SET]
+    out += [f for f in rust_files_under(base + "/" + name) if f not in out]
+    return out
+
+
+def defines(files, name, any_word=False):
+    """An item `name` defined in one of `files` (or, for a path's later
+    segments, a variant, field or method: any_word)."""
+    n = re.escape(name)
+    if any_word:
+        pat = re.compile(r"\b" + n + r"\b")
+    else:
+        pat = re.compile(r"^\s*(?:#\[[^\]]*\]\s*)*" + ITEM_KINDS + r"\s+" + n + r"\b"
+                         r"|macro_rules!\s*" + n + r"\b"
+                         r"|^\s*pub(?:\([a-z: ]+\))?\s+use\s+[^;]*\b" + n + r"\b", re.M)
+    return any(pat.search(text(f)) for f in files)
+
+
+def resolve_path(token):
+    """None when `token` (a::b::C) names what the sources define, else why not.
+    Paths that start with no crate or module of ours (std::fs, libc::..) are
+    not ours to check: None."""
+    segs = token.split("::")
+    if segs[0] in ("crate", "self", "super") or segs[0].isupper():
+        return None  # relative, or a placeholder (`FILE::test`)
+    if segs[0] in CRATES:
+        base, rest = CRATES[segs[0]], segs[1:]
+        files = [f for f in (base + "/lib.rs", base + "/main.rs") if f in FILES_SET]
+    else:
+        # a module named from inside its crate (`grantfile::set_vram`), or a
+        # type with its variant or method (`Size::Ppm`, `Ledger::read`)
+        homes = [c for c in sorted(set(CRATES.values())) if module_files(c, segs[0])]
+        if not homes:
+            if segs[0][:1].isupper():
+                if segs[0] in STD_TYPES:
+                    return None
+                owners = [f for f in SOURCES if f.endswith(".rs") and defines([f], segs[0])]
+                if not owners:
+                    return f"no type {segs[0]} is defined in any crate"
+                return None if all(defines(owners, x, any_word=True) for x in segs[1:]) else \
+                    f"{segs[0]} ({owners[0]}) has no {'::'.join(segs[1:])}"
+            return None
+        base, rest = homes[0], segs
+        files = []
+    while rest:
+        sub = module_files(base, rest[0])
+        if not sub:
+            break
+        base, files, rest = base + "/" + rest[0], sub, rest[1:]
+    if not rest:
+        return None
+    if not files:
+        return f"no module {rest[0]} in {base}"
+    if not defines(files, rest[0]):
+        return f"{base} defines no {rest[0]}"
+    if rest[1:] and not all(defines(files + [f for f in SOURCES if f.endswith('.rs') and defines([f], rest[0])], x, any_word=True) for x in rest[1:]):
+        return f"{rest[0]} in {base} has no {'::'.join(rest[1:])}"
+    return None
+
+
+def architecture_names(doc="docs/architecture.md"):
+    """Every Rust path and type named in backticks in the architecture doc
+    resolves (see the module doc)."""
+    bad = []
+    for n, line in enumerate(text(doc).splitlines(), 1):
+        for code in re.findall(r"`([^`]+)`", line):
+            for m in RUST_PATH_RE.finditer(code):
+                why = resolve_path(m.group(1))
+                if why:
+                    bad.append(f"{doc}:{n}: `{m.group(1)}`: {why}")
+            t = TYPE_RE.match(code.strip())
+            if t and t.group(1) not in STD_TYPES and "::" not in code:
+                if not any(defines([f], t.group(1)) for f in SOURCES if f.endswith(".rs")):
+                    bad.append(f"{doc}:{n}: no type {t.group(1)} is defined in any crate")
+    return bad
+
+
+def self_test():
+    """The negative control: a made-up tree whose doc names what it
+    defines passes; with a type and a function removed it fails on both."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        def write(rel, body):
+            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+            with open(os.path.join(d, rel), "w") as h:
+                h.write(body)
+        write("core/src/lib.rs", "pub mod placement;\npub mod grantfile;\n")
+        write("core/src/placement.rs", "pub struct Placer;\nimpl Placer {\n    pub fn place(&self) {}\n}\n")
+        write("core/src/grantfile.rs", "pub fn set_vram() {}\npub enum Size { Ppm(u32) }\n")
+        write("docs/architecture.md", "`core::placement::Placer::place`, `grantfile::set_vram`, `Size::Ppm`, `Placer`\n")
+        run = lambda: subprocess.run([sys.executable, os.path.abspath(__file__), "--names-only", d],
+                                     capture_output=True, text=True)
+        ok = run()
+        write("core/src/placement.rs", "pub struct Admission;\n")
+        write("core/src/grantfile.rs", "pub fn set_bytes() {}\npub enum Size { Ppm(u32) }\n")
+        gone = run()
+        good = ok.returncode == 0 and gone.returncode == 1 and "set_vram" in gone.stdout and "Placer" in gone.stdout
+        print(("ok" if good else "FAILED") + ": doc-paths self-test: intact tree exit "
+              f"{ok.returncode} ({ok.stdout.strip()!r}), tree with Placer and set_vram gone exit "
+              f"{gone.returncode} ({gone.stdout.strip()!r})")
+        return 0 if good else 1
+
+
 def main():
+    if "--names-only" in sys.argv:
+        bad = architecture_names()
+        for b in bad:
+            print(b)
+        return 1 if bad else 0
     docs = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "README.md")]
     targets = make_targets()
     env_known = {}
@@ -209,6 +346,7 @@ def main():
                 if not env_known[v]:
                     bad.append(f"{rel}:{n}: environment variable {v} is named by no source file")
     bad += architecture()
+    bad += architecture_names()
     for b in bad:
         print(b)
     print(f"doc-paths: {len(docs)} documents, {len(bad)} stale claim(s)")
@@ -216,4 +354,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(self_test() if "--self-test" in sys.argv else main())
