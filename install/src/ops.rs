@@ -552,7 +552,7 @@ pub fn doctor(_: &DoctorArgs) -> Result<()> {
         (false, s) => gpuquota_core::outln!("--    driver limits: {s}"),
     }
     for c in crate::engines::doctor_checks(cfg.env_requests) {
-        use crate::engines::doctor::Verdict;
+        use crate::engines::check::Verdict;
         match c.verdict {
             Verdict::Ok => check(&c.name, Ok(c.text)),
             Verdict::Fail => check(&c.name, Err(anyhow::anyhow!("{}", c.text))),

@@ -1,6 +1,14 @@
 //! Carrying a plan out: `--dry-run` diffs, atomic writes, directories, and the
 //! command-line flow of `gpu-quota install|uninstall ENGINE` (target root, runtime path).
-use super::*;
+use super::fsutil::{FsView, RootFs};
+use super::model::*;
+use super::plan::{plan_install, plan_uninstall};
+use super::{fsutil, registry};
+use anyhow::{Context, Result};
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 pub(super) fn label(fs: &RootFs, p: &Path) -> String {
     fs.host_path(p).display().to_string()
@@ -183,13 +191,7 @@ pub(super) fn runtime_path(args: &EngineArgs, fs: &RootFs) -> Result<String> {
 
 pub(super) fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     let fs = root_fs(args)?;
-    let engine: Box<dyn Engine> = match args.engine {
-        _ if args.kubernetes => args.engine.cluster_engine()?,
-        EngineKind::Docker => Box::new(docker::Docker::new(dockerver::detect(
-            args.docker_version.as_deref(),
-        ))),
-        k => k.engine(),
-    };
+    let engine = registry::engine_for(args)?;
     let name = args.engine.name();
     let runtime = if installing {
         runtime_path(args, &fs)?
@@ -201,7 +203,7 @@ pub(super) fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     } else {
         plan_uninstall(engine.as_ref(), &fs)
     }
-    .map_err(|e| e.rooted(&fs))?;
+    .map_err(|e| rooted(e, &fs))?;
 
     let ctx = Ctx {
         root_given: args.root.is_some(),
@@ -237,7 +239,7 @@ pub(super) fn run(args: &EngineArgs, installing: bool) -> Result<()> {
     } else {
         say!("{name}: removing runtime {RUNTIME_NAME:?}");
     }
-    apply(&plan, &fs).map_err(|e| e.rooted(&fs))?;
+    apply(&plan, &fs).map_err(|e| rooted(e, &fs))?;
     for line in engine.finish(&ctx, installing) {
         say!("{line}");
     }
@@ -246,4 +248,30 @@ pub(super) fn run(args: &EngineArgs, installing: bool) -> Result<()> {
 
 pub(super) fn core_which(p: &str) -> bool {
     gpuquota_core::paths::which(Path::new(p)).is_some()
+}
+
+/// Errors are built with target-system paths; show the file as it is on this machine.
+pub(super) fn rooted(e: EngineError, fs: &RootFs) -> EngineError {
+    let map = |p: PathBuf| fs.host_path(&p);
+    match e {
+        EngineError::Io { path, err } => EngineError::Io {
+            path: map(path),
+            err,
+        },
+        EngineError::BadJson { path, err } => EngineError::BadJson {
+            path: map(path),
+            err,
+        },
+        EngineError::BadToml { path, msg } => EngineError::BadToml {
+            path: map(path),
+            msg,
+        },
+        EngineError::Invalid { path, what, hint } => EngineError::Invalid {
+            path: map(path),
+            what,
+            hint,
+        },
+        EngineError::Raced { path } => EngineError::Raced { path: map(path) },
+        e @ EngineError::Usage(_) => e,
+    }
 }

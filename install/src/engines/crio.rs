@@ -4,7 +4,9 @@
 //! (`io.kubernetes.cri-o.*`, ...), and CRI-O refuses a runtime handler that lists any other key
 //! ("invalid allowed_annotation"). Ordinary pod annotations such as `gpu-quota.io/vram` reach
 //! the container's config.json without it.
-use super::{dropin, toml_str, Ctx, Engine, EngineError, EngineKind, EnginePlan, RUNTIME_NAME};
+use super::dropin;
+use super::engine::Engine;
+use super::model::{toml_str, Ctx, EngineError, EngineKind, EnginePlan, RUNTIME_NAME};
 
 pub const DROPIN: &str = "/etc/crio/crio.conf.d/99-gpu-quota.conf";
 /// runc state of containers of this handler (separate from runc's /run/runc).
@@ -52,8 +54,8 @@ impl Engine for Crio {
         EngineKind::Crio
     }
 
-    fn env_requests(&self) -> super::EnvRequests {
-        super::EnvRequests::Set(
+    fn env_requests(&self) -> super::model::EnvRequests {
+        super::model::EnvRequests::Set(
             false,
             "CRI-O passes pod annotations: requests come from annotations only.".into(),
         )

@@ -10,11 +10,12 @@
 use std::path::Path;
 
 use super::dockerver::{DockerVersion, ANNOTATIONS_SINCE};
+use super::engine::Engine;
 use super::fsutil::{backup_path, FsView};
-use super::reload::{self, Reloaded};
-use super::{
-    Ctx, Engine, EngineError, EngineKind, EnginePlan, EnvRequests, FileChange, RUNTIME_NAME,
+use super::model::{
+    Ctx, EngineError, EngineKind, EnginePlan, EnvRequests, FileChange, RUNTIME_NAME,
 };
+use super::reload::{self, Reloaded};
 
 pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
@@ -683,14 +684,14 @@ mod tests {
     fn uninstall_after_user_edit_is_surgical() {
         let src = "{\n  \"debug\": true\n}\n";
         let mut fs = MemFs::new().with(DAEMON_JSON, src);
-        let p = crate::engines::plan_install(&Docker::default(), &fs, RT).unwrap();
+        let p = crate::engines::plan::plan_install(&Docker::default(), &fs, RT).unwrap();
         fs.apply(&p.changes);
         let edited = fs
             .get(DAEMON_JSON)
             .unwrap()
             .replace("\"debug\": true", "\"debug\": false");
         fs.put(DAEMON_JSON, edited.into_bytes());
-        let u = crate::engines::plan_uninstall(&Docker::default(), &fs).unwrap();
+        let u = crate::engines::plan::plan_uninstall(&Docker::default(), &fs).unwrap();
         fs.apply(&u.changes);
         assert_eq!(fs.get(DAEMON_JSON).unwrap(), "{\n  \"debug\": false\n}\n");
         assert!(

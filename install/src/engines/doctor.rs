@@ -5,25 +5,12 @@
 //!
 //! Pure over its inputs (the configuration tree, which programs exist, the Docker version),
 //! so the verdicts are unit-tested.
-use super::dockerver::{DockerVersion, ANNOTATIONS_SINCE};
-use super::fsutil::FsView;
-use super::{containerd, EngineKind};
+use super::check::{Check, Host, Verdict};
+use super::containerd;
+use super::dockerver::ANNOTATIONS_SINCE;
+use super::model::{EngineKind, CLUSTER_ANNOTATIONS};
+use super::registry::engine_of;
 use gpuquota_core::formats::keys;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Ok,
-    /// Worth knowing, not a failure (e.g. an engine that is not installed).
-    Info,
-    Fail,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub name: String,
-    pub verdict: Verdict,
-    pub text: String,
-}
 
 fn check(name: &str, verdict: Verdict, text: impl Into<String>) -> Check {
     Check {
@@ -41,17 +28,8 @@ const REQUEST_KEYS: &[&str] = &keys::ANNOTATION_KEYS;
 /// containerd's own rule for annotation patterns (Go's `path.Match`).
 use super::glob::path_match as glob_match;
 
-/// What the host has: `program(name)` says whether a program is on PATH.
-pub struct Host<'a> {
-    pub fs: &'a dyn FsView,
-    pub program: &'a dyn Fn(&str) -> bool,
-    pub docker_version: Option<DockerVersion>,
-    /// `env_requests` of the gpu-quota configuration in use.
-    pub env_requests: bool,
-}
-
 fn registered(h: &Host, kind: EngineKind) -> Option<String> {
-    kind.engine().installed_runtime(h.fs).ok().flatten()
+    engine_of(kind).installed_runtime(h.fs).ok().flatten()
 }
 
 pub fn checks(h: &Host) -> Vec<Check> {
@@ -119,7 +97,7 @@ pub fn checks(h: &Host) -> Vec<Check> {
             // container annotations, and no pod annotation may reach the runtime
             let ca = containerd::installed_entry(h.fs, "container_annotations").unwrap_or_default();
             let pa = containerd::installed_entry(h.fs, "pod_annotations").unwrap_or_default();
-            let has_all = super::CLUSTER_ANNOTATIONS
+            let has_all = CLUSTER_ANNOTATIONS
                 .iter()
                 .all(|k| ca.split(',').any(|p| glob_match(p, k)));
             let (verdict, text) = if has_all && pa.is_empty() {
@@ -206,6 +184,7 @@ pub fn checks(h: &Host) -> Vec<Check> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::dockerver::DockerVersion;
     use super::super::fsutil::MemFs;
     use super::*;
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::fsutil::FsView;
-use super::{EngineError, EnginePlan, FileChange};
+use super::model::{EngineError, EnginePlan, FileChange};
 
 pub fn plan_install(fs: &dyn FsView, path: &str, text: String) -> Result<EnginePlan, EngineError> {
     let before = fs.read(Path::new(path))?;

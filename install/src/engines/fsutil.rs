@@ -12,7 +12,7 @@ use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use super::EngineError;
+use super::model::EngineError;
 
 /// Suffix of the backup taken before the first change of a pre-existing file.
 pub const BACKUP_SUFFIX: &str = ".gpu-quota.bak";
@@ -163,7 +163,7 @@ impl MemFs {
         self.files.insert(p, content);
     }
     /// Apply planned changes (what the applier does, minus the disk).
-    pub fn apply(&mut self, changes: &[super::FileChange]) {
+    pub fn apply(&mut self, changes: &[super::model::FileChange]) {
         for c in changes {
             match &c.after {
                 Some(b) => self.put(c.path.to_str().unwrap(), b.clone()),

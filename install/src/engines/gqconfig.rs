@@ -16,7 +16,7 @@ use std::path::Path;
 use toml_edit::{value, DocumentMut, Item};
 
 use super::fsutil::FsView;
-use super::{EngineError, FileChange};
+use super::model::{EngineError, FileChange};
 
 pub use gpuquota_core::config::DEFAULT_PATH as CONFIG;
 pub const KEY: &str = "env_requests";

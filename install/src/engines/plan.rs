@@ -2,7 +2,13 @@
 //! engine's own edits plus `env_requests`, backups of pre-existing files, the directories to
 //! create and the state file that records them, and on uninstall the replayed install that
 //! tells whether a file is still exactly what install made of its backup.
-use super::*;
+use super::engine::Engine;
+use super::fsutil::{backup_path, FsView};
+use super::gqconfig;
+use super::model::*;
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// The engine's own edits plus the `env_requests` edit of config.toml.
 pub(super) fn engine_plan_install(

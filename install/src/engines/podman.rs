@@ -4,7 +4,9 @@
 //! No other file is touched. No OCI hooks.d file either: gpu-quota-runtime injects its hook
 //! into config.json itself, and a hooks.d entry would run the hook a second time (or, with
 //! crun or runc as the runtime, outside the quota runtime).
-use super::{dropin, toml_str, Ctx, Engine, EngineError, EngineKind, EnginePlan, RUNTIME_NAME};
+use super::dropin;
+use super::engine::Engine;
+use super::model::{toml_str, Ctx, EngineError, EngineKind, EnginePlan, RUNTIME_NAME};
 
 pub const DROPIN: &str = "/etc/containers/containers.conf.d/gpu-quota.conf";
 

@@ -5,7 +5,7 @@
 //! `--runtime gpu-quota` are handled here.
 //!
 //! Pure over its inputs (the file tree and which programs exist): unit-tested.
-use super::doctor::{Check, Host, Verdict};
+use super::check::{Check, Host, Verdict};
 use std::path::Path;
 
 /// The toolkit's programs, by role.

@@ -32,10 +32,11 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{value, Array, DocumentMut, Item, Table};
 
+use super::engine::Engine;
 use super::fsutil::{backup_path, normalize, FsView};
-use super::{
-    Ctx, Engine, EngineError, EngineKind, EnginePlan, FileChange, ANNOTATION_PATTERNS,
-    CLUSTER_ANNOTATIONS, RUNTIME_NAME,
+use super::model::{
+    Ctx, EngineError, EngineKind, EnginePlan, FileChange, ANNOTATION_PATTERNS, CLUSTER_ANNOTATIONS,
+    RUNTIME_NAME,
 };
 
 pub const MAIN: &str = "/etc/containerd/config.toml";
@@ -113,7 +114,7 @@ fn change_if(l: &Loaded) -> Option<FileChange> {
         path: l.path.clone(),
         before: Some(l.bytes.clone()),
         after: Some(after),
-        kind: super::ChangeKind::Config,
+        kind: super::model::ChangeKind::Config,
     })
 }
 
@@ -196,8 +197,8 @@ impl Engine for Containerd {
         EngineKind::Containerd
     }
 
-    fn env_requests(&self) -> super::EnvRequests {
-        super::EnvRequests::Set(false, "containerd passes the request keys listed in pod_annotations: requests come from annotations only.".into())
+    fn env_requests(&self) -> super::model::EnvRequests {
+        super::model::EnvRequests::Set(false, "containerd passes the request keys listed in pod_annotations: requests come from annotations only.".into())
     }
 
     fn plan_install(&self, fs: &dyn FsView, runtime: &str) -> Result<EnginePlan, EngineError> {
@@ -387,8 +388,8 @@ impl Engine for Containerd {
 mod tests {
     use super::*;
     use crate::engines::fsutil::MemFs;
+    use crate::engines::plan::{plan_install, plan_uninstall};
     use crate::engines::tests::round_trip;
-    use crate::engines::{plan_install, plan_uninstall};
 
     const RT: &str = "/usr/local/bin/gpu-quota-runtime";
     const DEBIAN: &str = "version = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".cni]\n      bin_dir = \"/usr/lib/cni\"\n      conf_dir = \"/etc/cni/net.d\"\n  [plugins.\"io.containerd.internal.v1.opt\"]\n    path = \"/var/lib/containerd/opt\"\n";
