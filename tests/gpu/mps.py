@@ -4,6 +4,8 @@ mps.py mm SECS [--set-env K=V]...   bf16 8192x8192 matmuls for SECS seconds;
                                     prints RESULT {"tflops":..,"iters":..}
                                     --set-env changes this process's
                                     environment before CUDA is initialised
+mps.py graph SECS                   the same matmuls replayed from a captured
+                                    CUDA graph (10 per graph)
 mps.py attr                         no framework: cuInit, then the device
                                     attribute MPS_ENABLED (133) of device 0;
                                     prints RESULT {"init":..,"mps_enabled":..}
@@ -45,6 +47,29 @@ def mm(secs, sets):
            mps=mps_enabled()["mps_enabled"],
            env={k: os.environ.get(k) for k in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY",
                                                  "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")})
+
+def graph(secs):
+    import torch
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            c = a @ b
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(10):
+            c = a @ b
+    g.replay(); torch.cuda.synchronize()
+    t0 = time.time(); it = 0
+    while time.time() - t0 < secs:
+        g.replay(); torch.cuda.synchronize(); it += 10
+    dt = time.time() - t0
+    result(tflops=round(2 * n ** 3 * it / dt / 1e12, 1), iters=it, secs=round(dt, 2),
+           mps=mps_enabled()["mps_enabled"], graph=True)
 
 def mps_enabled():
     """CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133) of device 0, through the driver
@@ -111,6 +136,8 @@ if __name__ == "__main__":
     if m == "mm":
         sets = [sys.argv[i + 1] for i, x in enumerate(sys.argv) if x == "--set-env"]
         mm(float(sys.argv[2]), sets)
+    elif m == "graph":
+        graph(float(sys.argv[2]))
     elif m == "attr":
         result(**mps_enabled())
     elif m == "alloc":
