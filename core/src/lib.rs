@@ -14,6 +14,7 @@ pub mod ldcache;
 pub mod ledger;
 pub mod lifecycle;
 pub mod placement;
+pub mod procmem;
 pub mod request;
 pub mod units;
 

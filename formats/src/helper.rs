@@ -10,6 +10,7 @@
 //!   ([`Set`], [`LimitArg`])
 //! * `driver-limits clear --nvml LIB --record JSON` ([`Clear`])
 //! * `nvml-inventory`
+//! * `gpu-processes --nvml LIB --uuid GPU-…` ([`Processes`])
 use core::fmt;
 
 /// The helper's file name (installed beside the hook or in
@@ -48,6 +49,9 @@ spelled! {
         DriverLimits = "driver-limits",
         /// Print NVML's inventory as one JSON line (core::inventory).
         NvmlInventory = "nvml-inventory",
+        /// Print the processes NVML sees on one GPU, with their memory
+        /// (core::procmem).
+        GpuProcesses = "gpu-processes",
     }
 }
 
@@ -125,6 +129,33 @@ impl<'a> Measure<'a> {
     pub fn parse<S: AsRef<str>>(rest: &'a [S]) -> Result<Self, ArgError> {
         Ok(Measure {
             cuda: value(rest, Flag::Cuda)?,
+            nvml: value(rest, Flag::Nvml)?,
+            uuid: value(rest, Flag::Uuid)?,
+        })
+    }
+}
+
+/// `gpu-processes --nvml LIB --uuid GPU-…`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Processes<'a> {
+    pub nvml: &'a str,
+    pub uuid: &'a str,
+}
+
+impl<'a> Processes<'a> {
+    /// The whole argv after the program.
+    pub fn argv(&self) -> [&'a str; 5] {
+        [
+            Stage::GpuProcesses.name(),
+            Flag::Nvml.name(),
+            self.nvml,
+            Flag::Uuid.name(),
+            self.uuid,
+        ]
+    }
+    /// From the arguments after the stage.
+    pub fn parse<S: AsRef<str>>(rest: &'a [S]) -> Result<Self, ArgError> {
+        Ok(Processes {
             nvml: value(rest, Flag::Nvml)?,
             uuid: value(rest, Flag::Uuid)?,
         })
@@ -278,6 +309,14 @@ mod tests {
                 .map(|(uuid, bytes)| LimitArg { uuid, bytes })
                 .to_vec()
         );
+
+        let p = Processes {
+            nvml: "/l/nv",
+            uuid: "GPU-1",
+        };
+        let a = p.argv();
+        assert_eq!(Stage::parse(a[0]), Some(Stage::GpuProcesses));
+        assert_eq!(Processes::parse(&a[1..]), Ok(p));
 
         let c = Clear {
             nvml: "/l/nv",

@@ -223,3 +223,65 @@ fn a_hanging_driver_is_killed_at_the_timeout() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The fake GPU's registry (tests/fake/fake_cuda.h `struct fake_shared`):
+/// where slot i's pid, pid namespace and bytes on device 0 lie.
+const REG_PROCS: usize = 8 + 3 * 8 * 8 + 4 * 8;
+const REG_SLOT: usize = 4 + 4 + 8 * 8;
+const REG_SIZE: usize = REG_PROCS + 256 * REG_SLOT;
+
+fn reg_slot(reg: &mut [u8], i: usize, pid: i32, pidns: u32, dev0: u64) {
+    let o = REG_PROCS + i * REG_SLOT;
+    reg[o..o + 4].copy_from_slice(&pid.to_ne_bytes());
+    reg[o + 4..o + 8].copy_from_slice(&pidns.to_ne_bytes());
+    reg[o + 8..o + 16].copy_from_slice(&dev0.to_ne_bytes());
+}
+
+#[test]
+fn the_child_lists_the_processes_the_fake_gpu_knows_with_their_memory() {
+    use gpuquota_core::procmem::{read_via_helper, GpuProcess, ProcessesReply};
+    const GIB: u64 = 1 << 30;
+    let d = tempfile::tempdir().unwrap();
+    let lib = d.path().join("libnvidia-ml.so.1");
+    std::fs::copy(fake("libnvidia-ml.so.1"), &lib).unwrap();
+    // the registry beside the library, as a process with an empty
+    // environment (this child) finds it
+    let mut reg = vec![0u8; REG_SIZE];
+    let me = std::process::id() as i32;
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id() as i32;
+    gone.wait().unwrap();
+    reg_slot(&mut reg, 0, me, 0, 5 * GIB);
+    reg_slot(&mut reg, 1, gone_pid, 0, GIB); // exited: holds nothing
+    reg_slot(&mut reg, 2, 1, 1, GIB); // a pid namespace no process has
+    reg_slot(&mut reg, 3, me, 0, 0); // nothing on this GPU
+    std::fs::write(d.path().join("fake-gpu-registry"), &reg).unwrap();
+    let list = || read_via_helper(&helper(), &lib, FAKE_UUID).unwrap();
+    assert_eq!(
+        list(),
+        ProcessesReply::Listed(vec![GpuProcess {
+            pid: me as u32,
+            used_bytes: Some(5 * GIB + FAKE_CTX),
+        }])
+    );
+    // a driver that does not attribute memory, or cannot list processes
+    let knob = d.path().join("fake-nvml-processes");
+    std::fs::write(&knob, "unattributed").unwrap();
+    assert_eq!(
+        list(),
+        ProcessesReply::Listed(vec![GpuProcess {
+            pid: me as u32,
+            used_bytes: None,
+        }])
+    );
+    std::fs::write(&knob, "not-supported").unwrap();
+    let ProcessesReply::Unsupported(why) = list() else {
+        panic!("{:?}", list());
+    };
+    assert!(why.contains("not supported"), "{why}");
+    // an NVML that cannot find the GPU is an error, not an empty list
+    let e = read_via_helper(&helper(), &lib, "GPU-00000000-0000-0000-0000-000000000000")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nvmlDeviceGetHandleByUUID"), "{e}");
+}

@@ -3,7 +3,9 @@
  * usage: cuda_probe info | alloc GiB... | hold GiB SECS
  *        cuda_probe wait GiB GiB2 DIR: alloc GiB, try GiB2, create DIR/ready, wait up to 30 s
  *          for DIR/go, then info and GiB2 again in the same process; create DIR/again,
- *          wait for DIR/end (a running process across a resize) */
+ *          wait for DIR/end (a running process across a resize)
+ *        cuda_probe keep GiB DIR: alloc GiB, create DIR/held, wait for DIR/free, free it,
+ *          create DIR/freed, wait for DIR/end (memory held, then freed, by a live process) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +53,25 @@ int main(int argc, char **argv) {
     snprintf(p, sizeof p, "%s/again", argv[4]); fclose(fopen(p, "w"));
     snprintf(p, sizeof p, "%s/end", argv[4]);
     for (int i = 0; i < 600 && access(p, F_OK); i++) usleep(50000);
+    return 0;
+  }
+  if (argc > 3 && !strcmp(argv[1], "keep")) {
+    typedef int (*free_t)(unsigned long long);
+    free_t cuMemFree = (free_t)dlsym(h, "cuMemFree_v2");
+    char p[512];
+    unsigned long long a = 0;
+    int rc = cuMemAlloc(&a, (size_t)(atof(argv[2]) * (1ull << 30)));
+    printf("alloc %s GiB rc=%d\n", argv[2], rc);
+    fflush(stdout);
+    snprintf(p, sizeof p, "%s/held", argv[3]); fclose(fopen(p, "w"));
+    snprintf(p, sizeof p, "%s/free", argv[3]);
+    for (int i = 0; i < 12000 && access(p, F_OK); i++) usleep(50000);
+    rc = a ? cuMemFree(a) : 0;
+    printf("free rc=%d\n", rc);
+    fflush(stdout);
+    snprintf(p, sizeof p, "%s/freed", argv[3]); fclose(fopen(p, "w"));
+    snprintf(p, sizeof p, "%s/end", argv[3]);
+    for (int i = 0; i < 12000 && access(p, F_OK); i++) usleep(50000);
     return 0;
   }
   int hold = argc > 1 && !strcmp(argv[1], "hold");

@@ -168,6 +168,20 @@ fn kill_at(h: &Host, id: &str, size: &str, step: usize) {
 fn kill_at_every_step_of_a_resize_leaves_the_ledger_and_the_limit_agreeing() {
     require_e2e!();
     let h = Host::new(HostOpts::default());
+    // a shrink needs the driver's per-process account (lifecycle::held): the
+    // fake NVML (its two GPUs are the host's), which sees no process of the
+    // container hold memory
+    let nvml = h.path().join("lib/libnvidia-ml.so.580.1");
+    std::fs::remove_file(&nvml).unwrap();
+    std::fs::copy(repo().join("tests/fake/build/libnvidia-ml.so.1"), &nvml).unwrap();
+    std::fs::write(h.path().join("lib/fake-nvml-devices"), "2").unwrap();
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    std::fs::write(
+        h.config(),
+        cfg.replace(&uuid(0), &fake_uuid(0))
+            .replace(&uuid(1), &fake_uuid(1)),
+    )
+    .unwrap();
     run_busybox(&h, "k9", &[("vram", "4g")]);
     let mut disagreed = 0;
     for (from, to, size) in [(4 * GIB, 6 * GIB, "6g"), (4 * GIB, 2 * GIB, "2g")] {
@@ -248,4 +262,155 @@ fn a_running_process_sees_a_grow_and_a_shrink_waits_until_it_fits() {
         ((4 * GIB, false), 4 * GIB)
     );
     h.runtime(&["delete", "--force", "rz"]);
+}
+
+/// A host on the fake driver whose NVML sees every process that holds fake
+/// device memory, with its bytes, by the pid the host gives it, as the real
+/// driver does: the host gets its own copy of the fake libraries with the
+/// fake GPU's registry beside them (fake-gpu-registry, tests/fake/fake_cuda.h),
+/// and the container's fake libcuda writes the same registry, through /out.
+/// `processes`: the fake NVML's fake-nvml-processes knob ("not-supported",
+/// "unattributed"), or none. The bundle's processes see a 16 GiB GPU 0.
+fn driver_host(name: &str, processes: Option<&str>) -> (Host, Bundle) {
+    let (h, b, _) = cuda_host(name, "context_overhead = \"0\"");
+    let fake = repo().join("tests/fake/build");
+    let lib = h.path().join("fakelib");
+    std::fs::create_dir(&lib).unwrap();
+    for f in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        std::fs::copy(fake.join(f), lib.join(f)).unwrap();
+    }
+    std::fs::write(b.out.join("fake-gpu"), b"").unwrap();
+    std::os::unix::fs::symlink(b.out.join("fake-gpu"), lib.join("fake-gpu-registry")).unwrap();
+    if let Some(p) = processes {
+        std::fs::write(lib.join("fake-nvml-processes"), p).unwrap();
+    }
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    let from = format!("lib_dirs = [\"{}\"]", fake.display());
+    assert!(cfg.contains(&from), "{cfg}");
+    std::fs::write(
+        h.config(),
+        cfg.replace(&from, &format!("lib_dirs = [\"{}\"]", lib.display())),
+    )
+    .unwrap();
+    (h, b)
+}
+
+/// The container script: one process holds `gib` GiB (cuda_probe keep; it
+/// frees them at /out/free); then, where `zero`, root in the container
+/// zeroes its usage file (the interceptor's account of what it holds).
+fn holder(b: &Bundle, slice: &str, gib: &str, zero: bool) {
+    let zero = if zero {
+        "busybox dd if=/dev/zero of=/run/gpu-quota/usage bs=4096 count=65 conv=notrunc 2>/out/dd; "
+    } else {
+        ""
+    };
+    b.set(
+        &[("vram", slice), ("gpu", "0")],
+        &format!(
+            "cuda_probe keep {gib} /out > /out/log 2>&1 & \
+             while [ ! -e /out/held ]; do sleep 0.1; done; {zero}touch /out/up; sleep 600"
+        ),
+        &[
+            "FAKE_CUDA_MEM_BYTES=17179869184",
+            "FAKE_CUDA_PEAK_FILE=/out/fake-gpu",
+        ],
+    );
+}
+
+fn start(h: &Host, b: &Bundle, id: &str) {
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]),
+        "run",
+    );
+    b.wait_out("up", 20).expect("the holder is up");
+    let log = std::fs::read_to_string(b.out.join("log")).unwrap();
+    assert!(log.contains("rc=0"), "{log}");
+}
+
+/// What the container's usage file says it holds (`gpu-quota ls`'s USED).
+fn usage_says(h: &Host, id: &str) -> String {
+    let ls = String::from_utf8_lossy(&gq(h, &["ls"]).stdout).into_owned();
+    ls.lines()
+        .find(|l| l.starts_with(&format!("{id} ")))
+        .unwrap_or_else(|| panic!("{id} in {ls}"))
+        .to_string()
+}
+
+#[test]
+fn a_shrink_is_refused_by_what_the_driver_sees_when_the_usage_file_is_zeroed() {
+    require_e2e!();
+    let (h, b) = driver_host("zv", None);
+    holder(&b, "8g", "7", true);
+    start(&h, &b, "zv");
+    // the container's own word: nothing held (the negative control of the
+    // lie: the old code believed it)
+    let ls = usage_says(&h, "zv");
+    assert!(!ls.contains("7.00 GiB"), "the usage file was zeroed: {ls}");
+    // the driver sees the host pid of the process holding 7 GiB
+    let o = gq(&h, &["resize", "zv", "2g"]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "a shrink below what it holds: {e}");
+    assert!(
+        e.contains("cannot shrink container zv to 2.00 GiB on GPU 0")
+            && e.contains("holds 7.29 GiB")
+            && e.contains("host pid ")
+            && e.contains("by the driver"),
+        "{e}"
+    );
+    assert_eq!(ledger_bytes(&h, "zv"), (8 * GIB, false), "nothing freed");
+    assert_eq!(grant_bytes(&h), 8 * GIB, "the limit is back");
+    // the room is not handed to another tenant
+    let w = h.bundle("zw");
+    w.set(&[("vram", "14g"), ("gpu", "0")], "true", &[]);
+    assert!(!h
+        .runtime(&["create", "--bundle", &w.bundle_arg(), "zw"])
+        .status
+        .success());
+    h.runtime(&["delete", "--force", "zv"]);
+}
+
+#[test]
+fn a_live_process_that_freed_its_memory_does_not_block_a_shrink() {
+    require_e2e!();
+    let (h, b) = driver_host("fv", None);
+    holder(&b, "8g", "7", false);
+    start(&h, &b, "fv");
+    let e = stderr(&gq(&h, &["resize", "fv", "2g"]));
+    assert!(e.contains("holds 7.29 GiB"), "held, then: {e}");
+    std::fs::write(b.out.join("free"), b"").unwrap();
+    b.wait_out("freed", 20)
+        .expect("the process freed its memory");
+    // alive, holding nothing: the driver and the usage file agree
+    assert_ok(&gq(&h, &["resize", "fv", "2g"]), "shrink once freed");
+    assert_eq!(
+        (ledger_bytes(&h, "fv"), grant_bytes(&h)),
+        ((2 * GIB, false), 2 * GIB)
+    );
+    h.runtime(&["delete", "--force", "fv"]);
+}
+
+#[test]
+fn where_the_driver_cannot_tell_a_shrink_is_refused_and_a_grow_is_not() {
+    require_e2e!();
+    for (mode, id) in [("not-supported", "nv"), ("unattributed", "uv")] {
+        let (h, b) = driver_host(id, Some(mode));
+        holder(&b, "8g", "1", false);
+        start(&h, &b, id);
+        // the usage file says 1 GiB, well below 4: still refused, and why
+        let o = gq(&h, &["resize", id, "4g"]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{mode}: {e}");
+        assert!(
+            e.contains(&format!("cannot shrink container {id} to 4.00 GiB"))
+                && e.contains("the host cannot see what")
+                && e.contains("recreate the container"),
+            "{mode}: {e}"
+        );
+        assert_eq!(ledger_bytes(&h, id), (8 * GIB, false), "{mode}");
+        assert_eq!(grant_bytes(&h), 8 * GIB, "{mode}");
+        // a grow needs nothing of the driver's accounting
+        assert_ok(&gq(&h, &["resize", id, "10g"]), "grow");
+        assert_eq!(ledger_bytes(&h, id), (10 * GIB, false), "{mode}");
+        h.runtime(&["delete", "--force", id]);
+    }
 }

@@ -3,7 +3,8 @@
    i-th size, the last one repeating: GPUs of different sizes), real
    bookkeeping of allocations,
    cuGetProcAddress/_v2 over its own symbols (version + ptsz aware), and a
-   cross-process in-use/peak record in FAKE_CUDA_PEAK_FILE.
+   cross-process in-use/peak record in the registry (FAKE_CUDA_PEAK_FILE, or
+   fake-gpu-registry beside the library; fake_cuda.h).
    FAKE_CUDA_GPA_MODE=internal makes cuGetProcAddress return internal
    function pointers that differ from the exported symbols (like a driver
    that hands out non-exported entry points). Built with
@@ -24,6 +25,15 @@ pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 int g_inited;
 int my_proc = -1, my_proc_pid = 0;
 
+/* this process's pid namespace (fake_pidns), set at init */
+static uint32_t g_pidns;
+/* whether slot i's pid is one of this process's namespace (a slot of another
+   namespace is judged there: its pid means another process here) */
+static int same_ns(int i) {
+  uint32_t ns = __atomic_load_n(&S->procs[i].pidns, __ATOMIC_SEQ_CST);
+  return ns == 0 || g_pidns == 0 || ns == g_pidns;
+}
+
 /* ------------------------------------------------------------ init */
 __attribute__((constructor)) static void fake_ctor(void) {
   const char *e = getenv("FAKE_CUDA_GPA_MODE");
@@ -37,10 +47,9 @@ void fake_init(void) {
   if (g_ndev > FAKE_MAX_DEV) g_ndev = FAKE_MAX_DEV;
   if ((e = getenv("FAKE_CUDA_MEM_BYTES"))) fake_mem_sizes(e, g_mem_of);
   if ((e = getenv("FAKE_CUDA_GPA_MODE")) && !strcmp(e, "internal")) g_internal_gpa = 1;
-  const char *pf = getenv("FAKE_CUDA_PEAK_FILE");
   void *m = MAP_FAILED;
-  if (pf && *pf) {
-    int fd = open(pf, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  {
+    int fd = fake_registry_open((void *)fake_init);
     if (fd >= 0) {
       flock(fd, LOCK_EX);
       off_t sz = lseek(fd, 0, SEEK_END);
@@ -56,10 +65,12 @@ void fake_init(void) {
     m = mmap(0, sizeof(struct fake_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   S = m;
   g_inited = 1;
+  g_pidns = fake_pidns();
   /* an earlier image of this process (it exec'd) closed its device files:
      its memory is gone */
   for (int i = 0; i < FAKE_MAX_PROCS; i++) {
     int pid = getpid();
+    if (!same_ns(i)) continue;
     if (!__atomic_compare_exchange_n(&S->procs[i].pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
     for (int d = 0; d < FAKE_MAX_DEV; d++) {
       u64 u = __atomic_exchange_n(&S->procs[i].used[d], 0, __ATOMIC_SEQ_CST);
@@ -82,7 +93,7 @@ int proc_gone(int pid) {
 void reap_dead(void) {
   for (int i = 0; i < FAKE_MAX_PROCS; i++) {
     int pid = __atomic_load_n(&S->procs[i].pid, __ATOMIC_SEQ_CST);
-    if (pid == 0 || pid == getpid()) continue;
+    if (pid <= 0 || pid == getpid() || !same_ns(i)) continue;
     if (!proc_gone(pid)) continue;
     if (!__atomic_compare_exchange_n(&S->procs[i].pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
     for (int d = 0; d < FAKE_MAX_DEV; d++) {
@@ -98,7 +109,11 @@ int proc_slot(void) {
   int me = getpid();
   for (int i = 0; i < FAKE_MAX_PROCS; i++) {
     int z = 0;
-    if (__atomic_compare_exchange_n(&S->procs[i].pid, &z, me, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    /* claimed (-2) before its namespace is written, published after: a
+       reader never takes the pid in the wrong namespace */
+    if (__atomic_compare_exchange_n(&S->procs[i].pid, &z, -2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+      __atomic_store_n(&S->procs[i].pidns, g_pidns, __ATOMIC_SEQ_CST);
+      __atomic_store_n(&S->procs[i].pid, me, __ATOMIC_SEQ_CST);
       my_proc = i; my_proc_pid = me;
       return i;
     }

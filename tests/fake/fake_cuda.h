@@ -7,15 +7,24 @@
 #define FAKE_MAX_DEV 8
 #define FAKE_MAX_PROCS 256
 
-/* Shared across processes through the file named by FAKE_CUDA_PEAK_FILE
-   (anonymous, per-process, when unset). */
+/* Shared across processes through the registry file (fake_registry_open):
+   the one FAKE_CUDA_PEAK_FILE names, else fake-gpu-registry beside the
+   library when it exists (a process with an empty environment, such as
+   gpu-quota's helper child, finds it there); anonymous, per-process, when
+   neither. As on a real driver, every process's device memory is known
+   host-wide: a process's slot names it by its pid in its own pid namespace
+   and that namespace (pidns), and the fake NVML reports it by the pid the
+   caller's namespace gives it. */
 struct fake_shared {
   uint64_t magic;
   uint64_t in_use[FAKE_MAX_DEV];   /* bytes allocated right now, all processes */
   uint64_t peak[FAKE_MAX_DEV];     /* max of in_use ever seen */
   uint64_t external[FAKE_MAX_DEV]; /* simulated other tenants (fake_cuda_set_external) */
   uint64_t allocs, frees, unknown_frees, refused;
-  struct { int32_t pid; int32_t pad; uint64_t used[FAKE_MAX_DEV]; } procs[FAKE_MAX_PROCS];
+  /* pid: in the process's own pid namespace (getpid()); 0 free, < 0 being
+     claimed or reclaimed. pidns: the low 32 bits of that namespace's inode
+     (fake_pidns), 0 when not known (a record of an older fake). */
+  struct { int32_t pid; uint32_t pidns; uint64_t used[FAKE_MAX_DEV]; } procs[FAKE_MAX_PROCS];
 };
 #define FAKE_SHARED_MAGIC 0x4b41464541445543ull
 
@@ -44,5 +53,39 @@ static inline void fake_mem_sizes(const char *e, unsigned long long out[FAKE_MAX
     if (e && *e) { char *end; v = strtoull(e, &end, 0); e = *end == ',' ? end + 1 : 0; }
     out[i] = v;
   }
+}
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <dlfcn.h>
+
+/* This process's pid namespace (low 32 bits of its inode); 0 if unknown. */
+static inline uint32_t fake_pidns(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+/* `name` beside the library that holds `sym` into out; 0 when not found. */
+static inline int fake_beside(const void *sym, const char *name, char *out, size_t n) {
+  Dl_info di;
+  if (!dladdr(sym, &di) || !di.dli_fname) return 0;
+  snprintf(out, n, "%s", di.dli_fname);
+  char *sl = strrchr(out, '/');
+  if (!sl) return 0;
+  snprintf(sl + 1, n - (size_t)(sl + 1 - out), "%s", name);
+  return 1;
+}
+
+/* The registry's descriptor (-1: none): FAKE_CUDA_PEAK_FILE, created when
+   missing, else fake-gpu-registry beside the library of `sym` when that
+   file exists. */
+static inline int fake_registry_open(const void *sym) {
+  const char *pf = getenv("FAKE_CUDA_PEAK_FILE");
+  if (pf && *pf) return open(pf, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  char p[4096];
+  if (!fake_beside(sym, "fake-gpu-registry", p, sizeof p)) return -1;
+  return open(p, O_RDWR | O_CLOEXEC);
 }
 #endif

@@ -43,10 +43,9 @@ static void setup(void) {
   if ((e = getenv("FAKE_CUDA_MEM_BYTES"))) fake_mem_sizes(e, g_mem_of);
   if ((e = getenv("FAKE_NVML_RESERVED_BYTES"))) g_reserved = strtoull(e, 0, 0);
   for (int i = 0; i < FAKE_MAX_DEV; i++) DEVS[i].idx = i;
-  const char *pf = getenv("FAKE_CUDA_PEAK_FILE");
   void *m = MAP_FAILED;
-  if (pf && *pf) {
-    int fd = open(pf, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  {
+    int fd = fake_registry_open((void *)setup);
     if (fd >= 0) {
       flock(fd, LOCK_EX);
       if (lseek(fd, 0, SEEK_END) < (off_t)sizeof(struct fake_shared)) ftruncate(fd, sizeof(struct fake_shared));
@@ -98,6 +97,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *d, nvmlMemory_v2_t *m) {
 /* ---- additions for issue 9 (context cost, driver limits); additive only ---- */
 #include <signal.h>
 #include <errno.h>
+#include <dirent.h>
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **d) {
   if (!g_init) return 1; if (!uuid || !d) return 2;
@@ -121,24 +121,84 @@ nvmlReturn_t nvmlDeviceGetMigMode(void *d, unsigned *cur, unsigned *pend) { (voi
 
 /* A process's CUDA context costs memory that only NVML's per-process view
    shows (as on a real driver): FAKE_NVML_CTX_BYTES, default 300 MiB, for
-   every process that holds memory on the device. With a shared record
-   (FAKE_CUDA_PEAK_FILE) every live process of it is listed; without one (a
+   every process that holds memory on the device. With a shared registry
+   (fake_cuda.h: FAKE_CUDA_PEAK_FILE, or fake-gpu-registry beside this
+   library) every live process of it is listed, under the pid the caller's
+   pid namespace gives it (a container's process is listed by its host pid
+   to a caller on the host, as the real driver does); without one (a
    cleared environment, e.g. gpu-quota-hook measure-context) the calling
-   process is, from the fake libcuda loaded in it (fake_cuda_stats). */
+   process is, from the fake libcuda loaded in it (fake_cuda_stats).
+
+   What a driver cannot tell, for the callers' fallbacks: FAKE_NVML_PROCESSES,
+   else the first word of fake-nvml-processes beside this library, is
+   "not-supported" (the call returns NVML_ERROR_NOT_SUPPORTED) or
+   "unattributed" (each process is listed with usedGpuMemory
+   NVML_VALUE_NOT_AVAILABLE, as under WDDM or some virtualised GPUs). */
+static int processes_mode(void) { /* 0 normal, 1 not supported, 2 unattributed */
+  char w[32] = "", p[4096];
+  const char *e = getenv("FAKE_NVML_PROCESSES");
+  if (e) snprintf(w, sizeof w, "%s", e);
+  else if (fake_beside((void *)processes_mode, "fake-nvml-processes", p, sizeof p)) {
+    FILE *f = fopen(p, "r");
+    if (f) { if (fscanf(f, "%31s", w) != 1) w[0] = 0; fclose(f); }
+  }
+  return !strcmp(w, "not-supported") ? 1 : !strcmp(w, "unattributed") ? 2 : 0;
+}
+/* The pid, in the caller's pid namespace, of the process whose pid is `pid`
+   in namespace `ns` (fake_pidns); 0 when no process the caller can see is
+   that one (gone, or outside the caller's namespace). */
+static int caller_pid_of(int pid, unsigned ns) {
+  if (ns == 0 || ns == fake_pidns()) return pid;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent *e; int found = 0;
+  while (!found && (e = readdir(d))) {
+    char *end; long hp = strtol(e->d_name, &end, 10);
+    if (*end || hp <= 0) continue;
+    char p[64], line[512]; struct stat st;
+    snprintf(p, sizeof p, "/proc/%ld/ns/pid", hp);
+    if (stat(p, &st) != 0 || (unsigned)st.st_ino != ns) continue;
+    snprintf(p, sizeof p, "/proc/%ld/status", hp);
+    FILE *f = fopen(p, "r");
+    if (!f) continue;
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "NSpid:", 6)) continue;
+      /* the last field: its pid in its own (innermost) namespace */
+      char *last = 0, *tok = strtok(line + 6, " \t\n");
+      while (tok) { last = tok; tok = strtok(0, " \t\n"); }
+      if (last && atoi(last) == pid) found = (int)hp;
+      break;
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return found;
+}
+/* a process that exited (or is a zombie) holds no device memory */
+static int gone(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[64], buf[512]; snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC); if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1); close(fd); if (n <= 0) return 0; buf[n] = 0;
+  char *p = strrchr(buf, ')'); return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
 static unsigned long long ctx_bytes(void) {
   const char *e = getenv("FAKE_NVML_CTX_BYTES");
   return e ? strtoull(e, 0, 0) : 300ull << 20;
 }
 static nvmlReturn_t running(void *d, unsigned *count, nvmlProcessInfo_t *infos) {
   if (!g_init) return 1; if (!d || !count) return 2;
+  int mode = processes_mode();
+  if (mode == 1) return 3; /* NOT_SUPPORTED */
   int dev = ((dev_t_ *)d)->idx;
   nvmlProcessInfo_t tmp[FAKE_MAX_PROCS]; unsigned n = 0;
   for (int i = 0; i < FAKE_MAX_PROCS; i++) {
     int pid = __atomic_load_n(&S->procs[i].pid, __ATOMIC_SEQ_CST);
+    unsigned ns = __atomic_load_n(&S->procs[i].pidns, __ATOMIC_SEQ_CST);
     unsigned long long u = __atomic_load_n(&S->procs[i].used[dev], __ATOMIC_SEQ_CST);
     if (pid <= 0 || u == 0) continue;
-    if (kill(pid, 0) != 0 && errno == ESRCH) continue;
-    tmp[n].pid = pid; tmp[n].usedGpuMemory = u + ctx_bytes(); tmp[n].gpuInstanceId = tmp[n].computeInstanceId = ~0u; n++;
+    if (!(pid = caller_pid_of(pid, ns)) || gone(pid)) continue;
+    tmp[n].pid = pid; tmp[n].usedGpuMemory = mode == 2 ? ~0ull : u + ctx_bytes(); tmp[n].gpuInstanceId = tmp[n].computeInstanceId = ~0u; n++;
   }
   if (n == 0) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -146,7 +206,7 @@ static nvmlReturn_t running(void *d, unsigned *count, nvmlProcessInfo_t *infos) 
     if (stats) {
       static unsigned long long buf[4096]; /* larger than struct fake_stats; in_use[] comes first */
       memset(buf, 0, sizeof buf); stats(buf);
-      if (buf[dev]) { tmp[0].pid = getpid(); tmp[0].usedGpuMemory = buf[dev] + ctx_bytes(); tmp[0].gpuInstanceId = tmp[0].computeInstanceId = ~0u; n = 1; }
+      if (buf[dev]) { tmp[0].pid = getpid(); tmp[0].usedGpuMemory = mode == 2 ? ~0ull : buf[dev] + ctx_bytes(); tmp[0].gpuInstanceId = tmp[0].computeInstanceId = ~0u; n = 1; }
     }
   }
   if (!infos || *count < n) { *count = n; return n ? 7 : 0; }

@@ -38,6 +38,8 @@ use std::path::PathBuf;
 mod admit;
 mod bundle;
 mod enter;
+/// What a container holds on a GPU, for a shrink (`update`).
+pub mod held;
 mod prepare;
 mod release;
 /// The update phase (a running container's grant changes).

@@ -7,14 +7,16 @@
 //! call (`grantfile`), and the driver-level limit (r615+, where the hook set
 //! one) follows in the safe order: raised after the ledger grows, lowered
 //! before the ledger shrinks. A shrink is refused while the container holds
-//! more than the new size on that GPU: the lower limit is put in place
-//! first, so nothing new is admitted past it while the usage is read, and
-//! taken back when the usage does not fit.
+//! more than the new size on that GPU, by the driver's account or by its
+//! own, and while the host cannot see what it holds (`held`): the lower
+//! limit is put in place first, so nothing new is admitted past it while
+//! the usage is read, and taken back when the usage does not fit.
 //!
 //! A crash anywhere leaves the reservation's marker; [`repair`] gives the
 //! container the reservation's bytes and clears it (every resize repairs
 //! first, and so does `gpu-quota gc`), so the ledger and the container
 //! agree on the old size or the new one.
+use super::held;
 use crate::config::Config;
 use crate::events;
 use crate::inventory::Inventory;
@@ -22,7 +24,7 @@ use crate::ledger::resize::ResizeError;
 use crate::ledger::{Key, LedgerError, Reservation};
 use crate::placement::ContextCosts;
 use crate::units::{human, Size};
-use crate::{drvlimit, grantfile, state, usage, Ledger};
+use crate::{drvlimit, grantfile, state, Ledger};
 use gpuquota_formats::grant;
 use std::path::Path;
 
@@ -55,13 +57,12 @@ pub enum UpdateError {
     Resize(#[from] ResizeError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
-    #[error("cannot shrink container {id} to {to} on GPU {gpu}: it holds {held} there ({holders}); free that memory in the container, then resize again")]
+    #[error("cannot shrink container {id} to {to} on GPU {gpu}: {why}")]
     Held {
         id: String,
         gpu: u32,
         to: String,
-        held: String,
-        holders: String,
+        why: held::Refusal,
     },
     #[error("container {id}: its live limit ({path}) cannot be changed: {err}; the ledger was left at {kept}")]
     Grant {
@@ -232,15 +233,14 @@ pub fn resize_observed(
         // nothing new is admitted past the new size from here on
         grant(p.to)?;
         observe(Step::Granted);
-        let (held, holders) = held_on(&dir, r, &p.uuid);
+        let held = held::held_on(cfg, &dir, r, &p.uuid);
         observe(Step::Checked);
-        if held > p.to {
+        if let Some(why) = held.refusal(p.to) {
             return Err(undo(UpdateError::Held {
                 id,
                 gpu: index,
                 to: human(p.to),
-                held: human(held),
-                holders,
+                why,
             }));
         }
         driver(p.to)?;
@@ -257,102 +257,4 @@ pub fn resize_observed(
         from: p.from,
         to: p.to,
     }))
-}
-
-/// What the container holds on GPU `uuid` by its usage file, and by which
-/// processes (pids in the container). A file that names no device for the
-/// GPU counts everything it holds (a shrink must not pass on a guess).
-fn held_on(dir: &Path, r: &Reservation, uuid: &str) -> (u64, String) {
-    let path = state::usage_path(dir);
-    let alive = container_processes(r);
-    let u = match &alive {
-        // a slot counts while its process lives (same pid in the
-        // container's pid namespace, same start time); one left by a dead
-        // process is not held memory
-        Some(set) => usage::read_alive(&path, &|h| set.contains(&(h.pid, h.start_time))),
-        // processes not known (no live init): every slot counts
-        None => usage::read(&path),
-    };
-    let Some(u) = u else {
-        return (0, "no CUDA process".into());
-    };
-    let dev = gpuquota_formats::limits::parse_uuid(uuid.as_bytes()).and_then(|x| u.device_of(&x));
-    let of = |used: &[u64]| match dev {
-        Some(d) => used.get(d).copied().unwrap_or(0),
-        None => used.iter().fold(0u64, |a, b| a.saturating_add(*b)),
-    };
-    let mut who: Vec<(u64, u64)> = u
-        .holders
-        .iter()
-        .map(|h| (h.pid, of(&h.used)))
-        .filter(|(_, b)| *b > 0)
-        .collect();
-    who.sort_by_key(|b| std::cmp::Reverse(b.1));
-    let list = who
-        .iter()
-        .take(8)
-        .map(|(pid, b)| format!("pid {pid} {}", human(*b)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let more = who.len().saturating_sub(8);
-    let holders = match (who.len(), more) {
-        (0, _) => "no process holds memory there".into(),
-        (_, 0) => format!("{list}; pids as the container sees them"),
-        _ => format!("{list} and {more} more; pids as the container sees them"),
-    };
-    (of(&u.used), holders)
-}
-
-/// Upper bound on the processes looked at.
-const MAX_PROCS: usize = 1 << 20;
-
-/// The container's processes as its usage file names them: (pid in the
-/// container's pid namespace, start time), for every host process in the
-/// pid namespace of the container's init (by `/proc/PID/ns/pid`, on cgroup
-/// v1 and v2 alike). A process of a pid namespace nested inside the
-/// container names itself by its innermost pid and is not matched: its slot
-/// counts as gone. None when the container's init is not known alive.
-fn container_processes(r: &Reservation) -> Option<std::collections::HashSet<(u64, u64)>> {
-    use std::os::unix::fs::MetadataExt;
-    let pid = r.pid?;
-    if !r
-        .pid_start
-        .is_some_and(|s| crate::fsutil::process_alive(pid, s))
-    {
-        return None;
-    }
-    let ns_of = |p: &str| {
-        std::fs::metadata(format!("/proc/{p}/ns/pid"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
-    };
-    let ns = ns_of(&pid.to_string())?;
-    let mut out = std::collections::HashSet::new();
-    for (n, e) in std::fs::read_dir("/proc").ok()?.flatten().enumerate() {
-        if n > MAX_PROCS {
-            return None;
-        }
-        let name = e.file_name();
-        let Some(hp) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if ns_of(&hp.to_string()) != Some(ns) {
-            continue;
-        }
-        if let (Some(inner), Some(st)) = (ns_pid(hp), crate::fsutil::process_start_time(hp)) {
-            out.insert((inner, st));
-        }
-    }
-    Some(out)
-}
-
-/// A host process's pid in its innermost pid namespace (`NSpid`'s last).
-fn ns_pid(host_pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))?
-        .split_whitespace()
-        .last()?
-        .parse()
-        .ok()
 }

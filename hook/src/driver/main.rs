@@ -9,16 +9,19 @@
 //! * `measure-context --cuda LIB --nvml LIB --uuid GPU-…` (core/src/ctxcost.rs)
 //! * `driver-limits set|clear …` (core/src/drvlimit/)
 //! * `nvml-inventory`: the host's GPUs as one JSON line (core/src/inventory.rs)
+//! * `gpu-processes --nvml LIB --uuid GPU-…`: the processes NVML lists on
+//!   one GPU with their memory (core/src/procmem.rs)
 //!
 //! It reads nothing of any container and takes no input but its arguments.
 mod nvml_limits;
+mod processes;
 mod stages;
 
 use anyhow::{bail, Result};
 use gpuquota_core::formats::helper::Stage;
 
 const USAGE: &str = "\
-Usage: gpu-quota-driver measure-context|driver-limits|nvml-inventory ARGS
+Usage: gpu-quota-driver measure-context|driver-limits|nvml-inventory|gpu-processes ARGS
 Loads the host's NVIDIA driver libraries for gpu-quota, as a child of gpu-quota-runtime,
 gpu-quota-hook and gpu-quota; they run it, not you.";
 
@@ -47,6 +50,7 @@ fn run(stage: &str, rest: &[String]) -> Result<()> {
             gpuquota_core::outln!("{}", serde_json::to_string(&inv)?);
             Ok(())
         }
+        Some(Stage::GpuProcesses) => processes::main(rest),
         None => {
             let known: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
             bail!("unknown stage {stage:?}; expected {}", known.join(", "))
