@@ -251,6 +251,33 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
 }
 
+/// The most bytes a Unix socket's path may have: `sun_path` holds 108,
+/// the last a NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// A socket path longer than [`MAX_SOCKET_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} would be {path} ({len} bytes), and a Unix socket's path holds at most {max} bytes (sun_path is 108 with its NUL): choose a shorter directory", max = MAX_SOCKET_PATH)]
+pub struct SocketPathError {
+    pub what: String,
+    pub path: PathBuf,
+    pub len: usize,
+}
+
+/// Whether `path` can be a Unix socket's (bind and connect refuse a longer
+/// one); `what` says whose socket it is, for the message.
+pub fn check_socket_path(what: &str, path: &Path) -> Result<(), SocketPathError> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(SocketPathError {
+            what: what.into(),
+            path: path.into(),
+            len,
+        });
+    }
+    Ok(())
+}
+
 impl Config {
     /// The path in use: `$GPU_QUOTA_CONFIG`, else the default.
     pub fn path_from_env() -> PathBuf {
@@ -285,6 +312,17 @@ impl Config {
             .map_err(|e| bad(format!("context_overhead = {:?}: {e}", c.context_overhead)))?;
         c.reserve_bytes()
             .map_err(|e| bad(format!("reserve = {:?}: {e}", c.reserve)))?;
+        // refused here, for every host, rather than when the first share
+        // (sm=) starts a daemon whose sockets cannot be made
+        let sock = crate::mps::longest_socket_path(&c.state_dir);
+        check_socket_path("the MPS control daemon's socket", &sock).map_err(|e| {
+            let room = MAX_SOCKET_PATH - (e.len - c.state_dir.as_os_str().len());
+            bad(format!(
+                "state_dir = {:?}: {e}; a state_dir of at most {room} bytes leaves room (the default is {})",
+                c.state_dir,
+                crate::formats::layout::DEFAULT_STATE_DIR
+            ))
+        })?;
         for g in &c.inventory.gpu {
             g.memory_bytes().map_err(|e| {
                 bad(format!(
@@ -514,6 +552,36 @@ memory = "16g"
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown_key"), "{e}");
+    }
+
+    /// A state_dir past 38 bytes made every share fail: the MPS daemon's
+    /// `control_privileged` socket could not be made, and only a daemon
+    /// that never answered said so.
+    #[test]
+    fn a_state_dir_too_deep_for_the_mps_sockets_is_refused_at_load() {
+        let deep = format!("/var/lib/{}/state", "x".repeat(24));
+        assert_eq!(deep.len(), 39);
+        let e = Config::parse(&format!("state_dir = {deep:?}"), Path::new("/etc/x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/x.toml")
+                && e.contains(&format!("{deep}/mps/GPU-"))
+                && e.contains("/pipe/control_privileged (108 bytes)")
+                && e.contains("at most 107 bytes")
+                && e.contains("at most 38 bytes leaves room"),
+            "{e}"
+        );
+        // 38 bytes fit, and so does the default
+        let fits = &deep[..deep.len() - 1];
+        assert_eq!(
+            Config::parse(&format!("state_dir = {fits:?}"), Path::new("x"))
+                .unwrap()
+                .state_dir,
+            PathBuf::from(fits)
+        );
+        let longest = crate::mps::longest_socket_path(&Config::default().state_dir);
+        assert!(check_socket_path("x", &longest).is_ok(), "{longest:?}");
     }
 
     #[test]

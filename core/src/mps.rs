@@ -40,6 +40,13 @@ pub const SUBDIR: &str = "mps";
 pub const CONTROL_NAME: &str = "nvidia-cuda-mps-control";
 /// How long a control command or a start may take.
 const DEADLINE: Duration = Duration::from_secs(10);
+/// The longest name a daemon gives a socket in its pipe directory
+/// (`control` and `control_privileged`, measured on the H200:
+/// docs/gpu-runs/2026-12-02-h200-mps-facts).
+pub const LONGEST_SOCKET: &str = "control_privileged";
+/// An NVML GPU UUID as the inventory holds it: `GPU-` and 36 characters
+/// (a MIG device's `MIG-…` is as long).
+const GPU_UUID_EXAMPLE: &str = "GPU-00000000-0000-0000-0000-000000000000";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MpsError {
@@ -69,6 +76,18 @@ fn valid_uuid(uuid: &str) -> bool {
 /// `<state_dir>/mps`.
 pub fn base(cfg: &Config) -> PathBuf {
     cfg.state_dir.join(SUBDIR)
+}
+
+/// The longest socket path of a daemon under `state_dir`:
+/// `<state_dir>/mps/<GPU uuid>/pipe/control_privileged`. A Unix socket's
+/// path holds at most `config::MAX_SOCKET_PATH` bytes, so `Config::parse`
+/// refuses a `state_dir` that makes this longer.
+pub fn longest_socket_path(state_dir: &Path) -> PathBuf {
+    state_dir
+        .join(SUBDIR)
+        .join(GPU_UUID_EXAMPLE)
+        .join("pipe")
+        .join(LONGEST_SOCKET)
 }
 
 /// The directories of GPU `uuid`'s daemon.
@@ -127,6 +146,16 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
     let d = dirs(cfg, uuid).ok_or_else(|| MpsError::Daemon {
         uuid: uuid.into(),
         what: "not a GPU UUID that can name a directory".into(),
+    })?;
+    // a UUID longer than NVML's, or a config not made by Config::parse:
+    // said here rather than by a daemon that never answers
+    crate::config::check_socket_path(
+        "the MPS control daemon's socket",
+        &d.pipe.join(LONGEST_SOCKET),
+    )
+    .map_err(|e| MpsError::Daemon {
+        uuid: uuid.into(),
+        what: e.to_string(),
     })?;
     locked(cfg, || {
         if !ctl.answers(&d) {
@@ -526,6 +555,20 @@ mod tests {
         assert_eq!(mode(&d.root), 0o700);
         assert_eq!(mode(&d.log), 0o700);
         assert_eq!(mode(&d.pipe), 0o755);
+    }
+
+    #[test]
+    fn a_socket_path_past_sun_path_is_refused_before_a_daemon_starts() {
+        let t = tempfile::tempdir().unwrap();
+        let c = Config {
+            state_dir: t.path().join("x".repeat(80)),
+            ..Config::default()
+        };
+        let f = Fake::default();
+        let e = ensure(&c, "GPU-a", &f).unwrap_err().to_string();
+        assert!(e.contains("control_privileged") && e.contains("107"), "{e}");
+        assert!(f.log.borrow().is_empty(), "no daemon started");
+        assert!(!base(&c).exists());
     }
 
     #[test]

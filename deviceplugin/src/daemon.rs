@@ -27,6 +27,22 @@ pub struct Options {
 pub enum DaemonError {
     #[error("cannot serve on {path}: {err}")]
     Listen { path: PathBuf, err: std::io::Error },
+    #[error("{0}; see --plugin-dir and --socket-name")]
+    SocketPath(#[from] gpuquota_core::config::SocketPathError),
+}
+
+impl Options {
+    /// The kubelet's socket and ours, each short enough for a Unix
+    /// socket's path (said before anything starts, with the limit, rather
+    /// than by bind's "shorter than SUN_LEN").
+    pub fn sockets(&self) -> Result<(PathBuf, PathBuf), DaemonError> {
+        use gpuquota_core::config::check_socket_path;
+        let kubelet = self.plugin_dir.join(api::KUBELET_SOCKET);
+        let ours = self.plugin_dir.join(&self.socket_name);
+        check_socket_path("the kubelet's socket", &kubelet)?;
+        check_socket_path("the device plugin's socket", &ours)?;
+        Ok((kubelet, ours))
+    }
 }
 
 /// Poll `node` on a thread of its own (reads may block on files or NVML);
@@ -83,10 +99,9 @@ pub async fn run(
     node: Box<dyn Node>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    let (kubelet_sock, our_sock) = opts.sockets()?;
     let stop_poll = Arc::new(AtomicBool::new(false));
     let (snapshot, policy) = start_poller(node, opts.poll, stop_poll.clone());
-    let kubelet_sock = opts.plugin_dir.join(api::KUBELET_SOCKET);
-    let our_sock = opts.plugin_dir.join(&opts.socket_name);
     tokio::pin!(shutdown);
     let mut waiting_logged = false;
     let result = loop {
@@ -183,4 +198,42 @@ pub async fn run(
     }
     tracing::info!("stopped");
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(plugin_dir: &str, socket_name: &str) -> Options {
+        Options {
+            plugin_dir: plugin_dir.into(),
+            socket_name: socket_name.into(),
+            resource: "r".into(),
+            poll: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn socket_paths_past_sun_path_are_refused_naming_the_limit() {
+        let (k, ours) = opts(api::DEVICE_PLUGIN_DIR, "gpu-quota-vram.sock")
+            .sockets()
+            .unwrap();
+        assert!(k.ends_with(api::KUBELET_SOCKET) && ours.ends_with("gpu-quota-vram.sock"));
+        let e = opts(api::DEVICE_PLUGIN_DIR, &"s".repeat(100))
+            .sockets()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the device plugin's socket") && e.contains("at most 107 bytes"),
+            "{e}"
+        );
+        let e = opts(&format!("/{}", "d".repeat(100)), "x.sock")
+            .sockets()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the kubelet's socket") && e.contains("--plugin-dir"),
+            "{e}"
+        );
+    }
 }

@@ -49,6 +49,22 @@ pub struct Options {
 pub enum DaemonError {
     #[error("cannot serve on {path}: {err}")]
     Listen { path: PathBuf, err: std::io::Error },
+    #[error("{0}; see --plugin-dir and --registry-dir")]
+    SocketPath(#[from] gpuquota_core::config::SocketPathError),
+}
+
+impl Options {
+    /// The DRA socket and the registration socket, each short enough for
+    /// a Unix socket's path (said before anything starts, with the limit,
+    /// rather than by bind's "shorter than SUN_LEN").
+    pub fn sockets(&self) -> Result<(PathBuf, PathBuf), DaemonError> {
+        use gpuquota_core::config::check_socket_path;
+        let dra = self.plugin_dir.join(DRA_SOCKET);
+        let reg = self.registry_dir.join(registration_socket());
+        check_socket_path("the DRA socket", &dra)?;
+        check_socket_path("the registration socket", &reg)?;
+        Ok((dra, reg))
+    }
 }
 
 /// Bind a unix socket at `path`, replacing a stale socket (never another
@@ -119,8 +135,7 @@ pub async fn run(
     slices: Option<Arc<dyn SliceStore>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    let dra_sock = opts.plugin_dir.join(DRA_SOCKET);
-    let reg_sock = opts.registry_dir.join(registration_socket());
+    let (dra_sock, reg_sock) = opts.sockets()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (polled_tx, polled_rx) = watch::channel(None);
     // each registration with the kubelet (one at its every start) makes
@@ -234,4 +249,46 @@ pub async fn run(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(plugin_dir: &str, registry_dir: &str) -> Options {
+        Options {
+            plugin_dir: plugin_dir.into(),
+            registry_dir: registry_dir.into(),
+            node_name: "n".into(),
+            poll: Duration::from_secs(1),
+            resync: Duration::from_secs(1),
+            health_timeout: Duration::from_secs(1),
+            limits: conns::LIMITS,
+        }
+    }
+
+    #[test]
+    fn socket_paths_past_sun_path_are_refused_naming_the_limit() {
+        let (dra, reg) = opts(crate::api::PLUGIN_DIR, crate::api::REGISTRY_DIR)
+            .sockets()
+            .unwrap();
+        assert!(dra.ends_with(DRA_SOCKET) && reg.starts_with(crate::api::REGISTRY_DIR));
+        let long = format!("/var/lib/kubelet/{}", "p".repeat(90));
+        let e = opts(&long, crate::api::REGISTRY_DIR)
+            .sockets()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the DRA socket") && e.contains("at most 107 bytes") && e.contains(&long),
+            "{e}"
+        );
+        let e = opts(crate::api::PLUGIN_DIR, &long)
+            .sockets()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the registration socket") && e.contains("--registry-dir"),
+            "{e}"
+        );
+    }
 }

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod engines;
 mod fair;
+mod lookup;
 mod metrics;
 mod metrics_server;
 mod ops;

@@ -5,9 +5,11 @@
 //! a reservation that changed in between (a container that was recreated
 //! under the same id) is left alone. Prints the same lines as `gc`.
 //!
-//! A container is known by its id and the runc root it was created under
-//! (two engines may use one id): when the id is held under more than one
-//! root, `--runtime-root` must say which.
+//! A container is known by its whole id (`lookup::find`, as `resize`
+//! finds one, but never by a prefix or a name) and the runc root it was
+//! created under (two engines may use one id): when the id is held under
+//! more than one root, `--runtime-root` must say which.
+use crate::lookup::{self, Accept, Miss};
 use crate::ops::{cli_source, describe_reclaim, load};
 use anyhow::{bail, Result};
 use gpuquota_core::{fsutil, ledger::describe_slices, lifecycle, Reservation};
@@ -15,7 +17,8 @@ use std::io::BufRead;
 
 #[derive(clap::Args)]
 pub struct ReleaseArgs {
-    /// Container id, as `gpu-quota ls` shows it.
+    /// Container id, whole, as `gpu-quota ls --json` shows it (not a
+    /// prefix, not a name).
     pub id: String,
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
@@ -47,17 +50,13 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
             c.1.uid
         );
     }
-    let found: Vec<Reservation> = held
-        .into_iter()
-        .filter(|r| {
-            r.container_id == a.id
-                && a.runtime_root
-                    .as_deref()
-                    .is_none_or(|root| r.runtime_root.as_deref() == Some(root))
-        })
-        .collect();
-    if found.is_empty() {
-        bail!(
+    // the whole id only (`lookup::Accept::Id` says why)
+    let r = match lookup::find(&held, &a.id, a.runtime_root.as_deref(), Accept::Id, &|_| {
+        true
+    }) {
+        Ok(r) => r.clone(),
+        Err(Miss::Ambiguous(m)) => bail!("{m}"),
+        Err(Miss::NotFound) => bail!(
             "no reservation for container {}{} in {} (see `gpu-quota ls --json`)",
             a.id,
             a.runtime_root
@@ -65,25 +64,15 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
                 .map(|r| format!(" under runc root {r}"))
                 .unwrap_or_default(),
             ledger.path().display()
-        );
-    }
-    if found.len() > 1 {
-        let roots: Vec<&str> = found
-            .iter()
-            .map(|r| r.runtime_root.as_deref().unwrap_or("(runc's default)"))
-            .collect();
-        bail!(
-            "container id {} is held under {} runc roots ({}); say which with --runtime-root DIR",
-            a.id,
-            found.len(),
-            roots.join(", ")
-        );
-    }
+        ),
+    };
+    let id = r.container_id.clone();
+    let found = vec![r];
     let live: Vec<&Reservation> = found.iter().filter(|r| !ledger.is_stale(r, now)).collect();
     if !live.is_empty() && !a.force {
         bail!(
             "container {} is still running ({}{}); delete it with its engine (that releases its slice), or pass --force to release the slice anyway",
-            a.id,
+            id,
             describe_slices(&live[0].slices),
             live[0].pid.map(|p| format!(", pid {p}")).unwrap_or_default()
         );
@@ -92,7 +81,7 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
         let what: Vec<String> = found.iter().map(|r| describe_slices(&r.slices)).collect();
         eprint!(
             "release {} ({}){}? [y/N] ",
-            a.id,
+            id,
             what.join("; "),
             if live.is_empty() {
                 ""
@@ -147,7 +136,7 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
     if gone.is_empty() {
         bail!(
             "nothing released: the reservation of {} changed meanwhile (see `gpu-quota ls`)",
-            a.id
+            id
         );
     }
     Ok(())

@@ -4,8 +4,9 @@
 //! CONTAINER is what `gpu-quota ls` shows: the id, a prefix of it that
 //! names one container, or the engine's name for the container where the
 //! engine passed one (nerdctl's name, a pod's container as
-//! `namespace/pod/container`). SIZE is the `vram=` grammar: bytes or a
+//! `namespace/pod/container`); `lookup::find` says which wins. SIZE is the `vram=` grammar: bytes or a
 //! percentage of the GPU.
+use crate::lookup::{self, Accept, Miss};
 use crate::ops::{cli_source, load};
 use anyhow::{bail, Context, Result};
 use gpuquota_core::ledger::Key;
@@ -16,7 +17,8 @@ use gpuquota_core::{fsutil, Inventory, Reservation};
 #[derive(clap::Args)]
 pub struct ResizeArgs {
     /// The container: its id, a unique prefix of it, or its name as
-    /// `gpu-quota ls` shows it under WORKLOAD.
+    /// `gpu-quota ls` shows it under WORKLOAD (a name that also starts
+    /// another container's id is refused as ambiguous: give the id).
     pub container: String,
     /// The new slice, as `vram=` takes it (8g, 12GiB, 25%).
     pub size: String,
@@ -29,54 +31,20 @@ pub struct ResizeArgs {
     pub runtime_root: Option<String>,
 }
 
-/// The one live container `q` names.
-pub(crate) fn find<'a>(
+/// The one live container `q` names (`lookup::find`: ids first, a name
+/// only where it is no other container's id prefix).
+fn find<'a>(
     held: &'a [Reservation],
     q: &str,
     root: Option<&str>,
     live: &dyn Fn(&Reservation) -> bool,
 ) -> Result<&'a Reservation> {
-    let cands: Vec<&Reservation> = held
-        .iter()
-        .filter(|r| !r.is_claim() && live(r))
-        .filter(|r| root.is_none_or(|x| r.runtime_root.as_deref() == Some(x)))
-        .collect();
-    let by = |f: &dyn Fn(&Reservation) -> bool| -> Vec<&'a Reservation> {
-        cands.iter().copied().filter(|r| f(r)).collect()
-    };
-    let mut found = by(&|r| r.container_id == q);
-    if found.is_empty() {
-        found = by(&|r| {
-            r.workload
-                .as_ref()
-                .is_some_and(|w| w.label() == q || w.container.as_deref() == Some(q))
-        });
-    }
-    if found.is_empty() && !q.is_empty() {
-        found = by(&|r| r.container_id.starts_with(q));
-    }
-    match found.as_slice() {
-        [r] => Ok(r),
-        [] => bail!(
+    match lookup::find(held, q, root, Accept::IdPrefixOrName, live) {
+        Ok(r) => Ok(r),
+        Err(Miss::Ambiguous(m)) => bail!("{m}"),
+        Err(Miss::NotFound) => bail!(
             "no running container {q:?} holds a GPU-memory slice on this host (see `gpu-quota ls`). A process that runs with GPU_QUOTA_VRAM under the preload alone (no runtime) has no entry in the host ledger, so there is nothing to resize: restart it with another GPU_QUOTA_VRAM"
         ),
-        many => {
-            let ids: Vec<String> = many
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} (runc root {})",
-                        r.container_id,
-                        r.runtime_root.as_deref().unwrap_or("runc's default")
-                    )
-                })
-                .collect();
-            bail!(
-                "{q:?} names {} containers: {}; give more of the id, or --runtime-root",
-                many.len(),
-                ids.join(", ")
-            )
-        }
     }
 }
 
@@ -138,28 +106,10 @@ pub fn resize(a: &ResizeArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuquota_core::placement::Slice;
-    use gpuquota_core::workload::Workload;
-
-    fn res(id: &str, root: Option<&str>, name: Option<&str>) -> Reservation {
-        let s = Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            vram_bytes: 1 << 30,
-            sm_percent: 0,
-            sm_user: None,
-        };
-        Reservation {
-            workload: name.map(|n| Workload {
-                container: Some(n.into()),
-                ..Workload::default()
-            }),
-            ..Reservation::new(id, root, "/b", vec![s], "vram=1g")
-        }
-    }
+    use crate::lookup::tests::res;
 
     #[test]
-    fn a_container_is_found_by_id_name_or_unique_prefix() {
+    fn resize_finds_a_live_container_by_id_name_or_unique_prefix() {
         let held = vec![
             res("abc123", None, Some("web")),
             res("abd456", None, None),
@@ -173,7 +123,7 @@ mod tests {
         assert_eq!(id("abd", None).unwrap().0, "abd456");
         let e = id("abc123", None).unwrap_err().to_string();
         assert!(
-            e.contains("names 2 containers") && e.contains("--runtime-root"),
+            e.contains("2 runc roots") && e.contains("--runtime-root"),
             "{e}"
         );
         assert_eq!(
@@ -181,7 +131,7 @@ mod tests {
             Some("/run/other")
         );
         let e = id("ab", None).unwrap_err().to_string();
-        assert!(e.contains("names 3 containers"), "{e}");
+        assert!(e.contains("ids of 3 containers"), "{e}");
         let e = id("zzz", None).unwrap_err().to_string();
         assert!(
             e.contains("GPU_QUOTA_VRAM") && e.contains("nothing to resize"),

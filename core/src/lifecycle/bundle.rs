@@ -1,7 +1,7 @@
 //! A bundle's config.json, loaded once, edited by the list of modifiers
 //! (`spec::apply`), written back at most once.
 use super::LifecycleError;
-use crate::{fsutil, spec};
+use crate::{fsutil, spec, spec::decode::DecodeError};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -17,10 +17,12 @@ impl Bundle {
         spec::config_path(&self.dir)
     }
 
-    /// Load `dir/config.json`. A config that is not JSON is
-    /// [`LifecycleError::RequestInInvalidJson`] when it seems to ask for
-    /// GPU memory or carries a DRA claim's variable (never fail open),
-    /// else [`LifecycleError::Json`].
+    /// Load `dir/config.json` (`spec::decode::parse`, the one parse). A
+    /// config that is not JSON is [`LifecycleError::RequestInInvalidJson`]
+    /// when it seems to ask for GPU memory or carries a DRA claim's
+    /// variable, or when runc's decoder may read it all the same (never
+    /// fail open), else [`LifecycleError::Json`]; one whose keys runc reads
+    /// otherwise is [`LifecycleError::SpecKeys`].
     pub fn load(dir: &Path) -> Result<Bundle, LifecycleError> {
         let path = spec::config_path(dir);
         let bytes = std::fs::read(&path).map_err(|err| LifecycleError::Read {
@@ -30,12 +32,15 @@ impl Bundle {
         let mode = std::fs::metadata(&path)
             .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
             .unwrap_or(0o644);
-        let config = serde_json::from_slice(&bytes).map_err(|err| {
-            if contains_request_key(&bytes) {
-                LifecycleError::RequestInInvalidJson { path, err }
-            } else {
-                LifecycleError::Json { path, err }
+        let config = spec::decode::parse(&bytes).map_err(|e| match e {
+            DecodeError::Json { err, runc_reads_it } => {
+                if runc_reads_it || contains_request_key(&bytes) {
+                    LifecycleError::RequestInInvalidJson { path, err }
+                } else {
+                    LifecycleError::Json { path, err }
+                }
             }
+            DecodeError::Keys(message) => LifecycleError::SpecKeys { path, message },
         })?;
         Ok(Bundle {
             dir: dir.into(),
@@ -141,5 +146,31 @@ mod tests {
             Bundle::load(d.path()),
             Err(LifecycleError::Json { .. })
         ));
+    }
+
+    /// A share's user as runc reads it (the last of `uid`/`UID`: 1000,
+    /// measured with runc 1.1.5) was read as root's by the one parse, which
+    /// admitted a root share. Now the spec is refused before any reading.
+    #[test]
+    fn a_spec_whose_keys_runc_reads_otherwise_is_refused_at_load() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.json");
+        for text in [
+            r#"{"process":{"user":{"uid":0,"UID":1000},"env":[]},"annotations":{"vram":"1g","sm":"25%"}}"#,
+            r#"{"process":{"user":{"uid":0}},"linux":{"namespaces":[{"Type":"user"}],"uidMappings":[{"containerID":0,"hostID":100000,"size":65536}]},"annotations":{"vram":"1g","sm":"25%"}}"#,
+            r#"{"Annotations":{"vram":"1g"}}"#,
+        ] {
+            std::fs::write(&p, text).unwrap();
+            match Bundle::load(d.path()) {
+                Err(e) => {
+                    let m = e.to_string();
+                    assert!(m.contains("config.json") && m.contains("runc"), "{m}");
+                }
+                Ok(b) => panic!(
+                    "loaded {text}: gpu-quota reads host uid {:?}",
+                    spec::host_uid(&b.config)
+                ),
+            }
+        }
     }
 }

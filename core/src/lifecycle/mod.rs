@@ -88,7 +88,7 @@ impl<'a> Container<'a> {
 pub enum LifecycleError {
     #[error("cannot read {path}: {err}")]
     Read { path: PathBuf, err: std::io::Error },
-    #[error("{path} is not valid JSON ({err}) and seems to request GPU memory; refusing")]
+    #[error("{path} is not valid JSON to gpu-quota ({err}) and seems to request GPU memory, or runc may read it all the same; refusing")]
     RequestInInvalidJson {
         path: PathBuf,
         err: serde_json::Error,
@@ -98,6 +98,10 @@ pub enum LifecycleError {
         path: PathBuf,
         err: serde_json::Error,
     },
+    /// Keys runc's decoder reads otherwise than gpu-quota
+    /// (`spec::decode`): refused, whatever the spec asks.
+    #[error("{path}: {message}")]
+    SpecKeys { path: PathBuf, message: String },
     #[error("{path}: {err}")]
     Edit {
         path: PathBuf,

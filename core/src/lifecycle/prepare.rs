@@ -60,11 +60,6 @@ pub fn prepare(
     cfg: Result<Config, ConfigError>,
     call: &Create<'_>,
 ) -> Result<Prepared, LifecycleError> {
-    let mut bundle = match Bundle::load(call.bundle) {
-        Ok(b) => b,
-        Err(e @ LifecycleError::RequestInInvalidJson { .. }) => return Err(e),
-        Err(_) => return Ok(Prepared::PassThrough { notice: None }),
-    };
     let who = Container {
         id: call.id.unwrap_or(""),
         root: call.root,
@@ -75,6 +70,17 @@ pub fn prepare(
             let src = who.source("create");
             events::refused(cfg, src, who.id, request, reason, &e.to_string());
         }
+    };
+    let mut bundle = match Bundle::load(call.bundle) {
+        Ok(b) => b,
+        Err(e @ LifecycleError::RequestInInvalidJson { .. }) => return Err(e),
+        // runc would read another spec than gpu-quota: refused whatever
+        // it asks (spec::decode)
+        Err(e @ LifecycleError::SpecKeys { .. }) => {
+            refused("config.json", "invalid_request", &e);
+            return Err(e);
+        }
+        Err(_) => return Ok(Prepared::PassThrough { notice: None }),
     };
     // A prepared DRA claim's variable (its CDI device sets it) binds the
     // container to that claim, in every mode: requests are not read then.

@@ -15,10 +15,15 @@
 //!
 //! Fields nobody edits are kept as they are (key order included), and a
 //! config without a request is never rewritten.
+//!
+//! Every reading of config.json goes through [`decode::parse`], which
+//! refuses a spec whose keys runc (Go's case-insensitive decoder) would
+//! read otherwise than the `Value` every reader here uses.
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 
 mod annotations;
+pub mod decode;
 mod devices;
 mod env;
 mod hooks;
@@ -52,10 +57,10 @@ pub fn record_hint(config: &Value) -> Option<&str> {
 pub enum SpecError {
     #[error("cannot read {path}: {err}")]
     Read { path: PathBuf, err: std::io::Error },
-    #[error("{path} is not valid JSON: {err}")]
-    Json {
+    #[error("{path}: {err}")]
+    Decode {
         path: PathBuf,
-        err: serde_json::Error,
+        err: decode::DecodeError,
     },
 }
 
@@ -69,11 +74,7 @@ pub fn read_config(bundle: &Path) -> Result<Value, SpecError> {
         path: path.clone(),
         err,
     })?;
-    let v = serde_json::from_slice(&bytes).map_err(|err| SpecError::Json {
-        path: path.clone(),
-        err,
-    })?;
-    Ok(v)
+    decode::parse(&bytes).map_err(|err| SpecError::Decode { path, err })
 }
 
 /// The container's rootfs directory on the host.
