@@ -319,7 +319,7 @@ impl Ledger {
             match name_of(&r).filter(|_| current) {
                 Some(n) => {
                     let path = dir.join(n);
-                    self.write_record(&path, &r, &mut |_| {})?;
+                    self.write_record(&path, &r, observe)?;
                     held[i] = path == recs[i].path;
                 }
                 None => json.push(r),

@@ -106,16 +106,35 @@ impl Ledger {
         gpu: Option<u32>,
         to: Size,
     ) -> Result<Option<Begun>, ResizeError> {
+        self.resize_begin_observed(cfg, inv, contexts, key, gpu, to, &mut |_| {})
+    }
+
+    /// As [`Ledger::resize_begin`], calling `observe` at each step of the
+    /// writes (tests stop it there).
+    #[allow(clippy::too_many_arguments)]
+    pub fn resize_begin_observed(
+        &self,
+        cfg: &Config,
+        inv: &Inventory,
+        contexts: &ContextCosts,
+        key: Key<'_>,
+        gpu: Option<u32>,
+        to: Size,
+        observe: &mut dyn FnMut(WriteStep),
+    ) -> Result<Option<Begun>, ResizeError> {
         let (id, _) = key.id_root();
         let id = id.to_string();
-        self.transact(|d| {
-            Ok(
-                match self.begin_in(d, cfg, inv, contexts, &key, gpu, to, &id) {
-                    Ok(Some(b)) => (Ok(Some(b)), true),
-                    other => (other, false),
-                },
-            )
-        })?
+        self.transact_observed(
+            |d| {
+                Ok(
+                    match self.begin_in(d, cfg, inv, contexts, &key, gpu, to, &id) {
+                        Ok(Some(b)) => (Ok(Some(b)), true),
+                        other => (other, false),
+                    },
+                )
+            },
+            observe,
+        )?
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -249,20 +268,34 @@ impl Ledger {
         key: Key<'_>,
         vram_bytes: u64,
     ) -> Result<Option<Reservation>, LedgerError> {
-        self.transact(|d| {
-            let Some(r) = d
-                .reservations
-                .iter_mut()
-                .find(|r| key.matches(r) && r.resizing.is_some())
-            else {
-                return Ok((None, false));
-            };
-            let p = r.resizing.take().expect("found by its marker");
-            for s in r.slices.iter_mut().filter(|s| s.uuid == p.uuid) {
-                s.vram_bytes = vram_bytes;
-            }
-            Ok((Some(r.clone()), true))
-        })
+        self.resize_end_observed(key, vram_bytes, &mut |_| {})
+    }
+
+    /// As [`Ledger::resize_end`], calling `observe` at each step of the
+    /// writes.
+    pub fn resize_end_observed(
+        &self,
+        key: Key<'_>,
+        vram_bytes: u64,
+        observe: &mut dyn FnMut(WriteStep),
+    ) -> Result<Option<Reservation>, LedgerError> {
+        self.transact_observed(
+            |d| {
+                let Some(r) = d
+                    .reservations
+                    .iter_mut()
+                    .find(|r| key.matches(r) && r.resizing.is_some())
+                else {
+                    return Ok((None, false));
+                };
+                let p = r.resizing.take().expect("found by its marker");
+                for s in r.slices.iter_mut().filter(|s| s.uuid == p.uuid) {
+                    s.vram_bytes = vram_bytes;
+                }
+                Ok((Some(r.clone()), true))
+            },
+            observe,
+        )
     }
 }
 

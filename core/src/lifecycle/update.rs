@@ -17,6 +17,7 @@
 //! agree on the old size or the new one.
 use crate::config::Config;
 use crate::events;
+use crate::fsutil::WriteStep;
 use crate::inventory::Inventory;
 use crate::ledger::resize::ResizeError;
 use crate::ledger::{Key, LedgerError, Reservation};
@@ -110,12 +111,29 @@ pub struct Repaired {
     pub failed: Vec<(String, std::io::Error)>,
 }
 
+/// The points a repair passes (tests hold it there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairStep {
+    /// It read the ledger for markers (without the ledger's lock).
+    Read,
+}
+
 /// Finish every resize a crash interrupted: the container gets what its
 /// reservation holds, the marker goes.
 pub fn repair(cfg: &Config) -> Result<Repaired, LedgerError> {
+    repair_observed(cfg, &mut |_| {})
+}
+
+/// As [`repair`], calling `observe` at each [`RepairStep`].
+pub fn repair_observed(
+    cfg: &Config,
+    observe: &mut dyn FnMut(RepairStep),
+) -> Result<Repaired, LedgerError> {
     let ledger = Ledger::new(cfg);
     let mut out = Repaired::default();
-    for r in ledger.read()?.reservations {
+    let read = ledger.read()?.reservations;
+    observe(RepairStep::Read);
+    for r in read {
         let Some(p) = r.resizing.clone() else {
             continue;
         };
@@ -175,11 +193,47 @@ pub fn resize_observed(
     src: events::Source<'_>,
     observe: &mut dyn FnMut(Step),
 ) -> Result<Option<Resized>, UpdateError> {
+    let mut traced = |t: Trace| {
+        if let Trace::Step(s) = t {
+            observe(s)
+        }
+    };
+    resize_traced(cfg, inv, contexts, key, gpu, to, by, src, &mut traced)
+}
+
+/// What [`resize_traced`] reports: each [`Step`], and each step of its
+/// ledger writes (tests stop a resize inside a write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trace {
+    Step(Step),
+    Write(WriteStep),
+}
+
+/// As [`resize`], calling `observe` at each [`Trace`] point.
+#[allow(clippy::too_many_arguments)]
+pub fn resize_traced(
+    cfg: &Config,
+    inv: &Inventory,
+    contexts: &ContextCosts,
+    key: Key<'_>,
+    gpu: Option<u32>,
+    to: Size,
+    by: &str,
+    src: events::Source<'_>,
+    observe: &mut dyn FnMut(Trace),
+) -> Result<Option<Resized>, UpdateError> {
     repair(cfg)?;
     let ledger = Ledger::new(cfg);
-    let Some(b) = ledger.resize_begin(cfg, inv, contexts, key.clone(), gpu, to)? else {
+    // the ledger's write steps and the resize's, in one sequence
+    let observe = std::cell::RefCell::new(observe);
+    let write = |w: WriteStep| (observe.borrow_mut())(Trace::Write(w));
+    let step = |s: Step| (observe.borrow_mut())(Trace::Step(s));
+    let Some(b) =
+        ledger.resize_begin_observed(cfg, inv, contexts, key.clone(), gpu, to, &mut { write })?
+    else {
         return Ok(None);
     };
+    let observe = step;
     observe(Step::Begun);
     let r = &b.reservation;
     let p = &b.resize;
@@ -196,7 +250,7 @@ pub fn resize_observed(
     // (shrink) or gets back (grow) its old size, and the ledger says so
     let undo = |e: UpdateError| -> UpdateError {
         let _ = apply(cfg, &dir, &p.uuid, p.from);
-        match ledger.resize_end(key.clone(), p.from) {
+        match ledger.resize_end_observed(key.clone(), p.from, &mut { write }) {
             Ok(_) => e,
             Err(l) => l.into(),
         }
@@ -247,7 +301,7 @@ pub fn resize_observed(
         observe(Step::Driver);
     }
     let r = ledger
-        .resize_end(key, p.to)?
+        .resize_end_observed(key, p.to, &mut { write })?
         .unwrap_or_else(|| b.reservation.clone());
     observe(Step::Ended);
     events::resized(cfg, src, &r, index, p.from, p.to, by);
