@@ -39,6 +39,7 @@ pub const SCHEMA_VERSION: u32 = 2;
 pub const SHARES_SCHEMA_VERSION: u32 = 4;
 
 mod container;
+mod duplicates;
 pub(crate) mod records;
 pub mod resize;
 
@@ -397,6 +398,8 @@ impl Ledger {
                 .into_iter()
                 .map(|l| l.res),
         );
+        // as the next transaction will hold it (`duplicates`)
+        duplicates::merge(&mut d);
         Ok(d)
     }
 
@@ -488,8 +491,11 @@ impl Ledger {
         let mut data = self.load_unlocked(true)?;
         let recs = self.load_records(&dirs, true)?;
         data.reservations.extend(recs.iter().map(|l| l.res.clone()));
+        // a container a crash left held twice is held once from here on,
+        // written back even when `f` changes nothing
+        let merged = duplicates::merge(&mut data);
         let (out, changed) = f(&mut data)?;
-        if changed {
+        if changed || merged {
             self.save(data, &recs, &dirs, sync_dir, observe)?;
         }
         Ok(out)
