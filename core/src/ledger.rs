@@ -389,8 +389,10 @@ impl Ledger {
     /// then every boot's records. Each file is replaced atomically, so each
     /// reads whole; a whole-ledger write running meanwhile can show an
     /// entry it moves from a record to ledger.json twice or not at all (an
-    /// earlier boot's, stale), never a torn one. Nothing is created (a
-    /// missing directory or file is an empty ledger; see `exists`).
+    /// earlier boot's, stale), never a torn one. A container a crash left
+    /// held twice is shown once, merged as the next transaction will hold
+    /// it (`duplicates`). Nothing is created (a missing directory or file
+    /// is an empty ledger; see `exists`).
     pub fn read(&self) -> Result<LedgerData, LedgerError> {
         let mut d = self.load_unlocked(false)?;
         d.reservations.extend(
@@ -398,7 +400,6 @@ impl Ledger {
                 .into_iter()
                 .map(|l| l.res),
         );
-        // as the next transaction will hold it (`duplicates`)
         duplicates::merge(&mut d);
         Ok(d)
     }
