@@ -39,6 +39,7 @@ pub const SCHEMA_VERSION: u32 = 2;
 pub const SHARES_SCHEMA_VERSION: u32 = 4;
 
 mod container;
+mod duplicates;
 pub(crate) mod records;
 pub mod resize;
 
@@ -388,8 +389,10 @@ impl Ledger {
     /// then every boot's records. Each file is replaced atomically, so each
     /// reads whole; a whole-ledger write running meanwhile can show an
     /// entry it moves from a record to ledger.json twice or not at all (an
-    /// earlier boot's, stale), never a torn one. Nothing is created (a
-    /// missing directory or file is an empty ledger; see `exists`).
+    /// earlier boot's, stale), never a torn one. A container a crash left
+    /// held twice is shown once, merged as the next transaction will hold
+    /// it (`duplicates`). Nothing is created (a missing directory or file
+    /// is an empty ledger; see `exists`).
     pub fn read(&self) -> Result<LedgerData, LedgerError> {
         let mut d = self.load_unlocked(false)?;
         d.reservations.extend(
@@ -397,6 +400,7 @@ impl Ledger {
                 .into_iter()
                 .map(|l| l.res),
         );
+        duplicates::merge(&mut d);
         Ok(d)
     }
 
@@ -488,8 +492,11 @@ impl Ledger {
         let mut data = self.load_unlocked(true)?;
         let recs = self.load_records(&dirs, true)?;
         data.reservations.extend(recs.iter().map(|l| l.res.clone()));
+        // a container a crash left held twice is held once from here on,
+        // written back even when `f` changes nothing
+        let merged = duplicates::merge(&mut data);
         let (out, changed) = f(&mut data)?;
-        if changed {
+        if changed || merged {
             self.save(data, &recs, &dirs, sync_dir, observe)?;
         }
         Ok(out)

@@ -285,6 +285,9 @@ pub fn gc(a: &GcArgs) -> Result<()> {
         for (id, e) in &repaired.failed {
             eprintln!("gpu-quota: the interrupted resize of container {id} could not be finished ({e}); gc tries again next time");
         }
+        for id in &repaired.under_way {
+            gpuquota_core::outln!("container {id} is being resized right now; left to that resize");
+        }
         let gone = ledger.gc()?;
         lifecycle::release(
             &mut lifecycle::HostEffects::new(&cfg),

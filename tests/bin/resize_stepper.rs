@@ -1,9 +1,10 @@
 //! Test helper: resizes one container through the real update phase
-//! (`lifecycle::update::resize_observed`) and, when asked, stops after a
+//! (`lifecycle::update::resize_traced`) and, when asked, stops after a
 //! given step (printing `at-step`) so the test can kill -9 it there.
-//! usage: resize-stepper CONFIG ID SIZE [STEP_INDEX]
+//! usage: resize-stepper CONFIG ID SIZE [STEP_INDEX | wN]
+//! (`wN`: at the Nth step, from 0, of the resize's ledger writes)
 use gpuquota_core::ledger::Key;
-use gpuquota_core::lifecycle::update::{resize_observed, STEPS};
+use gpuquota_core::lifecycle::update::{resize_traced, Trace, STEPS};
 use gpuquota_core::{events, Config, Inventory, Ledger};
 use std::io::Write;
 
@@ -12,7 +13,13 @@ fn main() {
     let cfg = Config::load(std::path::Path::new(&a[1])).expect("config");
     let id = &a[2];
     let to = gpuquota_core::units::parse_size(&a[3]).expect("size");
-    let stop_at = a.get(4).map(|s| STEPS[s.parse::<usize>().unwrap()]);
+    let stop_at = a.get(4).filter(|s| !s.starts_with('w'));
+    let stop_at = stop_at.map(|s| STEPS[s.parse::<usize>().unwrap()]);
+    let stop_at_write = a
+        .get(4)
+        .and_then(|s| s.strip_prefix('w'))
+        .map(|n| n.parse::<usize>().unwrap());
+    let mut writes = 0;
     let held = Ledger::new(&cfg).read().expect("ledger").reservations;
     let r = held
         .iter()
@@ -24,7 +31,7 @@ fn main() {
         engine: "runc",
         cause: "test",
     };
-    let out = resize_observed(
+    let out = resize_traced(
         &cfg,
         &inv,
         &Default::default(),
@@ -36,9 +43,16 @@ fn main() {
         to,
         "the test",
         src,
-        &mut |step| {
-            if Some(step) == stop_at {
-                println!("at-step {step:?}");
+        &mut |t| {
+            let stop = match t {
+                Trace::Step(step) => Some(step) == stop_at,
+                Trace::Write(_) => {
+                    writes += 1;
+                    Some(writes - 1) == stop_at_write
+                }
+            };
+            if stop {
+                println!("at-step {t:?}");
                 std::io::stdout().flush().unwrap();
                 loop {
                     std::thread::sleep(std::time::Duration::from_secs(60));

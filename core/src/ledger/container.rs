@@ -162,6 +162,11 @@ impl Ledger {
         let had_json = self.path().exists();
         let json = self.load_unlocked(true)?;
         let names = self.list_records(&bdir, true)?;
+        if duplicates::duplicated(&names, &json) {
+            // a container a crash left held twice: counted once, by the
+            // whole-ledger path, which also writes it back once
+            return Ok(None);
+        }
         let key = Key::Root { id, root };
         let now = fsutil::now_unix();
         let mut same = json.reservations.iter().find(|r| key.matches(r)).cloned();

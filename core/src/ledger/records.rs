@@ -13,7 +13,9 @@
 //! and its bytes per GPU — so an admission lists one directory and reads
 //! no other record: its work does not grow with the number of containers
 //! beyond that listing (docs/benchmarks.md).
-use super::{Ledger, LedgerData, LedgerError, Loaded, Reservation, LEDGER_MODE, SCHEMA_VERSION};
+use super::{
+    duplicates, Ledger, LedgerData, LedgerError, Loaded, Reservation, LEDGER_MODE, SCHEMA_VERSION,
+};
 use crate::formats::names::{fnv1a, FNV_OFFSET};
 use crate::fsutil::{self, Durability, WriteStep};
 use crate::placement::Usage;
@@ -284,7 +286,8 @@ impl Ledger {
     /// a record stays in it (rewritten if it changed), everything else goes
     /// to ledger.json, and records no longer held are removed — after
     /// ledger.json is written, so a crash in between leaves a reservation
-    /// held twice (never one held nowhere).
+    /// held twice (never one held nowhere; the next transaction merges the
+    /// two, `duplicates`). `data` holds each container once (merged).
     pub(super) fn save(
         &self,
         data: LedgerData,
@@ -293,17 +296,17 @@ impl Ledger {
         sync_dir: bool,
         observe: &mut dyn FnMut(WriteStep),
     ) -> Result<(), LedgerError> {
-        let same = |a: &Reservation, b: &Reservation| {
-            !b.is_claim()
-                && a.container_id == b.container_id
-                && a.runtime_root == b.runtime_root
-                && a.bundle == b.bundle
-                && a.created_unix == b.created_unix
-        };
         let mut held = vec![false; recs.len()];
         let mut json = vec![];
         for r in data.reservations {
-            let Some(i) = (0..recs.len()).find(|&i| !held[i] && same(&recs[i].res, &r)) else {
+            // the record that already says exactly this, else any of this
+            // container's (a crash may have left it two)
+            let Some(i) = (0..recs.len())
+                .find(|&i| !held[i] && recs[i].res == r)
+                .or_else(|| {
+                    (0..recs.len()).find(|&i| !held[i] && duplicates::same(&recs[i].res, &r))
+                })
+            else {
                 json.push(r);
                 continue;
             };
@@ -319,8 +322,12 @@ impl Ledger {
             match name_of(&r).filter(|_| current) {
                 Some(n) => {
                     let path = dir.join(n);
-                    self.write_record(&path, &r, &mut |_| {})?;
-                    held[i] = path == recs[i].path;
+                    self.write_record(&path, &r, observe)?;
+                    // the file written now holds it, whichever record
+                    // was there under that name before
+                    for (h, l) in held.iter_mut().zip(recs) {
+                        *h |= l.path == path;
+                    }
                 }
                 None => json.push(r),
             }

@@ -16,13 +16,37 @@
 //!
 //! Either way the repair is the same: give the container the reservation's
 //! `vram_bytes` and clear the marker (`lifecycle`'s update phase does it
-//! before any new resize and from `gpu-quota ls`), so the two agree on the
+//! before any new resize and in `gpu-quota gc`), so the two agree on the
 //! old size or the new one, never a mixture. The admission arithmetic is
 //! placement's, against every other holder of the GPU, as for a new
 //! container.
+//!
+//! Who may act on a marker: the resize that wrote it, while it holds the
+//! container's resize lock ([`lock`]), and otherwise only a repair that
+//! holds that lock (so the resize that wrote it is dead). Each marker
+//! carries a token of its own, and [`Ledger::resize_end`] ends only the
+//! marker it is given, never one written after it; ending a resize never
+//! makes a slice larger (only [`Ledger::resize_begin`], which places, does).
 use super::*;
 use crate::request::{GpuRef, GpuSelector, Origin};
 use crate::units::Size;
+
+pub mod lock;
+
+/// 64 random bits from the kernel, else from the clock and the pid: what
+/// tells one marker from another with the same sizes.
+fn new_token() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: the pointer and length describe `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n == b.len() as isize {
+        return u64::from_ne_bytes(b);
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32)
+}
 
 /// A resize under way, recorded on its reservation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +54,24 @@ pub struct PendingResize {
     pub uuid: String,
     pub from: u64,
     pub to: u64,
+    /// Random, written by [`Ledger::resize_begin`]: this marker and no
+    /// other (two resizes of the same sizes differ in it). 0 in a marker
+    /// written before tokens.
+    #[serde(default)]
+    pub token: u64,
+}
+
+impl PendingResize {
+    /// A marker of a resize of GPU `uuid` from `from` to `to`, with a
+    /// token of its own.
+    pub fn new(uuid: impl Into<String>, from: u64, to: u64) -> PendingResize {
+        PendingResize {
+            uuid: uuid.into(),
+            from,
+            to,
+            token: new_token(),
+        }
+    }
 }
 
 /// What [`Ledger::resize_begin`] decided.
@@ -73,6 +115,8 @@ pub enum ResizeError {
         from: String,
         to: String,
     },
+    #[error("container {id} is being resized by another gpu-quota process right now (`gpu-quota ls` shows it as resizing); wait for that to finish, then resize again")]
+    Busy { id: String },
     #[error("cannot resize container {id}: {err}")]
     Refused {
         id: String,
@@ -106,16 +150,35 @@ impl Ledger {
         gpu: Option<u32>,
         to: Size,
     ) -> Result<Option<Begun>, ResizeError> {
+        self.resize_begin_observed(cfg, inv, contexts, key, gpu, to, &mut |_| {})
+    }
+
+    /// As [`Ledger::resize_begin`], calling `observe` at each step of the
+    /// writes (tests stop it there).
+    #[allow(clippy::too_many_arguments)]
+    pub fn resize_begin_observed(
+        &self,
+        cfg: &Config,
+        inv: &Inventory,
+        contexts: &ContextCosts,
+        key: Key<'_>,
+        gpu: Option<u32>,
+        to: Size,
+        observe: &mut dyn FnMut(WriteStep),
+    ) -> Result<Option<Begun>, ResizeError> {
         let (id, _) = key.id_root();
         let id = id.to_string();
-        self.transact(|d| {
-            Ok(
-                match self.begin_in(d, cfg, inv, contexts, &key, gpu, to, &id) {
-                    Ok(Some(b)) => (Ok(Some(b)), true),
-                    other => (other, false),
-                },
-            )
-        })?
+        self.transact_observed(
+            |d| {
+                Ok(
+                    match self.begin_in(d, cfg, inv, contexts, &key, gpu, to, &id) {
+                        Ok(Some(b)) => (Ok(Some(b)), true),
+                        other => (other, false),
+                    },
+                )
+            },
+            observe,
+        )?
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -222,11 +285,7 @@ impl Ledger {
                     });
                 }
             }
-            let resize = PendingResize {
-                uuid: slice.uuid.clone(),
-                from: slice.vram_bytes,
-                to: want,
-            };
+            let resize = PendingResize::new(slice.uuid.clone(), slice.vram_bytes, want);
             let r = &mut d.reservations[i];
             if want > slice.vram_bytes {
                 r.slices[s].vram_bytes = want;
@@ -239,30 +298,48 @@ impl Ledger {
         }
     }
 
-    /// End a resize of container `key`: its slice on the resized GPU
-    /// becomes `vram_bytes` (a shrink's new size once the container fits
-    /// in it; a grow's, already written; the reservation's own bytes to
-    /// repair an interrupted one) and the marker goes. Returns the
-    /// reservation as written; `None` when no resize of it is under way.
+    /// End the resize `marker` of container `key`: its slice on the
+    /// resized GPU becomes `vram_bytes` (a shrink's new size once the
+    /// container fits in it; a grow's, already written; the old size to
+    /// undo one; the reservation's own bytes to repair one) and the marker
+    /// goes. Never larger than the slice is now: only a begin, which
+    /// places, grows a reservation. Returns the reservation as written;
+    /// `None` when it holds no such marker (released, or another marker).
     pub fn resize_end(
         &self,
         key: Key<'_>,
+        marker: &PendingResize,
         vram_bytes: u64,
     ) -> Result<Option<Reservation>, LedgerError> {
-        self.transact(|d| {
-            let Some(r) = d
-                .reservations
-                .iter_mut()
-                .find(|r| key.matches(r) && r.resizing.is_some())
-            else {
-                return Ok((None, false));
-            };
-            let p = r.resizing.take().expect("found by its marker");
-            for s in r.slices.iter_mut().filter(|s| s.uuid == p.uuid) {
-                s.vram_bytes = vram_bytes;
-            }
-            Ok((Some(r.clone()), true))
-        })
+        self.resize_end_observed(key, marker, vram_bytes, &mut |_| {})
+    }
+
+    /// As [`Ledger::resize_end`], calling `observe` at each step of the
+    /// writes.
+    pub fn resize_end_observed(
+        &self,
+        key: Key<'_>,
+        marker: &PendingResize,
+        vram_bytes: u64,
+        observe: &mut dyn FnMut(WriteStep),
+    ) -> Result<Option<Reservation>, LedgerError> {
+        self.transact_observed(
+            |d| {
+                let Some(r) = d
+                    .reservations
+                    .iter_mut()
+                    .find(|r| key.matches(r) && r.resizing.as_ref() == Some(marker))
+                else {
+                    return Ok((None, false));
+                };
+                r.resizing = None;
+                for s in r.slices.iter_mut().filter(|s| s.uuid == marker.uuid) {
+                    s.vram_bytes = s.vram_bytes.min(vram_bytes);
+                }
+                Ok((Some(r.clone()), true))
+            },
+            observe,
+        )
     }
 }
 
@@ -362,6 +439,7 @@ mod tests {
             uuid: "GPU-0".into(),
             from: 4 * G,
             to: 8 * G,
+            token: b.resize.token,
         };
         assert_eq!(bytes_of(&l, "a"), (8 * G, Some(p.clone())));
         // a second resize waits for the first
@@ -381,10 +459,16 @@ mod tests {
         assert!(l
             .admit(&cfg, &inv, &req, "c", None, "/b", &mut vec![])
             .is_err());
-        let r = l.resize_end(key("a"), 8 * G).unwrap().unwrap();
+        // only this marker ends it: not one of the same sizes written by
+        // another resize
+        let other = PendingResize::new("GPU-0", 4 * G, 8 * G);
+        assert_ne!(other, p);
+        assert_eq!(l.resize_end(key("a"), &other, 4 * G).unwrap(), None);
+        assert_eq!(bytes_of(&l, "a"), (8 * G, Some(p.clone())));
+        let r = l.resize_end(key("a"), &p, 8 * G).unwrap().unwrap();
         assert_eq!((r.slices[0].vram_bytes, r.resizing), (8 * G, None));
         assert_eq!(
-            l.resize_end(key("a"), 8 * G).unwrap(),
+            l.resize_end(key("a"), &p, 8 * G).unwrap(),
             None,
             "nothing under way"
         );
@@ -420,7 +504,7 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert!(b.grows(), "{id}");
-            let r = l.resize_end(key(id), 4 * G).unwrap().unwrap();
+            let r = l.resize_end(key(id), &b.resize, 4 * G).unwrap().unwrap();
             assert_eq!(
                 (r.slices[0].vram_bytes, r.slices[0].sm_percent),
                 (4 * G, 25),
@@ -442,14 +526,22 @@ mod tests {
         assert_eq!(b.resize.to, 4 * G, "a percentage of that GPU");
         assert_eq!(bytes_of(&l, "a").0, 8 * G, "still counted at the old size");
         // given up (the container held too much): the old size stays
-        l.resize_end(key("a"), b.resize.from).unwrap();
+        l.resize_end(key("a"), &b.resize, b.resize.from).unwrap();
+        assert_eq!(bytes_of(&l, "a"), (8 * G, None));
+        // an end never makes the slice larger than it is
+        let b2 = l
+            .resize_begin(&cfg, &inv, &c, key("a"), Some(1), Size::Bytes(2 * G))
+            .unwrap()
+            .unwrap();
+        assert_ne!(b2.resize.token, b.resize.token, "its own token");
+        l.resize_end(key("a"), &b2.resize, 16 * G).unwrap();
         assert_eq!(bytes_of(&l, "a"), (8 * G, None));
         // done: the new size
         let b = l
             .resize_begin(&cfg, &inv, &c, key("a"), Some(1), Size::Bytes(4 * G))
             .unwrap()
             .unwrap();
-        l.resize_end(key("a"), b.resize.to).unwrap();
+        l.resize_end(key("a"), &b.resize, b.resize.to).unwrap();
         assert_eq!(bytes_of(&l, "a"), (4 * G, None));
         assert!(l
             .resize_begin(&cfg, &inv, &c, key("a"), None, Size::Bytes(4 * G))

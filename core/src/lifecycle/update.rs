@@ -16,9 +16,20 @@
 //! container the reservation's bytes and clears it (every resize repairs
 //! first, and so does `gpu-quota gc`), so the ledger and the container
 //! agree on the old size or the new one.
+//!
+//! A crashed resize and a running one are told apart by the container's
+//! resize lock (`ledger::resize::lock`, a `flock` the kernel lets go when
+//! its holder dies): a resize holds it from before its marker is written
+//! until after it is ended, and a repair acts only on a marker whose lock
+//! it got, deciding and acting in one transaction under the ledger's
+//! lock. The resize ends only its own marker (each has a token), and an
+//! end never grows a slice. So after each quiet point (no resize running,
+//! and a `gc` or resize after a crash) the container's live limit is what
+//! the ledger counts, and the ledger never counts more than the GPU holds.
 use super::held;
 use crate::config::Config;
 use crate::events;
+use crate::fsutil::WriteStep;
 use crate::inventory::Inventory;
 use crate::ledger::resize::ResizeError;
 use crate::ledger::{Key, LedgerError, Reservation};
@@ -27,6 +38,14 @@ use crate::units::{human, Size};
 use crate::{drvlimit, grantfile, state, Ledger};
 use gpuquota_formats::grant;
 use std::path::Path;
+use std::time::Duration;
+
+/// The container id a key names.
+fn key_id(key: &Key<'_>) -> String {
+    match key {
+        Key::Root { id, .. } | Key::Hook { id, .. } => id.to_string(),
+    }
+}
 
 /// The steps of a resize, in order (tests stop a resize at each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,42 +128,109 @@ pub struct Repaired {
     /// Containers whose limit could not be set (id, why): their marker
     /// stays, the next repair tries again.
     pub failed: Vec<(String, std::io::Error)>,
+    /// Containers a resize is running on right now (it holds their resize
+    /// lock): not interrupted, left to that resize.
+    pub under_way: Vec<String>,
+}
+
+/// The points a repair passes (tests hold it there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairStep {
+    /// It read the ledger for markers (without the ledger's lock).
+    Read,
 }
 
 /// Finish every resize a crash interrupted: the container gets what its
 /// reservation holds, the marker goes.
+///
+/// A marker found in the unlocked read only says which containers to look
+/// at. For each, the repair takes the container's resize lock without
+/// waiting (`ledger::resize::lock`): held, a resize is running and ends
+/// its own marker (the container is `under_way`); got, the resize that
+/// wrote the marker is dead and none can start. Then, in one transaction
+/// under the ledger's lock, it reads the marker again, gives the container
+/// the reservation's bytes and clears that marker: no release, reclaim or
+/// new admission of the same container can come between what it decided
+/// and what it did. (The driver-level limit, where one is set, is changed
+/// inside that transaction too; its helper has a timeout. Repairs are
+/// rare: only after a crash.)
 pub fn repair(cfg: &Config) -> Result<Repaired, LedgerError> {
+    repair_observed(cfg, &mut |_| {})
+}
+
+/// As [`repair`], calling `observe` at each [`RepairStep`].
+pub fn repair_observed(
+    cfg: &Config,
+    observe: &mut dyn FnMut(RepairStep),
+) -> Result<Repaired, LedgerError> {
     let ledger = Ledger::new(cfg);
     let mut out = Repaired::default();
-    for r in ledger.read()?.reservations {
-        let Some(p) = r.resizing.clone() else {
+    let mut marked: Vec<(String, Option<String>)> = ledger
+        .read()?
+        .reservations
+        .into_iter()
+        .filter(|r| r.resizing.is_some())
+        .map(|r| (r.container_id, r.runtime_root))
+        .collect();
+    marked.sort();
+    marked.dedup();
+    observe(RepairStep::Read);
+    for (id, root) in &marked {
+        let key = Key::Root {
+            id,
+            root: root.as_deref(),
+        };
+        let Some(_lock) = ledger.resize_lock(&key, Duration::ZERO)? else {
+            out.under_way.push(id.clone());
             continue;
         };
-        let bytes = r
-            .slices
-            .iter()
-            .find(|s| s.uuid == p.uuid)
-            .map(|s| s.vram_bytes)
-            .unwrap_or(p.from);
-        match apply(cfg, &state::existing_dir(cfg, &r), &p.uuid, bytes) {
-            // a container whose state is gone has no limit to agree with
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                out.failed.push((r.container_id.clone(), e));
-                continue;
+        let mut failed = None;
+        let done = ledger.transact(|d| {
+            let Some(r) = d
+                .reservations
+                .iter_mut()
+                .find(|r| key.matches(r) && r.resizing.is_some())
+            else {
+                return Ok((None, false)); // ended before we got the lock
+            };
+            let uuid = r
+                .resizing
+                .as_ref()
+                .map(|p| p.uuid.clone())
+                .unwrap_or_default();
+            let Some(bytes) = r
+                .slices
+                .iter()
+                .find(|s| s.uuid == uuid)
+                .map(|s| s.vram_bytes)
+            else {
+                // a marker of no slice it holds: nothing to give
+                r.resizing = None;
+                return Ok((Some(r.clone()), true));
+            };
+            match apply(cfg, &state::existing_dir(cfg, r), &uuid, bytes) {
+                // a container whose state is gone has no limit to agree with
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    failed = Some(e);
+                    return Ok((None, false));
+                }
             }
+            r.resizing = None;
+            Ok((Some(r.clone()), true))
+        })?;
+        if let Some(e) = failed {
+            out.failed.push((id.clone(), e));
         }
-        let key = Key::Root {
-            id: &r.container_id,
-            root: r.runtime_root.as_deref(),
-        };
-        if let Some(r) = ledger.resize_end(key, bytes)? {
-            out.done.push(r);
-        }
+        out.done.extend(done);
     }
     Ok(out)
 }
+
+/// How long a resize waits for another resize (or a repair) of the same
+/// container to let its lock go before it says so.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Resize container `key`'s slice on GPU `gpu` (its host index; `None`
 /// when it holds one) to `to`. `by` says who asked (for the event).
@@ -176,11 +262,54 @@ pub fn resize_observed(
     src: events::Source<'_>,
     observe: &mut dyn FnMut(Step),
 ) -> Result<Option<Resized>, UpdateError> {
+    let mut traced = |t: Trace| {
+        if let Trace::Step(s) = t {
+            observe(s)
+        }
+    };
+    resize_traced(cfg, inv, contexts, key, gpu, to, by, src, &mut traced)
+}
+
+/// What [`resize_traced`] reports: each [`Step`], and each step of its
+/// ledger writes (tests stop a resize inside a write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trace {
+    Step(Step),
+    Write(WriteStep),
+}
+
+/// As [`resize`], calling `observe` at each [`Trace`] point.
+#[allow(clippy::too_many_arguments)]
+pub fn resize_traced(
+    cfg: &Config,
+    inv: &Inventory,
+    contexts: &ContextCosts,
+    key: Key<'_>,
+    gpu: Option<u32>,
+    to: Size,
+    by: &str,
+    src: events::Source<'_>,
+    observe: &mut dyn FnMut(Trace),
+) -> Result<Option<Resized>, UpdateError> {
+    // interrupted resizes first (this container's too: a marker left on it
+    // would refuse this one)
     repair(cfg)?;
     let ledger = Ledger::new(cfg);
-    let Some(b) = ledger.resize_begin(cfg, inv, contexts, key.clone(), gpu, to)? else {
+    // held until the resize has ended its marker (or undone it): a repair
+    // leaves the marker alone meanwhile
+    let Some(_lock) = ledger.resize_lock(&key, LOCK_WAIT)? else {
+        return Err(ResizeError::Busy { id: key_id(&key) }.into());
+    };
+    // the ledger's write steps and the resize's, in one sequence
+    let observe = std::cell::RefCell::new(observe);
+    let write = |w: WriteStep| (observe.borrow_mut())(Trace::Write(w));
+    let step = |s: Step| (observe.borrow_mut())(Trace::Step(s));
+    let Some(b) =
+        ledger.resize_begin_observed(cfg, inv, contexts, key.clone(), gpu, to, &mut { write })?
+    else {
         return Ok(None);
     };
+    let observe = step;
     observe(Step::Begun);
     let r = &b.reservation;
     let p = &b.resize;
@@ -197,7 +326,7 @@ pub fn resize_observed(
     // (shrink) or gets back (grow) its old size, and the ledger says so
     let undo = |e: UpdateError| -> UpdateError {
         let _ = apply(cfg, &dir, &p.uuid, p.from);
-        match ledger.resize_end(key.clone(), p.from) {
+        match ledger.resize_end_observed(key.clone(), p, p.from, &mut { write }) {
             Ok(_) => e,
             Err(l) => l.into(),
         }
@@ -246,9 +375,10 @@ pub fn resize_observed(
         driver(p.to)?;
         observe(Step::Driver);
     }
-    let r = ledger
-        .resize_end(key, p.to)?
-        .unwrap_or_else(|| b.reservation.clone());
+    // `None`: the container was released meanwhile (its marker went with it)
+    let Some(r) = ledger.resize_end_observed(key, p, p.to, &mut { write })? else {
+        return Err(ResizeError::NotFound { id }.into());
+    };
     observe(Step::Ended);
     events::resized(cfg, src, &r, index, p.from, p.to, by);
     Ok(Some(Resized {
