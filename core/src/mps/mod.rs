@@ -25,6 +25,9 @@
 //! reservation is written. So a release that reads no share left and
 //! stops the daemon either runs before the admission's `ensure` (which then
 //! starts a new one) or sees the admission's share and leaves the daemon.
+pub mod supervise;
+pub mod view;
+
 use crate::config::Config;
 use crate::formats::mps as names;
 use crate::fsutil;
@@ -131,6 +134,9 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
     locked(cfg, || {
         if !ctl.answers(&d) {
             start(uuid, &d, ctl)?;
+        } else {
+            // a daemon started by a gpu-quota before the view existed
+            refresh_view(uuid, &d)?;
         }
         Ok(d)
     })
@@ -148,6 +154,18 @@ fn start(uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
     ctl.start(uuid, d).map_err(|what| MpsError::Daemon {
         uuid: uuid.into(),
         what,
+    })?;
+    // the containers' links to the new daemon's socket
+    refresh_view(uuid, d)
+}
+
+fn refresh_view(uuid: &str, d: &Dirs) -> Result<(), MpsError> {
+    view::refresh(d).map_err(|err| MpsError::Daemon {
+        uuid: uuid.into(),
+        what: format!(
+            "cannot link the daemon's client socket into {}: {err}",
+            view::dir(d).display()
+        ),
     })
 }
 
@@ -287,6 +305,11 @@ impl HostControl {
 
     /// Run the UI with `input`; its output, or why it failed.
     fn ui(&self, d: &Dirs, input: &str) -> Result<String, String> {
+        self.ui_within(d, input, DEADLINE)
+    }
+
+    /// [`Self::ui`] within `limit`.
+    fn ui_within(&self, d: &Dirs, input: &str, limit: Duration) -> Result<String, String> {
         let mut child = self
             .command(d)
             .stdin(Stdio::piped())
@@ -297,7 +320,7 @@ impl HostControl {
         if let Some(mut i) = child.stdin.take() {
             let _ = i.write_all(input.as_bytes());
         }
-        let status = wait_until(&mut child, DEADLINE)?;
+        let status = wait_until(&mut child, limit)?;
         let mut out = String::new();
         if let Some(mut o) = child.stdout.take() {
             use std::io::Read;
@@ -526,6 +549,8 @@ mod tests {
         assert_eq!(mode(&d.root), 0o700);
         assert_eq!(mode(&d.log), 0o700);
         assert_eq!(mode(&d.pipe), 0o755);
+        // the containers' view of it (view.rs)
+        assert_eq!(mode(&view::dir(&d)), 0o755);
     }
 
     #[test]
