@@ -197,6 +197,15 @@ impl Supervisor {
         e.error = error;
     }
 
+    /// A round that cannot look at the daemons (no trusted control
+    /// program): every GPU with shares is down, with `error`.
+    pub fn unable(&mut self, shares: &BTreeSet<String>, error: &str, now: u64) {
+        self.gpus.retain(|u, _| shares.contains(u));
+        for uuid in shares {
+            self.set(uuid, State::Down, error.to_string(), now);
+        }
+    }
+
     /// One round over the GPUs with shares (`read`, the ledger's; `None`:
     /// unreadable, nothing is done). `publish` is called with the states
     /// before a restart starts (it can take seconds).
