@@ -18,6 +18,7 @@
 //! new socket at once.
 use super::Dirs;
 use crate::fsutil;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The pipe directory's entries a client container gets, and nothing else.
@@ -55,8 +56,14 @@ pub fn refresh(d: &Dirs) -> std::io::Result<()> {
     for name in CLIENT_ENTRIES {
         let src = d.pipe.join(name);
         let dst = v.join(name);
-        if src.symlink_metadata().is_err() {
+        let Ok(now) = src.symlink_metadata() else {
             remove(&dst)?;
+            continue;
+        };
+        // already this file (rename would leave both names: rename(2) does
+        // nothing for two links of one inode)
+        let same = |m: std::fs::Metadata| m.dev() == now.dev() && m.ino() == now.ino();
+        if dst.symlink_metadata().is_ok_and(same) {
             continue;
         }
         // a new name, then renamed over the old: a client never finds the
@@ -82,7 +89,6 @@ fn remove(p: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
     use std::os::unix::net::{UnixListener, UnixStream};
 
     fn dirs(t: &Path) -> Dirs {
@@ -109,6 +115,8 @@ mod tests {
         }
         std::fs::create_dir_all(dir(&d)).unwrap();
         std::fs::write(dir(&d).join("control_privileged"), "stale").unwrap();
+        refresh(&d).unwrap();
+        // again, with the daemon unchanged (an admission): nothing more
         refresh(&d).unwrap();
         let names = |p: &Path| {
             let mut v: Vec<String> = std::fs::read_dir(p)
