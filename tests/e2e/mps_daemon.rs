@@ -235,15 +235,6 @@ fn control_commands_from_a_container_change_nothing() {
         )
     };
     let before = state();
-    // what the container sees of the pipe directory
-    let o = h.runtime(&["exec", "atk", "ls", "-a", "/run/gpu-quota/mps"]);
-    assert_ok(&o, "ls");
-    let seen: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .split_whitespace()
-        .filter(|n| *n != "." && *n != "..")
-        .map(String::from)
-        .collect();
-    assert_eq!(seen, ["control"], "the client socket only");
     let mut replies = Vec::new();
     for cmd in [
         "set_default_active_thread_percentage 10".to_string(),
@@ -273,6 +264,16 @@ fn control_commands_from_a_container_change_nothing() {
         replies.join("\n")
     );
     assert!(answers(&dir), "the daemon did not quit");
+    // what the container sees of the pipe directory
+    let o = h.runtime(&["exec", "atk", "ls", "-a", "/run/gpu-quota/mps"]);
+    assert_ok(&o, "ls");
+    let seen: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter(|n| *n != "." && *n != "..")
+        .map(String::from)
+        .collect();
+    assert_eq!(seen, ["control"], "the client socket only");
+
     assert!(
         ui(&dir, &format!("get_client_list {srv}"))
             .unwrap()
