@@ -6,8 +6,9 @@
 //! would keep its server's memory on the GPU and keep the GPU in MPS mode
 //! for nobody). Its pipe and log directories are
 //! `<state_dir>/mps/<uuid>/{pipe,log}`, never a user's; a container with a
-//! share gets its GPU's pipe directory read-only at
-//! `formats::mps::CONTAINER_PIPE_DIR` and runs as a client there.
+//! share gets its GPU's view of the pipe directory (the client socket only,
+//! [`view`]) read-only at `formats::mps::CONTAINER_PIPE_DIR` and runs as a
+//! client there. [`supervise`] starts a new daemon where one died or hangs.
 //!
 //! No shared `/dev/shm`: on the H200 a client with a private `/dev/shm`
 //! ran at its share (docs/gpu-runs/2026-12-02-h200-mps-facts), so each
@@ -116,8 +117,8 @@ fn locked<T>(cfg: &Config, f: impl FnOnce() -> Result<T, MpsError>) -> Result<T,
         let path = path.to_path_buf();
         move |err| MpsError::Io { path, err }
     };
-    // 0700: no other host user reaches a daemon's sockets or logs; only
-    // the pipe directory is 0755, for the containers it is bound into
+    // 0700: no other host user reaches a daemon's sockets or logs (the
+    // pipe and view directories below are 0755; the containers get the view)
     fsutil::secure_dir(&b, 0o700).map_err(io(&b))?;
     let lp = b.join("lock");
     let _g = fsutil::lock_exclusive(&lp).map_err(io(&lp))?;
