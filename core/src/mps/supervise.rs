@@ -39,6 +39,13 @@ pub const HUNG_AFTER: u32 = 2;
 pub const MAX_BACKOFF_SECS: u64 = 60;
 /// The status file, in the state directory.
 pub const STATUS_FILE: &str = "mps-supervisor.json";
+/// A daemon log past this size is moved aside (`<name>.1`, replacing the
+/// one before) and emptied: the real daemon writes five lines (about 250
+/// bytes) per UI session (mps-facts2.txt), so a probe a second is about
+/// 21 MB a day per GPU, in the state directory's tmpfs (RAM).
+pub const LOG_MAX_BYTES: u64 = 16 << 20;
+/// The daemon's logs that grow.
+const LOGS: [&str; 2] = ["control.log", "server.log"];
 
 /// What a look at one daemon found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,6 +238,7 @@ impl Supervisor {
                     self.strikes.remove(uuid);
                     self.backoff.remove(uuid);
                     self.set(uuid, State::Up, String::new(), now);
+                    trim_logs(&d, LOG_MAX_BYTES);
                     continue;
                 }
                 Health::Gone(why) => {
@@ -284,6 +292,30 @@ impl Supervisor {
             }
         }
         out
+    }
+}
+
+/// Keep each of the daemon's logs under `max` bytes: one past it is copied
+/// to `<name>.1` and emptied in place (the daemon keeps it open: a rename
+/// would leave it writing to the old file). Lines written between the copy
+/// and the truncation are lost; a daemon that does not append writes at
+/// its old offset, leaving a hole, which takes no memory on tmpfs.
+pub fn trim_logs(d: &Dirs, max: u64) {
+    for name in LOGS {
+        let p = d.log.join(name);
+        let Ok(m) = p.symlink_metadata() else {
+            continue;
+        };
+        if !m.is_file() || m.len() <= max {
+            continue;
+        }
+        let old = d.log.join(format!("{name}.1"));
+        if std::fs::copy(&p, &old).is_ok() {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .and_then(|f| f.set_len(0));
+        }
     }
 }
 
@@ -500,6 +532,22 @@ mod tests {
         assert_eq!(starts(&f), 2, "then 4 s");
         s.round(&c, &read, &f, 16, &mut |_| {});
         assert_eq!(starts(&f), 3);
+    }
+
+    #[test]
+    fn a_daemon_log_past_its_bound_is_moved_aside_and_emptied() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cfg(t.path());
+        let d = dirs(&c, "GPU-a").unwrap();
+        std::fs::create_dir_all(&d.log).unwrap();
+        std::fs::write(d.log.join("control.log"), "x".repeat(100)).unwrap();
+        std::fs::write(d.log.join("server.log"), "y".repeat(10)).unwrap();
+        trim_logs(&d, 50);
+        let len = |n: &str| std::fs::metadata(d.log.join(n)).map(|m| m.len()).ok();
+        assert_eq!(len("control.log"), Some(0));
+        assert_eq!(len("control.log.1"), Some(100));
+        assert_eq!(len("server.log"), Some(10), "under the bound: left alone");
+        assert_eq!(len("server.log.1"), None);
     }
 
     #[test]
