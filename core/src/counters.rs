@@ -32,6 +32,21 @@ pub struct Counters {
     /// Slices changed while their container ran (`gpu-quota resize`).
     #[serde(default)]
     pub resizes: u64,
+    /// MPS daemons started again after theirs died or hung, by GPU UUID
+    /// (`gpu-quota mps-supervise`, `gc`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mps: BTreeMap<String, MpsRestarts>,
+}
+
+/// One GPU's MPS daemon restarts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MpsRestarts {
+    pub restarts: u64,
+    /// Starts that failed (tried again later).
+    pub failures: u64,
+    /// When the last restart succeeded (0: never).
+    pub last_restart_unix: u64,
 }
 
 /// One increment.
@@ -42,6 +57,13 @@ pub enum Bump<'a> {
     Release(u64),
     Reclaim(u64),
     Resize,
+    /// GPU `uuid`'s MPS daemon was started again (`ok`) or failed to be,
+    /// at `now` (unix seconds).
+    MpsRestart {
+        uuid: &'a str,
+        ok: bool,
+        now: u64,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +132,15 @@ pub fn bump(ledger_dir: &Path, bump: Bump<'_>) -> Result<Counters, CountersError
         Bump::Release(n) => c.releases += n,
         Bump::Reclaim(n) => c.reclaims += n,
         Bump::Resize => c.resizes += 1,
+        Bump::MpsRestart { uuid, ok, now } => {
+            let m = c.mps.entry(uuid.to_string()).or_default();
+            if ok {
+                m.restarts += 1;
+                m.last_restart_unix = now;
+            } else {
+                m.failures += 1;
+            }
+        }
     }
     let mut out = serde_json::to_vec_pretty(&c).expect("counters serialize");
     out.push(b'\n');
@@ -177,6 +208,29 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let m = std::fs::metadata(path(d.path())).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o644);
+    }
+
+    #[test]
+    fn mps_restarts_count_by_gpu() {
+        let d = tempfile::tempdir().unwrap();
+        let b = |uuid, ok, now| Bump::MpsRestart { uuid, ok, now };
+        bump(d.path(), b("GPU-a", true, 10)).unwrap();
+        bump(d.path(), b("GPU-a", false, 11)).unwrap();
+        bump(d.path(), b("GPU-a", true, 12)).unwrap();
+        bump(d.path(), b("GPU-b", false, 13)).unwrap();
+        let c = read(d.path()).unwrap();
+        assert_eq!(
+            c.mps["GPU-a"],
+            MpsRestarts {
+                restarts: 2,
+                failures: 1,
+                last_restart_unix: 12
+            }
+        );
+        assert_eq!(c.mps["GPU-b"].last_restart_unix, 0);
+        // a file without them (an older gpu-quota's) reads
+        std::fs::write(path(d.path()), b"{\"admissions\": 3}").unwrap();
+        assert!(read(d.path()).unwrap().mps.is_empty());
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub enum Kind {
     Release,
     Reclaim,
     Resize,
+    MpsRestart,
 }
 
 impl Kind {
@@ -34,6 +35,7 @@ impl Kind {
             Kind::Release => "release",
             Kind::Reclaim => "reclaim",
             Kind::Resize => "resized",
+            Kind::MpsRestart => "mps_restart",
         }
     }
 }
@@ -200,6 +202,37 @@ pub fn resized(
         crate::units::human(to)
     );
     emit_reservation(cfg, src, Kind::Resize, r, &reason);
+}
+
+/// GPU `uuid`'s MPS daemon was found gone or hung (`why`) and a new one
+/// started, or starting one failed (`error`).
+pub fn mps_restarted(cfg: &Config, src: Source<'_>, uuid: &str, why: &str, error: Option<&str>) {
+    let now = crate::fsutil::now_unix();
+    let ok = error.is_none();
+    let _ = counters::bump(&cfg.ledger_dir, Bump::MpsRestart { uuid, ok, now });
+    let error = error.unwrap_or("");
+    emit(cfg, src, &|| {
+        if ok {
+            tracing::warn!(
+                event = Kind::MpsRestart.as_str(),
+                uuid,
+                program = src.program,
+                cause = src.cause,
+                reason = why,
+                "restarted the MPS daemon of {uuid}: {why}"
+            )
+        } else {
+            tracing::error!(
+                event = Kind::MpsRestart.as_str(),
+                uuid,
+                program = src.program,
+                cause = src.cause,
+                reason = why,
+                error,
+                "could not restart the MPS daemon of {uuid} ({why}): {error}"
+            )
+        }
+    });
 }
 
 fn emit_reservation(cfg: &Config, src: Source<'_>, kind: Kind, r: &Reservation, reason: &str) {
@@ -377,6 +410,37 @@ mod tests {
             ),
             (1, 1, 1, 2)
         );
+    }
+
+    #[test]
+    fn an_mps_restart_is_one_line_and_counted_by_gpu() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path(), LogTarget::File);
+        let src = Source {
+            program: "gpu-quota",
+            engine: "operator",
+            cause: "supervisor",
+        };
+        mps_restarted(&c, src, "GPU-a", "no daemon process", None);
+        mps_restarted(
+            &c,
+            src,
+            "GPU-a",
+            "pid 9 did not answer",
+            Some("already running"),
+        );
+        let l = lines(&c.log_file);
+        assert_eq!(l.len(), 2, "{l:?}");
+        assert_eq!(l[0]["event"], "mps_restart");
+        assert_eq!(l[0]["uuid"], "GPU-a");
+        assert_eq!(l[0]["reason"], "no daemon process");
+        assert_eq!(l[0]["cause"], "supervisor");
+        assert_eq!(l[0]["level"], "WARN");
+        assert_eq!(l[1]["level"], "ERROR");
+        assert_eq!(l[1]["error"], "already running");
+        let m = &counters::read(&c.ledger_dir).unwrap().mps["GPU-a"];
+        assert_eq!((m.restarts, m.failures), (1, 1));
+        assert!(m.last_restart_unix > 0);
     }
 
     #[test]

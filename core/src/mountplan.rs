@@ -239,8 +239,9 @@ pub trait Effects {
 }
 
 /// The plan for one container whose host state directory is `host_state`
-/// (made by `state::create` and filled by `state::fill`); `mps_pipe`: the
-/// pipe directory of its GPU's MPS daemon, for a container with a share.
+/// (made by `state::create` and filled by `state::fill`); `mps_pipe`: what
+/// a container with a share gets as its MPS pipe directory (the view of its
+/// GPU's daemon's, `mps::view`).
 pub fn plan(
     host_state: &Path,
     files: &DriverFiles,

@@ -6,6 +6,8 @@
 //!   (module `ops`); `metrics --listen` serves them (`metrics_server`).
 //! * `release ID` gives back one reservation by hand (`release`); `top` is
 //!   a live view (`top`); both read a `snapshot` of the host.
+//! * `mps-supervise` keeps the MPS daemons of GPUs with compute shares
+//!   running (`supervise`).
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -19,6 +21,7 @@ mod peer;
 mod release;
 mod resize;
 mod snapshot;
+mod supervise;
 mod top;
 
 #[derive(Parser)]
@@ -52,6 +55,8 @@ enum Cmd {
     Top(top::TopArgs),
     /// Change a running container's slice (grow: admitted like a new container; shrink: once it fits).
     Resize(resize::ResizeArgs),
+    /// Keep the MPS daemons of the GPUs with compute shares running: start a new one within seconds where one died or hangs (a service: deploy/gpu-quota-mps-supervise.service).
+    MpsSupervise(supervise::SuperviseArgs),
 }
 
 fn main() {
@@ -66,6 +71,7 @@ fn main() {
         Cmd::Release(a) => release::release(&a),
         Cmd::Top(a) => top::top(&a),
         Cmd::Resize(a) => resize::resize(&a),
+        Cmd::MpsSupervise(a) => supervise::run(&a),
     };
     if let Err(e) = r {
         eprintln!("gpu-quota: error: {e:#}");

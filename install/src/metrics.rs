@@ -288,7 +288,74 @@ pub fn render(s: &Snapshot) -> String {
         "Slices changed while their container ran (`gpu-quota resize`).",
     );
     o.sample("gpu_quota_resizes_total", &[], k.resizes);
+    mps_daemons(&mut o, s);
     o.0
+}
+
+/// The MPS daemons of the GPUs with compute shares, as the supervisor
+/// (`gpu-quota mps-supervise`) last saw them, and their restarts.
+fn mps_daemons(o: &mut Out, s: &Snapshot) {
+    use gpuquota_core::mps::supervise::State;
+    o.family(
+        "gpu_quota_mps_supervisor_up",
+        "gauge",
+        "1 when `gpu-quota mps-supervise` wrote its status within the last three rounds (10 s at least), else 0.",
+    );
+    o.sample("gpu_quota_mps_supervisor_up", &[], s.mps_fresh as u8);
+    o.family(
+        "gpu_quota_mps_daemon_state",
+        "gauge",
+        "The MPS daemon of a GPU with compute shares: 1 for its state (up, down, restarting; unknown without a running supervisor), 0 for the others.",
+    );
+    let status = s.mps.as_ref().filter(|_| s.mps_fresh);
+    for g in s.gpus.iter().filter(|g| g.sm > 0) {
+        let now = status
+            .and_then(|m| m.gpus.get(&g.uuid))
+            .map_or("unknown", |x| x.state.as_str());
+        let i = g.index.to_string();
+        for st in State::ALL.iter().map(|s| s.as_str()).chain(["unknown"]) {
+            o.sample(
+                "gpu_quota_mps_daemon_state",
+                &[("gpu", &i), ("uuid", &g.uuid), ("state", st)],
+                (st == now) as u8,
+            );
+        }
+    }
+    type PerGpu = fn(&gpuquota_core::counters::MpsRestarts) -> u64;
+    let per_gpu: [(&str, &str, &str, PerGpu); 3] = [
+        (
+            "gpu_quota_mps_daemon_restarts_total",
+            "counter",
+            "MPS daemons started again after the GPU's died or hung (supervisor and gc).",
+            |m| m.restarts,
+        ),
+        (
+            "gpu_quota_mps_daemon_restart_failures_total",
+            "counter",
+            "Starts of a GPU's MPS daemon that failed (the supervisor tries again later).",
+            |m| m.failures,
+        ),
+        (
+            "gpu_quota_mps_daemon_last_restart_timestamp_seconds",
+            "gauge",
+            "When the GPU's MPS daemon was last started again (unix seconds; absent before the first restart).",
+            |m| m.last_restart_unix,
+        ),
+    ];
+    for (name, kind, help, value) in per_gpu {
+        o.family(name, kind, help);
+        for g in &s.gpus {
+            let Some(m) = s.counters.mps.get(&g.uuid) else {
+                continue;
+            };
+            let v = value(m);
+            if v == 0 && kind == "gauge" {
+                continue;
+            }
+            let i = g.index.to_string();
+            o.sample(name, &[("gpu", &i), ("uuid", &g.uuid)], v);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -353,7 +420,43 @@ mod tests {
         });
         s.counters.admissions = 3;
         s.counters.refusals.insert("does_not_fit".into(), 2);
+        s.counters.mps.insert(
+            "GPU-0".into(),
+            gpuquota_core::counters::MpsRestarts {
+                restarts: 2,
+                failures: 1,
+                last_restart_unix: 1700000000,
+            },
+        );
         let t = render(&s);
+        // without a supervisor's status: unknown
+        assert!(t.lines().any(|l| l == "gpu_quota_mps_supervisor_up 0"));
+        assert!(t.lines().any(
+            |l| l == "gpu_quota_mps_daemon_state{gpu=\"0\",uuid=\"GPU-0\",state=\"unknown\"} 1"
+        ));
+        let mut st = gpuquota_core::mps::supervise::Status::default();
+        st.gpus.insert(
+            "GPU-0".into(),
+            gpuquota_core::mps::supervise::GpuStatus {
+                state: gpuquota_core::mps::supervise::State::Restarting,
+                since_unix: 1,
+                error: String::new(),
+            },
+        );
+        s.mps = Some(st);
+        s.mps_fresh = true;
+        let t2 = render(&s);
+        for line in [
+            "gpu_quota_mps_supervisor_up 1",
+            "gpu_quota_mps_daemon_state{gpu=\"0\",uuid=\"GPU-0\",state=\"restarting\"} 1",
+            "gpu_quota_mps_daemon_state{gpu=\"0\",uuid=\"GPU-0\",state=\"up\"} 0",
+            "gpu_quota_mps_daemon_state{gpu=\"0\",uuid=\"GPU-0\",state=\"unknown\"} 0",
+            "gpu_quota_mps_daemon_restarts_total{gpu=\"0\",uuid=\"GPU-0\"} 2",
+            "gpu_quota_mps_daemon_restart_failures_total{gpu=\"0\",uuid=\"GPU-0\"} 1",
+            "gpu_quota_mps_daemon_last_restart_timestamp_seconds{gpu=\"0\",uuid=\"GPU-0\"} 1700000000",
+        ] {
+            assert!(t2.lines().any(|l| l == line), "{line} in\n{t2}");
+        }
         for line in [
             "gpu_quota_ledger_ok 1",
             "gpu_quota_gpu_info{gpu=\"0\",UUID=\"GPU-0\",modelName=\"NVIDIA \\\"H200\\\"\",simulated=\"false\"} 1",

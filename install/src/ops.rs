@@ -313,6 +313,13 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             Ok(s) => {
                 for u in &s.started {
                     gpuquota_core::outln!("started the MPS daemon of {u}, which has shares");
+                    gpuquota_core::events::mps_restarted(
+                        &cfg,
+                        cli_source("gc"),
+                        u,
+                        "no daemon answered",
+                        None,
+                    );
                 }
                 for u in &s.stopped {
                     gpuquota_core::outln!("stopped the MPS daemon of {u}, which has no share left");

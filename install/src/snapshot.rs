@@ -122,6 +122,10 @@ pub struct Snapshot {
     pub ledger_error: Option<String>,
     pub inventory_error: Option<String>,
     pub counters_error: Option<String>,
+    /// What `gpu-quota mps-supervise` last wrote, and whether that is
+    /// recent (a supervisor that stopped leaves an old file).
+    pub mps: Option<gpuquota_core::mps::supervise::Status>,
+    pub mps_fresh: bool,
 }
 
 pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
@@ -168,6 +172,11 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
         Err(e) => s.inventory_error = Some(e.to_string()),
     }
     let now = fsutil::now_unix();
+    s.mps = gpuquota_core::mps::supervise::read_status(cfg);
+    s.mps_fresh = s.mps.as_ref().is_some_and(|m| {
+        // three rounds, and never under 10 s (a round may wait for a start)
+        now.saturating_sub(m.updated_unix) <= (3 * m.interval_secs).max(10)
+    });
     s.claims = data
         .reservations
         .iter()

@@ -32,6 +32,7 @@ pub mod state;
 
 pub mod foreign;
 pub mod mpsclient;
+pub mod mpsguard;
 
 pub mod devices;
 

@@ -32,8 +32,9 @@ const FLOORS: &[&[&str]] = &[
     &["policy"],
     // 4: the process's configuration, region and slot
     &["state"],
-    // 5: GPUs outside the slice; a share's MPS client settings
-    &["foreign", "mpsclient"],
+    // 5: GPUs outside the slice; a share's MPS client settings, and the
+    //    check that its process is an MPS client
+    &["foreign", "mpsclient", "mpsguard"],
     // 6: which device a call is about
     &["devices"],
     // 7: the process's books (the policy over the process's state)

@@ -255,8 +255,11 @@ void fake_env(void) {
    them before init, and unsetting the pipe directory leaves MPS), and runs as
    an MPS client when <dir>/control answers, as a plain process otherwise
    (no error). Once per process: a forked child connects at its own first
-   cuInit. fakeMpsClientInfo reports what this process ran with. */
+   cuInit. fakeMpsClientInfo reports what this process ran with, and
+   CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133 in cuda.h) says whether it is a client:
+   1 when the daemon took it, 0 when it runs outside MPS. */
 static char g_mps_info[640];
+static int g_mps_enabled;
 static int g_mps_pid;
 static pthread_mutex_t mps_mu = PTHREAD_MUTEX_INITIALIZER;
 /* a fork while another thread talks to the daemon must not leave the child's
@@ -302,6 +305,7 @@ static void mps_client_init(void) {
     close(fd);
   }
   if (ok) snprintf(g_mps_info, sizeof g_mps_info, "mps=1 pct=%s mem=%s pipe=%s", pct, mem, pipe);
+  g_mps_enabled = ok;
   pthread_mutex_unlock(&mps_mu);
 }
 /* fakeMpsClientInfo (fake_exports.c): -1 before this process's first cuInit */
@@ -391,6 +395,9 @@ CUresult i_cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   if (attr == 16) { *v = FAKE_SMS; return OK; }
   if (attr == 39) { *v = FAKE_THREADS_PER_SM; return OK; }
   if (attr == 11) { *v = (int)FAKE_MAX_PITCH; return OK; } /* MAX_PITCH */
+  if (attr == 133) { /* MPS_ENABLED: this process's first cuInit joined a daemon */
+    pthread_mutex_lock(&mps_mu); *v = g_mps_pid == getpid() && g_mps_enabled; pthread_mutex_unlock(&mps_mu); return OK;
+  }
   *v = 0; return OK;
 }
 

@@ -6,7 +6,7 @@
  * default /var/log/nvidia-mps), with the modes the real daemon gives them:
  *   <pipe>/control                      unix stream socket 0666 (UI and CUDA clients)
  *   <pipe>/control_lock                 regular 0666 (the fake holds a flock on it)
- *   <pipe>/control_privileged           unix stream socket 0755 (served like control)
+ *   <pipe>/control_privileged           unix stream socket 0755 (only root reaches it)
  *   <pipe>/log                          FIFO 0777
  *   <pipe>/nvidia-cuda-mps-control.pid  the daemon's pid, no newline, 0666
  *   <log>/control.log                   appended, 0644
@@ -20,6 +20,21 @@
  *     "client <rest>"           a CUDA client (the fake libcuda's cuInit): the
  *                               daemon logs NEW CLIENT and answers "ok"
  *     anything else             logged as "User did not send valid credentials", closed
+ *
+ * Privileged commands (set_*, quit, terminate_client) are served on
+ * control_privileged only, and there only to root or the daemon's owner; on
+ * control a peer of another uid gets the real refusal text (measured) and root
+ * gets the fake's own (FAKE_CTL_MSG). The UI connects to control_privileged
+ * when it can, else to control. That is the model gpu-quota's container view
+ * of the pipe directory is built on (core/src/mps/view.rs: a container sees
+ * control, never control_privileged); whether the real daemon refuses root on
+ * control is for the H200 to say.
+ *
+ * The server's clients: each "client" peer is recorded (its pid from
+ * SO_PEERCRED, its percentage); get_client_list <server pid> lists those whose
+ * process is alive and that were not terminated (terminate_client <server pid>
+ * <client pid>); set_/get_active_thread_percentage <server pid> are the
+ * server's own percentage (the default's value when the server came up).
  *
  * Hostile peers (a container reaches <pipe>/control): lines are bounded
  * (LINE_MAX_FAKE), logged with control characters replaced, a peer that sends
@@ -48,6 +63,9 @@
 #define HELLO_TIMEOUT_S 10
 /* the real text, typo included (measured) */
 #define PRIV_MSG "Insufficient privileges for UID %u. Control deamon settings can only be modified by the user who started it or by the root user."
+/* the fake's own: root on the unprivileged socket */
+#define FAKE_CTL_MSG "Insufficient privileges on this socket: settings can only be modified through control_privileged"
+#define MAX_CLIENTS 256
 
 extern char **environ;
 
@@ -59,6 +77,10 @@ static uid_t my_uid;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static double default_pct = 100.0;
 static int server_up; /* a CUDA client has connected: the fake's MPS server exists */
+static double server_pct; /* the server's active thread percentage */
+static char pinned_limit[64] = ""; /* set_default_device_pinned_mem_limit's value */
+static struct { int pid; int terminated; } clients[MAX_CLIENTS];
+static int nclients;
 static int nconn;
 
 static const char *env_or(const char *name, const char *dflt) {
@@ -135,7 +157,10 @@ static int read_line(struct rd *r, char *out, size_t cap) {
 
 static int ui_main(void) {
   paths();
-  int fd = connect_control(p_control);
+  /* the privileged socket where this user reaches it (root: 0755), as the
+     real UI does (to be confirmed on the H200), else the client socket */
+  int fd = connect_control(p_priv);
+  if (fd < 0) fd = connect_control(p_control);
   if (fd < 0) { puts("Cannot find MPS control daemon process"); return 1; }
   if (write_all(fd, "ui\n", 3)) { puts("Cannot find MPS control daemon process"); return 1; }
   static struct rd r; r.fd = fd;
@@ -166,28 +191,74 @@ static void remove_files(void) {
 
 /* one command of a UI session: writes the reply lines into rep (no trailing
    newline, "" for none); returns 1 for quit */
-static int command(const char *cmd, const struct ucred *cr, char *rep, size_t cap) {
-  char name[64] = ""; const char *arg = cmd;
+static int is_privileged_command(const char *name) {
+  return !strncmp(name, "set_", 4) || !strcmp(name, "quit") || !strcmp(name, "terminate_client");
+}
+
+static int alive(int pid) {
+  char p[32]; snprintf(p, sizeof p, "/proc/%d", pid);
+  return pid > 0 && access(p, F_OK) == 0;
+}
+
+/* "<server pid>" at the start of arg: the server when it is this daemon's
+   (the fake's server has the daemon's pid); the rest of arg after it */
+static int server_arg(const char *arg, const char **rest) {
+  char *end; long v = strtol(arg, &end, 10);
+  while (*end == ' ' || *end == '\t') end++;
+  *rest = end;
+  return end != arg && server_up && v == (long)my_pid;
+}
+
+/* one command of a UI session on the socket it came in on (on_priv:
+   control_privileged): writes the reply lines into rep (no trailing newline,
+   "" for none); returns 1 for quit. Called with mu held. */
+static int command(const char *cmd, const struct ucred *cr, int on_priv, char *rep, size_t cap) {
+  char name[64] = ""; const char *arg = cmd, *rest;
   size_t k = strcspn(cmd, " \t");
   if (k < sizeof name) { memcpy(name, cmd, k); name[k] = 0; }
   arg = cmd + k; while (*arg == ' ' || *arg == '\t') arg++;
   int privileged = cr->uid == 0 || cr->uid == my_uid;
   rep[0] = 0;
-  if (!strcmp(name, "get_server_list")) {
-    pthread_mutex_lock(&mu);
-    if (server_up) snprintf(rep, cap, "%d", (int)my_pid);
-    pthread_mutex_unlock(&mu);
-  } else if (!strcmp(name, "get_default_active_thread_percentage")) {
-    pthread_mutex_lock(&mu); snprintf(rep, cap, "%.1f", default_pct); pthread_mutex_unlock(&mu);
-  } else if (!strcmp(name, "set_default_active_thread_percentage")) {
+  if (is_privileged_command(name)) {
     if (!privileged) { snprintf(rep, cap, PRIV_MSG, (unsigned)cr->uid); return 0; }
+    if (!on_priv) { snprintf(rep, cap, FAKE_CTL_MSG); return 0; }
+  }
+  if (!strcmp(name, "get_server_list")) {
+    if (server_up) snprintf(rep, cap, "%d", (int)my_pid);
+  } else if (!strcmp(name, "get_default_active_thread_percentage")) {
+    snprintf(rep, cap, "%.1f", default_pct);
+  } else if (!strcmp(name, "set_default_active_thread_percentage")) {
     char *end; double v = strtod(arg, &end);
     while (*end == ' ' || *end == '\t') end++;
     if (end == arg || *end || !(v > 0.0 && v <= 100.0)) { snprintf(rep, cap, "Invalid active thread percentage"); return 0; }
-    pthread_mutex_lock(&mu); default_pct = v; pthread_mutex_unlock(&mu);
+    default_pct = v;
     snprintf(rep, cap, "%.1f", v); /* measured: the set value is echoed */
+  } else if (!strcmp(name, "get_active_thread_percentage")) {
+    if (!server_arg(arg, &rest)) snprintf(rep, cap, "Server not found");
+    else snprintf(rep, cap, "%.1f", server_pct);
+  } else if (!strcmp(name, "set_active_thread_percentage")) {
+    if (!server_arg(arg, &rest)) { snprintf(rep, cap, "Server not found"); return 0; }
+    char *end; double v = strtod(rest, &end);
+    while (*end == ' ' || *end == '\t') end++;
+    if (end == rest || *end || !(v > 0.0 && v <= 100.0)) { snprintf(rep, cap, "Invalid active thread percentage"); return 0; }
+    server_pct = v;
+    snprintf(rep, cap, "%.1f", v);
+  } else if (!strcmp(name, "get_client_list")) {
+    if (!server_arg(arg, &rest)) { snprintf(rep, cap, "Server not found"); return 0; }
+    size_t o = 0;
+    for (int i = 0; i < nclients && o + 16 < cap; i++)
+      if (!clients[i].terminated && alive(clients[i].pid)) o += (size_t)snprintf(rep + o, cap - o, "%s%d", o ? "\n" : "", clients[i].pid);
+  } else if (!strcmp(name, "terminate_client")) {
+    if (!server_arg(arg, &rest)) { snprintf(rep, cap, "Server not found"); return 0; }
+    long pid = strtol(rest, 0, 10);
+    int found = 0;
+    for (int i = 0; i < nclients; i++) if (clients[i].pid == pid && !clients[i].terminated) { clients[i].terminated = 1; found = 1; }
+    if (!found) snprintf(rep, cap, "Client not found");
+  } else if (!strcmp(name, "set_default_device_pinned_mem_limit")) {
+    snprintf(pinned_limit, sizeof pinned_limit, "%s", arg);
+  } else if (!strcmp(name, "get_default_device_pinned_mem_limit")) {
+    snprintf(rep, cap, "%s", pinned_limit);
   } else if (!strcmp(name, "quit")) {
-    if (!privileged) { snprintf(rep, cap, PRIV_MSG, (unsigned)cr->uid); return 0; }
     return 1;
   } else {
     snprintf(rep, cap, "Unknown command");
@@ -196,7 +267,7 @@ static int command(const char *cmd, const struct ucred *cr, char *rep, size_t ca
 }
 
 static void *serve(void *arg) {
-  int fd = (int)(long)arg;
+  int fd = (int)((long)arg >> 1), on_priv = (int)((long)arg & 1);
   static __thread struct rd r; r.fd = fd; r.len = 0;
   char line[LINE_MAX_FAKE], rep[LINE_MAX_FAKE + 256];
   struct ucred cr = {0};
@@ -209,7 +280,9 @@ static void *serve(void *arg) {
   } else if (!strncmp(line, "client ", 7)) {
     pthread_mutex_lock(&mu);
     logf_("NEW CLIENT peer_pid=%d uid=%u %s", (int)cr.pid, (unsigned)cr.uid, line + 7);
+    if (!server_up) server_pct = default_pct;
     server_up = 1;
+    if (nclients < MAX_CLIENTS) { clients[nclients].pid = (int)cr.pid; clients[nclients].terminated = 0; nclients++; }
     pthread_mutex_unlock(&mu);
     write_all(fd, "ok\n", 3);
   } else if (!strcmp(line, "ui")) {
@@ -217,8 +290,10 @@ static void *serve(void *arg) {
     pthread_mutex_lock(&mu); logf_("NEW UI"); pthread_mutex_unlock(&mu);
     while ((n = read_line(&r, line, sizeof line)) >= 0) {
       if (!n) { if (write_all(fd, "\n", 1)) break; continue; }
-      pthread_mutex_lock(&mu); logf_("Cmd:%s", line); pthread_mutex_unlock(&mu);
-      int quit = command(line, &cr, rep, sizeof rep - 2);
+      pthread_mutex_lock(&mu);
+      logf_("Cmd:%s", line);
+      int quit = command(line, &cr, on_priv, rep, sizeof rep - 2);
+      pthread_mutex_unlock(&mu);
       if (quit) {
         /* the files go before the daemon does: once the UI returns, a new
            daemon may start on this pipe directory */
@@ -321,7 +396,8 @@ static int daemon_main(int ready, int lock_fd) {
       }
       pthread_t t; pthread_attr_t at; pthread_attr_init(&at);
       pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-      if (pthread_create(&t, &at, serve, (void *)(long)fd) != 0) { __atomic_fetch_sub(&nconn, 1, __ATOMIC_SEQ_CST); close(fd); }
+      /* the socket it came in on travels with it: pfd[1] is control_privileged */
+      if (pthread_create(&t, &at, serve, (void *)(((long)fd << 1) | i)) != 0) { __atomic_fetch_sub(&nconn, 1, __ATOMIC_SEQ_CST); close(fd); }
       pthread_attr_destroy(&at);
     }
   }

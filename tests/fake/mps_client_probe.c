@@ -2,20 +2,29 @@
  * (dlopen, path in argv[1]), applies NAME=VALUE (setenv) and -NAME (unsetenv)
  * arguments to its own environment, as an application may do before CUDA
  * initialisation, calls cuInit and prints what fakeMpsClientInfo reports
- * (its pid on a second line). --fork: also a forked child's cuInit and info. */
+ * (its pid on a second line). --fork: also a forked child's cuInit and info.
+ * --retry SECS: a failed cuInit is tried again every 100 ms for up to SECS
+ * seconds (stderr: the first failure, then "served after N ms" once one
+ * succeeds). --hold SECS: stay alive that long after printing (a client that
+ * lives on). --attr: print CU_DEVICE_ATTRIBUTE_MPS_ENABLED of device 0 after
+ * the pid ("mps_enabled=N"). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: %s LIBCUDA [NAME=VALUE|-NAME|--fork]...\n", argv[0]); return 2; }
-  int do_fork = 0;
+  int do_fork = 0, retry = 0, hold = 0, attr = 0;
   for (int i = 2; i < argc; i++) {
     char *eq = strchr(argv[i], '=');
     if (!strcmp(argv[i], "--fork")) do_fork = 1;
+    else if (!strcmp(argv[i], "--attr")) attr = 1;
+    else if (!strcmp(argv[i], "--retry") && i + 1 < argc) retry = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--hold") && i + 1 < argc) hold = atoi(argv[++i]);
     else if (argv[i][0] == '-') unsetenv(argv[i] + 1);
     else if (eq) { *eq = 0; setenv(argv[i], eq + 1, 1); }
   }
@@ -26,11 +35,31 @@ int main(int argc, char **argv) {
   if (!init || !info) { fprintf(stderr, "missing cuInit or fakeMpsClientInfo\n"); return 2; }
   char buf[700];
   if (info(buf, sizeof buf) != -1) { fprintf(stderr, "info before cuInit: %s\n", buf); return 3; }
-  int r = init(0);
-  if (r != 0) { fprintf(stderr, "cuInit: %d\n", r); return 3; }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int r = init(0), first = r;
+  if (r != 0) fprintf(stderr, "cuInit: %d\n", r);
+  while (r != 0 && retry > 0) {
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (t1.tv_sec - t0.tv_sec >= retry) break;
+    usleep(100000);
+    r = init(0);
+  }
+  if (r != 0) { if (first != r) fprintf(stderr, "cuInit: %d\n", r); return 3; }
+  if (first != 0) {
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "served after %ld ms\n", (long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
+  }
   if (info(buf, sizeof buf) < 0) { fprintf(stderr, "info after cuInit failed\n"); return 3; }
   printf("%s\npid=%d\n", buf, (int)getpid());
+  if (attr) {
+    int (*get)(int *, int, int) = (int (*)(int *, int, int))dlsym(h, "cuDeviceGetAttribute");
+    int v = -1;
+    if (!get || get(&v, 133, 0) != 0) v = -1;
+    printf("mps_enabled=%d\n", v);
+  }
   fflush(stdout);
+  if (hold > 0) sleep((unsigned)hold);
   if (do_fork) {
     pid_t c = fork();
     if (c == 0) {

@@ -50,6 +50,8 @@ eq "UI without a daemon exits 1" 1 "$rc"
 out=$("$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25); rc=$?
 eq "cuInit without a daemon runs outside MPS" "mps=0" "$(head -1 <<<"$out")"
 eq "cuInit without a daemon succeeds" 0 "$rc"
+out=$("$PROBE" "$LIB" --attr)
+eq "outside MPS: MPS_ENABLED 0" "mps_enabled=0" "$(sed -n 3p <<<"$out")"
 
 echo "== -d"
 # the clean environment gpu-quota gives it; $(...) waits for the daemon to
@@ -162,6 +164,41 @@ EOF
   check "control.log: the garbage peer, no escape codes" bash -c "grep -q 'User did not send valid credentials' '$L/control.log' && ! grep -q \$'\\x1b' '$L/control.log'"
   wait "$idle"
 fi
+
+echo "== the server's clients and settings (privileged socket)"
+S=$(echo get_server_list | ui)
+"$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 --attr --hold 30 >"$T/holder" 2>&1 </dev/null &
+holder=$!; started+=("$holder")
+for i in $(seq 50); do [ -n "$(sed -n 3p "$T/holder")" ] && break; sleep 0.1; done
+eq "a connected client: MPS_ENABLED 1" "mps_enabled=1" "$(sed -n 3p "$T/holder")"
+check "get_client_list: the live client" grep -qx "$holder" <(echo "get_client_list $S" | ui)
+check "get_client_list: no client that has exited" bash -c "[ \$(echo 'get_client_list $S' | timeout 10 '$CTL' | wc -l) = 1 ]"
+eq "the server's percentage: the default's when it came up" 25.0 "$(echo "get_active_thread_percentage $S" | ui)"
+eq "set_active_thread_percentage (root, privileged socket)" 50.0 "$(echo "set_active_thread_percentage $S 50" | ui)"
+eq "get_active_thread_percentage" 50.0 "$(echo "get_active_thread_percentage $S" | ui)"
+eq "an unknown server" "Server not found" "$(echo "get_active_thread_percentage 1" | ui)"
+eq "set_default_device_pinned_mem_limit" "0 8G" "$(printf 'set_default_device_pinned_mem_limit 0 8G\nget_default_device_pinned_mem_limit 0\n' | ui)"
+
+echo "== a view of the pipe directory with control only (what a container gets)"
+V=$T/view; mkdir -p "$V"; ln "$P/control" "$V/control"
+vui() { CUDA_MPS_PIPE_DIRECTORY=$V timeout 10 "$CTL"; }
+FAKE_CTL='Insufficient privileges on this socket: settings can only be modified through control_privileged'
+eq "root may read through the view" 50.0 "$(echo "get_active_thread_percentage $S" | vui)"
+out=$(printf 'set_default_active_thread_percentage 100\nset_default_active_thread_percentage 10\nset_active_thread_percentage %s 100\nterminate_client %s %s\nset_default_device_pinned_mem_limit 0 100G\nquit\n' "$S" "$S" "$holder" | vui); rc=$?
+eq "root on control: every privileged command refused" "$(printf '%s\n' "$FAKE_CTL" "$FAKE_CTL" "$FAKE_CTL" "$FAKE_CTL" "$FAKE_CTL" "$FAKE_CTL")" "$out"
+eq "the UI exits 0" 0 "$rc"
+eq "the default is what it was" 25.0 "$(echo get_default_active_thread_percentage | ui)"
+eq "the server's percentage is what it was" 50.0 "$(echo "get_active_thread_percentage $S" | ui)"
+check "the client was not terminated" grep -qx "$holder" <(echo "get_client_list $S" | ui)
+eq "the pinned limit is what it was" "0 8G" "$(echo 'get_default_device_pinned_mem_limit 0' | ui)"
+eq "the daemon did not quit" "$D" "$(daemon_pid)"
+check "control.log: Cmd:quit seen, not acted on" bash -c "grep -qF \"] $FAKE_CTL\" '$L/control.log' && test -S '$P/control'"
+out=$(CUDA_MPS_PIPE_DIRECTORY=$V "$PROBE" "$LIB" CUDA_MPS_PIPE_DIRECTORY=$V --attr)
+eq "a client through the view" "mps=1 pct=- mem=- pipe=$V" "$(head -1 <<<"$out")"
+eq "and MPS_ENABLED 1" "mps_enabled=1" "$(sed -n 3p <<<"$out")"
+eq "terminate_client (root, privileged socket)" "" "$(echo "terminate_client $S $holder" | ui)"
+check "the terminated client is no longer listed" bash -c "! echo 'get_client_list $S' | timeout 10 '$CTL' | grep -qx '$holder'"
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 
 echo "== quit"
 out=$(echo quit | ui); rc=$?

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 pub mod cuda;
+pub mod mps;
 pub mod untrusted;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -138,11 +138,12 @@ pub fn enter(
     let charge = fx.context_charge(&files, &r)?;
     fx.fill_state(&dir, &r, &files, charge)?;
     fx.driver_limits(&files, &dir, &r, pid);
-    // its daemon was made to answer at create (lifecycle::prepare)
+    // its daemon was made to answer at create (lifecycle::prepare); the
+    // container gets the view of its pipe directory (the client socket only)
     let pipe = r
         .share()
         .and_then(|s| crate::mps::dirs(cfg, &s.uuid))
-        .map(|d| d.pipe);
+        .map(|d| crate::mps::view::dir(&d));
     let plan = mountplan::plan(&dir, &files, &interceptor, pipe.as_deref());
     let rootfs = spec::rootfs_path(&e.bundle.dir, &e.bundle.config);
     let declared = Declared::from_config(&e.bundle.config);

@@ -1,5 +1,6 @@
 //! cuInit: the one moment the driver reads a process's MPS settings
-//! (crate::mpsclient).
+//! (crate::mpsclient), and where a share's process is made an MPS client
+//! or refused (crate::mpsguard).
 
 use super::*;
 
@@ -10,5 +11,13 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     if let Err(e) = crate::mpsclient::impose() {
         return e;
     }
-    f(flags)
+    // a share's process runs as an MPS client or not at all
+    if let Err(e) = crate::mpsguard::before_init() {
+        return e;
+    }
+    let r = f(flags);
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    crate::mpsguard::after_init(r)
 }

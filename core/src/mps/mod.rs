@@ -6,8 +6,9 @@
 //! would keep its server's memory on the GPU and keep the GPU in MPS mode
 //! for nobody). Its pipe and log directories are
 //! `<state_dir>/mps/<uuid>/{pipe,log}`, never a user's; a container with a
-//! share gets its GPU's pipe directory read-only at
-//! `formats::mps::CONTAINER_PIPE_DIR` and runs as a client there.
+//! share gets its GPU's view of the pipe directory (the client socket only,
+//! [`view`]) read-only at `formats::mps::CONTAINER_PIPE_DIR` and runs as a
+//! client there. [`supervise`] starts a new daemon where one died or hangs.
 //!
 //! No shared `/dev/shm`: on the H200 a client with a private `/dev/shm`
 //! ran at its share (docs/gpu-runs/2026-12-02-h200-mps-facts), so each
@@ -25,6 +26,9 @@
 //! reservation is written. So a release that reads no share left and
 //! stops the daemon either runs before the admission's `ensure` (which then
 //! starts a new one) or sees the admission's share and leaves the daemon.
+pub mod supervise;
+pub mod view;
+
 use crate::config::Config;
 use crate::formats::mps as names;
 use crate::fsutil;
@@ -132,8 +136,8 @@ fn locked<T>(cfg: &Config, f: impl FnOnce() -> Result<T, MpsError>) -> Result<T,
         let path = path.to_path_buf();
         move |err| MpsError::Io { path, err }
     };
-    // 0700: no other host user reaches a daemon's sockets or logs; only
-    // the pipe directory is 0755, for the containers it is bound into
+    // 0700: no other host user reaches a daemon's sockets or logs (the
+    // pipe and view directories below are 0755; the containers get the view)
     fsutil::secure_dir(&b, 0o700).map_err(io(&b))?;
     let lp = b.join("lock");
     let _g = fsutil::lock_exclusive(&lp).map_err(io(&lp))?;
@@ -160,6 +164,9 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
     locked(cfg, || {
         if !ctl.answers(&d) {
             start(uuid, &d, ctl)?;
+        } else {
+            // a daemon started by a gpu-quota before the view existed
+            refresh_view(uuid, &d)?;
         }
         Ok(d)
     })
@@ -177,6 +184,18 @@ fn start(uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
     ctl.start(uuid, d).map_err(|what| MpsError::Daemon {
         uuid: uuid.into(),
         what,
+    })?;
+    // the containers' links to the new daemon's socket
+    refresh_view(uuid, d)
+}
+
+fn refresh_view(uuid: &str, d: &Dirs) -> Result<(), MpsError> {
+    view::refresh(d).map_err(|err| MpsError::Daemon {
+        uuid: uuid.into(),
+        what: format!(
+            "cannot link the daemon's client socket into {}: {err}",
+            view::dir(d).display()
+        ),
     })
 }
 
@@ -316,6 +335,11 @@ impl HostControl {
 
     /// Run the UI with `input`; its output, or why it failed.
     fn ui(&self, d: &Dirs, input: &str) -> Result<String, String> {
+        self.ui_within(d, input, DEADLINE)
+    }
+
+    /// [`Self::ui`] within `limit`.
+    fn ui_within(&self, d: &Dirs, input: &str, limit: Duration) -> Result<String, String> {
         let mut child = self
             .command(d)
             .stdin(Stdio::piped())
@@ -326,7 +350,7 @@ impl HostControl {
         if let Some(mut i) = child.stdin.take() {
             let _ = i.write_all(input.as_bytes());
         }
-        let status = wait_until(&mut child, DEADLINE)?;
+        let status = wait_until(&mut child, limit)?;
         let mut out = String::new();
         if let Some(mut o) = child.stdout.take() {
             use std::io::Read;
@@ -555,6 +579,8 @@ mod tests {
         assert_eq!(mode(&d.root), 0o700);
         assert_eq!(mode(&d.log), 0o700);
         assert_eq!(mode(&d.pipe), 0o755);
+        // the containers' view of it (view.rs)
+        assert_eq!(mode(&view::dir(&d)), 0o755);
     }
 
     #[test]
