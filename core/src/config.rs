@@ -264,6 +264,19 @@ pub struct SocketPathError {
     pub len: usize,
 }
 
+/// The longest socket path of an MPS daemon under `state_dir`
+/// (`<state_dir>/mps/<GPU uuid>/pipe/control_privileged`, core::mps):
+/// [`Config::parse`] refuses a `state_dir` that makes it longer than
+/// [`MAX_SOCKET_PATH`].
+pub fn longest_mps_socket(state_dir: &Path) -> PathBuf {
+    use crate::formats::mps as names;
+    state_dir
+        .join(names::DAEMONS_SUBDIR)
+        .join(format!("GPU-{}", "0".repeat(names::GPU_UUID_LEN - 4)))
+        .join(names::DAEMON_PIPE)
+        .join(names::LONGEST_SOCKET)
+}
+
 /// Whether `path` can be a Unix socket's (bind and connect refuse a longer
 /// one); `what` says whose socket it is, for the message.
 pub fn check_socket_path(what: &str, path: &Path) -> Result<(), SocketPathError> {
@@ -314,7 +327,7 @@ impl Config {
             .map_err(|e| bad(format!("reserve = {:?}: {e}", c.reserve)))?;
         // refused here, for every host, rather than when the first share
         // (sm=) starts a daemon whose sockets cannot be made
-        let sock = crate::mps::longest_socket_path(&c.state_dir);
+        let sock = longest_mps_socket(&c.state_dir);
         check_socket_path("the MPS control daemon's socket", &sock).map_err(|e| {
             let room = MAX_SOCKET_PATH - (e.len - c.state_dir.as_os_str().len());
             bad(format!(
@@ -580,7 +593,7 @@ memory = "16g"
                 .state_dir,
             PathBuf::from(fits)
         );
-        let longest = crate::mps::longest_socket_path(&Config::default().state_dir);
+        let longest = longest_mps_socket(&Config::default().state_dir);
         assert!(check_socket_path("x", &longest).is_ok(), "{longest:?}");
     }
 

@@ -11,6 +11,17 @@
 //! whatever the process set, just before the driver reads them.
 use core::ffi::CStr;
 
+/// The host's MPS daemons (core::mps): `<state_dir>/`[`DAEMONS_SUBDIR`]`/<GPU
+/// uuid>/`[`DAEMON_PIPE`]`/` holds each daemon's sockets, the longest named
+/// [`LONGEST_SOCKET`] (`control` and `control_privileged`, measured on the
+/// H200: docs/gpu-runs/2026-12-02-h200-mps-facts).
+pub const DAEMONS_SUBDIR: &str = "mps";
+pub const DAEMON_PIPE: &str = "pipe";
+pub const LONGEST_SOCKET: &str = "control_privileged";
+/// An NVML GPU UUID's length: `GPU-` and 36 characters (a MIG device's
+/// `MIG-…` is as long).
+pub const GPU_UUID_LEN: usize = 40;
+
 /// The state directory's mount point for the GPU's MPS pipe directory
 /// (inside [`crate::layout::CONTAINER_DIR`], read-only).
 pub const PIPE_SUBDIR: &str = "mps";

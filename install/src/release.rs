@@ -67,7 +67,7 @@ pub fn release(a: &ReleaseArgs) -> Result<()> {
         ),
     };
     let id = r.container_id.clone();
-    let found = vec![r];
+    let found = [r];
     let live: Vec<&Reservation> = found.iter().filter(|r| !ledger.is_stale(r, now)).collect();
     if !live.is_empty() && !a.force {
         bail!(

@@ -430,6 +430,64 @@ fn the_shares_on_a_gpu_run_as_one_host_user() {
     }
 }
 
+/// Round 4: runc's Go decoder matches `process.user`'s keys without regard
+/// to case, the last one winning, so `{"uid": 0, "UID": 1000}` runs the
+/// process as uid 1000 (the control: the same bundle under plain runc),
+/// where gpu-quota's parse read uid 0 and admitted the share as root's.
+/// Now the spec is refused before anything is reserved, naming the keys.
+#[test]
+fn a_share_whose_user_runc_reads_otherwise_is_refused() {
+    require_e2e!();
+    let h = Host::new(HostOpts {
+        extra_config: extra(),
+        ..HostOpts::default()
+    });
+    let _d = Daemons(&h);
+    let bundle = |id: &str, script: &str| {
+        let b = h.bundle(id);
+        b.set(&[("vram", "1g"), ("sm", "25%"), ("gpu", "0")], script, &[]);
+        let mut c = b.config();
+        c["process"]["user"] = serde_json::json!({"uid": 0, "gid": 0, "UID": 1000});
+        b.write_config(&c);
+        std::os::unix::fs::chown(&b.out, Some(1000), Some(1000)).unwrap();
+        b
+    };
+    let plain = bundle("ucase-plain", "/bin/busybox id -u > /out/uid");
+    assert_ok(
+        &h.runc(&["run", "--bundle", &plain.bundle_arg(), "ucase-plain"]),
+        "plain runc",
+    );
+    assert_eq!(
+        std::fs::read_to_string(plain.out.join("uid")).unwrap(),
+        "1000\n",
+        "control: runc runs the last of uid/UID"
+    );
+    let b = bundle(
+        "ucase",
+        "/bin/busybox id -u > /out/uid; touch /out/up; sleep 600",
+    );
+    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "ucase"]);
+    if o.status.success() {
+        let user = h
+            .reservations()
+            .first()
+            .map(|r| r["slices"][0]["sm_user"].clone());
+        let ran = b
+            .wait_out("up", 10)
+            .and_then(|_| std::fs::read_to_string(b.out.join("uid")).ok());
+        delete(&h, "ucase");
+        panic!("admitted: the share records host uid {user:?}, its process ran as {ran:?}");
+    }
+    let e = stderr(&o);
+    assert!(
+        e.contains("`process.user`") && e.contains("\"UID\"") && e.contains("runc"),
+        "{e}"
+    );
+    assert!(h.reservations().is_empty());
+    let events = std::fs::read_to_string(h.path().join("gq.log")).unwrap();
+    assert!(events.contains("\"invalid_request\""), "{events}");
+}
+
 /// A process of another uid inside a container with a share (`exec
 /// --user`, su) would be held by MPS inside cuInit until every process of
 /// the share's uid has ended; the interceptor refuses its cuInit instead,

@@ -39,18 +39,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The state directory's subdirectory of daemons.
-pub const SUBDIR: &str = "mps";
+pub const SUBDIR: &str = names::DAEMONS_SUBDIR;
 /// The control program's name in the driver's bin directories.
 pub const CONTROL_NAME: &str = "nvidia-cuda-mps-control";
 /// How long a control command or a start may take.
 const DEADLINE: Duration = Duration::from_secs(10);
-/// The longest name a daemon gives a socket in its pipe directory
-/// (`control` and `control_privileged`, measured on the H200:
-/// docs/gpu-runs/2026-12-02-h200-mps-facts).
-pub const LONGEST_SOCKET: &str = "control_privileged";
-/// An NVML GPU UUID as the inventory holds it: `GPU-` and 36 characters
-/// (a MIG device's `MIG-…` is as long).
-const GPU_UUID_EXAMPLE: &str = "GPU-00000000-0000-0000-0000-000000000000";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MpsError {
@@ -82,24 +75,12 @@ pub fn base(cfg: &Config) -> PathBuf {
     cfg.state_dir.join(SUBDIR)
 }
 
-/// The longest socket path of a daemon under `state_dir`:
-/// `<state_dir>/mps/<GPU uuid>/pipe/control_privileged`. A Unix socket's
-/// path holds at most `config::MAX_SOCKET_PATH` bytes, so `Config::parse`
-/// refuses a `state_dir` that makes this longer.
-pub fn longest_socket_path(state_dir: &Path) -> PathBuf {
-    state_dir
-        .join(SUBDIR)
-        .join(GPU_UUID_EXAMPLE)
-        .join("pipe")
-        .join(LONGEST_SOCKET)
-}
-
 /// The directories of GPU `uuid`'s daemon.
 pub fn dirs(cfg: &Config, uuid: &str) -> Option<Dirs> {
     valid_uuid(uuid).then(|| {
         let root = base(cfg).join(uuid);
         Dirs {
-            pipe: root.join("pipe"),
+            pipe: root.join(names::DAEMON_PIPE),
             log: root.join("log"),
             root,
         }
@@ -155,7 +136,7 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
     // said here rather than by a daemon that never answers
     crate::config::check_socket_path(
         "the MPS control daemon's socket",
-        &d.pipe.join(LONGEST_SOCKET),
+        &d.pipe.join(names::LONGEST_SOCKET),
     )
     .map_err(|e| MpsError::Daemon {
         uuid: uuid.into(),
@@ -595,6 +576,12 @@ mod tests {
         assert!(e.contains("control_privileged") && e.contains("107"), "{e}");
         assert!(f.log.borrow().is_empty(), "no daemon started");
         assert!(!base(&c).exists());
+        // the path Config::parse checks is the one a daemon makes
+        let uuid = format!("GPU-{}", "0".repeat(names::GPU_UUID_LEN - 4));
+        assert_eq!(
+            dirs(&c, &uuid).unwrap().pipe.join(names::LONGEST_SOCKET),
+            crate::config::longest_mps_socket(&c.state_dir)
+        );
     }
 
     #[test]
