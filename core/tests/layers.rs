@@ -34,8 +34,9 @@ const FLOORS: &[&[&str]] = &[
     //    daemons (from the ledger's shares)
     &["state", "events", "spec", "mps"],
     // 8: the mount plan, the context charge, the driver limits; DRA claims
-    //    (their ledger entries, tokens and CDI specs)
-    &["mountplan", "ctxcost", "drvlimit", "claims"],
+    //    (their ledger entries, tokens and CDI specs); what the driver sees each
+    //    process hold (procmem)
+    &["mountplan", "ctxcost", "drvlimit", "claims", "procmem"],
     // 9: effects of the mount plan on an untrusted rootfs
     &["rootfs"],
     // 10: a container's life: admit, setup, the one release
