@@ -10,5 +10,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     if let Err(e) = crate::mpsclient::impose() {
         return e;
     }
-    f(flags)
+    let r = f(flags);
+    crate::mpsclient::initialised(r);
+    r
 }
