@@ -18,7 +18,21 @@
  *                               reply is its lines followed by one empty line;
  *                               after quit the daemon closes (EOF ends the reply)
  *     "client <rest>"           a CUDA client (the fake libcuda's cuInit): the
- *                               daemon logs NEW CLIENT and answers "ok"
+ *                               daemon logs NEW CLIENT and answers "ok <pct>",
+ *                               the client's active thread percentage (below);
+ *                               the client keeps the connection for its life,
+ *                               and its end (EOF) ends the client
+ *
+ * Active thread percentage, as NVIDIA documents it: a server takes the
+ * daemon's default (set_default_active_thread_percentage) when it starts (at
+ * the first client); set_active_thread_percentage <server pid> changes the
+ * server's limit for its clients from then on; a client's
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE can only lower it: a client runs at
+ * min(its value, the server's limit), at the server's limit without a value
+ * (or with one that is no percentage). The fake's one server has the daemon's
+ * pid (get_server_list). get_client_list <server pid> lists the live
+ * clients' pids; fake_clients (fake-only) lists each live client as
+ * "<peer pid> <percentage>", so that tests can add up a container's.
  *     anything else             logged as "User did not send valid credentials", closed
  *
  * Hostile peers (a container reaches <pipe>/control): lines are bounded
@@ -59,7 +73,11 @@ static uid_t my_uid;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static double default_pct = 100.0;
 static int server_up; /* a CUDA client has connected: the fake's MPS server exists */
+static double server_pct; /* the server's limit, from default_pct at its start */
 static int nconn;
+/* the live clients (under mu) */
+#define MAX_CLIENTS MAX_CONN
+static struct client { int used; pid_t pid; double pct; } clients[MAX_CLIENTS];
 
 static const char *env_or(const char *name, const char *dflt) {
   const char *v = getenv(name);
@@ -164,6 +182,21 @@ static void remove_files(void) {
   unlink(p_control); unlink(p_priv); unlink(p_fifo); unlink(p_pid); unlink(p_lock);
 }
 
+/* a client's active thread percentage (under mu): its pct=<value> token,
+   which can only lower the server's limit */
+static double client_pct(const char *rest) {
+  const char *p = strstr(rest, "pct=");
+  if (p && (p == rest || p[-1] == ' ')) {
+    char tok[64]; size_t n = strcspn(p + 4, " ");
+    if (n < sizeof tok) {
+      memcpy(tok, p + 4, n); tok[n] = 0;
+      char *end; double v = strtod(tok, &end);
+      if (end != tok && !*end && v > 0.0 && v <= 100.0) return v < server_pct ? v : server_pct;
+    }
+  }
+  return server_pct;
+}
+
 /* one command of a UI session: writes the reply lines into rep (no trailing
    newline, "" for none); returns 1 for quit */
 static int command(const char *cmd, const struct ucred *cr, char *rep, size_t cap) {
@@ -176,6 +209,38 @@ static int command(const char *cmd, const struct ucred *cr, char *rep, size_t ca
   if (!strcmp(name, "get_server_list")) {
     pthread_mutex_lock(&mu);
     if (server_up) snprintf(rep, cap, "%d", (int)my_pid);
+    pthread_mutex_unlock(&mu);
+  } else if (!strcmp(name, "get_client_list") || !strcmp(name, "fake_clients")) {
+    int all = !strcmp(name, "fake_clients");
+    char *end; long pid = all ? my_pid : strtol(arg, &end, 10);
+    if (!all && (end == arg || *end)) { snprintf(rep, cap, "Invalid server pid"); return 0; }
+    pthread_mutex_lock(&mu);
+    size_t n = 0;
+    for (int i = 0; i < MAX_CLIENTS && server_up && pid == my_pid; i++) {
+      if (!clients[i].used) continue;
+      int w = all ? snprintf(rep + n, cap - n, "%s%d %g", n ? "\n" : "", (int)clients[i].pid, clients[i].pct)
+                  : snprintf(rep + n, cap - n, "%s%d", n ? "\n" : "", (int)clients[i].pid);
+      if (w < 0 || (size_t)w >= cap - n) break;
+      n += (size_t)w;
+    }
+    pthread_mutex_unlock(&mu);
+  } else if (!strcmp(name, "get_active_thread_percentage")) {
+    char *end; long pid = strtol(arg, &end, 10);
+    pthread_mutex_lock(&mu);
+    if (end != arg && !*end && server_up && pid == my_pid) snprintf(rep, cap, "%.1f", server_pct);
+    else snprintf(rep, cap, "Invalid server pid");
+    pthread_mutex_unlock(&mu);
+  } else if (!strcmp(name, "set_active_thread_percentage")) {
+    if (!privileged) { snprintf(rep, cap, PRIV_MSG, (unsigned)cr->uid); return 0; }
+    char *end; long pid = strtol(arg, &end, 10);
+    if (end == arg || (*end != ' ' && *end != '\t')) { snprintf(rep, cap, "Invalid server pid"); return 0; }
+    const char *a = end; while (*a == ' ' || *a == '\t') a++;
+    double v = strtod(a, &end);
+    while (*end == ' ' || *end == '\t') end++;
+    if (end == a || *end || !(v > 0.0 && v <= 100.0)) { snprintf(rep, cap, "Invalid active thread percentage"); return 0; }
+    pthread_mutex_lock(&mu);
+    if (server_up && pid == my_pid) { server_pct = v; snprintf(rep, cap, "%.1f", v); }
+    else snprintf(rep, cap, "Invalid server pid");
     pthread_mutex_unlock(&mu);
   } else if (!strcmp(name, "get_default_active_thread_percentage")) {
     pthread_mutex_lock(&mu); snprintf(rep, cap, "%.1f", default_pct); pthread_mutex_unlock(&mu);
@@ -209,9 +274,23 @@ static void *serve(void *arg) {
   } else if (!strncmp(line, "client ", 7)) {
     pthread_mutex_lock(&mu);
     logf_("NEW CLIENT peer_pid=%d uid=%u %s", (int)cr.pid, (unsigned)cr.uid, line + 7);
-    server_up = 1;
+    if (!server_up) { server_up = 1; server_pct = default_pct; }
+    double pct = client_pct(line + 7);
+    int slot = -1;
+    for (int i = 0; i < MAX_CLIENTS && slot < 0; i++) if (!clients[i].used) slot = i;
+    if (slot >= 0) clients[slot] = (struct client){1, cr.pid, pct};
+    logf_("Client %d runs at active thread percentage %g", (int)cr.pid, pct);
     pthread_mutex_unlock(&mu);
-    write_all(fd, "ok\n", 3);
+    char ok[64]; int m = snprintf(ok, sizeof ok, "ok %g\n", pct);
+    write_all(fd, ok, (size_t)m);
+    /* a client is one for as long as it holds its connection */
+    tv.tv_sec = 0; setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[256];
+    while (recv(fd, b, sizeof b, 0) > 0) {}
+    pthread_mutex_lock(&mu);
+    if (slot >= 0) clients[slot].used = 0;
+    logf_("Client %d disconnected", (int)cr.pid);
+    pthread_mutex_unlock(&mu);
   } else if (!strcmp(line, "ui")) {
     tv.tv_sec = 0; setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* a UI may idle */
     pthread_mutex_lock(&mu); logf_("NEW UI"); pthread_mutex_unlock(&mu);

@@ -1,8 +1,14 @@
-/* An MPS client for tests/fake/test_mps_control.sh: loads the fake libcuda
- * (dlopen, path in argv[1]), applies NAME=VALUE (setenv) and -NAME (unsetenv)
- * arguments to its own environment, as an application may do before CUDA
- * initialisation, calls cuInit and prints what fakeMpsClientInfo reports
- * (its pid on a second line). --fork: also a forked child's cuInit and info. */
+/* An MPS client for tests/fake/test_mps_control.sh and tests/e2e/mps.rs: loads
+ * the fake libcuda (dlopen, path in argv[1]), applies NAME=VALUE (setenv) and
+ * -NAME (unsetenv) arguments to its own environment, as an application may do
+ * before CUDA initialisation, calls cuInit and prints what fakeMpsClientInfo
+ * reports (its pid on a second line). --fork: also a forked child's cuInit and
+ * info. --hold: then stays (a client holds its place until it ends) until
+ * killed.
+ *
+ * Built a second time with -DPROBE_STATIC and the fake libcuda linked in,
+ * statically (mps_client_probe_static): a program no preload reaches, as a
+ * static CUDA binary; argv[1] is then ignored. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,20 +16,31 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef PROBE_STATIC
+int cuInit(unsigned);
+int fakeMpsClientInfo(char *, size_t);
+#endif
+
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: %s LIBCUDA [NAME=VALUE|-NAME|--fork]...\n", argv[0]); return 2; }
-  int do_fork = 0;
+  if (argc < 2) { fprintf(stderr, "usage: %s LIBCUDA [NAME=VALUE|-NAME|--fork|--hold]...\n", argv[0]); return 2; }
+  int do_fork = 0, hold = 0;
   for (int i = 2; i < argc; i++) {
     char *eq = strchr(argv[i], '=');
     if (!strcmp(argv[i], "--fork")) do_fork = 1;
+    else if (!strcmp(argv[i], "--hold")) hold = 1;
     else if (argv[i][0] == '-') unsetenv(argv[i] + 1);
     else if (eq) { *eq = 0; setenv(argv[i], eq + 1, 1); }
   }
+#ifdef PROBE_STATIC
+  int (*init)(unsigned) = cuInit;
+  int (*info)(char *, size_t) = fakeMpsClientInfo;
+#else
   void *h = dlopen(argv[1], RTLD_NOW);
   if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 2; }
   int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
   int (*info)(char *, size_t) = (int (*)(char *, size_t))dlsym(h, "fakeMpsClientInfo");
   if (!init || !info) { fprintf(stderr, "missing cuInit or fakeMpsClientInfo\n"); return 2; }
+#endif
   char buf[700];
   if (info(buf, sizeof buf) != -1) { fprintf(stderr, "info before cuInit: %s\n", buf); return 3; }
   int r = init(0);
@@ -36,7 +53,9 @@ int main(int argc, char **argv) {
     if (c == 0) {
       /* a child is not a client before its own cuInit */
       if (info(buf, sizeof buf) != -1) { fprintf(stderr, "child info before cuInit: %s\n", buf); _exit(3); }
-      if (init(0) != 0 || info(buf, sizeof buf) < 0) _exit(3);
+      int cr = init(0);
+      if (cr != 0) { fprintf(stderr, "child cuInit: %d\n", cr); _exit(3); }
+      if (info(buf, sizeof buf) < 0) _exit(3);
       printf("child %s\npid=%d\n", buf, (int)getpid());
       fflush(stdout);
       _exit(0);
@@ -44,5 +63,6 @@ int main(int argc, char **argv) {
     int st; waitpid(c, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st)) return 3;
   }
+  while (hold) pause();
   return 0;
 }
