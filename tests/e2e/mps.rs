@@ -598,7 +598,14 @@ fn several_processes_in_one_share_together_hold_the_share() {
         .parse()
         .unwrap();
     assert_ok(
-        &h.runtime(&["exec", "procs4", "/bin/busybox", "kill", "-9", &p1.to_string()]),
+        &h.runtime(&[
+            "exec",
+            "procs4",
+            "/bin/busybox",
+            "kill",
+            "-9",
+            &p1.to_string(),
+        ]),
         "kill -9 one",
     );
     until("the killed client is gone", || {
@@ -669,7 +676,10 @@ fn a_share_counts_every_cuda_process_however_it_was_started() {
         "--fork",
     ]);
     let (out, e) = (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o));
-    assert!(out.starts_with("mps=1 pct=25 "), "the parent, second: {out}");
+    assert!(
+        out.starts_with("mps=1 pct=25 "),
+        "the parent, second: {out}"
+    );
     assert!(
         !o.status.success() && e.contains("child cuInit: 808") && e.contains("and 2 already run"),
         "the child, third: {out} {e}"
