@@ -625,6 +625,7 @@ fn prepare_once(
                     vram_bytes: a.bytes,
                     sm_percent: 0,
                     sm_user: None,
+                    sm_procs: 0,
                 }],
                 format!("claim {}/{}", a.namespace, a.name),
             )

@@ -343,6 +343,7 @@ mod tests {
             vram_bytes: 4 << 30,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         Reservation {
             pid: Some(42),

@@ -131,6 +131,7 @@ mod tests {
             vram_bytes,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         Reservation::new(
             "c1",

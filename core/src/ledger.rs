@@ -34,9 +34,11 @@ pub const SCHEMA_VERSION: u32 = 2;
 /// gone from every later admission and daemon decision; it refuses a
 /// version it does not know (`TooNew`) instead. Without shares the file
 /// goes back to [`SCHEMA_VERSION`], which every release since records
-/// reads. 4, not 3: builds that wrote shares as 3 did not know a share's
-/// host uid (`sm_user`) and would drop it the same way.
-pub const SHARES_SCHEMA_VERSION: u32 = 4;
+/// reads. 5: builds that wrote shares as 3 did not know a share's host uid
+/// (`sm_user`), builds that wrote 4 not the processes a share is split
+/// over (`sm_procs`), and would drop them the same way. A share read from
+/// a ledger of 3 or 4 is of one process ([`LedgerData::shares_of_one_process`]).
+pub const SHARES_SCHEMA_VERSION: u32 = 5;
 
 mod container;
 mod duplicates;
@@ -216,6 +218,22 @@ pub fn live_shares_on<'a>(
 }
 
 impl LedgerData {
+    /// The ledger as read: a share recorded before shares were split over
+    /// processes (schema 3 or 4, no `sm_procs`) is a share of one process,
+    /// which is what its container got (its grant file said no count).
+    fn shares_of_one_process(mut self) -> Self {
+        for s in self
+            .reservations
+            .iter_mut()
+            .flat_map(|r| r.slices.iter_mut())
+        {
+            if s.sm_percent > 0 && s.sm_procs == 0 {
+                s.sm_procs = 1;
+            }
+        }
+        self
+    }
+
     /// What the reservations that count hold on each GPU (by uuid).
     pub fn usage(&self) -> Usage {
         let mut u = Usage::new();
@@ -373,7 +391,7 @@ impl Ledger {
         };
         match serde_json::from_slice::<LedgerData>(&bytes) {
             Ok(d) if d.version > SHARES_SCHEMA_VERSION => Err(too_new(d.version)),
-            Ok(d) => Ok(d),
+            Ok(d) => Ok(d.shares_of_one_process()),
             Err(full) => {
                 let v: Version =
                     serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
@@ -602,10 +620,15 @@ pub struct AdmitInfo {
 
 pub fn describe_slices(s: &[Slice]) -> String {
     s.iter()
-        .map(|s| match s.sm_percent {
-            0 => format!("{} on GPU {}", human(s.vram_bytes), s.index),
-            p => format!(
+        .map(|s| match (s.sm_percent, s.sm_procs) {
+            (0, _) => format!("{} on GPU {}", human(s.vram_bytes), s.index),
+            (p, 0 | 1) => format!(
                 "{} and {p}% of the SMs on GPU {}",
+                human(s.vram_bytes),
+                s.index
+            ),
+            (p, n) => format!(
+                "{} and {p}% of the SMs on GPU {} over {n} processes",
                 human(s.vram_bytes),
                 s.index
             ),
@@ -629,11 +652,14 @@ pub fn describe_request(req: &Request) -> String {
                 .join(",")
         ),
     };
-    match req.sm {
-        Some(p) => format!("vram={v}{g} sm={p}%"),
-        None => format!("vram={v}{g}"),
+    match (req.sm, req.sm_procs) {
+        (Some(p), 0 | 1) => format!("vram={v}{g} sm={p}%"),
+        (Some(p), n) => format!("vram={v}{g} sm={p}% sm-procs={n}"),
+        (None, _) => format!("vram={v}{g}"),
     }
 }
 
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod tests;

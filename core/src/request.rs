@@ -1,8 +1,8 @@
 //! The request model: what a container asks for, read from OCI annotations
-//! (`vram`, `gpu`, `gpus`, `sm`, and the `gpu-quota.io/…` aliases) or, only
+//! (`vram`, `gpu`, `gpus`, `sm`, `sm-procs`, and the `gpu-quota.io/…` aliases) or, only
 //! where the host allows it (`env_requests` in the config, for engines that
 //! cannot pass annotations), the process environment (`GPU_QUOTA_VRAM`,
-//! `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`, `GPU_QUOTA_SM`).
+//! `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`, `GPU_QUOTA_SM`, `GPU_QUOTA_SM_PROCS`).
 //!
 //! One request has one source: when any request annotation is present the
 //! environment is ignored entirely. The environment includes the image's
@@ -22,6 +22,7 @@ pub enum Field {
     Gpu,
     Gpus,
     Sm,
+    SmProcs,
 }
 
 impl Field {
@@ -31,6 +32,7 @@ impl Field {
             Field::Gpu => [keys::ANN_GPU, keys::ANN_NS_GPU],
             Field::Gpus => [keys::ANN_GPUS, keys::ANN_NS_GPUS],
             Field::Sm => [keys::ANN_SM, keys::ANN_NS_SM],
+            Field::SmProcs => [keys::ANN_SM_PROCS, keys::ANN_NS_SM_PROCS],
         }
     }
     pub fn env(self) -> &'static str {
@@ -39,6 +41,7 @@ impl Field {
             Field::Gpu => keys::ENV_GPU,
             Field::Gpus => keys::ENV_GPUS,
             Field::Sm => keys::ENV_SM,
+            Field::SmProcs => keys::ENV_SM_PROCS,
         }
     }
     fn accepted(self) -> &'static str {
@@ -47,6 +50,7 @@ impl Field {
             Field::Gpu => "a GPU index (0), a UUID (GPU-8f6c…), or a comma-separated list of distinct GPUs (0,1)",
             Field::Gpus => "a count of GPUs (1, 2, …) or \"all\"",
             Field::Sm => "a whole percentage of one GPU's SMs from 1% to 100% (sm=25%)",
+            Field::SmProcs => "with sm=, the number of CUDA processes the share is split over, from 1 to 64 and at most the share's percentage (sm-procs=4)",
         }
     }
 }
@@ -125,6 +129,11 @@ pub struct Request {
     /// A compute share of the one GPU, in percent of its SMs (1–100),
     /// served through that GPU's MPS daemon; `None`: no share.
     pub sm: Option<u32>,
+    /// With a share: the number of CUDA processes it is split over
+    /// (`sm-procs=`, default 1). MPS bounds each client process, so each of
+    /// them gets `sm / sm_procs` and one more is refused at `cuInit`; 0
+    /// without a share.
+    pub sm_procs: u32,
     /// The host uid the container's process runs as, where a share needs
     /// it (`spec::host_uid`; set at admission, never by the request):
     /// a GPU's MPS daemon serves one user at a time. `None`: not known.
@@ -211,11 +220,17 @@ pub enum EnvRequests {
 /// Every request field set in `env` (`GPU_QUOTA_VRAM`, …), for the notice
 /// that they were ignored.
 pub fn env_request_vars(env: &[String]) -> Vec<&'static str> {
-    [Field::Vram, Field::Gpu, Field::Gpus, Field::Sm]
-        .into_iter()
-        .filter(|f| lookup_env(*f, env).is_some())
-        .map(Field::env)
-        .collect()
+    [
+        Field::Vram,
+        Field::Gpu,
+        Field::Gpus,
+        Field::Sm,
+        Field::SmProcs,
+    ]
+    .into_iter()
+    .filter(|f| lookup_env(*f, env).is_some())
+    .map(Field::env)
+    .collect()
 }
 
 /// The OCI process environment of a config.json.
@@ -253,6 +268,34 @@ fn parse_sm(raw: &Raw) -> Result<u32, RequestError> {
         Ok(0) => Err(bad("a share of 0% is no share; leave sm out")),
         Ok(p) if p <= gpuquota_formats::grant::SM_MAX => Ok(p),
         _ => Err(bad("more than the whole GPU")),
+    }
+}
+
+/// `sm-procs` beside a share of `sm` percent: 1 to [`mps::PROCS_MAX`]
+/// processes, each getting at least 1 % (MPS's smallest meaningful part,
+/// about one SM of an H200).
+fn parse_sm_procs(raw: &Raw, sm: u32) -> Result<u32, RequestError> {
+    use crate::formats::mps::PROCS_MAX;
+    let bad = |reason: String| err(Field::SmProcs, &raw.origin, &raw.value, reason);
+    let v = raw.value.trim();
+    if v.is_empty() {
+        return Err(bad("empty value".into()));
+    }
+    if v.starts_with('-') || !v.bytes().all(|b| b.is_ascii_digit()) || v.len() > 8 {
+        return Err(bad("not a whole number of processes".into()));
+    }
+    match v.parse::<u32>() {
+        Ok(0) => Err(bad(
+            "a share split over 0 processes serves none; leave sm-procs out for one".into(),
+        )),
+        Ok(n) if n > PROCS_MAX => Err(bad(format!(
+            "a share is split over at most {PROCS_MAX} CUDA processes; ask for fewer, or run the processes in several containers"
+        ))),
+        Ok(n) if n > sm => Err(bad(format!(
+            "sm={sm}% split over {n} processes would give each less than 1% of the GPU's SMs; ask for at most {sm} processes or a larger share"
+        ))),
+        Ok(n) => Ok(n),
+        Err(_) => Err(bad("not a whole number of processes".into())),
     }
 }
 
@@ -333,6 +376,7 @@ impl Request {
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
             sm: Some(sm),
+            sm_procs: 1,
             user: Some(0),
         }
     }
@@ -349,12 +393,23 @@ impl Request {
         let mut gpu = lookup_annotation(Field::Gpu, annotations)?;
         let mut gpus = lookup_annotation(Field::Gpus, annotations)?;
         let mut sm = lookup_annotation(Field::Sm, annotations)?;
-        let any_annotation = vram.is_some() || gpu.is_some() || gpus.is_some() || sm.is_some();
+        let mut procs = lookup_annotation(Field::SmProcs, annotations)?;
+        let any_annotation =
+            vram.is_some() || gpu.is_some() || gpus.is_some() || sm.is_some() || procs.is_some();
         if !any_annotation && env_requests == EnvRequests::Allowed {
             vram = lookup_env(Field::Vram, env);
             gpu = lookup_env(Field::Gpu, env);
             gpus = lookup_env(Field::Gpus, env);
             sm = lookup_env(Field::Sm, env);
+            procs = lookup_env(Field::SmProcs, env);
+        }
+        if let (Some(r), None) = (&procs, &sm) {
+            return Err(err(
+                Field::SmProcs,
+                &r.origin,
+                &r.value,
+                "splits a compute share, and none was asked for: add sm=PERCENT (for example sm=25%), or leave sm-procs out",
+            ));
         }
         let Some(vram) = vram else {
             if let Some(r) = &sm {
@@ -382,6 +437,11 @@ impl Request {
         };
         let size = parse_vram(&vram)?;
         let sm = sm.as_ref().map(parse_sm).transpose()?;
+        let sm_procs = match (sm, &procs) {
+            (None, _) => 0,
+            (Some(_), None) => 1,
+            (Some(p), Some(r)) => parse_sm_procs(r, p)?,
+        };
         let selector = match (&gpu, &gpus) {
             (None, None) => GpuSelector::Count(1),
             (None, Some(n)) => parse_gpus(n)?,
@@ -420,6 +480,7 @@ impl Request {
             origin: vram.origin,
             named_gpus: gpu.is_some() || gpus.is_some(),
             sm,
+            sm_procs,
             user: None,
         }))
     }
@@ -445,366 +506,4 @@ impl Request {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-    const G: u64 = 1 << 30;
-
-    fn ann(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
-    }
-
-    #[test]
-    fn compute_share() {
-        let r = |v: Value| Request::from_parts(Some(&ann(v)), &[], EnvRequests::Ignored);
-        let ok = r(json!({"vram": "8g", "sm": "25%"})).unwrap().unwrap();
-        assert_eq!((ok.sm, ok.vram), (Some(25), Size::Bytes(8 * G)));
-        assert_eq!(
-            r(json!({"vram": "8g", "gpu-quota.io/sm": "100"}))
-                .unwrap()
-                .unwrap()
-                .sm,
-            Some(100)
-        );
-        assert_eq!(r(json!({"vram": "8g"})).unwrap().unwrap().sm, None);
-        for (bad, why) in [
-            ("0%", "no share"),
-            ("101%", "whole GPU"),
-            ("-5%", "negative"),
-            ("12.5%", "whole percentage"),
-            ("%", "empty"),
-            ("1000", "whole percentage"),
-        ] {
-            let e = r(json!({"vram": "8g", "sm": bad})).unwrap_err();
-            assert!(e.to_string().contains(why), "{bad}: {e}");
-        }
-        let e = r(json!({"sm": "25%"})).unwrap_err().to_string();
-        assert!(
-            e.contains("without a memory slice") && e.contains("vram="),
-            "{e}"
-        );
-        // the environment form, only where env requests are allowed, and
-        // never beside an annotation
-        let env = [
-            "GPU_QUOTA_VRAM=4g".to_string(),
-            "GPU_QUOTA_SM=50%".to_string(),
-        ];
-        let allowed = Request::from_parts(None, &env, EnvRequests::Allowed)
-            .unwrap()
-            .unwrap();
-        assert_eq!(allowed.sm, Some(50));
-        assert_eq!(
-            Request::from_parts(None, &env, EnvRequests::Ignored).unwrap(),
-            None
-        );
-        let a = Request::from_parts(
-            Some(&ann(json!({"vram": "1g"}))),
-            &env,
-            EnvRequests::Allowed,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(a.sm, None, "an image ENV never adds a share to annotations");
-    }
-
-    #[test]
-    fn no_request() {
-        assert_eq!(
-            Request::from_parts(
-                Some(&ann(json!({"foo": "bar"}))),
-                &["PATH=/bin".into()],
-                EnvRequests::Allowed
-            ),
-            Ok(None)
-        );
-        assert_eq!(
-            Request::from_parts(None, &[], EnvRequests::Ignored),
-            Ok(None)
-        );
-    }
-
-    #[test]
-    fn annotation_and_aliases() {
-        let r = Request::from_parts(Some(&ann(json!({"vram": "4g"}))), &[], EnvRequests::Ignored)
-            .unwrap()
-            .unwrap();
-        assert_eq!(r.vram, Size::Bytes(4 * G));
-        assert_eq!(r.gpus, GpuSelector::Count(1));
-        let r = Request::from_parts(
-            Some(&ann(
-                json!({"gpu-quota.io/vram": "2g", "gpu-quota.io/gpu": "1"}),
-            )),
-            &[],
-            EnvRequests::Ignored,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(r.vram, Size::Bytes(2 * G));
-        assert_eq!(r.gpus, GpuSelector::List(vec![GpuRef::Index(1)]));
-        // same value under both keys is fine
-        assert!(Request::from_parts(
-            Some(&ann(json!({"vram": "2g", "gpu-quota.io/vram": "2g"}))),
-            &[],
-            EnvRequests::Ignored
-        )
-        .is_ok());
-    }
-
-    #[test]
-    fn kubernetes_sandbox_is_left_alone() {
-        let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri.container-type": "sandbox"}});
-        assert_eq!(Request::from_config(&c, EnvRequests::Ignored), Ok(None));
-        let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri-o.ContainerType": "sandbox"}});
-        assert_eq!(Request::from_config(&c, EnvRequests::Ignored), Ok(None));
-        let c = json!({"annotations": {"gpu-quota.io/vram": "8g", "io.kubernetes.cri.container-type": "container"}});
-        assert!(Request::from_config(&c, EnvRequests::Ignored)
-            .unwrap()
-            .is_some());
-    }
-
-    /// Issue 8, class 2: annotation `vram=1g` plus image `ENV GPU_QUOTA_GPUS=2`
-    /// gave the container two GPUs (fields were merged one by one). One
-    /// request has one source.
-    #[test]
-    fn annotations_make_the_environment_irrelevant() {
-        let env = vec![
-            "GPU_QUOTA_VRAM=8g".to_string(),
-            "GPU_QUOTA_GPUS=2".to_string(),
-        ];
-        for policy in [EnvRequests::Allowed, EnvRequests::Ignored] {
-            let r = Request::from_parts(Some(&ann(json!({"vram": "1g"}))), &env, policy)
-                .unwrap()
-                .unwrap();
-            assert_eq!(r.vram, Size::Bytes(G));
-            assert_eq!(
-                r.gpus,
-                GpuSelector::Count(1),
-                "{policy:?}: env must not add GPUs"
-            );
-            assert_eq!(r.origin, Origin::Annotation("vram".into()));
-        }
-        // an annotation naming only the GPU still makes the env irrelevant
-        // (and is refused for lacking a slice, not completed from the env)
-        let e = Request::from_parts(Some(&ann(json!({"gpu": "0"}))), &env, EnvRequests::Allowed)
-            .unwrap_err();
-        assert!(e.to_string().contains("without a memory slice"), "{e}");
-        // where the host allows env requests and no annotation is present
-        let r = Request::from_parts(None, &env, EnvRequests::Allowed)
-            .unwrap()
-            .unwrap();
-        assert_eq!(r.vram, Size::Bytes(8 * G));
-        assert_eq!(r.gpus, GpuSelector::Count(2));
-        assert_eq!(r.origin, Origin::Env("GPU_QUOTA_VRAM"));
-        // by default the environment is never a request
-        assert_eq!(
-            Request::from_parts(None, &env, EnvRequests::Ignored),
-            Ok(None)
-        );
-        assert_eq!(
-            env_request_vars(&env),
-            vec!["GPU_QUOTA_VRAM", "GPU_QUOTA_GPUS"]
-        );
-        // the first definition wins, as getenv sees it
-        let dup = vec![
-            "GPU_QUOTA_VRAM=2g".to_string(),
-            "GPU_QUOTA_VRAM=8g".to_string(),
-        ];
-        let r = Request::from_parts(None, &dup, EnvRequests::Allowed)
-            .unwrap()
-            .unwrap();
-        assert_eq!(r.vram, Size::Bytes(2 * G));
-    }
-
-    /// Whether the user named GPUs is read once, from the request's one
-    /// source, with the request (toolkit::reconcile takes it from here).
-    #[test]
-    fn named_gpus_comes_from_the_requests_one_source() {
-        let named = |a: Option<Value>, env: &[&str]| {
-            let env: Vec<String> = env.iter().map(|e| e.to_string()).collect();
-            Request::from_parts(a.map(ann).as_ref(), &env, EnvRequests::Allowed)
-                .unwrap()
-                .unwrap()
-                .named_gpus
-        };
-        assert!(!named(Some(json!({"vram": "1g"})), &[]));
-        assert!(named(Some(json!({"vram": "1g", "gpus": "1"})), &[]));
-        assert!(named(
-            Some(json!({"vram": "1g", "gpu-quota.io/gpu": "0"})),
-            &[]
-        ));
-        assert!(named(
-            Some(json!({"vram": "1g", "gpu": "0", "gpus": "1"})),
-            &[]
-        ));
-        // the environment's GPU keys do not name GPUs of an annotation request
-        assert!(!named(Some(json!({"vram": "1g"})), &["GPU_QUOTA_GPUS=2"]));
-        assert!(named(None, &["GPU_QUOTA_VRAM=1g", "GPU_QUOTA_GPU=1"]));
-        assert!(named(None, &["GPU_QUOTA_VRAM=1g", "GPU_QUOTA_GPUS=all"]));
-        assert!(!named(None, &["GPU_QUOTA_VRAM=1g"]));
-        // an annotation of a GPU key does not name GPUs of an env request:
-        // a lone `gpu` annotation is a request of its own (refused)
-        assert!(Request::from_parts(
-            Some(&ann(json!({"gpu": "1"}))),
-            &["GPU_QUOTA_VRAM=1g".into()],
-            EnvRequests::Allowed
-        )
-        .is_err());
-    }
-
-    #[test]
-    fn gpu_forms() {
-        let r = Request::from_parts(
-            Some(&ann(json!({"vram": "1g", "gpu": "0, GPU-ABCDEF01-2345"}))),
-            &[],
-            EnvRequests::Ignored,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            r.gpus,
-            GpuSelector::List(vec![
-                GpuRef::Index(0),
-                GpuRef::Uuid("GPU-abcdef01-2345".into())
-            ])
-        );
-        let r = Request::from_parts(
-            Some(&ann(json!({"vram": "1g", "gpus": "all"}))),
-            &[],
-            EnvRequests::Ignored,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(r.gpus, GpuSelector::All);
-        let r = Request::from_parts(
-            Some(&ann(json!({"vram": "1g", "gpus": "2", "gpu": "0,1"}))),
-            &[],
-            EnvRequests::Ignored,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            r.gpus,
-            GpuSelector::List(vec![GpuRef::Index(0), GpuRef::Index(1)])
-        );
-    }
-
-    /// Table of malformed requests: each is refused with a message naming the
-    /// key, the value and what is accepted.
-    #[test]
-    fn malformed_table() {
-        let long = "9".repeat(100);
-        let cases: Vec<(Value, &str, &str)> = vec![
-            (json!({"vram": ""}), "annotation vram", "empty value"),
-            (json!({"vram": "0"}), "annotation vram", "zero"),
-            (json!({"vram": "-4g"}), "annotation vram", "negative"),
-            (json!({"vram": "NaN"}), "annotation vram", "not a number"),
-            (
-                json!({"vram": "99999999999999999999g"}),
-                "annotation vram",
-                "64 bits",
-            ),
-            (json!({"vram": "4q"}), "annotation vram", "unknown unit"),
-            (json!({"vram": long}), "annotation vram", "longer than"),
-            (json!({"vram": 4}), "annotation vram", "must be strings"),
-            (
-                json!({"vram": "1g", "gpu-quota.io/vram": "2g"}),
-                "annotation gpu-quota.io/vram",
-                "contradicts",
-            ),
-            (
-                json!({"vram": "1g", "gpu": "0,0"}),
-                "annotation gpu",
-                "listed twice",
-            ),
-            (
-                json!({"vram": "1g", "gpu": "GPU-abc,gpu-ABC"}),
-                "annotation gpu",
-                "listed twice",
-            ),
-            (json!({"vram": "1g", "gpu": ""}), "annotation gpu", "empty"),
-            (
-                json!({"vram": "1g", "gpu": "0,,1"}),
-                "annotation gpu",
-                "empty element",
-            ),
-            (
-                json!({"vram": "1g", "gpu": "-1"}),
-                "annotation gpu",
-                "negative",
-            ),
-            (
-                json!({"vram": "1g", "gpu": "first"}),
-                "annotation gpu",
-                "neither",
-            ),
-            (
-                json!({"vram": "1g", "gpu": "MIG-1234"}),
-                "annotation gpu",
-                "MIG",
-            ),
-            (
-                json!({"vram": "1g", "gpu": "99999999999"}),
-                "annotation gpu",
-                "out of range",
-            ),
-            (
-                json!({"vram": "1g", "gpus": "0"}),
-                "annotation gpus",
-                "zero",
-            ),
-            (
-                json!({"vram": "1g", "gpus": "-2"}),
-                "annotation gpus",
-                "negative",
-            ),
-            (
-                json!({"vram": "1g", "gpus": "two"}),
-                "annotation gpus",
-                "whole number",
-            ),
-            (
-                json!({"vram": "1g", "gpus": "1000"}),
-                "annotation gpus",
-                "more GPUs",
-            ),
-            (
-                json!({"vram": "1g", "gpus": "2", "gpu": "0"}),
-                "annotation gpus",
-                "contradicts",
-            ),
-            (
-                json!({"vram": "1g", "gpus": "all", "gpu": "0"}),
-                "annotation gpus",
-                "contradicts",
-            ),
-            (
-                json!({"gpu": "0"}),
-                "annotation gpu",
-                "without a memory slice",
-            ),
-        ];
-        for (a, origin, reason) in cases {
-            let e = Request::from_parts(Some(&ann(a.clone())), &[], EnvRequests::Ignored)
-                .expect_err(&a.to_string());
-            let msg = e.to_string();
-            assert!(msg.contains(origin), "{msg} should name {origin}");
-            assert!(msg.contains(reason), "{msg} should say {reason}");
-            assert!(msg.contains("accepted:"), "{msg}");
-        }
-        let e = Request::from_parts(None, &["GPU_QUOTA_VRAM=lots".into()], EnvRequests::Allowed)
-            .unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("environment variable GPU_QUOTA_VRAM"),
-            "{e}"
-        );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn any_annotation_never_panics(v in ".{0,80}", g in ".{0,40}", n in ".{0,12}") {
-            let a = ann(json!({"vram": v, "gpu": g, "gpus": n}));
-            let _ = Request::from_parts(Some(&a), &[], EnvRequests::Ignored);
-        }
-    }
-}
+mod tests;

@@ -432,6 +432,7 @@ mod tests {
             vram_bytes: 4 << 30,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         let r = Reservation::new("c1", None, "/b", vec![slice.clone()], "vram=4g");
         let files = DriverFiles {

@@ -230,6 +230,7 @@ mod tests {
             vram_bytes: bytes,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         Reservation {
             state: ResState::Running,
@@ -313,6 +314,7 @@ mod tests {
         let share = |id: &str, gpu: u32| {
             let mut r = res(id, "/run/docker/runtime-runc/moby", gpu, 2 * G);
             r.slices[0].sm_percent = 25;
+            r.slices[0].sm_procs = 1;
             r
         };
         let l = LedgerData {

@@ -99,6 +99,7 @@ fn res(id: &str, root: &str, gpu: &str, bytes: u64) -> Reservation {
         vram_bytes: bytes,
         sm_percent: 0,
         sm_user: None,
+        sm_procs: 0,
     };
     Reservation {
         // just created: never stale within the grace period

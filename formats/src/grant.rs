@@ -24,16 +24,25 @@
 //! | offset | field |
 //! |---|---|
 //! | 0 | magic [`MAGIC`] (u64) |
-//! | 8 | version [`VERSION`] (u32) |
+//! | 8 | version: [`VERSION`] (u32), [`VERSION_PROCS`] where the grant holds a compute share |
 //! | 12 | entries in use, at most [`MAX_GPUS`] (u32) |
 //! | 16..64 | reserved, 0 |
-//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), compute share in percent of the GPU's SMs (u32, 0: none), vram_bytes (u64, live), the share's host uid recorded (u32, 1) or not (0), that uid (u32), reserved (24 bytes: room for more dimensions of a grant) |
+//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), compute share in percent of the GPU's SMs (u32, 0: none), vram_bytes (u64, live), the share's host uid recorded (u32, 1) or not (0), that uid (u32), the CUDA processes the share is split over (u32, version 2 only; 0 without a share), reserved (20 bytes: room for more dimensions of a grant) |
+//!
+//! A grant with a compute share is written as version 2: a reader of
+//! version 1 (a libgpuquota.so from before `sm-procs`) would let every
+//! process of the container take the whole share, and refuses the file
+//! instead, which fails closed (no device memory). A version-1 file with a
+//! share (from a host before `sm-procs`) reads as a share of one process.
 use crate::limits::parse_uuid;
 
 pub const FILE_NAME: &str = "grant";
 /// The bytes "GQGRANT1" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GQGRANT1");
 pub const VERSION: u32 = 1;
+/// The version of a grant that holds a compute share (with its process
+/// count at [`E_SM_PROCS`]).
+pub const VERSION_PROCS: u32 = 2;
 pub const HEADER_SIZE: usize = 64;
 pub const ENTRY_SIZE: usize = 64;
 /// GPUs one grant holds (the usage header's device table).
@@ -46,6 +55,7 @@ const E_SM: usize = 20;
 const E_VRAM: usize = 24;
 const E_SM_USER_SET: usize = 32;
 const E_SM_USER: usize = 36;
+const E_SM_PROCS: usize = 40;
 
 /// One GPU's share of a grant. `U` is how the GPU is named: the host keeps
 /// NVML's text UUID (`GPU-…`), the file and the interceptor the 16 raw bytes.
@@ -79,6 +89,15 @@ pub struct GpuGrant<U> {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub sm_user: Option<u32>,
+    /// With a share: the number of CUDA processes it is split over
+    /// (`sm-procs=`, 1–64), decided once at admission. MPS bounds each
+    /// client process, not a container, so each of these processes runs at
+    /// `sm_percent / sm_procs` ([`crate::mps::client_share`]) and the
+    /// interceptor refuses `cuInit` to one more. 0 without a share; the
+    /// ledger's JSON leaves it out when 0 (a share recorded before the count
+    /// existed is of one process: the ledger reads it so).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub sm_procs: u32,
 }
 
 #[cfg(feature = "serde")]
@@ -118,6 +137,7 @@ impl<U: AsRef<str>> GpuGrant<U> {
             vram_bytes: self.vram_bytes,
             sm_percent: self.sm_percent,
             sm_user: self.sm_user,
+            sm_procs: self.sm_procs,
         })
     }
 }
@@ -148,6 +168,9 @@ pub enum EncodeError {
     DuplicateGpu(usize),
     /// A compute share on a grant of several GPUs (see [`share`]).
     ShareOfSeveral,
+    /// A compute share split over no process or more than
+    /// [`crate::mps::PROCS_MAX`], or a process count without a share.
+    BadProcs(u32),
 }
 
 impl core::fmt::Display for EncodeError {
@@ -165,6 +188,11 @@ impl core::fmt::Display for EncodeError {
                     "a compute share is of one GPU, and this grant has several"
                 )
             }
+            EncodeError::BadProcs(n) => write!(
+                f,
+                "a compute share is split over 1 to {} CUDA processes, and only a share is; this grant says {n}",
+                crate::mps::PROCS_MAX
+            ),
         }
     }
 }
@@ -182,9 +210,17 @@ pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
     if stray_share(grant) {
         return Err(EncodeError::ShareOfSeveral);
     }
+    if let Some(g) = grant.iter().find(|g| !procs_fit(g.sm_percent, g.sm_procs)) {
+        return Err(EncodeError::BadProcs(g.sm_procs));
+    }
+    let version = if share(grant).is_some() {
+        VERSION_PROCS
+    } else {
+        VERSION
+    };
     let mut b = [0u8; SIZE];
     b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
     b[12..16].copy_from_slice(&(grant.len() as u32).to_le_bytes());
     for (i, g) in grant.iter().enumerate() {
         let e = HEADER_SIZE + i * ENTRY_SIZE;
@@ -196,6 +232,7 @@ pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
             b[e + E_SM_USER_SET..e + E_SM_USER_SET + 4].copy_from_slice(&1u32.to_le_bytes());
             b[e + E_SM_USER..e + E_SM_USER + 4].copy_from_slice(&u.to_le_bytes());
         }
+        b[e + E_SM_PROCS..e + E_SM_PROCS + 4].copy_from_slice(&g.sm_procs.to_le_bytes());
     }
     Ok(b)
 }
@@ -217,7 +254,11 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 /// The `vram_bytes` read here are a snapshot; a reader that enforces them
 /// loads [`vram_offset`] again at every admission.
 pub fn decode(b: &[u8]) -> Option<Table> {
-    if b.len() != SIZE || u64_at(b, 0) != MAGIC || u32_at(b, 8) != VERSION {
+    if b.len() != SIZE || u64_at(b, 0) != MAGIC {
+        return None;
+    }
+    let version = u32_at(b, 8);
+    if version != VERSION && version != VERSION_PROCS {
         return None;
     }
     let n = u32_at(b, 12) as usize;
@@ -245,8 +286,15 @@ pub fn decode(b: &[u8]) -> Option<Table> {
                 1 => Some(u32_at(b, e + E_SM_USER)),
                 _ => return None,
             },
+            sm_procs: match (version, u32_at(b, e + E_SM)) {
+                (VERSION_PROCS, _) => u32_at(b, e + E_SM_PROCS),
+                // before the count: a share of one process
+                (_, 0) => 0,
+                _ => 1,
+            },
         };
-        if t.gpus[i].sm_percent > SM_MAX {
+        let g = &t.gpus[i];
+        if g.sm_percent > SM_MAX || !procs_fit(g.sm_percent, g.sm_procs) {
             return None;
         }
     }
@@ -254,6 +302,15 @@ pub fn decode(b: &[u8]) -> Option<Table> {
         return None;
     }
     Some(t)
+}
+
+/// Whether a process count goes with a share: 1 to
+/// [`crate::mps::PROCS_MAX`] with one, 0 without.
+fn procs_fit(sm_percent: u32, sm_procs: u32) -> bool {
+    match sm_percent {
+        0 => sm_procs == 0,
+        _ => (1..=crate::mps::PROCS_MAX).contains(&sm_procs),
+    }
 }
 
 /// Offset of entry `i`'s live `vram_bytes` (8-byte aligned: one atomic
@@ -264,7 +321,7 @@ pub const fn vram_offset(i: usize) -> usize {
 
 const _: () = {
     assert!(vram_offset(0) % 8 == 0 && ENTRY_SIZE % 8 == 0 && HEADER_SIZE % 8 == 0);
-    assert!(E_VRAM + 8 <= ENTRY_SIZE);
+    assert!(E_VRAM + 8 <= ENTRY_SIZE && E_SM_PROCS + 4 <= ENTRY_SIZE);
 };
 
 #[cfg(test)]
@@ -279,6 +336,7 @@ mod tests {
             vram_bytes,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         }
     }
 
@@ -286,6 +344,7 @@ mod tests {
     fn a_compute_share_travels_and_a_bad_one_is_refused() {
         let mut one = g(1, 0, G);
         one.sm_percent = 25;
+        one.sm_procs = 1;
         let t = decode(&encode(&[one]).unwrap()).unwrap();
         assert_eq!(t.gpus[0].sm_user, None, "no uid recorded");
         one.sm_user = Some(0);
@@ -307,6 +366,7 @@ mod tests {
     fn a_share_is_of_one_gpu_only() {
         let mut one = g(1, 0, G);
         one.sm_percent = 25;
+        one.sm_procs = 1;
         assert_eq!(share(&[g(1, 0, G)]), None, "no share");
         assert_eq!(share(&[one, g(2, 1, G)]), None);
         assert_eq!(encode(&[one, g(2, 1, G)]), Err(EncodeError::ShareOfSeveral));
@@ -315,6 +375,52 @@ mod tests {
         assert!(decode(&b).is_some());
         b[HEADER_SIZE + ENTRY_SIZE + E_SM] = 25;
         assert!(decode(&b).is_none(), "a share beside another GPU");
+    }
+
+    /// The share's process count travels in a version-2 file, which a
+    /// reader of version 1 (before the count) refuses: it would let every
+    /// process take the whole share.
+    #[test]
+    fn a_shares_process_count_travels_and_older_readers_refuse_it() {
+        let mut one = g(1, 0, G);
+        one.sm_percent = 25;
+        one.sm_procs = 4;
+        let b = encode(&[one]).unwrap();
+        assert_eq!(u32_at(&b, 8), VERSION_PROCS);
+        assert_eq!(decode(&b).unwrap().gpus[0].sm_procs, 4);
+        // a version-1 reader checks the version first
+        assert_ne!(u32_at(&b, 8), VERSION, "an older reader refuses the file");
+        // without a share the file stays version 1 (every reader takes it)
+        let plain = encode(&[g(1, 0, G)]).unwrap();
+        assert_eq!(u32_at(&plain, 8), VERSION);
+        assert_eq!(decode(&plain).unwrap().gpus[0].sm_procs, 0);
+        // a version-1 file with a share (a host before the count): one process
+        let mut old = b;
+        old[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        old[HEADER_SIZE + E_SM_PROCS..HEADER_SIZE + E_SM_PROCS + 4].fill(0);
+        assert_eq!(decode(&old).unwrap().gpus[0].sm_procs, 1);
+        // counts that do not go with their share
+        for (sm, procs) in [(25, 0), (25, 65), (0, 1)] {
+            one.sm_percent = sm;
+            one.sm_procs = procs;
+            assert_eq!(
+                encode(&[one]),
+                Err(EncodeError::BadProcs(procs)),
+                "{sm} {procs}"
+            );
+        }
+        let mut bad = b;
+        bad[HEADER_SIZE + E_SM_PROCS] = 0;
+        assert!(decode(&bad).is_none(), "a share of no process");
+        bad[HEADER_SIZE + E_SM_PROCS] = 65;
+        assert!(
+            decode(&bad).is_none(),
+            "more processes than a share is split over"
+        );
+        let mut stray = plain;
+        stray[HEADER_SIZE + E_SM_PROCS] = 2;
+        stray[8..12].copy_from_slice(&VERSION_PROCS.to_le_bytes());
+        assert!(decode(&stray).is_none(), "a count without a share");
     }
 
     #[test]
@@ -341,7 +447,7 @@ mod tests {
         bad[0] ^= 1;
         assert!(decode(&bad).is_none(), "magic");
         let mut bad = ok;
-        bad[8] = 2;
+        bad[8] = 3;
         assert!(decode(&bad).is_none(), "version");
         let mut bad = ok;
         bad[12] = (MAX_GPUS + 1) as u8;
@@ -368,6 +474,7 @@ mod tests {
             vram_bytes: G,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         let r = t.raw().unwrap();
         assert_eq!(
@@ -380,6 +487,7 @@ mod tests {
             vram_bytes: 0,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         }
         .raw()
         .is_none());

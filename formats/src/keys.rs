@@ -14,12 +14,16 @@ pub const ANN_GPU: &str = "gpu";
 pub const ANN_GPUS: &str = "gpus";
 /// A compute share (`sm=25%`): a percentage of the GPU's SMs, through MPS.
 pub const ANN_SM: &str = "sm";
+/// The number of CUDA processes a compute share is split over
+/// (`sm-procs=4`: each gets a quarter of the share; default 1).
+pub const ANN_SM_PROCS: &str = "sm-procs";
 
 /// Namespaced annotation keys (Kubernetes, the device plugin).
 pub const ANN_NS_VRAM: &str = "gpu-quota.io/vram";
 pub const ANN_NS_GPU: &str = "gpu-quota.io/gpu";
 pub const ANN_NS_GPUS: &str = "gpu-quota.io/gpus";
 pub const ANN_NS_SM: &str = "gpu-quota.io/sm";
+pub const ANN_NS_SM_PROCS: &str = "gpu-quota.io/sm-procs";
 
 /// Annotation the runtime writes into config.json with the GPUs it
 /// assigned (read back by its own toolkit narrowing in a reused bundle).
@@ -31,20 +35,29 @@ pub const ANN_RECORD: &str = "gpu-quota.io/record";
 pub const RUNTIME_ANNOTATIONS: [&str; 2] = [ANN_ASSIGNED, ANN_RECORD];
 
 /// Every annotation key that makes a request (engine allowlists).
-pub const ANNOTATION_KEYS: [&str; 8] = [
+pub const ANNOTATION_KEYS: [&str; 10] = [
     ANN_VRAM,
     ANN_GPU,
     ANN_GPUS,
     ANN_SM,
+    ANN_SM_PROCS,
     ANN_NS_VRAM,
     ANN_NS_GPU,
     ANN_NS_GPUS,
     ANN_NS_SM,
+    ANN_NS_SM_PROCS,
 ];
 
 /// The same, as patterns for engines that take globs (containerd's
 /// `pod_annotations`).
-pub const ANNOTATION_PATTERNS: [&str; 5] = [ANN_VRAM, ANN_GPU, ANN_GPUS, ANN_SM, "gpu-quota.io/*"];
+pub const ANNOTATION_PATTERNS: [&str; 6] = [
+    ANN_VRAM,
+    ANN_GPU,
+    ANN_GPUS,
+    ANN_SM,
+    ANN_SM_PROCS,
+    "gpu-quota.io/*",
+];
 
 /// The extended resource the device plugin advertises (pods ask for
 /// `resources.limits["gpu-quota.io/vram"]`); spelled as the annotation
@@ -70,6 +83,7 @@ pub const ENV_VRAM_C: &CStr = c"GPU_QUOTA_VRAM";
 pub const ENV_GPU_C: &CStr = c"GPU_QUOTA_GPU";
 pub const ENV_GPUS_C: &CStr = c"GPU_QUOTA_GPUS";
 pub const ENV_SM_C: &CStr = c"GPU_QUOTA_SM";
+pub const ENV_SM_PROCS_C: &CStr = c"GPU_QUOTA_SM_PROCS";
 
 /// A C-string constant as text (every key here is ASCII).
 pub(crate) const fn str_of(c: &'static CStr) -> &'static str {
@@ -84,6 +98,7 @@ pub const ENV_VRAM: &str = str_of(ENV_VRAM_C);
 pub const ENV_GPU: &str = str_of(ENV_GPU_C);
 pub const ENV_GPUS: &str = str_of(ENV_GPUS_C);
 pub const ENV_SM: &str = str_of(ENV_SM_C);
+pub const ENV_SM_PROCS: &str = str_of(ENV_SM_PROCS_C);
 
 /// The interceptor's other environment keys, which the host's tests and
 /// documentation name too: a state directory to read `limits` from
@@ -136,7 +151,14 @@ mod tests {
                 "{k}"
             );
         }
-        for k in [ANN_NS_VRAM, ANN_NS_GPU, ANN_NS_GPUS, ANN_NS_SM] {
+        assert_eq!(ENV_SM_PROCS, "GPU_QUOTA_SM_PROCS");
+        for k in [
+            ANN_NS_VRAM,
+            ANN_NS_GPU,
+            ANN_NS_GPUS,
+            ANN_NS_SM,
+            ANN_NS_SM_PROCS,
+        ] {
             assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");
             assert!(
                 ANNOTATION_KEYS.contains(&&k[ANNOTATION_PREFIX.len()..]),

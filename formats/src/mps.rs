@@ -96,11 +96,56 @@ impl Value {
     }
 }
 
-/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` of a share.
-pub fn thread_percentage(sm_percent: u32) -> Value {
-    let mut v = Value::new();
-    v.push_u64(sm_percent as u64);
-    v
+/// The most CUDA processes one share may be split over (`sm-procs=`).
+pub const PROCS_MAX: u32 = 64;
+
+/// One MPS client's part of a compute share, in hundredths of a percent of
+/// the GPU's SMs.
+///
+/// MPS's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` bounds each client process,
+/// not a group of them: a share of `sm` percent split over `procs`
+/// processes (`sm-procs=`) gives each `sm / procs` percent, so that the
+/// container's processes together hold at most the share. Rounded down to
+/// a hundredth, never up: the parts never add up to more than the share.
+/// A share is at least 1 % and admission keeps `procs` at most `sm`, so a
+/// part is at least 1 %.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClientShare(u32);
+
+/// One client's part of a share of `sm_percent` split over `procs`
+/// processes (0 reads as 1: a grant without a count is one process). The
+/// one place the split is computed: the container's environment, the
+/// interceptor's `cuInit` and the daemon's limit all take it from here.
+pub fn client_share(sm_percent: u32, procs: u32) -> ClientShare {
+    ClientShare(sm_percent.min(100) * 100 / procs.max(1))
+}
+
+impl ClientShare {
+    /// In hundredths of a percent (625: 6.25 %).
+    pub fn hundredths(self) -> u32 {
+        self.0
+    }
+    /// As MPS takes it: a decimal percentage without trailing zeros
+    /// (`25`, `12.5`, `6.25`, `33.33`).
+    pub fn value(self) -> Value {
+        let mut v = Value::new();
+        v.push_u64((self.0 / 100) as u64);
+        let frac = self.0 % 100;
+        if frac != 0 {
+            v.push(b".");
+            v.push(&[b'0' + (frac / 10) as u8]);
+            if frac % 10 != 0 {
+                v.push(&[b'0' + (frac % 10) as u8]);
+            }
+        }
+        v
+    }
+}
+
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` of one process of a share of
+/// `sm_percent` split over `procs` processes ([`client_share`]).
+pub fn thread_percentage(sm_percent: u32, procs: u32) -> Value {
+    client_share(sm_percent, procs).value()
 }
 
 /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` of a one-GPU slice: the client's
@@ -121,10 +166,47 @@ pub fn pinned_limit(vram_bytes: u64) -> Value {
 mod tests {
     use super::*;
 
+    /// A share split over its processes: each gets its part, rounded down
+    /// to a hundredth, and the parts never add up to more than the share.
+    #[test]
+    fn a_share_split_over_its_processes() {
+        for (sm, procs, want) in [
+            (25, 4, "6.25"),
+            (25, 1, "25"),
+            (50, 4, "12.5"),
+            (100, 3, "33.33"),
+            (25, 3, "8.33"),
+            (10, 10, "1"),
+            (1, 1, "1"),
+            (100, 64, "1.56"),
+            (75, 2, "37.5"),
+            (25, 0, "25"),
+        ] {
+            assert_eq!(thread_percentage(sm, procs).as_str(), want, "{sm}/{procs}");
+        }
+        for sm in 1..=100 {
+            for procs in 1..=sm.min(PROCS_MAX) {
+                let part = client_share(sm, procs);
+                assert!(part.hundredths() * procs <= sm * 100, "{sm}/{procs}");
+                assert!(part.hundredths() >= 100, "{sm}/{procs}: at least 1 %");
+                // what is written is what was computed
+                let text = part.value();
+                let parsed: f64 = text.as_str().parse().unwrap();
+                assert_eq!((parsed * 100.0).round() as u32, part.hundredths());
+            }
+        }
+        assert!(client_share(25, 4) < client_share(50, 4));
+        assert_eq!(
+            client_share(200, 1),
+            client_share(100, 1),
+            "at most the GPU"
+        );
+    }
+
     #[test]
     fn values() {
-        assert_eq!(thread_percentage(25).as_str(), "25");
-        assert_eq!(thread_percentage(100).as_bytes_with_nul(), b"100\0");
+        assert_eq!(thread_percentage(25, 1).as_str(), "25");
+        assert_eq!(thread_percentage(100, 1).as_bytes_with_nul(), b"100\0");
         assert_eq!(pinned_limit(4 << 30).as_str(), "0=4096M");
         assert_eq!(pinned_limit((616 << 20) + 5).as_str(), "0=616M");
         assert_eq!(pinned_limit(u64::MAX).as_str(), "0=17592186044415M");

@@ -85,7 +85,13 @@ pub struct Slot {
     /// (a pid of another namespace means nothing in its own); the host
     /// frees a group's slots when that container ends.
     pub group: u64,
-    pub reserved0: [u8; 32],
+    /// Atomic: in a container with a compute share, the owner word the
+    /// slot's process had when its `cuInit` made it one of the share's MPS
+    /// clients (`sm-procs=` counts the live slots whose word equals their
+    /// owner's); anything else (0): not a client. Cleared when the slot is
+    /// claimed; a slot reused by another process never matches.
+    pub mps_client: u64,
+    pub reserved0: [u8; 24],
     /// Atomic: bytes charged by this process per device.
     pub used: [u64; DEV_COUNT],
     pub reserved1: [u8; 64],
@@ -114,6 +120,7 @@ pub const S_OWNER: usize = offset_of!(Slot, owner);
 pub const S_START_TIME: usize = offset_of!(Slot, start_time);
 pub const S_PID: usize = offset_of!(Slot, pid);
 pub const S_GROUP: usize = offset_of!(Slot, group);
+pub const S_MPS_CLIENT: usize = offset_of!(Slot, mps_client);
 pub const SLOT_USED_OFFSET: usize = offset_of!(Slot, used);
 
 const _: () = {
@@ -134,8 +141,8 @@ const _: () = {
             + (HEADER_SIZE - 576)
             == HEADER_SIZE
     );
-    assert!(8 + 8 + 8 + 8 + 32 + 8 * DEV_COUNT + 64 == SLOT_SIZE);
-    assert!(S_GROUP % 8 == 0);
+    assert!(8 + 8 + 8 + 8 + 8 + 24 + 8 * DEV_COUNT + 64 == SLOT_SIZE);
+    assert!(S_GROUP % 8 == 0 && S_MPS_CLIENT % 8 == 0);
     // the 8-byte atomics are naturally aligned
     assert!(H_MAGIC % 8 == 0 && H_SLOTS_OFFSET % 8 == 0 && H_LIMIT % 8 == 0);
     assert!(H_CTX_OVERHEAD % 8 == 0 && H_REFUSALS % 8 == 0);
@@ -201,8 +208,15 @@ mod tests {
         );
         assert_eq!([H_REFUSALS, H_CONTAINER_ID], [504, 512]);
         assert_eq!(
-            [S_OWNER, S_START_TIME, S_PID, SLOT_USED_OFFSET],
-            [0, 8, 16, 64]
+            [
+                S_OWNER,
+                S_START_TIME,
+                S_PID,
+                S_GROUP,
+                S_MPS_CLIENT,
+                SLOT_USED_OFFSET
+            ],
+            [0, 8, 16, 24, 32, 64]
         );
         assert_eq!(TOTAL_SIZE, 266_240);
         assert_eq!(MAGIC, 0x4154_4F55_5155_5047);

@@ -144,6 +144,7 @@ pub(crate) mod tests {
             vram_bytes: 1 << 30,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         Reservation {
             workload: name.map(|n| Workload {

@@ -335,6 +335,24 @@ pub fn gc(a: &GcArgs) -> Result<()> {
             }
             Err(_) => {}
         }
+        // every daemon bounds its clients by its GPU's shares (one started
+        // again above begins at MPS's default of the whole GPU)
+        let limits = || {
+            ledger
+                .read()
+                .ok()
+                .map(|d| gpuquota_core::mps::client_limits(&d))
+        };
+        if let Ok(ctl) = gpuquota_core::mps::HostControl::find(&cfg) {
+            match gpuquota_core::mps::limit_clients(&cfg, limits, &ctl) {
+                Ok(failed) => {
+                    for e in &failed {
+                        eprintln!("gpu-quota: MPS daemon: {e}; gc tries again next time");
+                    }
+                }
+                Err(e) => eprintln!("gpu-quota: MPS daemons: {e}"),
+            }
+        }
         gone
     };
     for r in &gone {

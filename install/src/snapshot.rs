@@ -256,6 +256,7 @@ mod tests {
             vram_bytes: bytes,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         Reservation {
             pid: Some(std::process::id()),

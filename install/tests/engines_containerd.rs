@@ -155,7 +155,10 @@ fn containerd_v3_drop_in_and_import() {
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
-    assert_eq!(ann, ["vram", "gpu", "gpus", "sm", "gpu-quota.io/*"]);
+    assert_eq!(
+        ann,
+        ["vram", "gpu", "gpus", "sm", "sm-procs", "gpu-quota.io/*"]
+    );
 }
 
 #[test]

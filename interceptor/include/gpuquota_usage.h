@@ -30,6 +30,12 @@
  * when its container ends. A slot is claimed by moving its owner from free
  * to GQ_OWNER_RECLAIMING, writing pid, start time and group, then storing
  * the owner word: a reader never judges a half-written slot.
+ * In a container with a compute share (sm=), a process that becomes one of
+ * the share's MPS clients at cuInit stores its owner word in `mps_client`;
+ * the share's clients are the live slots whose mps_client equals their
+ * owner (a claim clears it, so a slot reused by another process is no
+ * client). The count is the interceptor's (sm-procs=), cooperative like
+ * the usage itself.
  * See docs/interceptor.md. The layout is defined once, in the Rust crate
  * gpu-quota-formats (formats/src/usage.rs); formats/tests/usage_header.rs
  * compiles this header and fails when any define, offset or size differs.
@@ -82,7 +88,8 @@ struct gq_usage_slot {
   uint64_t start_time;   /*   8 full start time (clock ticks since boot) */
   uint64_t pid;          /*  16 */
   uint64_t group;        /*  24 consumer group (limits' consumer_group; 0 none) */
-  uint8_t reserved0[32]; /*  32 */
+  uint64_t mps_client;   /*  32 atomic: owner word at cuInit of a compute share's MPS client, see above */
+  uint8_t reserved0[24]; /*  40 */
   uint64_t used[16];     /*  64 atomic: bytes charged by this process per device */
   uint8_t reserved1[64]; /* 192 */
 };

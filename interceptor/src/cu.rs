@@ -14,6 +14,10 @@ pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 /// server": what a process of another uid than its GPU's shares gets at
 /// cuInit (the compute-share client settings) instead of waiting there.
 pub const CUDA_ERROR_MPS_CONNECTION_FAILED: CUresult = 805;
+/// "The hardware resources required to create MPS client have been
+/// exhausted": what a process beyond the CUDA processes its container's
+/// compute share is split over (`sm-procs=`) gets at cuInit.
+pub const CUDA_ERROR_MPS_MAX_CLIENTS_REACHED: CUresult = 808;
 
 /// CUmemLocationType: a device (pools, VMM, graph memory nodes).
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;

@@ -30,6 +30,8 @@ pub mod policy;
 
 pub mod state;
 
+pub mod mpsslots;
+
 pub mod foreign;
 pub mod mpsclient;
 pub mod mpsguard;

@@ -99,6 +99,7 @@ mod tests {
                 vram_bytes: 64 << 20,
                 sm_percent: 0,
                 sm_user: None,
+                sm_procs: 0,
             },
             GpuGrant {
                 uuid: [2; 16],
@@ -106,6 +107,7 @@ mod tests {
                 vram_bytes: 32 << 20,
                 sm_percent: 0,
                 sm_user: None,
+                sm_procs: 0,
             },
         ];
         std::fs::write(&p, grant::encode(&g).unwrap()).unwrap();

@@ -4,21 +4,24 @@
 //! before that (measured on the H200: raising its share, or leaving MPS by
 //! unsetting the pipe directory). So every `cuInit` first writes the
 //! grant's values over whatever the process set (gpuquota_formats::mps
-//! spells them, as the host's spec does). Not a fast path: cuInit runs once
+//! spells them, as the host's spec does). The percentage is the process's
+//! part of the share: MPS bounds each client process, so a share split over
+//! N processes (`sm-procs=N`) gives each 1/N of it, and crate::mpsslots
+//! refuses `cuInit` to a process beyond N. Not a fast path: cuInit runs once
 //! or a few times per process, so setenv's allocation and lock are fine.
 
-use crate::cu::{CUresult, CUDA_ERROR_MPS_CONNECTION_FAILED};
+use crate::cu::{CUresult, CUDA_ERROR_MPS_CONNECTION_FAILED, CUDA_SUCCESS};
 use crate::state::config;
 use gpuquota_formats::{grant, mps};
 
-/// The share of this container's shared GPU, that GPU's slice as it is
-/// now, and the host uid the share runs as: `None` outside a container
-/// with a share.
-fn share() -> Option<(u32, u64, Option<u32>)> {
+/// The share of this container's shared GPU, the processes it is split
+/// over, that GPU's slice as it is now, and the host uid the share runs
+/// as: `None` outside a container with a share.
+fn share() -> Option<(u32, u32, u64, Option<u32>)> {
     let g = config()?.grant.as_ref()?;
     let s = grant::share(g.table.gpus())?;
     // the grant's only GPU (grant::share)
-    Some((s.sm_percent, g.vram(0), s.sm_user))
+    Some((s.sm_percent, s.sm_procs, g.vram(0), s.sm_user))
 }
 
 /// This process's effective uid as the host sees it (what the daemon reads
@@ -44,9 +47,10 @@ fn host_euid() -> Option<u32> {
 /// Set the client variables of the grant's share (nothing without one).
 /// A process of another host uid than the share's is refused instead
 /// (`Err`, the line printed): MPS would hold it inside cuInit until every
-/// process of the share's uid on the GPU has ended.
+/// process of the share's uid on the GPU has ended. So is a process beyond
+/// the processes the share is split over (crate::mpsslots).
 pub fn impose() -> Result<(), CUresult> {
-    let Some((sm, vram, user)) = share() else {
+    let Some((sm, procs, vram, user)) = share() else {
         return Ok(());
     };
     if let (Some(theirs), Some(mine)) = (user, host_euid()) {
@@ -55,7 +59,8 @@ pub fn impose() -> Result<(), CUresult> {
             return Err(CUDA_ERROR_MPS_CONNECTION_FAILED);
         }
     }
-    let pct = mps::thread_percentage(sm);
+    crate::mpsslots::join(sm, procs)?;
+    let pct = mps::thread_percentage(sm, procs);
     let mem = mps::pinned_limit(vram);
     // Only where the process changed it: the container starts with these
     // values (core::spec), so the usual cuInit writes nothing, and a
@@ -76,4 +81,12 @@ pub fn impose() -> Result<(), CUresult> {
     set(mps::ENV_ACTIVE_THREAD_PERCENTAGE_C, pct.as_bytes_with_nul());
     set(mps::ENV_PINNED_DEVICE_MEM_LIMIT_C, mem.as_bytes_with_nul());
     Ok(())
+}
+
+/// After the driver's `cuInit` of a process [`impose`] let through: it is
+/// one of its share's clients if that succeeded (crate::mpsslots::settle).
+pub fn initialised(r: CUresult) {
+    if share().is_some() {
+        crate::mpsslots::settle(r == CUDA_SUCCESS);
+    }
 }

@@ -64,6 +64,39 @@ pub fn share_of_other_user(mine: u32, theirs: u32) {
     finish(b);
 }
 
+/// A process beyond the CUDA processes its container's compute share is
+/// split over (`sm-procs=`), at cuInit.
+pub fn share_processes_full(sm: u32, procs: u32, running: u32) {
+    let Some(mut b) = gate::<384>() else { return };
+    b.push(b"gpu-quota: this container's compute share (sm=");
+    b.push_u64(sm as u64);
+    b.push(b"%) is split over ");
+    b.push_u64(procs as u64);
+    b.push(if procs == 1 {
+        b" CUDA process (sm-procs=" as &[u8]
+    } else {
+        b" CUDA processes (sm-procs="
+    });
+    b.push_u64(procs as u64);
+    b.push(b"), and ");
+    b.push_u64(running as u64);
+    b.push(if running == 1 {
+        b" already runs" as &[u8]
+    } else {
+        b" already run"
+    });
+    b.push(b"; end one, or start the container with a larger sm-procs (each process then gets less of the share)");
+    finish(b);
+}
+
+/// A process of a container with a compute share whose CUDA processes
+/// cannot be counted (no usable usage file, or no slot), at cuInit.
+pub fn share_uncounted() {
+    let Some(mut b) = gate::<256>() else { return };
+    b.push(b"gpu-quota: this container's CUDA processes cannot be counted (its usage file is unusable or full), and its compute share is split over a count of them: refusing cuInit");
+    finish(b);
+}
+
 /// A slice that cannot hold the context being created: the one line says
 /// so, with the smallest slice that could (the context and one 2 MiB
 /// allocation), as admission says it where the charge was known there.

@@ -32,6 +32,8 @@ const FLOORS: &[&[&str]] = &[
     &["policy"],
     // 4: the process's configuration, region and slot
     &["state"],
+    // 4b: a compute share's count of its container's MPS clients
+    &["mpsslots"],
     // 5: GPUs outside the slice; a share's MPS client settings, and the
     //    check that its process is an MPS client
     &["foreign", "mpsclient", "mpsguard"],
@@ -136,16 +138,16 @@ fn the_check_sees_a_back_edge() {
     // the hub of the circle this layering removed: the process state's
     // fork handler calling the bookkeeping it resets
     let v = with("state", "extern \"C\" fn f() { crate::pools::reset(); }");
-    assert_eq!(v, ["state (floor 4) imports pools (floor 10)"]);
+    assert_eq!(v, ["state (floor 4) imports pools (floor 11)"]);
     // the symbol table naming the wrappers
     let v = with("symbols", "use crate::{sys, cuda::{cuMemAlloc}};");
-    assert_eq!(v, ["symbols (floor 2) imports cuda (floor 12)"]);
+    assert_eq!(v, ["symbols (floor 2) imports cuda (floor 13)"]);
     // the policy reaching for process state
     let v = with("policy", "fn f() { crate::state::config(); }");
     assert_eq!(v, ["policy (floor 3) imports state (floor 4)"]);
     // an import on the same floor (two such would be a circle)
     let v = with("pools", "use crate::vmm::created;");
-    assert_eq!(v, ["pools (floor 10) imports vmm (floor 10)"]);
+    assert_eq!(v, ["pools (floor 11) imports vmm (floor 11)"]);
     // tests and macros' `$crate::` do not count
     assert!(with("fmt", "#[cfg(test)]\nmod tests {\n use crate::cuda::X;\n}").is_empty());
     assert!(with("sys", "macro_rules! m { () => { $crate::cuda::X } }").is_empty());

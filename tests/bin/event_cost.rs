@@ -26,6 +26,7 @@ fn main() {
         vram_bytes: 1 << 30,
         sm_percent: 0,
         sm_user: None,
+        sm_procs: 0,
     };
     let r = Reservation {
         pid: Some(1),

@@ -29,6 +29,7 @@ fn main() {
         vram_bytes: 1 << 30,
         sm_percent: 0,
         sm_user: None,
+        sm_procs: 0,
     };
     let r = Reservation {
         created_unix: 1,
@@ -104,6 +105,7 @@ fn record(a: &[String]) {
             origin: Origin::Annotation("vram".into()),
             named_gpus: false,
             sm: None,
+            sm_procs: 0,
             user: Some(0),
         };
         ledger

@@ -311,7 +311,8 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
 
 /// A host with the fake driver and container `name`, whose rootfs holds
 /// mps_client_probe (it runs the fake libcuda's cuInit and prints the MPS
-/// client that joined).
+/// client that joined) and mps_client_probe_static (the same with the fake
+/// libcuda linked in: no preload reaches it).
 fn probe_host(name: &str) -> (Host, Bundle) {
     let (h, b, _) = cuda_host(name, &extra());
     let rootfs = b.rootfs();
@@ -320,6 +321,8 @@ fn probe_host(name: &str) -> (Host, Bundle) {
     for l in ldd_libs(&probe) {
         copy_lib(&rootfs, &l);
     }
+    let st = repo_dir().join("tests/fake/build/mps_client_probe_static");
+    std::fs::copy(&st, rootfs.join("bin/mps_client_probe_static")).unwrap();
     (h, b)
 }
 
@@ -531,4 +534,277 @@ fn a_process_of_another_uid_is_refused_at_cuinit_instead_of_held() {
         "{e}"
     );
     delete(&h, "xuid");
+}
+
+/// One command to the control UI of the daemon on `dir`'s pipe directory:
+/// its reply.
+fn ui_out(dir: &Path, cmd: &str) -> String {
+    let mut c = Command::new(control());
+    c.env_clear()
+        .env("CUDA_MPS_PIPE_DIRECTORY", dir.join("pipe"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut ch = c.spawn().unwrap();
+    use std::io::Write;
+    writeln!(ch.stdin.take().unwrap(), "{cmd}").unwrap();
+    String::from_utf8_lossy(&ch.wait_with_output().unwrap().stdout).into_owned()
+}
+
+/// The percentages the GPU's daemon serves container `id`'s live clients
+/// at (the fake daemon's client list, by the container's host pids).
+fn clients_of(h: &Host, dir: &Path, id: &str) -> Vec<f64> {
+    let ps = h.runc(&["ps", "--format", "json", id]);
+    let pids: Vec<u64> = serde_json::from_slice(&ps.stdout).unwrap_or_default();
+    ui_out(dir, "fake_clients")
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(pid, _)| pid.parse().is_ok_and(|p: u64| pids.contains(&p)))
+        .map(|(_, pct)| pct.parse().unwrap())
+        .collect()
+}
+
+/// Wait until `/out/<name>` says a probe is a client (its pid line); the
+/// file's text.
+fn client_up(b: &Bundle, name: &str) -> String {
+    for _ in 0..200 {
+        if let Ok(t) = std::fs::read_to_string(b.out.join(name)) {
+            if t.contains("\npid=") || t.contains("cuInit") {
+                return t;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("no client in /out/{name}")
+}
+
+/// Until `f` holds (10 s), else fail with `what`.
+fn until(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{what}")
+}
+
+/// A container with a share, of `name`'s probe host, whose script runs
+/// `script` in the background, then touches /out/up and sleeps.
+fn run_share(h: &Host, b: &Bundle, id: &str, ann: serde_json::Value, script: &str) {
+    let mut c = b.config();
+    c["annotations"] = ann;
+    let all = format!("{script} touch /out/up; sleep 600");
+    c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", all]);
+    b.write_config(&c);
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]),
+        "run with a share",
+    );
+    b.wait_out("up", 10).expect("container up");
+}
+
+/// MPS bounds each client process, not a container: before sm-procs, an
+/// sm=25% container running 4 CUDA processes took 0.65 of an H200. The
+/// share split over the 4 processes it declares gives each 6.25 %, 25 %
+/// together; a fifth is refused at cuInit with the line naming the
+/// quota, and once one ends a new one is served.
+#[test]
+fn several_processes_in_one_share_together_hold_the_share() {
+    require_e2e!();
+    let (h, b) = probe_host("procs4");
+    let _d = Daemons(&h);
+    let dir = mps_dir(&h, &fake_uuid(0));
+    // the four start at once (they race for the places)
+    let four = (1..=4)
+        .map(|i| format!("/bin/mps_client_probe libcuda.so.1 --hold > /out/p{i} 2>&1 &"))
+        .collect::<String>();
+    run_share(
+        &h,
+        &b,
+        "procs4",
+        serde_json::json!({"vram": "4g", "sm": "25%", "sm-procs": "4"}),
+        &four,
+    );
+    for i in 1..=4 {
+        let t = client_up(&b, &format!("p{i}"));
+        assert!(t.starts_with("mps=1 pct=6.25 "), "process {i}: {t}");
+    }
+    until("the daemon serves the four", || {
+        clients_of(&h, &dir, "procs4").len() == 4
+    });
+    let got = clients_of(&h, &dir, "procs4");
+    assert_eq!(got, [6.25; 4], "each at a quarter of the share");
+    assert!(got.iter().sum::<f64>() <= 25.0, "{got:?}");
+    // a fifth is refused, with the line
+    let fifth = || h.runtime(&["exec", "procs4", "/bin/mps_client_probe", "libcuda.so.1"]);
+    let o = fifth();
+    assert!(!o.status.success(), "a fifth CUDA process");
+    let e = stderr(&o);
+    assert!(
+        e.contains("gpu-quota: this container's compute share (sm=25%) is split over 4 CUDA processes (sm-procs=4), and 4 already run; end one, or start the container with a larger sm-procs")
+            && e.contains("cuInit: 808"),
+        "{e}"
+    );
+    assert_eq!(clients_of(&h, &dir, "procs4").len(), 4, "it never joined");
+    // one ends (kill -9): its place is free, and a new process is served
+    let p1: i32 = std::fs::read_to_string(b.out.join("p1"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("pid="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ok(
+        &h.runtime(&[
+            "exec",
+            "procs4",
+            "/bin/busybox",
+            "kill",
+            "-9",
+            &p1.to_string(),
+        ]),
+        "kill -9 one",
+    );
+    until("the killed client is gone", || {
+        clients_of(&h, &dir, "procs4").len() == 3
+    });
+    let o = fifth();
+    assert_ok(&o, "a new process once one ended");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.starts_with("mps=1 pct=6.25 "), "{out}");
+    delete(&h, "procs4");
+}
+
+/// Without sm-procs a share is of one CUDA process: a second is refused,
+/// however it was started — `exec`, `env -i` (a fresh process image: the
+/// preload comes from /etc/ld.so.preload, the grant from the state
+/// directory, neither from the environment), or a fork child of a client
+/// (sm-procs=2 there: the parent is the second client, its child the third).
+#[test]
+fn a_share_counts_every_cuda_process_however_it_was_started() {
+    require_e2e!();
+    let (h, b) = probe_host("procs1");
+    let _d = Daemons(&h);
+    run_share(
+        &h,
+        &b,
+        "procs1",
+        serde_json::json!({"vram": "4g", "sm": "25%"}),
+        "/bin/mps_client_probe libcuda.so.1 --hold > /out/p1 2>&1 &",
+    );
+    let t = client_up(&b, "p1");
+    assert!(t.starts_with("mps=1 pct=25 "), "{t}");
+    for (how, args) in [
+        ("exec", &["/bin/mps_client_probe", "libcuda.so.1"][..]),
+        (
+            "env -i",
+            &["/bin/env", "-i", "/bin/mps_client_probe", "libcuda.so.1"][..],
+        ),
+    ] {
+        let mut a = vec!["exec", "procs1"];
+        a.extend_from_slice(args);
+        let o = h.runtime(&a);
+        assert!(!o.status.success(), "{how}: a second CUDA process");
+        let e = stderr(&o);
+        assert!(
+            e.contains("is split over 1 CUDA process (sm-procs=1), and 1 already runs")
+                && e.contains("cuInit: 808"),
+            "{how}: {e}"
+        );
+    }
+    delete(&h, "procs1");
+    // a fork child is a process of its own
+    let (h, b) = probe_host("procs2");
+    let _d = Daemons(&h);
+    run_share(
+        &h,
+        &b,
+        "procs2",
+        serde_json::json!({"vram": "4g", "sm": "50%", "sm-procs": "2"}),
+        "/bin/mps_client_probe libcuda.so.1 --hold > /out/p1 2>&1 &",
+    );
+    let t = client_up(&b, "p1");
+    assert!(t.starts_with("mps=1 pct=25 "), "{t}");
+    let o = h.runtime(&[
+        "exec",
+        "procs2",
+        "/bin/mps_client_probe",
+        "libcuda.so.1",
+        "--fork",
+    ]);
+    let (out, e) = (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o));
+    assert!(
+        out.starts_with("mps=1 pct=25 "),
+        "the parent, second: {out}"
+    );
+    assert!(
+        !o.status.success() && e.contains("child cuInit: 808") && e.contains("and 2 already run"),
+        "the child, third: {out} {e}"
+    );
+    delete(&h, "procs2");
+}
+
+/// A process that bypasses libgpuquota.so (a static binary: no preload)
+/// sets its own percentage; MPS lets it only lower its daemon's limit,
+/// which gpu-quota sets to the largest part of a share on the GPU: here
+/// 6.25 (sm=25% over 4), then 50 while an sm=50% share of one process is
+/// on the GPU (the bound is the GPU's, not the container's), then 6.25
+/// again for the clients that start after that share ended.
+#[test]
+fn a_process_that_bypasses_the_interceptor_gets_at_most_the_daemons_limit() {
+    require_e2e!();
+    let (h, b) = probe_host("bypass");
+    let _d = Daemons(&h);
+    let dir = mps_dir(&h, &fake_uuid(0));
+    let probe = |n: u32| {
+        format!(
+            "/bin/mps_client_probe_static - CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 --hold > /out/s{n} 2>&1 &"
+        )
+    };
+    // the second and third start when the test says
+    let script = format!(
+        "{} (while [ ! -e /out/go2 ]; do sleep 0.05; done; {}) & \
+         (while [ ! -e /out/go3 ]; do sleep 0.05; done; {}) &",
+        probe(1),
+        probe(2).trim_end_matches('&'),
+        probe(3).trim_end_matches('&'),
+    );
+    run_share(
+        &h,
+        &b,
+        "bypass",
+        serde_json::json!({"vram": "4g", "sm": "25%", "sm-procs": "4", "gpu": "0"}),
+        &script,
+    );
+    let t = client_up(&b, "s1");
+    assert!(t.starts_with("mps=1 pct=100 "), "it asked for the GPU: {t}");
+    until("the daemon serves it", || {
+        clients_of(&h, &dir, "bypass").len() == 1
+    });
+    assert_eq!(clients_of(&h, &dir, "bypass"), [6.25], "the daemon's limit");
+    // an sm=50% share of one process on the same GPU: the limit is 50
+    assert_ok(
+        &start(&h, "half", &[("vram", "2g"), ("sm", "50%"), ("gpu", "0")]),
+        "a 50% share beside it",
+    );
+    std::fs::write(b.out.join("go2"), "").unwrap();
+    client_up(&b, "s2");
+    until("the daemon serves the second", || {
+        clients_of(&h, &dir, "bypass").len() == 2
+    });
+    let mut got = clients_of(&h, &dir, "bypass");
+    got.sort_by(f64::total_cmp);
+    assert_eq!(got, [6.25, 50.0], "the first keeps its limit");
+    // that share ends: new clients are bound to 6.25 again
+    delete(&h, "half");
+    std::fs::write(b.out.join("go3"), "").unwrap();
+    client_up(&b, "s3");
+    until("the daemon serves the third", || {
+        clients_of(&h, &dir, "bypass").len() == 3
+    });
+    let mut got = clients_of(&h, &dir, "bypass");
+    got.sort_by(f64::total_cmp);
+    assert_eq!(got, [6.25, 6.25, 50.0]);
+    delete(&h, "bypass");
 }

@@ -255,16 +255,23 @@ void fake_env(void) {
    them before init, and unsetting the pipe directory leaves MPS), and runs as
    an MPS client when <dir>/control answers, as a plain process otherwise
    (no error). Once per process: a forked child connects at its own first
-   cuInit. fakeMpsClientInfo reports what this process ran with, and
-   CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133 in cuda.h) says whether it is a client:
-   1 when the daemon took it, 0 when it runs outside MPS. */
+   cuInit. A client keeps its connection for its life (the daemon's client
+   list: its end is the client's); the daemon's answer is the active thread
+   percentage it runs at. fakeMpsClientInfo reports what this process ran with,
+   and CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133 in cuda.h) says whether it is a
+   client: 1 when the daemon took it, 0 when it runs outside MPS. */
 static char g_mps_info[640];
 static int g_mps_enabled;
 static int g_mps_pid;
+static int g_mps_fd = -1;
 static pthread_mutex_t mps_mu = PTHREAD_MUTEX_INITIALIZER;
 /* a fork while another thread talks to the daemon must not leave the child's
-   first cuInit waiting on a lock nobody will release */
-static void mps_atfork_child(void) { pthread_mutex_init(&mps_mu, 0); }
+   first cuInit waiting on a lock nobody will release; the child is not its
+   parent's client (its own cuInit connects) */
+static void mps_atfork_child(void) {
+  pthread_mutex_init(&mps_mu, 0);
+  if (g_mps_fd >= 0) { close(g_mps_fd); g_mps_fd = -1; }
+}
 __attribute__((constructor)) static void mps_ctor(void) { pthread_atfork(0, 0, mps_atfork_child); }
 /* an environment value as one token of the client line: bounded, no spaces
    or control characters, "-" when unset */
@@ -280,7 +287,7 @@ static void mps_client_init(void) {
   g_mps_pid = getpid();
   const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
   if (!dir || !*dir) dir = "/tmp/nvidia-mps";
-  char pct[128], mem[128], pipe[200], line[600], rep[16];
+  char pct[128], mem[128], pipe[200], line[600], rep[32];
   mps_token(pct, sizeof pct, getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
   mps_token(mem, sizeof mem, getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
   mps_token(pipe, sizeof pipe, dir);
@@ -300,9 +307,10 @@ static void mps_client_init(void) {
         if (strchr(rep, '\n')) break;
       }
       rep[got] = 0;
-      ok = !strcmp(rep, "ok\n");
+      ok = !strncmp(rep, "ok", 2) && (rep[2] == '\n' || rep[2] == ' ');
     }
-    close(fd);
+    if (ok) g_mps_fd = fd; /* held: the client's life */
+    else close(fd);
   }
   if (ok) snprintf(g_mps_info, sizeof g_mps_info, "mps=1 pct=%s mem=%s pipe=%s", pct, mem, pipe);
   g_mps_enabled = ok;

@@ -18,7 +18,10 @@
  *                               reply is its lines followed by one empty line;
  *                               after quit the daemon closes (EOF ends the reply)
  *     "client <rest>"           a CUDA client (the fake libcuda's cuInit): the
- *                               daemon logs NEW CLIENT and answers "ok"
+ *                               daemon logs NEW CLIENT and answers "ok <pct>",
+ *                               the client's active thread percentage (below);
+ *                               the client keeps the connection for its life,
+ *                               and its end (EOF) ends the client
  *     anything else             logged as "User did not send valid credentials", closed
  *
  * Privileged commands (set_*, quit, terminate_client) are served on
@@ -30,11 +33,19 @@
  * control, never control_privileged); whether the real daemon refuses root on
  * control is for the H200 to say.
  *
- * The server's clients: each "client" peer is recorded (its pid from
- * SO_PEERCRED, its percentage); get_client_list <server pid> lists those whose
- * process is alive and that were not terminated (terminate_client <server pid>
- * <client pid>); set_/get_active_thread_percentage <server pid> are the
- * server's own percentage (the default's value when the server came up).
+ *
+ * Active thread percentage, as NVIDIA documents it: a server takes the
+ * daemon's default (set_default_active_thread_percentage) when it starts (at
+ * the first client); set_active_thread_percentage <server pid> changes the
+ * server's limit for its clients from then on; a client's
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE can only lower it: a client runs at
+ * min(its value, the server's limit), at the server's limit without a value
+ * (or with one that is no percentage). The fake's one server has the daemon's
+ * pid (get_server_list). get_client_list <server pid> lists the live
+ * clients' pids; fake_clients (fake-only) lists each live client as
+ * "<peer pid> <percentage>", so that tests can add up a container's.
+ * terminate_client <server pid> <client pid> ends that client's connection.
+ * set_/get_default_device_pinned_mem_limit keep the value given.
  *
  * Hostile peers (a container reaches <pipe>/control): lines are bounded
  * (LINE_MAX_FAKE), logged with control characters replaced, a peer that sends
@@ -65,7 +76,6 @@
 #define PRIV_MSG "Insufficient privileges for UID %u. Control deamon settings can only be modified by the user who started it or by the root user."
 /* the fake's own: root on the unprivileged socket */
 #define FAKE_CTL_MSG "Insufficient privileges on this socket: settings can only be modified through control_privileged"
-#define MAX_CLIENTS 256
 
 extern char **environ;
 
@@ -77,10 +87,11 @@ static uid_t my_uid;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static double default_pct = 100.0;
 static int server_up; /* a CUDA client has connected: the fake's MPS server exists */
-static double server_pct; /* the server's active thread percentage */
+static double server_pct; /* the server's limit, from default_pct at its start */
 static char pinned_limit[64] = ""; /* set_default_device_pinned_mem_limit's value */
-static struct { int pid; int terminated; } clients[MAX_CLIENTS];
-static int nclients;
+#define MAX_CLIENTS MAX_CONN
+/* the live clients (under mu): a client is one while it holds its connection */
+static struct client { int used; pid_t pid; double pct; int fd; } clients[MAX_CLIENTS];
 static int nconn;
 
 static const char *env_or(const char *name, const char *dflt) {
@@ -191,13 +202,23 @@ static void remove_files(void) {
 
 /* one command of a UI session: writes the reply lines into rep (no trailing
    newline, "" for none); returns 1 for quit */
-static int is_privileged_command(const char *name) {
-  return !strncmp(name, "set_", 4) || !strcmp(name, "quit") || !strcmp(name, "terminate_client");
+/* a client's active thread percentage (under mu): its pct=<value> token,
+   which can only lower the server's limit */
+static double client_pct(const char *rest) {
+  const char *p = strstr(rest, "pct=");
+  if (p && (p == rest || p[-1] == ' ')) {
+    char tok[64]; size_t n = strcspn(p + 4, " ");
+    if (n < sizeof tok) {
+      memcpy(tok, p + 4, n); tok[n] = 0;
+      char *end; double v = strtod(tok, &end);
+      if (end != tok && !*end && v > 0.0 && v <= 100.0) return v < server_pct ? v : server_pct;
+    }
+  }
+  return server_pct;
 }
 
-static int alive(int pid) {
-  char p[32]; snprintf(p, sizeof p, "/proc/%d", pid);
-  return pid > 0 && access(p, F_OK) == 0;
+static int is_privileged_command(const char *name) {
+  return !strncmp(name, "set_", 4) || !strcmp(name, "quit") || !strcmp(name, "terminate_client");
 }
 
 /* "<server pid>" at the start of arg: the server when it is this daemon's
@@ -243,16 +264,25 @@ static int command(const char *cmd, const struct ucred *cr, int on_priv, char *r
     if (end == rest || *end || !(v > 0.0 && v <= 100.0)) { snprintf(rep, cap, "Invalid active thread percentage"); return 0; }
     server_pct = v;
     snprintf(rep, cap, "%.1f", v);
-  } else if (!strcmp(name, "get_client_list")) {
-    if (!server_arg(arg, &rest)) { snprintf(rep, cap, "Server not found"); return 0; }
-    size_t o = 0;
-    for (int i = 0; i < nclients && o + 16 < cap; i++)
-      if (!clients[i].terminated && alive(clients[i].pid)) o += (size_t)snprintf(rep + o, cap - o, "%s%d", o ? "\n" : "", clients[i].pid);
+  } else if (!strcmp(name, "get_client_list") || !strcmp(name, "fake_clients")) {
+    /* fake_clients (fake-only): every live client as "<pid> <percentage>" */
+    int all = !strcmp(name, "fake_clients");
+    if (!all && !server_arg(arg, &rest)) { snprintf(rep, cap, "Server not found"); return 0; }
+    size_t n = 0;
+    for (int i = 0; i < MAX_CLIENTS && server_up; i++) {
+      if (!clients[i].used) continue;
+      int w = all ? snprintf(rep + n, cap - n, "%s%d %g", n ? "\n" : "", (int)clients[i].pid, clients[i].pct)
+                  : snprintf(rep + n, cap - n, "%s%d", n ? "\n" : "", (int)clients[i].pid);
+      if (w < 0 || (size_t)w >= cap - n) break;
+      n += (size_t)w;
+    }
   } else if (!strcmp(name, "terminate_client")) {
     if (!server_arg(arg, &rest)) { snprintf(rep, cap, "Server not found"); return 0; }
     long pid = strtol(rest, 0, 10);
     int found = 0;
-    for (int i = 0; i < nclients; i++) if (clients[i].pid == pid && !clients[i].terminated) { clients[i].terminated = 1; found = 1; }
+    /* its connection ends: the daemon's side of it sees EOF and drops it */
+    for (int i = 0; i < MAX_CLIENTS; i++)
+      if (clients[i].used && clients[i].pid == pid) { shutdown(clients[i].fd, SHUT_RDWR); clients[i].used = 0; found = 1; }
     if (!found) snprintf(rep, cap, "Client not found");
   } else if (!strcmp(name, "set_default_device_pinned_mem_limit")) {
     snprintf(pinned_limit, sizeof pinned_limit, "%s", arg);
@@ -280,11 +310,24 @@ static void *serve(void *arg) {
   } else if (!strncmp(line, "client ", 7)) {
     pthread_mutex_lock(&mu);
     logf_("NEW CLIENT peer_pid=%d uid=%u %s", (int)cr.pid, (unsigned)cr.uid, line + 7);
-    if (!server_up) server_pct = default_pct;
-    server_up = 1;
-    if (nclients < MAX_CLIENTS) { clients[nclients].pid = (int)cr.pid; clients[nclients].terminated = 0; nclients++; }
+    if (!server_up) { server_up = 1; server_pct = default_pct; }
+    double pct = client_pct(line + 7);
+    int slot = -1;
+    for (int i = 0; i < MAX_CLIENTS && slot < 0; i++) if (!clients[i].used) slot = i;
+    if (slot >= 0) clients[slot] = (struct client){1, cr.pid, pct, fd};
+    logf_("Client %d runs at active thread percentage %g", (int)cr.pid, pct);
     pthread_mutex_unlock(&mu);
-    write_all(fd, "ok\n", 3);
+    char ok[64]; int m = snprintf(ok, sizeof ok, "ok %g\n", pct);
+    write_all(fd, ok, (size_t)m);
+    /* a client is one for as long as it holds its connection */
+    tv.tv_sec = 0; setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[256];
+    while (recv(fd, b, sizeof b, 0) > 0) {}
+    pthread_mutex_lock(&mu);
+    /* still this connection's slot (terminate_client may have freed it) */
+    if (slot >= 0 && clients[slot].used && clients[slot].fd == fd) clients[slot].used = 0;
+    logf_("Client %d disconnected", (int)cr.pid);
+    pthread_mutex_unlock(&mu);
   } else if (!strcmp(line, "ui")) {
     tv.tv_sec = 0; setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* a UI may idle */
     pthread_mutex_lock(&mu); logf_("NEW UI"); pthread_mutex_unlock(&mu);

@@ -165,6 +165,45 @@ EOF
   wait "$idle"
 fi
 
+echo "== the server's limit and its clients"
+STATIC=$B/mps_client_probe_static
+# a client that holds its place until killed; prints its pid once a client
+held() {
+  local out=$T/held.$RANDOM i
+  "$@" --hold >"$out" 2>&1 &
+  started+=("$!")
+  for i in $(seq 100); do grep -q '^pid=' "$out" && break; sleep 0.05; done
+  sed -n 's/^pid=//p' "$out"
+}
+clients_now() { echo fake_clients | ui | sort -n | tr '\n' '|' | sed 's/|$//'; }
+eq "the server took the default it started with" 25.0 "$(echo "get_active_thread_percentage $D" | ui)"
+eq "set_active_thread_percentage on the server" 10.0 "$(echo "set_active_thread_percentage $D 10" | ui)"
+eq "its limit now" 10.0 "$(echo "get_active_thread_percentage $D" | ui)"
+eq "a bad percentage for the server is refused" "Invalid active thread percentage" "$(echo "set_active_thread_percentage $D 0" | ui)"
+eq "no such server" "Server not found" "$(echo "set_active_thread_percentage 1 10" | ui)"
+if [ "$ME" = 0 ] && command -v setpriv >/dev/null; then
+  eq "nobody may not set a server's limit" "$PRIV" "$(echo "set_active_thread_percentage $D 90" | as_nobody timeout 10 "$CTL")"
+fi
+eq "set_default does not change a running server" "10.0 50.0" "$(printf 'set_default_active_thread_percentage 50\nget_active_thread_percentage %s\n' "$D" | ui | tail -1) $(echo get_default_active_thread_percentage | ui)"
+eq "no client holds a place yet" "" "$(echo fake_clients | ui)"
+c1=$(held "$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100)
+c2=$(held "$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=6.25)
+c3=$(held "$PROBE" "$LIB" -CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)
+c4=$(held "$STATIC" - CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=bogus)
+eq "a client's value only lowers the server's limit (100, 6.25, unset, no percentage)" \
+  "$c1 10|$c2 6.25|$c3 10|$c4 10" "$(clients_now)"
+eq "get_client_list: the live clients" "$c1 $c2 $c3 $c4" "$(echo "get_client_list $D" | ui | tr '\n' ' ' | sed 's/ $//')"
+eq "get_client_list of no server" "Server not found" "$(echo "get_client_list x" | ui)"
+check "control.log: a client's percentage" grep -qE "\] Client $c2 runs at active thread percentage 6.25\$" "$L/control.log"
+kill -KILL "$c2"; gone "$c2"
+for i in $(seq 50); do echo fake_clients | ui | grep -q "^$c2 " || break; sleep 0.1; done
+eq "a client that died (kill -9) is gone from the list" "$c1 10|$c3 10|$c4 10" "$(clients_now)"
+check "control.log: its end" grep -qE "\] Client $c2 disconnected\$" "$L/control.log"
+echo "set_active_thread_percentage $D 100" | ui >/dev/null
+c5=$(held "$STATIC" - CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100)
+eq "a raised limit serves the new client; the old keep theirs" "$c1 10|$c3 10|$c4 10|$c5 100" "$(clients_now)"
+for p in $c1 $c3 $c4 $c5; do kill -KILL "$p"; gone "$p"; done
+
 echo "== the server's clients and settings (privileged socket)"
 S=$(echo get_server_list | ui)
 "$PROBE" "$LIB" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 --attr --hold 30 >"$T/holder" 2>&1 </dev/null &
@@ -173,7 +212,9 @@ for i in $(seq 50); do [ -n "$(sed -n 3p "$T/holder")" ] && break; sleep 0.1; do
 eq "a connected client: MPS_ENABLED 1" "mps_enabled=1" "$(sed -n 3p "$T/holder")"
 check "get_client_list: the live client" grep -qx "$holder" <(echo "get_client_list $S" | ui)
 check "get_client_list: no client that has exited" bash -c "[ \$(echo 'get_client_list $S' | timeout 10 '$CTL' | wc -l) = 1 ]"
-eq "the server's percentage: the default's when it came up" 25.0 "$(echo "get_active_thread_percentage $S" | ui)"
+# the section above left the default at 50 and the server at 100
+printf 'set_default_active_thread_percentage 25\nset_active_thread_percentage %s 25\n' "$S" | ui >/dev/null
+eq "the server's percentage" 25.0 "$(echo "get_active_thread_percentage $S" | ui)"
 eq "set_active_thread_percentage (root, privileged socket)" 50.0 "$(echo "set_active_thread_percentage $S 50" | ui)"
 eq "get_active_thread_percentage" 50.0 "$(echo "get_active_thread_percentage $S" | ui)"
 eq "an unknown server" "Server not found" "$(echo "get_active_thread_percentage 1" | ui)"

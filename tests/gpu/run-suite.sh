@@ -565,7 +565,8 @@ sec "issue 30: host users and the MPS daemon: a non-root share, a process of ano
 BUSER=1000 mrun nu1 vram=8g sm=50% -- sh -c "true"; NUO=$(tr '\n' ' ' < $W/b/nu1/create.err 2>/dev/null | cut -c1-400)
 echo "sm= as uid 1000: $NUO" | tee -a $MPSR; mdel nu1 2>/dev/null
 echo "$NUO" | grep -q "host uid 0 only" && res PASS "30#user" "a share for a process of uid 1000 is refused at create, naming why" "$NUO" || res FAIL "30#user" "non-root share refused" "$NUO"
-mrun ru1 vram=8g sm=50% -- sh -c "timeout 90 $PY /gq/mps.py mm 20 > /out/log 2>&1"
+# two CUDA processes: the matmul and the root exec below (sm-procs)
+mrun ru1 vram=8g sm=50% sm-procs=2 -- sh -c "timeout 90 $PY /gq/mps.py mm 20 > /out/log 2>&1"
 sleep 12
 # a process of another uid exec'd into it: refused at cuInit by the
 # interceptor (MPS would hold it there until root's clients end)

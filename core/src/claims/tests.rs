@@ -55,6 +55,7 @@ fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
         origin: Origin::Annotation("vram".into()),
         named_gpus: true,
         sm: None,
+        sm_procs: 0,
         user: Some(0),
     };
     Ledger::new(cfg)
@@ -285,6 +286,7 @@ fn a_claims_bytes_count_once_whatever_is_bound_to_it() {
             vram_bytes: 8 * G,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         }]
     );
     let u = Ledger::new(&cfg).read().unwrap().usage();

@@ -133,6 +133,7 @@ mod tests {
             vram_bytes: bytes,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         };
         Reservation {
             created_unix: 7,

@@ -367,6 +367,7 @@ mod tests {
                     vram_bytes: *b,
                     sm_percent: 0,
                     sm_user: None,
+                    sm_procs: 0,
                 })
                 .collect(),
             "vram=1g",

@@ -272,6 +272,7 @@ impl Ledger {
                     // the container keeps its share: the grow is checked
                     // beside the same shares it runs with
                     sm: (slice.sm_percent > 0).then_some(slice.sm_percent),
+                    sm_procs: slice.sm_procs,
                     // a share admitted before its uid was recorded runs
                     // as the GPU's shares do (MPS served it beside them)
                     user: slice
@@ -389,6 +390,7 @@ mod tests {
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
             sm: None,
+            sm_procs: 0,
             user: Some(0),
         };
         l.admit(cfg, inv, &req, id, None, "/b", &mut vec![])
@@ -454,6 +456,7 @@ mod tests {
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
             sm: None,
+            sm_procs: 0,
             user: Some(0),
         };
         assert!(l

@@ -2,7 +2,7 @@ use super::*;
 use crate::inventory::Gpu;
 use crate::request::{GpuRef, GpuSelector, Origin};
 use crate::units::Size;
-const G: u64 = 1 << 30;
+pub(super) const G: u64 = 1 << 30;
 
 pub(super) fn setup() -> (tempfile::TempDir, Config, Inventory) {
     let d = tempfile::tempdir().unwrap();
@@ -25,7 +25,7 @@ pub(super) fn setup() -> (tempfile::TempDir, Config, Inventory) {
     };
     (d, cfg, inv)
 }
-fn req(b: u64, gpu: Option<u32>) -> Request {
+pub(super) fn req(b: u64, gpu: Option<u32>) -> Request {
     Request {
         vram: Size::Bytes(b),
         gpus: gpu
@@ -34,6 +34,7 @@ fn req(b: u64, gpu: Option<u32>) -> Request {
         origin: Origin::Annotation("vram".into()),
         named_gpus: gpu.is_some(),
         sm: None,
+        sm_procs: 0,
         user: Some(0),
     }
 }
@@ -275,10 +276,10 @@ fn corrupt_is_kept_and_reported() {
     std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
     assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
     // a newer schema this one cannot parse is still "too new", not corrupt
-    std::fs::write(l.path(), b"{\"version\":5,\"reservations\":\"elsewhere\"}").unwrap();
+    std::fs::write(l.path(), b"{\"version\":6,\"reservations\":\"elsewhere\"}").unwrap();
     assert!(matches!(
         l.read(),
-        Err(LedgerError::TooNew { found: 5, .. })
+        Err(LedgerError::TooNew { found: 6, .. })
     ));
     // the same shape at this version is corrupt, with the parse's message
     std::fs::write(l.path(), b"{\"version\":2,\"reservations\":\"elsewhere\"}").unwrap();
@@ -618,6 +619,7 @@ fn earlier_boot_record(
             vram_bytes: bytes,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         }],
         "vram",
     );
@@ -771,86 +773,4 @@ fn a_reset_keeps_the_schema_mark_and_records_alone_are_a_ledger() {
     std::fs::remove_file(l.path()).unwrap();
     assert!(l.exists());
     assert_eq!(l.read().unwrap().reservations.len(), 1);
-}
-
-/// While a share is in the ledger, a release that does not know shares
-/// refuses the file (it would write it back without them); once the share
-/// is gone, it reads the ledger again.
-#[test]
-fn a_share_marks_the_ledger_for_releases_that_know_shares() {
-    let (_d, cfg, inv) = setup();
-    let l = Ledger::new(&cfg);
-    let version = || -> u32 {
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
-        v["version"].as_u64().unwrap() as u32
-    };
-    let mut shared = req(G, Some(0));
-    shared.sm = Some(25);
-    l.admit(&cfg, &inv, &shared, "s", None, "/b", &mut vec![])
-        .unwrap();
-    assert_eq!(version(), SHARES_SCHEMA_VERSION);
-    assert!(
-        SHARES_SCHEMA_VERSION > SCHEMA_VERSION,
-        "an older release refuses it"
-    );
-    let d = l.read().unwrap();
-    assert_eq!(d.reservations[0].slices[0].sm_percent, 25, "read back");
-    l.release(Key::Root {
-        id: "s",
-        root: None,
-    })
-    .unwrap();
-    assert_eq!(version(), SCHEMA_VERSION, "back once no share is left");
-}
-
-/// A share's host uid is recorded in its grant and read back into the
-/// usage; only root's shares are admitted (gpu-quota's daemons serve uid
-/// 0), a share whose spec does not say its user is refused, and a GPU whose
-/// shares run as another uid (written by hand here) takes no share of
-/// root's: it goes to the other GPU.
-#[test]
-fn a_share_records_its_host_user_and_the_next_share_is_placed_by_it() {
-    let (_d, cfg, inv) = setup();
-    let l = Ledger::new(&cfg);
-    let share = |gpu: Option<u32>, user: Option<u32>| Request {
-        sm: Some(25),
-        user,
-        ..req(G, gpu)
-    };
-    let adm = |r: &Request, id: &str| l.admit(&cfg, &inv, r, id, None, "/b", &mut vec![]);
-    let e = adm(&share(Some(0), Some(1000)), "n").unwrap_err();
-    assert!(
-        e.to_string().contains("host uid 1000") && e.to_string().contains("host uid 0 only"),
-        "{e}"
-    );
-    let e = adm(&share(None, None), "u").unwrap_err();
-    assert!(e.to_string().contains("which host user"), "{e}");
-    let r = adm(&share(Some(0), Some(0)), "a").unwrap();
-    assert_eq!(r.slices[0].sm_user, Some(0));
-    let d = l.read().unwrap();
-    let gpu0 = d.reservations[0].slices[0].uuid.clone();
-    assert_eq!(d.usage()[&gpu0].share_user, Some(0));
-    l.release(Key::Root {
-        id: "a",
-        root: None,
-    })
-    .unwrap();
-    // GPU 0's shares run as uid 1000 (a ledger written by hand)
-    let mut other = r.clone();
-    other.container_id = "x".into();
-    other.slices[0].sm_user = Some(1000);
-    l.transact(|d| {
-        d.reservations.push(other.clone());
-        Ok(((), true))
-    })
-    .unwrap();
-    let e = adm(&share(Some(0), Some(0)), "b").unwrap_err();
-    assert!(e.to_string().contains("run as host uid 1000"), "{e}");
-    assert_eq!(adm(&share(None, Some(0)), "c").unwrap().slices[0].index, 1);
-    let plain = adm(&req(G, Some(0)), "e").unwrap_err();
-    assert!(
-        plain.to_string().contains("without a compute share"),
-        "{plain}"
-    );
 }

@@ -162,7 +162,7 @@ impl<'a> Edits<'a> {
             env = env.without_claim();
         }
         if let Some(s) = gpuquota_formats::grant::share(slices) {
-            env = env.mps_client(s.sm_percent, s.vram_bytes);
+            env = env.mps_client(s);
         }
         Edits {
             narrow,
@@ -224,7 +224,20 @@ fn setup(
         bundle.apply(&edits.list())?;
         if let Some(s) = r.share() {
             // after the reservation is written (mps's lock order)
-            mps::ensure(cfg, &s.uuid, &mps::HostControl::find(cfg)?)?;
+            let ctl = mps::HostControl::find(cfg)?;
+            mps::ensure(cfg, &s.uuid, &ctl)?;
+            // before the container's process runs: the daemon bounds a
+            // client that bypasses libgpuquota.so (its limit counts this
+            // share, read inside the daemons' lock); fails closed
+            let limits = || {
+                let d = crate::Ledger::new(cfg).read().ok()?;
+                let mut l = mps::client_limits(&d);
+                l.retain(|u, _| *u == s.uuid);
+                Some(l)
+            };
+            if let Some(e) = mps::limit_clients(cfg, limits, &ctl)?.into_iter().next() {
+                return Err(e.into());
+            }
         }
         claims::shared_usage(cfg, r, state::UsageBacking::Tmpfs)?;
         state::create(cfg, r, state::UsageBacking::Tmpfs).map_err(|err| LifecycleError::State {
@@ -308,6 +321,7 @@ mod tests {
             vram_bytes: 1 << 30,
             sm_percent: 0,
             sm_user: None,
+            sm_procs: 0,
         }
     }
 

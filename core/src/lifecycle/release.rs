@@ -196,6 +196,17 @@ impl Effects for HostEffects<'_> {
             }
             Err(e) => eprintln!("gpu-quota: warning: MPS daemon not stopped: {e}"),
         }
+        // the daemons left bound their new clients by the shares left
+        let limited = mps::HostControl::find(cfg).and_then(|ctl| {
+            mps::limit_clients(
+                cfg,
+                || Ledger::new(cfg).read().ok().map(|d| mps::client_limits(&d)),
+                &ctl,
+            )
+        });
+        for e in limited.into_iter().flatten() {
+            eprintln!("gpu-quota: warning: MPS daemon: {e}");
+        }
     }
 }
 
@@ -332,6 +343,7 @@ mod tests {
                 vram_bytes: 1 << 30,
                 sm_percent: 25,
                 sm_user: None,
+                sm_procs: 1,
             });
             r
         };

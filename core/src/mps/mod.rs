@@ -31,8 +31,9 @@ pub mod view;
 
 use crate::config::Config;
 use crate::formats::mps as names;
+use crate::formats::mps::ClientShare;
 use crate::fsutil;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -99,6 +100,10 @@ pub trait Control {
     /// End a daemon of `d` that does not answer (still starting, stuck),
     /// so that its directory never goes while it lives on.
     fn kill(&self, d: &Dirs);
+    /// Bound every client the daemon serves from now on to `pct` percent
+    /// of the GPU's SMs, whatever the client's environment asks
+    /// ([`limit_clients`]).
+    fn limit(&self, d: &Dirs, pct: ClientShare) -> Result<(), String>;
 }
 
 /// The GPUs that hold shares, in the reservations that count.
@@ -144,7 +149,7 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
     })?;
     locked(cfg, || {
         if !ctl.answers(&d) {
-            start(uuid, &d, ctl)?;
+            start(cfg, uuid, &d, ctl)?;
         } else {
             // a daemon started by a gpu-quota before the view existed
             refresh_view(uuid, &d)?;
@@ -154,8 +159,11 @@ pub fn ensure(cfg: &Config, uuid: &str, ctl: &dyn Control) -> Result<Dirs, MpsEr
 }
 
 /// Make `d`'s directories and start GPU `uuid`'s daemon there (under the
-/// lock).
-fn start(uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
+/// lock), its clients bounded by the largest part of a share the ledger
+/// holds on that GPU before the containers' view links its socket: a
+/// daemon started again (by the supervisor, `gc`) would otherwise serve
+/// the first clients to reach it at its default, the whole GPU.
+fn start(cfg: &Config, uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
     for (p, mode) in [(&d.root, 0o700), (&d.pipe, 0o755), (&d.log, 0o700)] {
         fsutil::secure_dir(p, mode).map_err(|err| MpsError::Io {
             path: p.clone(),
@@ -166,6 +174,29 @@ fn start(uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), MpsError> {
         uuid: uuid.into(),
         what,
     })?;
+    let limit = crate::Ledger::new(cfg)
+        .read()
+        .map(|data| client_limits(&data).remove(uuid));
+    let bounded = match limit {
+        Ok(Some(pct)) => ctl.limit(d, pct).map_err(|what| {
+            format!(
+                "cannot bound its clients to {}% of the SMs: {what}",
+                pct.value().as_str()
+            )
+        }),
+        Ok(None) => Ok(()),
+        Err(e) => Err(format!(
+            "the ledger, which says how far to bound its clients, cannot be read: {e}"
+        )),
+    };
+    if let Err(what) = bounded {
+        // no container reaches a daemon whose clients are not bounded
+        ctl.kill(d);
+        return Err(MpsError::Daemon {
+            uuid: uuid.into(),
+            what,
+        });
+    }
     // the containers' links to the new daemon's socket
     refresh_view(uuid, d)
 }
@@ -244,7 +275,7 @@ pub fn settle(
             for uuid in &shares {
                 let Some(d) = dirs(cfg, uuid) else { continue };
                 if !ctl.answers(&d) {
-                    match start(uuid, &d, ctl) {
+                    match start(cfg, uuid, &d, ctl) {
                         Ok(()) => out.started.push(uuid.clone()),
                         Err(e) => out.failed.push(e),
                     }
@@ -252,6 +283,66 @@ pub fn settle(
             }
         }
         Ok(out)
+    })
+}
+
+/// The largest part of a share one client may run at, per GPU with shares:
+/// each share split over its processes ([`crate::formats::mps::client_share`],
+/// as its grant has it), the largest of a GPU's shares.
+pub fn client_limits(data: &crate::ledger::LedgerData) -> BTreeMap<String, ClientShare> {
+    let mut out: BTreeMap<String, ClientShare> = BTreeMap::new();
+    for s in data
+        .reservations
+        .iter()
+        .filter(|r| r.counts())
+        .filter_map(|r| r.share())
+    {
+        let part = names::client_share(s.sm_percent, s.sm_procs);
+        let e = out.entry(s.uuid.clone()).or_insert(part);
+        *e = (*e).max(part);
+    }
+    out
+}
+
+/// Bound the clients of each GPU's daemon by the largest part of a share
+/// on that GPU (`read`, called inside the daemons' lock: what the ledger
+/// holds then). MPS lets a client's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
+/// only lower the limit its daemon sets, so a process that bypasses
+/// libgpuquota.so (a static binary, one without the preload) runs at most
+/// at this limit instead of the whole GPU. The default of the next server
+/// and the limit of each running one are set: a running server's clients
+/// keep the limit they started with (NVIDIA: the setting applies to the
+/// server's new clients). A GPU whose daemon does not answer is skipped
+/// (its start sets it). Returns the GPUs that failed, each with why.
+pub fn limit_clients(
+    cfg: &Config,
+    read: impl Fn() -> Option<BTreeMap<String, ClientShare>>,
+    ctl: &dyn Control,
+) -> Result<Vec<MpsError>, MpsError> {
+    if !base(cfg).exists() {
+        return Ok(Vec::new());
+    }
+    locked(cfg, || {
+        let Some(limits) = read() else {
+            return Ok(Vec::new());
+        };
+        let mut failed = Vec::new();
+        for (uuid, pct) in &limits {
+            let Some(d) = dirs(cfg, uuid) else { continue };
+            if !ctl.answers(&d) {
+                continue;
+            }
+            if let Err(what) = ctl.limit(&d, *pct) {
+                failed.push(MpsError::Daemon {
+                    uuid: uuid.clone(),
+                    what: format!(
+                        "cannot bound its clients to {}% of the SMs: {what}",
+                        pct.value().as_str()
+                    ),
+                });
+            }
+        }
+        Ok(failed)
     })
 }
 
@@ -417,6 +508,42 @@ impl Control for HostControl {
             }
         }
     }
+
+    fn limit(&self, d: &Dirs, pct: ClientShare) -> Result<(), String> {
+        self.limit_servers(d, pct.value().as_str())
+    }
+}
+
+impl HostControl {
+    /// One command to the UI whose reply must be a percentage (the real
+    /// daemon echoes a setting it took, measured for
+    /// `set_default_active_thread_percentage`; its refusals are text:
+    /// "Invalid active thread percentage", "Insufficient privileges…").
+    /// An empty reply is taken too: the reply of
+    /// `set_active_thread_percentage` on the real daemon was not measured.
+    fn set(&self, d: &Dirs, cmd: &str) -> Result<(), String> {
+        let out = self.ui(d, &format!("{cmd}\n"))?;
+        let out = out.trim();
+        if out.is_empty() || out.parse::<f64>().is_ok() {
+            Ok(())
+        } else {
+            Err(format!("{cmd}: {out}"))
+        }
+    }
+
+    /// The default of the daemon's next server, then the limit of each
+    /// server running.
+    fn limit_servers(&self, d: &Dirs, pct: &str) -> Result<(), String> {
+        self.set(d, &format!("set_default_active_thread_percentage {pct}"))?;
+        let servers = self.ui(d, "get_server_list\n")?;
+        for pid in servers.split_whitespace() {
+            let pid: u32 = pid
+                .parse()
+                .map_err(|_| format!("get_server_list: {}", servers.trim()))?;
+            self.set(d, &format!("set_active_thread_percentage {pid} {pct}"))?;
+        }
+        Ok(())
+    }
 }
 
 impl HostControl {
@@ -465,6 +592,8 @@ mod tests {
         log: RefCell<Vec<String>>,
         /// GPUs whose daemon does not quit
         stuck: BTreeSet<String>,
+        /// each GPU's client limit, as set
+        limits: RefCell<BTreeMap<String, String>>,
     }
     fn gpu_of(d: &Dirs) -> String {
         d.root.file_name().unwrap().to_str().unwrap().to_string()
@@ -489,6 +618,14 @@ mod tests {
             }
             self.log.borrow_mut().push(format!("quit {}", gpu_of(d)));
             self.running.borrow_mut().remove(&gpu_of(d));
+            Ok(())
+        }
+        fn limit(&self, d: &Dirs, pct: ClientShare) -> Result<(), String> {
+            if self.stuck.contains(&gpu_of(d)) {
+                return Err("no answer".into());
+            }
+            let v = pct.value().as_str().to_string();
+            self.limits.borrow_mut().insert(gpu_of(d), v);
             Ok(())
         }
     }
@@ -582,6 +719,82 @@ mod tests {
             dirs(&c, &uuid).unwrap().pipe.join(names::LONGEST_SOCKET),
             crate::config::longest_mps_socket(&c.state_dir)
         );
+    }
+
+    /// A process that bypasses libgpuquota.so sets its own percentage, which
+    /// MPS lets only lower its daemon's limit: each GPU's daemon is limited
+    /// to the largest part of a share there, a share split over its
+    /// processes.
+    #[test]
+    fn each_daemon_bounds_its_clients_by_the_largest_part_of_a_share() {
+        use crate::ledger::{LedgerData, Reservation};
+        let t = tempfile::tempdir().unwrap();
+        let c = cfg(t.path());
+        let share = |id: &str, gpu: &str, sm: u32, procs: u32| {
+            Reservation::new(
+                id,
+                None,
+                "/b",
+                vec![crate::placement::Slice {
+                    uuid: gpu.into(),
+                    index: 0,
+                    vram_bytes: 1 << 30,
+                    sm_percent: sm,
+                    sm_user: Some(0),
+                    sm_procs: procs,
+                }],
+                "",
+            )
+        };
+        let data = LedgerData {
+            reservations: vec![
+                share("a", "GPU-a", 25, 4),
+                share("b", "GPU-a", 20, 1),
+                share("c", "GPU-b", 75, 3),
+                share("d", "GPU-c", 50, 2),
+            ],
+            ..LedgerData::default()
+        };
+        let limits = client_limits(&data);
+        let as_text = |m: &BTreeMap<String, ClientShare>| -> Vec<(String, String)> {
+            m.iter()
+                .map(|(g, p)| (g.clone(), p.value().as_str().to_string()))
+                .collect()
+        };
+        assert_eq!(
+            as_text(&limits),
+            [
+                ("GPU-a".to_string(), "20".to_string()),
+                ("GPU-b".into(), "25".into()),
+                ("GPU-c".into(), "25".into()),
+            ]
+        );
+        let f = Fake {
+            stuck: ["GPU-b".to_string()].into(),
+            ..Fake::default()
+        };
+        // no daemon yet: nothing to bound, no directory made
+        assert!(limit_clients(&c, || Some(limits.clone()), &f)
+            .unwrap()
+            .is_empty());
+        assert!(!base(&c).exists());
+        ensure(&c, "GPU-a", &f).unwrap();
+        ensure(&c, "GPU-b", &f).unwrap();
+        let failed = limit_clients(&c, || Some(limits.clone()), &f).unwrap();
+        assert_eq!(
+            *f.limits.borrow(),
+            BTreeMap::from([("GPU-a".to_string(), "20".to_string())]),
+            "GPU-c has no daemon that answers"
+        );
+        assert_eq!(failed.len(), 1, "GPU-b's daemon did not take it");
+        assert!(failed[0].to_string().contains("25%"), "{}", failed[0]);
+        // a share leaves: the limit follows the shares that are left
+        let data = LedgerData {
+            reservations: vec![share("a", "GPU-a", 25, 4)],
+            ..LedgerData::default()
+        };
+        limit_clients(&c, || Some(client_limits(&data)), &f).unwrap();
+        assert_eq!(f.limits.borrow()["GPU-a"], "6.25");
     }
 
     #[test]

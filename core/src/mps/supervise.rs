@@ -176,7 +176,7 @@ pub fn restart(
         // a hung daemon holds the pipe directory's lock: it goes first
         // (only a process whose executable is the control program)
         ctl.kill(&d);
-        start(uuid, &d, ctl)?;
+        start(cfg, uuid, &d, ctl)?;
         Ok(Restart::Started)
     })
 }
@@ -387,6 +387,12 @@ mod tests {
         }
         fn kill(&self, d: &Dirs) {
             self.log.borrow_mut().push(format!("kill {}", gpu_of(d)));
+        }
+        fn limit(&self, d: &Dirs, pct: super::super::ClientShare) -> Result<(), String> {
+            self.log
+                .borrow_mut()
+                .push(format!("limit {} {}", gpu_of(d), pct.value().as_str()));
+            Ok(())
         }
     }
     impl Watch for Fake {

@@ -38,22 +38,25 @@ impl Environment {
         self
     }
 
-    /// An MPS client of the GPU's daemon at a share of `sm_percent` and a
-    /// per-process limit of the slice. The image's own definitions go: the
-    /// driver reads the first, and an image must not choose its share.
-    /// (A process can still change its environment before CUDA reads it;
-    /// libgpuquota.so sets the same values again at `cuInit`.)
-    pub fn mps_client(mut self, sm_percent: u32, vram_bytes: u64) -> Self {
+    /// An MPS client of the GPU's daemon at its part of `share` (the
+    /// share split over its processes) and a per-process limit of the
+    /// slice. The image's own definitions go: the driver reads the first,
+    /// and an image must not choose its share. (A process can still change
+    /// its environment before CUDA reads it; libgpuquota.so sets the same
+    /// values again at `cuInit`.)
+    pub fn mps_client<U>(mut self, share: &gpuquota_formats::grant::GpuGrant<U>) -> Self {
         use gpuquota_formats::mps;
         self.set.extend([
             (mps::ENV_PIPE_DIRECTORY, mps::CONTAINER_PIPE_DIR.to_string()),
             (
                 mps::ENV_ACTIVE_THREAD_PERCENTAGE,
-                mps::thread_percentage(sm_percent).as_str().to_string(),
+                mps::thread_percentage(share.sm_percent, share.sm_procs)
+                    .as_str()
+                    .to_string(),
             ),
             (
                 mps::ENV_PINNED_DEVICE_MEM_LIMIT,
-                mps::pinned_limit(vram_bytes).as_str().to_string(),
+                mps::pinned_limit(share.vram_bytes).as_str().to_string(),
             ),
         ]);
         self
@@ -100,6 +103,7 @@ impl Modifier for Environment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuquota_formats::grant::GpuGrant;
     use serde_json::json;
 
     #[test]
@@ -140,7 +144,15 @@ mod tests {
             "CUDA_MPS_PIPE_DIRECTORY=/tmp/mine", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90",
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT_X=keep"
         ]}});
-        let e = Environment::default().mps_client(25, 8 << 30);
+        let share = GpuGrant {
+            uuid: "GPU-a",
+            index: 0,
+            vram_bytes: 8 << 30,
+            sm_percent: 25,
+            sm_user: Some(0),
+            sm_procs: 1,
+        };
+        let e = Environment::default().mps_client(&share);
         e.modify(&mut v).unwrap();
         assert_eq!(
             v["process"]["env"],
@@ -155,6 +167,16 @@ mod tests {
         let once = v.clone();
         e.modify(&mut v).unwrap();
         assert_eq!(v, once, "idempotent");
+        // a share split over 4 processes: each starts at its part
+        let e = Environment::default().mps_client(&GpuGrant {
+            sm_procs: 4,
+            ..share
+        });
+        e.modify(&mut v).unwrap();
+        assert!(v["process"]["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=6.25")));
     }
 
     #[test]

@@ -20,6 +20,7 @@ fn req(gpus: GpuSelector) -> Request {
         origin: Origin::Annotation("vram".into()),
         named_gpus: false,
         sm: None,
+        sm_procs: 0,
         user: Some(0),
     }
 }

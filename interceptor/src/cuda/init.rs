@@ -11,13 +11,18 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     if let Err(e) = crate::mpsclient::impose() {
         return e;
     }
-    // a share's process runs as an MPS client or not at all
+    // a share's process runs as an MPS client or not at all; a process
+    // refused here gives its place among the share's clients back
     if let Err(e) = crate::mpsguard::before_init() {
+        crate::mpsclient::initialised(e);
         return e;
     }
     let r = f(flags);
     if r != CUDA_SUCCESS {
+        crate::mpsclient::initialised(r);
         return r;
     }
-    crate::mpsguard::after_init(r)
+    let r = crate::mpsguard::after_init(r);
+    crate::mpsclient::initialised(r);
+    r
 }

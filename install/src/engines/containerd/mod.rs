@@ -439,7 +439,10 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(ann, ["vram", "gpu", "gpus", "sm", "gpu-quota.io/*"]);
+        assert_eq!(
+            ann,
+            ["vram", "gpu", "gpus", "sm", "sm-procs", "gpu-quota.io/*"]
+        );
         round_trip(EngineKind::Containerd, MemFs::new(), RT);
     }
 

@@ -1,0 +1,116 @@
+//! The ledger's compute shares: the schema they mark, the host user and
+//! the process count they record.
+use super::tests::{req, setup, G};
+use super::*;
+use crate::request::Request;
+
+/// While a share is in the ledger, a release that does not know shares
+/// refuses the file (it would write it back without them); once the share
+/// is gone, it reads the ledger again.
+#[test]
+fn a_share_marks_the_ledger_for_releases_that_know_shares() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let version = || -> u32 {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
+        v["version"].as_u64().unwrap() as u32
+    };
+    let mut shared = req(G, Some(0));
+    shared.sm = Some(25);
+    shared.sm_procs = 4;
+    l.admit(&cfg, &inv, &shared, "s", None, "/b", &mut vec![])
+        .unwrap();
+    assert_eq!(version(), SHARES_SCHEMA_VERSION);
+    // an older release refuses it
+    const _: () = assert!(SHARES_SCHEMA_VERSION > SCHEMA_VERSION);
+    let d = l.read().unwrap();
+    let s = &d.reservations[0].slices[0];
+    assert_eq!((s.sm_percent, s.sm_procs), (25, 4), "read back");
+    assert!(d.reservations[0].request.ends_with("sm=25% sm-procs=4"));
+    l.release(Key::Root {
+        id: "s",
+        root: None,
+    })
+    .unwrap();
+    assert_eq!(version(), SCHEMA_VERSION, "back once no share is left");
+}
+
+/// A share's host uid is recorded in its grant and read back into the
+/// usage; only root's shares are admitted (gpu-quota's daemons serve uid
+/// 0), a share whose spec does not say its user is refused, and a GPU whose
+/// shares run as another uid (written by hand here) takes no share of
+/// root's: it goes to the other GPU.
+#[test]
+fn a_share_records_its_host_user_and_the_next_share_is_placed_by_it() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let share = |gpu: Option<u32>, user: Option<u32>| Request {
+        sm: Some(25),
+        user,
+        ..req(G, gpu)
+    };
+    let adm = |r: &Request, id: &str| l.admit(&cfg, &inv, r, id, None, "/b", &mut vec![]);
+    let e = adm(&share(Some(0), Some(1000)), "n").unwrap_err();
+    assert!(
+        e.to_string().contains("host uid 1000") && e.to_string().contains("host uid 0 only"),
+        "{e}"
+    );
+    let e = adm(&share(None, None), "u").unwrap_err();
+    assert!(e.to_string().contains("which host user"), "{e}");
+    let r = adm(&share(Some(0), Some(0)), "a").unwrap();
+    assert_eq!(r.slices[0].sm_user, Some(0));
+    let d = l.read().unwrap();
+    let gpu0 = d.reservations[0].slices[0].uuid.clone();
+    assert_eq!(d.usage()[&gpu0].share_user, Some(0));
+    l.release(Key::Root {
+        id: "a",
+        root: None,
+    })
+    .unwrap();
+    // GPU 0's shares run as uid 1000 (a ledger written by hand)
+    let mut other = r.clone();
+    other.container_id = "x".into();
+    other.slices[0].sm_user = Some(1000);
+    l.transact(|d| {
+        d.reservations.push(other.clone());
+        Ok(((), true))
+    })
+    .unwrap();
+    let e = adm(&share(Some(0), Some(0)), "b").unwrap_err();
+    assert!(e.to_string().contains("run as host uid 1000"), "{e}");
+    assert_eq!(adm(&share(None, Some(0)), "c").unwrap().slices[0].index, 1);
+    let plain = adm(&req(G, Some(0)), "e").unwrap_err();
+    assert!(
+        plain.to_string().contains("without a compute share"),
+        "{plain}"
+    );
+}
+
+/// A share recorded before shares were split over processes (schema 4, no
+/// `sm_procs`) reads as a share of one process, which is what its
+/// container's grant gave it; this build writes the ledger as 5, which a
+/// build that knows 4 refuses (it would drop the count).
+#[test]
+fn a_share_recorded_before_process_counts_is_of_one_process() {
+    let (_d, cfg, _inv) = setup();
+    let l = Ledger::new(&cfg);
+    std::fs::create_dir_all(&cfg.ledger_dir).unwrap();
+    let old = serde_json::json!({"version": 4, "reservations": [{
+        "container_id": "old", "bundle": "/b", "request": "vram=1g sm=25%",
+        "state": "running", "created_unix": 1,
+        "slices": [{"uuid": "GPU-0", "index": 0, "bytes": G, "sm": 25, "sm_user": 0}],
+    }]});
+    std::fs::write(l.path(), serde_json::to_vec(&old).unwrap()).unwrap();
+    let d = l.read().unwrap();
+    assert_eq!(d.reservations[0].slices[0].sm_procs, 1);
+    assert_eq!(SHARES_SCHEMA_VERSION, 5);
+    // a slice without a share stays without a count
+    let plain = serde_json::json!({"version": 2, "reservations": [{
+        "container_id": "p", "bundle": "/b", "request": "vram=1g",
+        "state": "running", "created_unix": 1,
+        "slices": [{"uuid": "GPU-1", "index": 1, "bytes": G}],
+    }]});
+    std::fs::write(l.path(), serde_json::to_vec(&plain).unwrap()).unwrap();
+    assert_eq!(l.read().unwrap().reservations[0].slices[0].sm_procs, 0);
+}
