@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (not a test), issue 18: where a container start's time goes, per
+# Benchmark (not a test): where a container start's time goes, per
 # process. N sliced starts (`run -d` of a busybox `sleep`, `vram=64m`, two
 # simulated GPUs, as benches/start_vs_reservations.sh) and N floor starts
 # (plain runc with a no-op createRuntime hook), alternating. Prints medians:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (not a test), issue 18: is container start flat in the number of
+# Benchmark (not a test): is container start flat in the number of
 # reservations already in the ledger? `run -d` of a busybox `sleep` container
 # through gpu-quota-runtime (`vram=64m`, two simulated 16 GiB GPUs as the e2e
 # harness configures them) and through plain runc, interleaved

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Declared dependencies that no source uses (issue 18). Runs `cargo machete`
+# Declared dependencies that no source uses. Runs `cargo machete`
 # when it is installed; else (and always) a grep-based check of the same
 # rule: every [dependencies] / [dev-dependencies] / [build-dependencies] entry
 # of a crate must be named in that crate's Rust sources (`name::`, `name!`,

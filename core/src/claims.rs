@@ -1,4 +1,4 @@
-//! DRA claims (issue 20): the node side of the `vram.gpu-quota.io` driver.
+//! DRA claims: the node side of the `vram.gpu-quota.io` driver.
 //!
 //! * [`offers`]: what each GPU can give claims — the ledger's usable bytes
 //!   minus every reservation that is *not* a claim's (docker/podman/ctr

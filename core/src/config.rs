@@ -184,7 +184,7 @@ pub struct Config {
     /// The runc roots of containers the CRI runs (Kubernetes pods): the
     /// `--root` the engine passes, never anything a pod controls. A
     /// container under one of them never takes a request from its
-    /// environment, whatever `env_requests` says (issue 16: `install docker`
+    /// environment, whatever `env_requests` says (`install docker`
     /// for Docker < 24 turns `env_requests` on host-wide, and a pod's
     /// `GPU_QUOTA_VRAM` then bypassed the scheduler). Default: containerd's
     /// CRI (`k8s.io` namespace) and the CRI-O handler of `install crio`.

@@ -353,7 +353,7 @@ minor = 3
         assert!(Inventory::load(&cfg).is_err());
     }
 
-    /// Issue 16: security.md said the inventory cache is read O_NOFOLLOW and
+    /// Security.md said the inventory cache is read O_NOFOLLOW and
     /// capped; both readers (the runtime's, and the hook's through
     /// `inventory_without_nvml`) used a plain `fs::read`.
     #[test]

@@ -39,7 +39,7 @@
 //! descending, glibc-hwcaps entries first (by subdirectory name), then the
 //! most specific legacy hwcap first.
 //!
-//! Work, not only size, is bounded (issue 16 §2): every string is looked
+//! Work, not only size, is bounded: every string is looked
 //! at a bounded number of times. The sort never compares strings: each
 //! distinct key and glibc-hwcaps name is ranked once (keys through a byte
 //! encoding of `_dl_cache_libcmp` whose memcmp order is libcmp's; the

@@ -353,7 +353,7 @@ pub fn loader_cache(
             flags,
         });
     }
-    // Parse, add, write: bounded work on any image's cache (issue 16 §2).
+    // Parse, add, write: bounded work on any image's cache.
     let bytes = ldcache::rewrite(image.as_deref(), &add, &mut ldcache::Work::budget()).map_err(
         |e| EffectError::Refused {
             path: dst.into(),

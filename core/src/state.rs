@@ -182,7 +182,7 @@ pub fn dir_name(id: &str, root: Option<&str>, bundle: &str) -> String {
     format!("{short}-{h:016x}")
 }
 
-/// The name releases before issue 16 §4 gave the state directory:
+/// The name older releases gave the state directory:
 /// `<id>-<hash of the bundle path>` (no runc root). Containers created
 /// before an upgrade keep it: `gc`'s sweep keeps it while their reservation
 /// is held, readers fall back to it (`existing_dir`), and their release
@@ -548,7 +548,7 @@ mod tests {
         Reservation::new(id, root, bundle, vec![], "")
     }
 
-    /// Issue 16 §4: the state directory was named by id and bundle only, so
+    /// The state directory was named by id and bundle only, so
     /// the second `create` of the same id and bundle under another runc
     /// root recreated the first container's directory.
     #[test]

@@ -236,7 +236,7 @@ mod tests {
         b
     }
 
-    /// Issue 8, class 4: a crafted header (slot_size 0, huge counts) made
+    /// Class 4: a crafted header (slot_size 0, huge counts) made
     /// `gpu-quota ls` and `metrics` spin forever. Every layout field other
     /// than the constants is refused, and the reader never reads more than
     /// the format's size.

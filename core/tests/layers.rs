@@ -85,7 +85,7 @@ fn the_check_sees_a_back_edge() {
         violations(&m, &reexp, FLOORS)
     };
     assert!(violations(&real, &reexp, FLOORS).is_empty());
-    // the import that made the circle of issue 18: config -> ctxcost
+    // the import that once made a circle: config -> ctxcost
     let v = with("config", "fn f() -> crate::ctxcost::Setting { todo!() }");
     assert_eq!(v, ["config (floor 2) imports ctxcost (floor 8)"]);
     // a use group, nested

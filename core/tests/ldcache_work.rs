@@ -1,4 +1,4 @@
-//! Issue 16 §2: the loader-cache step does bounded work on any input. The
+//! The loader-cache step does bounded work on any input. The
 //! hook's whole step (`ldcache::rewrite`: parse the image's cache, add the
 //! driver libraries, write it) counts its work in units of about one byte
 //! touched (`ldcache::Work`); these tests bound that count, not a clock, so
@@ -339,7 +339,7 @@ fn timing() {
     }
 }
 
-/// Issue 16 §4 claimed that `parse_new` reads a compat-format cache's
+/// docs/security.md once claimed that `parse_new` reads a compat-format cache's
 /// extension offset without adding the embedded new header's base. Checked
 /// against caches written by the real ldconfig (glibc 2.36, `-c compat` and
 /// `-c new` over the same libraries, committed as fuzz seeds): the

@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn one_unit_spelled_twice_is_not_two_units() {
-        // issue 16: `_1,_01` gave vram=2GiB — one unit counted twice
+        // `_1,_01` gave vram=2GiB — one unit counted twice
         let s = snap();
         for ids in [
             vec!["GPU-a_1", "GPU-a_01"],

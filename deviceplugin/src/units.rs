@@ -339,7 +339,7 @@ mod tests {
         );
     }
 
-    /// Review of issue 20: a DRA claim's bytes are held by the claim's own
+    /// A DRA claim's bytes are held by the claim's own
     /// entry (no runc root: outside Kubernetes' device plugin); a container
     /// bound to the claim counts nothing (`Reservation::counts`), whatever
     /// runc root it runs under (docker/podman can bind a claim through its

@@ -67,7 +67,7 @@ pub const RESOURCE_VRAM: &str = ANN_NS_VRAM;
 /// The container annotations the device plugin's Allocate returns.
 pub const CLUSTER_ANNOTATIONS: [&str; 2] = [ANN_NS_VRAM, ANN_NS_GPU];
 
-/// The DRA driver's name (issue 20): its ResourceSlices and DeviceClass,
+/// The DRA driver's name: its ResourceSlices and DeviceClass,
 /// and the vendor of its CDI kind (`vram.gpu-quota.io/claim`).
 pub const DRA_DRIVER: &str = "vram.gpu-quota.io";
 

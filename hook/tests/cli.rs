@@ -23,7 +23,7 @@ fn help_is_a_usage() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("Usage:"));
 }
 
-/// Issue 16: `gpu-quota-hook --help | true` panicked with exit 101.
+/// `gpu-quota-hook --help | true` panicked with exit 101.
 #[test]
 fn a_closed_stdout_is_not_a_panic() {
     let (r, w) = std::io::pipe().unwrap();

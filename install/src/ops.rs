@@ -216,7 +216,7 @@ pub fn ls(a: &LsArgs) -> Result<()> {
     Ok(())
 }
 
-/// One line per prepared DRA claim (issue 20): its bytes on its GPU and
+/// One line per prepared DRA claim: its bytes on its GPU and
 /// the container bound to it, if any (that container's own row says
 /// `claim NS/NAME` and holds nothing of its own).
 fn claim_lines(data: &LedgerData) -> Vec<String> {

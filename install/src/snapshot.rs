@@ -97,7 +97,7 @@ impl ContainerView {
     }
 }
 
-/// A prepared DRA claim (issue 20): its bytes on its GPU, held for the pod
+/// A prepared DRA claim: its bytes on its GPU, held for the pod
 /// from prepare to unprepare, and the container bound to it, if any. Not a
 /// container: the bound container's row carries the same slice, so a claim
 /// listed as a container would count its bytes twice.

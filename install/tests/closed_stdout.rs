@@ -1,4 +1,4 @@
-//! Issue 16: `gpu-quota ls | head -3` panicked ("failed printing to stdout:
+//! `gpu-quota ls | head -3` panicked ("failed printing to stdout:
 //! Broken pipe", exit 101). Every command that prints ends quietly when its
 //! stdout is closed, as coreutils do.
 use std::process::{Command, Stdio};

@@ -1,4 +1,4 @@
-//! Issue 16: on cgroup v1 every container start printed "driver limits not set: not
+//! On cgroup v1 every container start printed "driver limits not set: not
 //! cgroup v2 …" to runc's log. It is a host condition: `gpu-quota doctor` says it once.
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-//! Issue 16: `env_requests` was one host-wide key. `install containerd --kubernetes`
+//! `env_requests` was one host-wide key. `install containerd --kubernetes`
 //! turned it off, a later `install docker` for Docker < 24 on the same node turned it on
 //! for the CRI handler too, and a pod's `GPU_QUOTA_VRAM` then bypassed the scheduler.
 //! Whatever another engine's install writes, a container the CRI runs (its runc root is a

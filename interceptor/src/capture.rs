@@ -1,4 +1,4 @@
-//! Stream capture (issue 17): while a stream is capturing, the driver
+//! Stream capture: while a stream is capturing, the driver
 //! refuses "potentially unsafe" calls (synchronisations, memory queries,
 //! pool attribute queries, ...) and a refused call invalidates the capture
 //! (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED at cuStreamEndCapture). In global

@@ -1,4 +1,4 @@
-//! GPUs outside the container's slice (issue 19): fail closed.
+//! GPUs outside the container's slice: fail closed.
 //!
 //! The hook's `limits` file names the slice's GPUs by UUID (`gpus=`). A
 //! container may still see other GPUs — `--gpus all` next to a one-GPU slice,

@@ -9,7 +9,7 @@
 //! sets the charge to it. Allocations after that see it; the launch itself
 //! is never refused (cuGraphAddMemAllocNode is checked against what is left).
 //!
-//! Issue 17: the reserve is also read right after each cuGraphLaunch (the
+//! The reserve is also read right after each cuGraphLaunch (the
 //! launch is where the driver reserves it), and never while a stream
 //! capture is active (crate::capture): cuDeviceGetGraphMemAttribute is
 //! treated as unsafe during capture; the skipped read is done at the end of

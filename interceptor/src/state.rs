@@ -280,7 +280,7 @@ unsafe fn load_config_inner(c: &mut Config) {
         c.enforce = true;
         c.source = Source::Env;
         c.limit = v;
-        // a simulated card holds its context too (issue 17 §4): the env key
+        // a simulated card holds its context too: the env key
         // overrides (0 = none), else the host's measured cost, else the
         // built-in default
         c.ctx_overhead = match env_overhead {
@@ -327,7 +327,7 @@ static REGION_OPENER: AtomicU32 = AtomicU32::new(0); // pid that set 1
 static FAILED_CLOSED: AtomicU8 = AtomicU8::new(0);
 
 /// True when this process enforces a container slice but has no usable
-/// shared usage file: every allocation is refused (issue 8 item 5).
+/// shared usage file: every allocation is refused.
 #[inline]
 pub fn failed_closed() -> bool {
     FAILED_CLOSED.load(Relaxed) != 0

@@ -61,7 +61,7 @@ fn help_is_a_usage_then_runcs() {
     }
 }
 
-/// Issue 16: `gpu-quota-runtime --version | true` panicked with exit 101.
+/// `gpu-quota-runtime --version | true` panicked with exit 101.
 #[test]
 fn a_closed_stdout_is_not_a_panic() {
     for arg in ["--version", "--help"] {

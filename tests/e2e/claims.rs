@@ -1,4 +1,4 @@
-//! Issue 20, the node side of the DRA driver, against real runc: a claim
+//! The node side of the DRA driver, against real runc: a claim
 //! prepared through `core::claims` (the test-only `gq-claim`, as the
 //! driver does on NodePrepareResources) and a container whose process.env
 //! carries what the claim's CDI device injects. Each security case keeps
@@ -571,7 +571,7 @@ fn operator_release_and_gc_leave_the_claim_and_unbind_its_container() {
     );
 }
 
-/// Review of issue 20: a config.json our parser refuses but runc's reads
+/// A config.json our parser refuses but runc's reads
 /// (Go's encoding/json takes a lone surrogate escape as U+FFFD, serde_json
 /// refuses it) used to be passed through to runc untouched when it only
 /// carried a claim variable: the container ran unbound, unsliced, with the

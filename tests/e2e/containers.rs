@@ -1,7 +1,7 @@
 //! Container-level tests beyond the basic lifecycle: the interceptor working
-//! inside a runc container with the fake driver (issue 3 acceptance 4: a
+//! inside a runc container with the fake driver (a
 //! dynamic program under /etc/ld.so.preload in a rootfs without libgcc_s)
-//! and malicious images (issue 2 acceptance 7).
+//! and malicious images.
 #![allow(clippy::type_complexity)]
 use gpu_quota_e2e::cuda::*;
 use gpu_quota_e2e::*;
@@ -160,7 +160,7 @@ fn context_overhead_from_the_config_is_charged_in_the_container() {
     );
 }
 
-/// Issue 8, class 5: a usage file the container's own processes broke
+/// Class 5: a usage file the container's own processes broke
 /// (foreign magic, wrong size) made each new process fall back to a private
 /// budget, so two processes each held most of one slice. In a container the
 /// interceptor fails closed instead.
@@ -204,7 +204,7 @@ fn interceptor_fails_closed_on_a_broken_usage_file() {
     );
 }
 
-/// Issue 9: with the default `context_overhead = "auto"` the hook measures
+/// With the default `context_overhead = "auto"` the hook measures
 /// the context once (fake driver: 300 MiB seen only through NVML's
 /// per-process query), caches it, and charges it + the 96 MiB margin.
 #[test]

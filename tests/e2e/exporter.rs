@@ -1,4 +1,4 @@
-//! Issue 16 §3 acceptance: `gpu-quota metrics --listen` keeps answering
+//! `gpu-quota metrics --listen` keeps answering
 //! `/healthz` within 100 ms p99 and stays under 64 MiB RSS while one client
 //! pipelines `GET /metrics` without ever reading and another streams a
 //! 1 GiB header line.

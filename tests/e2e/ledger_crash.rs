@@ -1,4 +1,4 @@
-//! Issue 2 acceptance 6: a crash (kill -9) at every step of a ledger write
+//! A crash (kill -9) at every step of a ledger write
 //! leaves a parseable ledger holding exactly the committed reservations.
 use gpuquota_core::fsutil::WriteStep;
 use gpuquota_core::fsutil::WRITE_STEPS;
@@ -69,7 +69,7 @@ fn kill_at_every_write_step() {
     }
 }
 
-/// Issue 18: a container's record is rewritten without fsync (the boot
+/// A container's record is rewritten without fsync (the boot
 /// ends it), but a crash of the writer still never leaves it torn: kill -9
 /// at every step of the hook's confirmation leaves the record as it was
 /// (before the rename) or confirmed (after), its temp file is removed by

@@ -1,4 +1,4 @@
-//! Issue 18: one lifecycle. Every path that ends a container clears the
+//! One lifecycle. Every path that ends a container clears the
 //! r615 driver limit the hook recorded (`gc`, `gpu-quota release`, the
 //! hook's poststop, as the runtime's `delete` already did), and the hook
 //! acts on the reservation made at `create`, not on a second reading of the

@@ -1,4 +1,4 @@
-//! Issue 11 acceptance against real runc: the exporter scraped over
+//! The exporter scraped over
 //! loopback while containers start and stop (parsed with a real
 //! Prometheus text parser), counters across an exporter restart, the
 //! event log lines, `release` and `gc` on reservations of real containers

@@ -1,4 +1,4 @@
-//! Issue 2 acceptance against real runc: admission, devices, mounts,
+//! Admission, devices, mounts,
 //! limits, release, refusals, pass-through, concurrency, malicious images.
 #![allow(clippy::type_complexity)]
 use gpu_quota_e2e::*;

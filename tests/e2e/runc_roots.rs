@@ -1,4 +1,4 @@
-//! Issue 2 acceptance against real runc, continued: one container id under
+//! Against real runc, continued: one container id under
 //! two runc roots (two engines), the hook's runtime root, release by root.
 #![allow(clippy::type_complexity)]
 use gpu_quota_e2e::*;
@@ -111,7 +111,7 @@ fn state_dirs(h: &Host) -> Vec<String> {
     v
 }
 
-/// Issue 16 §4: the same id and the same bundle under two runc roots. The
+/// The same id and the same bundle under two runc roots. The
 /// second `create` recreated the first container's state directory (named
 /// by id and bundle only), and its hook confirmed the first reservation
 /// (found by id and bundle) with the second pid; the first container's
@@ -235,7 +235,7 @@ fn hook_with(h: &Host, args: &[&str], state: &Value) -> std::process::Output {
     capture(c)
 }
 
-/// Issue 16 §4: the hook finds its reservation by the runc root the
+/// The hook finds its reservation by the runc root the
 /// runtime wrote into its entry. An entry without it (written by an older
 /// runtime, or by hand) or with a foreign or doubled one confirms and
 /// releases nothing and says why; the hook found reservations by id and
@@ -315,7 +315,7 @@ fn hook_without_its_runtime_root_confirms_and_releases_nothing() {
     assert!(state_dirs(&h).is_empty(), "{:?}", state_dirs(&h));
 }
 
-/// Issue 16 §4: `gpu-quota release ID` released every reservation of that
+/// `gpu-quota release ID` released every reservation of that
 /// id, whatever its runc root; now an id held under two roots needs
 /// `--runtime-root`, and only that root's reservation goes.
 #[test]

@@ -1,9 +1,9 @@
-//! Issue 19 against real runc: beside the NVIDIA Container Toolkit, an
+//! Beside the NVIDIA Container Toolkit, an
 //! engine's GPU request (`--gpus` → the toolkit's legacy prestart hook and
 //! NVIDIA_VISIBLE_DEVICES; CDI → device nodes in linux.devices) never widens
 //! a slice, and without a gpu-quota request nothing changes.
 //!
-//! Issue 27: containerd's `ctr run --gpus` hook (the real `containerd
+//! containerd's `ctr run --gpus` hook (the real `containerd
 //! oci-hook` running tests/toolkit/nvidia-container-cli, a stand-in that
 //! makes the nodes and device-cgroup rules `--device` names), NVIDIA's
 //! always-on hooks.d hook (the image's NVIDIA_VISIBLE_DEVICES), other GPUs'

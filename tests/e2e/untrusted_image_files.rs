@@ -1,4 +1,4 @@
-//! Issue 8: untrusted images and tenants, against real runc 1.1.5. One test
+//! Untrusted images and tenants, against real runc 1.1.5. One test
 //! per class of attack; each keeps a negative control that shows the check
 //! can fail (the attack's premise holds here, or the old step, reproduced in
 //! the harness, does reach the host).

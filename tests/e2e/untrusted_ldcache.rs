@@ -1,4 +1,4 @@
-//! Issue 8: untrusted images and tenants, against real runc 1.1.5. One test
+//! Untrusted images and tenants, against real runc 1.1.5. One test
 //! per class of attack; each keeps a negative control that shows the check
 //! can fail (the attack's premise holds here, or the old step, reproduced in
 //! the harness, does reach the host).
@@ -201,8 +201,8 @@ fn run_with_cpu(mut c: Command) -> (std::process::Output, Duration) {
     (o, tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
-/// A new-format loader cache built to make a naive writer slow (issue 16
-/// §2): `entries` entries with one key, each a glibc-hwcaps entry indexing
+/// A new-format loader cache built to make a naive writer slow:
+/// `entries` entries with one key, each a glibc-hwcaps entry indexing
 /// one of `names` subdirectory names of 4095 bytes that differ only in
 /// their last bytes (sorted and unique, as the format asks). Sorting the
 /// entries with a comparator that looks at the names compares ~4 KiB per
@@ -252,7 +252,7 @@ fn slow_sort_cache(entries: usize, names: usize) -> Vec<u8> {
     b
 }
 
-/// Issue 16 §2: a crafted `/etc/ld.so.cache` (1 M entries of one key whose
+/// A crafted `/etc/ld.so.cache` (1 M entries of one key whose
 /// glibc-hwcaps indices point into 1 900 names of 4 KiB, 32 MiB) pinned the
 /// root hook at 100 % CPU until its own 45 s alarm killed it, on every
 /// start; a 6.5 MiB variant added seconds. The cache step now does bounded

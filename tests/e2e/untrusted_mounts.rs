@@ -1,4 +1,4 @@
-//! Issue 8: untrusted images and tenants, against real runc 1.1.5. One test
+//! Untrusted images and tenants, against real runc 1.1.5. One test
 //! per class of attack; each keeps a negative control that shows the check
 //! can fail (the attack's premise holds here, or the old step, reproduced in
 //! the harness, does reach the host).
@@ -104,7 +104,7 @@ fn some_cache() -> Vec<u8> {
     c.to_bytes()
 }
 
-/// Issue 16 §1: mounts inside the rootfs. The hook works in the container's
+/// Mounts inside the rootfs. The hook works in the container's
 /// mount namespace, so a path it resolved inside the rootfs could cross
 /// into a volume or a bind of a host directory (directly, `-v /host:/etc`,
 /// or steered by the image's symlinks, `/etc -> /data/other/etc` with a

@@ -1,4 +1,4 @@
-//! Issue 8: untrusted images and tenants, against real runc 1.1.5. One test
+//! Untrusted images and tenants, against real runc 1.1.5. One test
 //! per class of attack; each keeps a negative control that shows the check
 //! can fail (the attack's premise holds here, or the old step, reproduced in
 //! the harness, does reach the host).
@@ -75,7 +75,7 @@ fn image_environment_never_adds_to_a_request() {
     }
 }
 
-/// Class 2, issue 16: `env_requests` was host-wide, so `install docker` for
+/// Class 2: `env_requests` was host-wide, so `install docker` for
 /// Docker < 24 turned it on for the CRI handler too and a pod's
 /// `GPU_QUOTA_VRAM` bypassed the scheduler. A container whose runc root is a
 /// Kubernetes root (`kubernetes_runc_roots`) never takes a request from its

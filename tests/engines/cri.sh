@@ -81,7 +81,7 @@ cri_allowlist() {
   expect_ledger 0 || return 1
   Q stop-pod "$R/pod-3.json" && Q remove-pod "$R/pod-3.json" && rm -f "$R/pod-3.json"
 }
-# Beside NVIDIA's device plugin (issue 19): kubelet passes its Allocate response as
+# Beside NVIDIA's device plugin: kubelet passes its Allocate response as
 # ContainerConfig.devices (the GPU's node) and envs (NVIDIA_VISIBLE_DEVICES); the gpu-quota
 # request comes from the pod annotation. The GPU NVIDIA's plugin allocated becomes the
 # slice's GPU and the container sees only that GPU's node; a contradiction is refused.

@@ -57,7 +57,7 @@ ctr_run_rm() {
   has "$out" "grant0=$((2 * GIB))" || return 1
   wait_ledger 0 5
 }
-# `ctr run --gpus 1` (issue 27): ctr writes containerd's own `oci-hook` running the
+# `ctr run --gpus 1`: ctr writes containerd's own `oci-hook` running the
 # nvidia-container-cli it finds on its PATH, here tests/toolkit/nvidia-container-cli (a stand-in
 # that makes the nodes and cgroup-v1 rules --device names, and logs each run). ctr's --gpus takes
 # GPU indices: with vram the slice is GPU 1 and only its node is there, the hook never ran;

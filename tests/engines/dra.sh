@@ -1,4 +1,4 @@
-# DRA, the node side (issue 20), end to end on a real containerd 1.7 through its
+# DRA, the node side, end to end on a real containerd 1.7 through its
 # CRI socket, in the Debian 13 round only (containerd 1.6 has no CDI devices in
 # the CRI).
 #

@@ -381,7 +381,7 @@ start_dockerd() {
   # Docker < 23 writes a trust key to /etc/docker/key.json unless told another path
   # (daemon.json only: there is no such flag)
   local key=""; [ "${DV%%.*}" -lt 23 ] && key=$',\n  "deprecated-key-path": "'"$R/key.json"'"'
-  # round 13: the NVIDIA Container Toolkit stand-ins on dockerd's PATH, CDI on (issue 19)
+  # round 13: the NVIDIA Container Toolkit stand-ins on dockerd's PATH, CDI on
   local tkpath=""
   if [ "$ROUND" = 13 ]; then
     toolkit_setup || return 1
@@ -409,7 +409,7 @@ start_dockerd() {
 # ================================================================ Docker
 source "$ROOT/tests/engines/docker.sh"
 
-# ================================================================ beside the NVIDIA Container Toolkit (issue 19)
+# ================================================================ beside the NVIDIA Container Toolkit
 source "$ROOT/tests/engines/toolkit.sh"
 
 # ================================================================ Docker Compose

@@ -1,11 +1,11 @@
 # shellcheck shell=bash
-# Beside the NVIDIA Container Toolkit (issue 19; dockerd 26): `--gpus`, CDI, the
+# Beside the NVIDIA Container Toolkit (dockerd 26): `--gpus`, CDI, the
 # image's NVIDIA_VISIBLE_DEVICES, Compose device reservations; `toolkit_cases`.
 #
 # Sourced by tests/engines/run.sh (its helpers: check, has, Q, C, D, P, ledger, …;
 # its per-round names: R, CSOCK, DSOCK, versions), which calls the cases in each round.
 
-# ================================================================ beside the NVIDIA Container Toolkit (issue 19)
+# ================================================================ beside the NVIDIA Container Toolkit
 # dockerd 26 finds tests/toolkit/nvidia-container-runtime-hook (a stand-in: it makes the
 # /dev/nvidiaN nodes NVIDIA_VISIBLE_DEVICES names in the container, as the toolkit's legacy
 # hook does, and logs each run) on its PATH, so `--gpus` and Compose device reservations

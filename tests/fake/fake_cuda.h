@@ -37,12 +37,12 @@ struct fake_stats {
   uint64_t calls_legacy;                       /* non-_v2 legacy entry points */
   uint64_t last_unknown_free;                  /* pointer value */
   uint64_t gpa_calls;
-  /* appended (issue 9): the driver-side lifetimes */
+  /* appended: the driver-side lifetimes */
   uint64_t contexts_live;                      /* contexts of this process */
   uint64_t vmm_phys_live;                      /* physical VMM allocations alive */
   uint64_t pool_reserved[FAKE_MAX_DEV];        /* all pools of the device */
   uint64_t pool_used[FAKE_MAX_DEV];
-  /* appended (issue 13) */
+  /* appended */
   uint64_t set_access;                         /* successful cuMemSetAccess calls */
 };
 /* FAKE_CUDA_MEM_BYTES: one size, or "A,B,..." (device i the i-th, the

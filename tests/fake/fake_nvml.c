@@ -94,7 +94,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *d, nvmlMemory_v2_t *m) {
   m->total = t; m->reserved = g_reserved; m->free = f > g_reserved ? f - g_reserved : 0; m->used = u; return 0;
 }
 
-/* ---- additions for issue 9 (context cost, driver limits); additive only ---- */
+/* ---- additions (context cost, driver limits); additive only ---- */
 #include <signal.h>
 #include <errno.h>
 #include <dirent.h>

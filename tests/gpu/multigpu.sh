@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 on the 2-GPU machine: NCCL and tensor-parallel jobs in one
+# On the 2-GPU machine: NCCL and tensor-parallel jobs in one
 # `vram=16g gpus=2` container. Sourced by tests/gpu/run-suite.sh (section
 # gpu2, when 2 GPUs are visible; it uses the suite's helpers mkcfg, bundle,
 # ctr, res, ...). Run directly it only reports: on fewer than 2 GPUs

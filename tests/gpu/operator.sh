@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Operator view on a real GPU (issue 11): two containers with PyTorch
+# Operator view on a real GPU: two containers with PyTorch
 # processes holding memory inside their slices, then
 #   $OUT/operator-ls.txt        gpu-quota ls
 #   $OUT/operator-top.txt       a captured frame of gpu-quota top (tmux

@@ -5,7 +5,7 @@
 #   .gpu-carry/bin/   gpu-quota-runtime gpu-quota-hook gpu-quota gpu-quota-driver runc busybox bench_alloc
 #   .gpu-carry/lib/   libgpuquota.so libseccomp.so.2 (runc's, from ldd)
 #   .gpu-carry/gpu/   copy of tests/gpu (the suite + its python workloads)
-#   .gpu-carry/fake/  the fake libcuda + r615 libnvidia-ml (issue 9 driver-limit ordering check)
+#   .gpu-carry/fake/  the fake libcuda + r615 libnvidia-ml (the driver-limit ordering check)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=target/release C=.gpu-carry

@@ -55,7 +55,7 @@ pub fn cuda_host(name: &str, extra_config: &str) -> (Host, Bundle, Vec<PathBuf>)
     });
     // the inventory's GPUs are the fake driver's GPUs 0 and 1, by UUID, as
     // NVML and the driver agree on a real host (the interceptor gives a GPU
-    // whose UUID is not in the slice nothing: issue 19)
+    // whose UUID is not in the slice nothing)
     let cfg = std::fs::read_to_string(h.config()).unwrap();
     std::fs::write(
         h.config(),

@@ -63,7 +63,7 @@ struct api {
   CUresult (*cuDeviceTotalMem_v1)(unsigned *, int);
   CUresult (*cuGraphAddMemAllocNode)(void **, void *, void *, size_t, void *);
   CUresult (*cuMemPoolTrimTo)(void *, size_t);
-  /* lifetimes (issue 9) */
+  /* lifetimes */
   CUresult (*cuStreamSynchronize)(void *);
   CUresult (*cuStreamCreate)(void **, unsigned);
   CUresult (*cuCtxSynchronize)(void);
@@ -85,7 +85,7 @@ struct api {
   CUresult (*cuGraphInstantiateWithFlags)(void **, void *, u64);
   CUresult (*cuDeviceGraphMemTrim)(int);
   CUresult (*cuDeviceSetMemPool)(int, void *);
-  /* peer access (issue 13) */
+  /* peer access */
   CUresult (*cuMemSetAccess)(u64, size_t, const void *, size_t);
   CUresult (*cuMemGetAccess)(u64 *, const void *, u64);
 };

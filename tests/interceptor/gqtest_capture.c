@@ -1,8 +1,8 @@
-/* gqtest: stream capture and graph launches (issue 17).
+/* gqtest: stream capture and graph launches.
    Part of gqtest (tests/interceptor/gqtest.c has main and the API table). */
 #include "gqtest.h"
 
-/* ---------------------------------------------------------------- capture (issue 17) */
+/* ---------------------------------------------------------------- capture */
 /* entry points the api table does not carry, through the same path as the rest */
 static void *fnp(const char *exported, const char *base, int ver) {
   if (!strncmp(mode, "gpa", 3)) return gpa_get(base, ver, !strcmp(mode, "gpa_ptsz") ? 2 : 0);
@@ -132,7 +132,7 @@ int t_capture(void) {
   CHECK(A.cuDeviceGraphMemTrim(0) == 0, "graph trim");
   CHECK(info_free() == slice, "after the graph freed everything and was trimmed: free %zu of %llu", info_free(), (unsigned long long)slice);
 
-  /* issue 17 §2: 3/4 of the slice captured and kept by the graph, then another
+  /* 3/4 of the slice captured and kept by the graph, then another
      allocator asks 1/2 of it: refused, right after the launch */
   void *g2 = 0; u64 keep;
   REQUIRE(c.begin(s, CAP_GLOBAL) == 0, "begin capture 2");

@@ -1,8 +1,8 @@
-/* gqtest: several GPUs: peer access (issue 13), a foreign GPU (issue 19).
+/* gqtest: several GPUs: peer access, a foreign GPU.
    Part of gqtest (tests/interceptor/gqtest.c has main and the API table). */
 #include "gqtest.h"
 
-/* ---------------------------------------------------------------- issue 13: peer access */
+/* ---------------------------------------------------------------- peer access */
 /* One rank of an NCCL-style job: with its current context on device RANK it
    creates VMM memory on device 1, maps it and grants devices 0 and 1 access
    (cuMemSetAccess), as NCCL does for its peer buffers. The container's
@@ -64,7 +64,7 @@ int t_peer(int rank, const char *ready, const char *stop) {
   return failures ? 1 : 0;
 }
 
-/* ---------------------------------------------------------------- foreign GPU (issue 19) */
+/* ---------------------------------------------------------------- foreign GPU */
 /* A container whose slice is GPU 1 alone (limits gpus=GPU 1's UUID) sees two
    GPUs: GPU 0 is not part of its slice and gets nothing — allocations are
    refused, cuMemGetInfo/cuDeviceTotalMem/NVML report 0 for it — while GPU 1

@@ -1,8 +1,8 @@
-/* gqtest: driver-side lifetimes (issue 9): failed frees, VMM, stream-ordered pools, context destroy, graph memory.
+/* gqtest: driver-side lifetimes: failed frees, VMM, stream-ordered pools, context destroy, graph memory.
    Part of gqtest (tests/interceptor/gqtest.c has main and the API table). */
 #include "gqtest.h"
 
-/* ---------------------------------------------------------------- issue 9: lifetimes */
+/* ---------------------------------------------------------------- lifetimes */
 u64 phys(int dev) { return stats().in_use[dev]; }
 
 /* a failed free keeps its charge; the retry releases it */

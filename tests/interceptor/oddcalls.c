@@ -1,4 +1,4 @@
-/* Odd calls (issue 17 §3): a battery of calls with arguments the driver
+/* Odd calls: a battery of calls with arguments the driver
    rejects, sized above any slice, printing "name code" per call. Run it
    natively and under libgpuquota.so with a slice: the outputs must be
    identical (the interceptor must not answer CUDA_ERROR_OUT_OF_MEMORY where

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interceptor CI suite (issue 3, acceptance 1-4) against the fake driver.
+# Interceptor CI suite against the fake driver.
 # Builds libgpuquota.so (release), the fake libcuda/libnvidia-ml and the test
 # programs into tests/fake/build/, runs every case, and ends with the line
 #   N passed, M failed
@@ -38,7 +38,7 @@ $CC $CF -o "$B/oddcalls" "$S/oddcalls.c" -ldl || { echo "0 passed, 1 failed"; ex
 export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GQ_LIB="$SO"
 unset GPU_QUOTA_VRAM GPU_QUOTA_USAGE_FILE GPU_QUOTA_STATE_DIR GPU_QUOTA_CONTEXT_OVERHEAD GPU_QUOTA_CONTEXT_COST_FILE FAKE_CUDA_PEAK_FILE FAKE_CUDA_CTX_BYTES
-# standalone slices charge a context by default (issue 17 §4); the cases
+# standalone slices charge a context by default; the cases
 # measure exact slices without one unless they ask (ctx_default_* below)
 export GPU_QUOTA_CONTEXT_OVERHEAD=0
 MiB=$((1 << 20)); GiB=$((1 << 30))
@@ -146,7 +146,7 @@ t slice_decimal_units env GPU_QUOTA_VRAM=0.1GB GQ_SLICE=100000000 LD_PRELOAD="$S
 t slice_above_real_total env GPU_QUOTA_VRAM=4g GQ_SLICE=$GiB LD_PRELOAD="$SO" "$B/gqtest_dl" paths
 t multi_device q env FAKE_CUDA_DEVICES=2 "$B/gqtest_dl" multidev
 t ctx_overhead_env q env GPU_QUOTA_CONTEXT_OVERHEAD=16m GQ_OVERHEAD=$((16 * MiB)) "$B/gqtest_dl" ctx
-# standalone default (issue 17 §4): the host's measured cost from the hook's
+# standalone default: the host's measured cost from the hook's
 # cache, else the built-in 616 MiB; the env key overrides (0 = none)
 ctx_default() {
   local cache="$1" want="$2"
@@ -290,7 +290,7 @@ live() { # FROM TO
 }
 t live_grant_grows live $((64 * MiB)) $((128 * MiB))
 t live_grant_shrinks live $((64 * MiB)) $((32 * MiB))
-# issue 8 item 5: an unusable usage file refuses everything (one line naming
+# An unusable usage file refuses everything (one line naming
 # it), never a private budget, and is never grown or rewritten
 bad_usage() { # NAME: prepares $T/fc_NAME/usage
   local d="$T/fc_$1"; mkstate "$d" $((64 * MiB))

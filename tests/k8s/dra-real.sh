@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 evidence: gpu-quota's DRA driver on a real control plane, by hand.
+# gpu-quota's DRA driver on a real control plane, by hand.
 #
 #   K8S_BIN=DIR ETCD=FILE CTD_PREFIX=DIR [GQ_BIN=DIR] [OUT=FILE] tests/k8s/dra-real.sh
 #
@@ -517,7 +517,7 @@ case_fragment() {
   waitfor 90 running p6 || { KC describe pod p6 | tail -20; return 1; }
   note "p6 (6Gi) runs: $(pod_claim_alloc p6)"
 }
-# ---------------------------------------------------------------- issue 31: a living cluster
+# ---------------------------------------------------------------- a living cluster
 reset_pods() {  # no pod and no container outside Kubernetes left
   KC delete pods --all --grace-period=1 >/dev/null 2>&1
   local o; for o in gq-out1 gq-out2 gq-out3; do outside_rm "$o" >/dev/null 2>&1; done

@@ -514,7 +514,7 @@ fn presented_finds_one_claim() {
     assert_eq!(env_var("3f6c-a1-9"), "GPU_QUOTA_CLAIM_3f6c_a1_9");
 }
 
-/// Review of issue 20: the variable's name comes from the image or the pod
+/// The variable's name comes from the image or the pod
 /// spec (an image's `ENV` may name anything), and the refusal is printed on
 /// the engine's terminal and in its log: control characters in it must
 /// come out escaped, as every other hostile value in a gpu-quota message.
@@ -561,7 +561,7 @@ fn a_hostile_variable_name_is_printed_escaped_in_every_refusal() {
     assert!(e.to_string().contains("\"GPU_QUOTA_CLAIM_u_1\""), "{e}");
 }
 
-/// Review of issue 20: the token is compared as it is — no case folding,
+/// The token is compared as it is — no case folding,
 /// no trimming, no prefix, nothing after the first `=` ignored — and an
 /// empty value, a bare name or a second copy with another value never
 /// binds. Negative control: the exact token binds.
@@ -615,7 +615,7 @@ fn only_the_exact_token_binds_no_case_space_or_duplicate_tricks() {
     bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap();
 }
 
-/// Review of issue 20: what a prepare does with a hostile CDI directory or
+/// What a prepare does with a hostile CDI directory or
 /// spec path, and an old 0644 ledger. A directory that is a link or
 /// writable by others is refused with nothing reserved; a link planted at
 /// the spec path is replaced, never written through; a temp file name

@@ -517,7 +517,7 @@ mod tests {
         ));
     }
 
-    /// Issue 16: on cgroup v1 every container start logged "driver limits
+    /// On cgroup v1 every container start logged "driver limits
     /// not set: not cgroup v2"; a host condition is said once, by doctor.
     #[test]
     fn not_cgroup_v2_is_not_said_per_container() {

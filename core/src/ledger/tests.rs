@@ -160,7 +160,7 @@ fn confirm_and_stale_pid_reclaimed() {
     ));
 }
 
-/// Issue 16 §4: the same id and bundle under two runc roots are two
+/// The same id and bundle under two runc roots are two
 /// containers; every lookup (duplicate check, confirm, release) keys on
 /// the root as well.
 #[test]
@@ -307,7 +307,7 @@ fn dead_reservation(l: &Ledger, cfg: &Config, inv: &Inventory, id: &str, gpu: u3
     child.wait().unwrap();
 }
 
-/// Issue 8, class 4: reservations reclaimed during an admission were
+/// Class 4: reservations reclaimed during an admission were
 /// dropped, so their state directories were never removed.
 #[test]
 fn admission_reports_what_it_reclaimed() {
@@ -344,7 +344,7 @@ fn admission_reports_what_it_reclaimed() {
     assert_eq!(reclaimed.len(), 1, "the refusal still reports the reclaim");
 }
 
-/// Issue 8, class 4: liveness was judged by pid alone, so `gc` or an
+/// Class 4: liveness was judged by pid alone, so `gc` or an
 /// admission from another pid namespace saw every live container as dead.
 #[test]
 fn liveness_is_never_judged_across_namespaces_but_a_new_boot_ends_all() {
@@ -462,7 +462,7 @@ pub(super) fn record_files(l: &Ledger) -> Vec<String> {
     v
 }
 
-/// Issue 18: a container start (admission, the hook's confirmation) and
+/// A container start (admission, the hook's confirmation) and
 /// its release touch only that container's record; ledger.json is written
 /// once, to mark the schema that has records.
 #[test]

@@ -85,7 +85,7 @@ fn contains_request_key(b: &[u8]) -> bool {
     s.contains(&format!("\"{}\"", keys::ANN_VRAM))
         || s.contains(keys::ANNOTATION_PREFIX)
         || s.contains(keys::ENV_VRAM)
-        // a DRA claim's variable (issue 20): never run unbound, nor hand
+        // a DRA claim's variable: never run unbound, nor hand
         // its token to runc and the container
         || s.contains(keys::ENV_CLAIM_PREFIX)
 }

@@ -8,7 +8,7 @@
 //!   the bundle's config.json is loaded once ([`Bundle`]) and the outcome is
 //!   one of: pass through untouched (no request, no claim); admitted — the
 //!   request placed in the ledger, or the container bound to the prepared
-//!   DRA claim it presents (`GPU_QUOTA_CLAIM_<uid>=<token>`, issue 20), the
+//!   DRA claim it presents (`GPU_QUOTA_CLAIM_<uid>=<token>`), the
 //!   spec edited by one list of modifiers (`spec::Modifier`), the state
 //!   directory (its own tmpfs) made before runc clones the mount namespace,
 //!   the bundle flushed once; or refused, with the refusal recorded

@@ -202,7 +202,7 @@ fn kubernetes_sandbox_is_left_alone() {
         .is_some());
 }
 
-/// Issue 8, class 2: annotation `vram=1g` plus image `ENV GPU_QUOTA_GPUS=2`
+/// Class 2: annotation `vram=1g` plus image `ENV GPU_QUOTA_GPUS=2`
 /// gave the container two GPUs (fields were merged one by one). One
 /// request has one source.
 #[test]

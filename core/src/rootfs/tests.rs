@@ -50,7 +50,7 @@ fn dangling_file_symlink_refused_and_dirs_created() {
     );
 }
 
-/// Issue 8, class 3: the final component is checked before anything is
+/// Class 3: the final component is checked before anything is
 /// opened for reading; symlinks (even ones inside the rootfs) and
 /// special files are refused with the path named.
 #[test]
@@ -165,7 +165,7 @@ fn listing(d: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
-/// Issue 16 §1: a volume at /data with the image's `/etc -> /data/etc`,
+/// A volume at /data with the image's `/etc -> /data/etc`,
 /// a tmpfs at /run: every lookup that would land there is refused
 /// (EXDEV), naming the mount, and nothing is written on either; the
 /// same paths resolve into them without `RESOLVE_NO_XDEV` (the negative

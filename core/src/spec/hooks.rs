@@ -92,7 +92,7 @@ mod tests {
             .contains("poststop"));
     }
 
-    /// Issue 16 §4: a bundle reused under another runc root carries that
+    /// A bundle reused under another runc root carries that
     /// container's key in our hook entries, not the first one's (and no
     /// second entry); others' hooks are kept.
     #[test]

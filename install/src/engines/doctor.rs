@@ -177,7 +177,7 @@ pub fn checks(h: &Host) -> Vec<Check> {
             )),
         }
     }
-    // the NVIDIA Container Toolkit beside gpu-quota (issue 19)
+    // the NVIDIA Container Toolkit beside gpu-quota
     out.extend(super::toolkit_doctor::checks(h));
     out
 }
@@ -285,7 +285,7 @@ mod tests {
         assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
     }
 
-    /// Issue 18: doctor matched pod_annotations patterns by prefix only
+    /// Doctor matched pod_annotations patterns by prefix only
     /// ("gpu*" passed "gpu-quota.io/vram"), containerd matches them with Go's
     /// path.Match (`*` stops at '/', classes work): doctor said Ok for a key
     /// containerd drops, and Fail for a key it passes.

@@ -1,4 +1,4 @@
-//! `gpu-quota doctor`: the NVIDIA Container Toolkit beside gpu-quota (issue 19). Whether
+//! `gpu-quota doctor`: the NVIDIA Container Toolkit beside gpu-quota. Whether
 //! the toolkit is installed (its programs on PATH, its config, CDI specs naming
 //! `nvidia.com/gpu`), in which mode (the legacy `nvidia-container-runtime-hook` that Docker's
 //! `--gpus` calls, or CDI), and whether `--gpus` / CDI devices together with

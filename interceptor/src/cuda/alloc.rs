@@ -72,7 +72,7 @@ unsafe fn pitch_common(
     }
     let api = b"cuMemAllocPitch";
     let dev = crate::contexts::current_dev_charged();
-    // what the driver rejects reaches it (issue 17 §3): no output pointers,
+    // what the driver rejects reaches it: no output pointers,
     // an empty extent, an element size other than 4/8/16, a row wider than
     // the device's maximum pitch, a size beyond 64 bits
     let max_pitch = dev_attr_cached(&MAX_PITCH, CU_DEVICE_ATTRIBUTE_MAX_PITCH, dev.ordinal);

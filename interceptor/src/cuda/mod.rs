@@ -105,7 +105,7 @@ fn record(
     }
 }
 
-/// Arguments the driver rejects (issue 17 §3): they reach the driver first,
+/// Arguments the driver rejects: they reach the driver first,
 /// uncharged, so the program gets the driver's own answer and not a
 /// refusal; should the driver accept them after all, the charge follows
 /// (refused: the allocation is undone and the answer is OUT_OF_MEMORY).

@@ -161,7 +161,7 @@ pub fn installed_entry(fs: &dyn FsView, key: &str) -> Option<String> {
 }
 
 /// Whether containerd's CRI applies CDI devices (what a DRA driver's prepared
-/// claims arrive as, issue 20): `enable_cdi` in the CRI plugin table of the
+/// claims arrive as): `enable_cdi` in the CRI plugin table of the
 /// main config or its imports, else containerd's default for the config
 /// version (off in 1.x, `version = 2`; on in 2.x, `version = 3`). `None`
 /// without a readable main config.
