@@ -143,10 +143,25 @@ pub fn verdict(n: c_int, attr: impl Fn(c_int) -> Result<c_int, CUresult>) -> Ver
     Verdict::Client
 }
 
-/// Whether a unix stream socket at `path` takes a connection: `Err(errno)`
+/// Whether the unix socket at `path` takes a connection: `Err(errno)`
 /// when it does not (no file, nothing listening, a backlog still full
-/// after `bound_ns`). The connection is closed at once.
+/// after `bound_ns`). The connection is closed at once. NVIDIA's daemon
+/// listens on a socket of another type than a stream (measured on the
+/// H200: a stream connect got EPROTOTYPE), so each type a daemon may
+/// listen on is tried in turn, the next only where the kernel says the
+/// type is wrong.
 pub fn control_answers(path: &CStr, bound_ns: u64) -> Result<(), c_int> {
+    let mut r = Err(libc::EPROTOTYPE);
+    for kind in [libc::SOCK_SEQPACKET, libc::SOCK_STREAM] {
+        r = connect_as(path, kind, bound_ns);
+        if r != Err(libc::EPROTOTYPE) {
+            break;
+        }
+    }
+    r
+}
+
+fn connect_as(path: &CStr, kind: c_int, bound_ns: u64) -> Result<(), c_int> {
     // SAFETY: a zeroed sockaddr_un is valid
     let mut a: libc::sockaddr_un = unsafe { core::mem::zeroed() };
     a.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -161,7 +176,7 @@ pub fn control_answers(path: &CStr, bound_ns: u64) -> Result<(), c_int> {
     unsafe {
         let fd = libc::socket(
             libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            kind | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
             0,
         );
         if fd < 0 {
@@ -287,6 +302,35 @@ mod tests {
         assert!(t.elapsed() < std::time::Duration::from_millis(100));
         let long = std::ffi::CString::new("/x".repeat(100)).unwrap();
         assert_eq!(control_answers(&long, 0), Err(libc::ENAMETOOLONG));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// NVIDIA's daemon listens on a socket that is no stream (on the H200 a
+    /// stream connect got EPROTOTYPE and every share was refused): a
+    /// seqpacket listener answers too.
+    #[test]
+    fn a_seqpacket_listener_answers() {
+        let d = std::env::temp_dir().join(format!("gq-mpsguard-sp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let c = std::ffi::CString::new(d.join("control").to_str().unwrap()).unwrap();
+        // SAFETY: a socket of the test's own, bound and listened on, closed below
+        let fd = unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+            let mut a: libc::sockaddr_un = core::mem::zeroed();
+            a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            for (d, s) in a.sun_path.iter_mut().zip(c.to_bytes()) {
+                *d = *s as libc::c_char;
+            }
+            let len = core::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+            assert_eq!(libc::bind(fd, &a as *const _ as *const libc::sockaddr, len), 0);
+            assert_eq!(libc::listen(fd, 8), 0);
+            fd
+        };
+        assert_eq!(control_answers(&c, CONNECT_BOUND_NS), Ok(()));
+        // SAFETY: ours
+        unsafe { libc::close(fd) };
+        assert_eq!(control_answers(&c, CONNECT_BOUND_NS), Err(libc::ECONNREFUSED));
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -646,7 +646,7 @@ kill -9 $DP; K0=$(now_ms); SEQ=""; SERVED=""
 for i in $(seq 60); do
   o=$(attr_in kb); t=$(( $(now_ms) - K0 ))
   if echo "$o" | grep -q '"mps_enabled": 1'; then SERVED=$t; SEQ="$SEQ | ${t}ms served"; break; fi
-  SEQ="$SEQ | ${t}ms $(echo "$o" | grep -o 'gpu-quota:[^|]*' | cut -c1-160)$(echo "$o" | grep -o '"init": [0-9]*, "mps_enabled": [0-9a-z]*')"
+  SEQ="$SEQ | ${t}ms $(echo "$o" | grep -o 'gpu-quota: cuInit refused[^(]*([a-z ]*' | cut -c1-60)$(echo "$o" | grep -o '"init": [0-9]*, "mps_enabled": [0-9a-z]*')"
   sleep 0.3
 done
 OUTSIDE=$(echo "$SEQ" | grep -c '"mps_enabled": 0' || true)
@@ -662,6 +662,7 @@ mdel ka; mdel kb
 echo "$R1" | grep -q 'gpu-quota:' && ! echo "$R2" | grep -q '^RESULT' && [ "$OUTSIDE" = 0 ] && [ -n "$SERVED" ] && [ -n "$CS" ] && ! echo "$KA" | grep -q '"mps": 0' && res PASS "37#daemon-killed" "the daemon killed while shares run: no share process computes outside MPS, a new process is refused at cuInit, and is served once the supervisor has restarted the daemon" "supervisor running: served ${SERVED} ms after the kill ($SEQ); supervisor paused: refused ($R1), mm refused ($R2); served ${CS} ms after it resumed; the running client: ${KAERR:-$KA}" || res FAIL "37#daemon-killed" "daemon killed" "seq $SEQ; paused: $R1 / $R2; resumed: ${CS:-never}; outside=$OUTSIDE; running client ${KA:-} $KAERR"
 kill $SUPPID 2>/dev/null; wait $SUPPID 2>/dev/null
 echo "supervisor log:"; tail -20 $W/supervise.log | tee -a $MPSR
+echo "the daemon's control.log:"; tail -40 $MD/log/control.log 2>/dev/null | tee -a $MPSR
 fi
 
 if want mpsbench; then

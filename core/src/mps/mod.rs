@@ -170,6 +170,7 @@ fn start(cfg: &Config, uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), Mp
             err,
         })?;
     }
+    clear_stale(d);
     ctl.start(uuid, d).map_err(|what| MpsError::Daemon {
         uuid: uuid.into(),
         what,
@@ -199,6 +200,29 @@ fn start(cfg: &Config, uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), Mp
     }
     // the containers' links to the new daemon's socket
     refresh_view(uuid, d)
+}
+
+/// What a daemon that died (kill -9, a crash) left in its pipe directory:
+/// its sockets, lock, pid file and log FIFO. Called under the daemons'
+/// lock before a start, when no daemon answers there (a hung one was
+/// killed first): NVIDIA's control program may refuse to start over them.
+fn clear_stale(d: &Dirs) {
+    // a daemon whose process still lives (slow to answer) keeps its files
+    let alive = std::fs::read_to_string(d.pipe.join(PID_FILE))
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+    if alive {
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(&d.pipe) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if e.file_type().is_ok_and(|t| !t.is_dir()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn refresh_view(uuid: &str, d: &Dirs) -> Result<(), MpsError> {
