@@ -180,6 +180,25 @@ fn records_of(h: &Host, id: &str) -> usize {
         .count()
 }
 
+/// A host whose NVML is the fake one (its two GPUs are the host's): a shrink
+/// needs the driver's per-process account (lifecycle::held), and the fake
+/// NVML sees no process of these containers hold memory.
+fn host_with_fake_nvml() -> Host {
+    let h = Host::new(HostOpts::default());
+    let nvml = h.path().join("lib/libnvidia-ml.so.580.1");
+    std::fs::remove_file(&nvml).unwrap();
+    std::fs::copy(repo().join("tests/fake/build/libnvidia-ml.so.1"), &nvml).unwrap();
+    std::fs::write(h.path().join("lib/fake-nvml-devices"), "2").unwrap();
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    std::fs::write(
+        h.config(),
+        cfg.replace(&uuid(0), &fake_uuid(0))
+            .replace(&uuid(1), &fake_uuid(1)),
+    )
+    .unwrap();
+    h
+}
+
 /// kill -9 at every step of a resize's ledger writes (a record's name
 /// carries its bytes: a resized record is written under its new name and
 /// the old one removed after): the next `gc` leaves exactly one record of
@@ -187,7 +206,7 @@ fn records_of(h: &Host, id: &str) -> usize {
 #[test]
 fn kill_at_every_write_of_a_resize_leaves_one_record_after_gc() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
+    let h = host_with_fake_nvml();
     run_busybox(&h, "kw", &[("vram", "4g")]);
     let mut twice = 0;
     for (to, size) in [(6 * GIB, "6g"), (2 * GIB, "2g")] {
@@ -221,21 +240,7 @@ fn kill_at_every_write_of_a_resize_leaves_one_record_after_gc() {
 #[test]
 fn kill_at_every_step_of_a_resize_leaves_the_ledger_and_the_limit_agreeing() {
     require_e2e!();
-    let h = Host::new(HostOpts::default());
-    // a shrink needs the driver's per-process account (lifecycle::held): the
-    // fake NVML (its two GPUs are the host's), which sees no process of the
-    // container hold memory
-    let nvml = h.path().join("lib/libnvidia-ml.so.580.1");
-    std::fs::remove_file(&nvml).unwrap();
-    std::fs::copy(repo().join("tests/fake/build/libnvidia-ml.so.1"), &nvml).unwrap();
-    std::fs::write(h.path().join("lib/fake-nvml-devices"), "2").unwrap();
-    let cfg = std::fs::read_to_string(h.config()).unwrap();
-    std::fs::write(
-        h.config(),
-        cfg.replace(&uuid(0), &fake_uuid(0))
-            .replace(&uuid(1), &fake_uuid(1)),
-    )
-    .unwrap();
+    let h = host_with_fake_nvml();
     run_busybox(&h, "k9", &[("vram", "4g")]);
     let mut disagreed = 0;
     for (from, to, size) in [(4 * GIB, 6 * GIB, "6g"), (4 * GIB, 2 * GIB, "2g")] {
