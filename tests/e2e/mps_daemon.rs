@@ -188,11 +188,14 @@ fn a_hung_daemon_is_killed_and_replaced() {
 
 /// Root in a share container runs the image's copy of the MPS control UI
 /// against its mounted pipe directory: it sees the client socket only, and
-/// no command it sends changes the daemon (its defaults, the server's
-/// percentage, the pinned-memory default, a neighbour's client, its life).
-/// The host's UI, on the privileged socket, can (positive control).
+/// the daemon's defaults, its pinned-memory default and its life are beyond
+/// it. The server's own percentage and `terminate_client` are not: NVIDIA's
+/// daemon takes both from root on the client socket (measured on the H200,
+/// docs/gpu-runs/2026-12-03-h200-mpsshare/), and so does the fake; what a
+/// container can do with them is in docs/security.md, class 19. The host's
+/// UI, on the privileged socket, can do all (positive control).
 #[test]
-fn control_commands_from_a_container_change_nothing() {
+fn control_commands_from_a_container_leave_the_defaults_and_the_daemon() {
     require_e2e!();
     let (h, b) = probe_host("nb");
     let _d = Daemons(&h);
@@ -229,8 +232,6 @@ fn control_commands_from_a_container_change_nothing() {
         (
             daemon_pid(&dir),
             ui(&dir, "get_default_active_thread_percentage"),
-            ui(&dir, &format!("get_active_thread_percentage {srv}")),
-            ui(&dir, &format!("get_client_list {srv}")),
             ui(&dir, "get_default_device_pinned_mem_limit 0"),
         )
     };
@@ -239,8 +240,6 @@ fn control_commands_from_a_container_change_nothing() {
     for cmd in [
         "set_default_active_thread_percentage 10".to_string(),
         "set_default_active_thread_percentage 100".to_string(),
-        format!("set_active_thread_percentage {srv} 100"),
-        format!("terminate_client {srv} {nb_pid}"),
         "set_default_device_pinned_mem_limit 0 100G".to_string(),
         "quit".to_string(),
     ] {
@@ -282,7 +281,7 @@ fn control_commands_from_a_container_change_nothing() {
         "the neighbour is still a client"
     );
     assert_eq!(
-        before.2.as_deref(),
+        ui(&dir, &format!("get_active_thread_percentage {srv}")).as_deref(),
         Some("50.0"),
         "the server's percentage is the host's"
     );

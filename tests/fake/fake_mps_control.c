@@ -24,14 +24,16 @@
  *                               and its end (EOF) ends the client
  *     anything else             logged as "User did not send valid credentials", closed
  *
- * Privileged commands (set_*, quit, terminate_client) are served on
- * control_privileged only, and there only to root or the daemon's owner; on
- * control a peer of another uid gets the real refusal text (measured) and root
- * gets the fake's own (FAKE_CTL_MSG). The UI connects to control_privileged
- * when it can, else to control. That is the model gpu-quota's container view
- * of the pipe directory is built on (core/src/mps/view.rs: a container sees
- * control, never control_privileged); whether the real daemon refuses root on
- * control is for the H200 to say.
+ * Privileged commands (set_*, quit, terminate_client) are served to root or
+ * the daemon's owner only (a peer of another uid gets the real refusal). On
+ * control_privileged root may do all of them; on control, as the H200's
+ * daemon answered root there (docs/gpu-runs/2026-12-03-h200-mpsshare/), the
+ * defaults (set_default_*, and every other set_* but a server's own
+ * percentage) get the UID refusal and quit "Not enough privilege to execute
+ * quit command", while set_active_thread_percentage <server> and
+ * terminate_client are taken. The UI connects to control_privileged when it
+ * can, else to control. gpu-quota's container view of the pipe directory
+ * (core/src/mps/view.rs) holds control only.
  *
  *
  * Active thread percentage, as NVIDIA documents it: a server takes the
@@ -75,7 +77,9 @@
 /* the real text, typo included (measured) */
 #define PRIV_MSG "Insufficient privileges for UID %u. Control deamon settings can only be modified by the user who started it or by the root user."
 /* the fake's own: root on the unprivileged socket */
-#define FAKE_CTL_MSG "Insufficient privileges on this socket: settings can only be modified through control_privileged"
+/* root on the client socket, as NVIDIA's daemon answers it (measured on the
+   H200, docs/gpu-runs/2026-12-03-h200-mpsshare/) */
+#define CTL_QUIT_MSG "Not enough privilege to execute quit command"
 
 extern char **environ;
 
@@ -242,7 +246,13 @@ static int command(const char *cmd, const struct ucred *cr, int on_priv, char *r
   rep[0] = 0;
   if (is_privileged_command(name)) {
     if (!privileged) { snprintf(rep, cap, PRIV_MSG, (unsigned)cr->uid); return 0; }
-    if (!on_priv) { snprintf(rep, cap, FAKE_CTL_MSG); return 0; }
+    /* on control, root keeps a server's own percentage and terminate_client
+       (the H200's daemon took both there) and loses the defaults and quit */
+    if (!on_priv && !strcmp(name, "quit")) { snprintf(rep, cap, CTL_QUIT_MSG); return 0; }
+    if (!on_priv && strcmp(name, "set_active_thread_percentage") && strcmp(name, "terminate_client")) {
+      snprintf(rep, cap, PRIV_MSG, (unsigned)cr->uid);
+      return 0;
+    }
   }
   if (!strcmp(name, "get_server_list")) {
     if (server_up) snprintf(rep, cap, "%d", (int)my_pid);
