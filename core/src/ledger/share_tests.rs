@@ -114,3 +114,18 @@ fn a_share_recorded_before_process_counts_is_of_one_process() {
     std::fs::write(l.path(), serde_json::to_vec(&plain).unwrap()).unwrap();
     assert_eq!(l.read().unwrap().reservations[0].slices[0].sm_procs, 0);
 }
+
+/// A reservation's request as `ls` shows it names the process count only
+/// where the share is split.
+#[test]
+fn a_split_share_is_described_with_its_process_count() {
+    let mut one = req(8 * G, Some(0));
+    one.sm = Some(25);
+    let mut four = one.clone();
+    four.sm_procs = 4;
+    assert_eq!(
+        describe_request(&four),
+        "vram=8.00 GiB gpu=0 sm=25% sm-procs=4"
+    );
+    assert_eq!(describe_request(&one), "vram=8.00 GiB gpu=0 sm=25%");
+}

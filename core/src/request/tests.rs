@@ -137,14 +137,6 @@ fn compute_share_split_over_processes() {
     .unwrap()
     .unwrap();
     assert_eq!(a.sm_procs, 1);
-    assert_eq!(
-        crate::ledger::describe_request(&four),
-        "vram=8.00 GiB sm=25% sm-procs=4"
-    );
-    assert_eq!(
-        crate::ledger::describe_request(&one),
-        "vram=8.00 GiB sm=25%"
-    );
 }
 
 #[test]
