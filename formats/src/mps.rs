@@ -28,6 +28,10 @@ pub const PIPE_SUBDIR: &str = "mps";
 /// The same, as the container sees it.
 pub const CONTAINER_PIPE_DIR: &str = "/run/gpu-quota/mps";
 pub const CONTAINER_PIPE_DIR_C: &CStr = c"/run/gpu-quota/mps";
+/// The daemon's client socket, the one entry of a pipe directory a
+/// container sees (core::mps::view), by its name and by its path there.
+pub const CLIENT_SOCKET: &str = "control";
+pub const CONTAINER_CONTROL_SOCKET_C: &CStr = c"/run/gpu-quota/mps/control";
 
 pub const ENV_PIPE_DIRECTORY_C: &CStr = c"CUDA_MPS_PIPE_DIRECTORY";
 pub const ENV_ACTIVE_THREAD_PERCENTAGE_C: &CStr = c"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
@@ -216,5 +220,9 @@ mod tests {
             [crate::layout::CONTAINER_DIR, PIPE_SUBDIR].join("/")
         );
         assert_eq!(CONTAINER_PIPE_DIR_C.to_str(), Ok(CONTAINER_PIPE_DIR));
+        assert_eq!(
+            CONTAINER_CONTROL_SOCKET_C.to_str(),
+            Ok([CONTAINER_PIPE_DIR, CLIENT_SOCKET].join("/").as_str())
+        );
     }
 }

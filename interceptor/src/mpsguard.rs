@@ -34,9 +34,8 @@ use libc::c_int;
 /// `CU_DEVICE_ATTRIBUTE_MPS_ENABLED` in cuda.h (CUDA 12.3 and later): 1
 /// when contexts created on the device are shared through MPS.
 pub const CU_DEVICE_ATTRIBUTE_MPS_ENABLED: c_int = 133;
-/// The control socket in the container (formats::mps::CONTAINER_PIPE_DIR
-/// and the client socket's name; a test checks they agree).
-pub const CONTROL_SOCKET: &CStr = c"/run/gpu-quota/mps/control";
+/// The control socket in the container.
+pub const CONTROL_SOCKET: &CStr = gpuquota_formats::mps::CONTAINER_CONTROL_SOCKET_C;
 /// How long a connect to a full backlog is tried again.
 pub const CONNECT_BOUND_NS: u64 = 500_000_000;
 

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 /// `control_privileged` (the daemon's settings), not `control_lock` or the
 /// pid file (a client could lock them), not the `log` FIFO (a client could
 /// write into it).
-pub const CLIENT_ENTRIES: &[&str] = &["control"];
+pub const CLIENT_ENTRIES: &[&str] = &[crate::formats::mps::CLIENT_SOCKET];
 
 /// The name of the view directory beside `pipe` and `log`.
 pub const SUBDIR: &str = "view";

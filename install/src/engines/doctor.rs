@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn containerd_pod_annotations() {
         let ok = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
-                  runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"gpu-quota.io/*\"]\n\
+                  runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"sm-procs\", \"gpu-quota.io/*\"]\n\
                   [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n";
         let fs = MemFs::new().with("/etc/containerd/config.toml", ok);
         let c = run(&fs, &["containerd"], None, false);
@@ -275,7 +275,11 @@ mod tests {
             r#""vram", "gpu", "gpus", "gpu-quota.io/vram", "gpu-quota.io/gpu", "gpu-quota.io/gpus""#,
         );
         assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
-        assert!(d.text.contains("drop sm, gpu-quota.io/sm"), "{}", d.text);
+        assert!(
+            d.text.contains("drop sm, ") && d.text.contains("gpu-quota.io/sm"),
+            "{}",
+            d.text
+        );
         // control: what `gpu-quota install containerd` writes passes
         let all: Vec<String> = keys::ANNOTATION_PATTERNS
             .iter()
@@ -302,10 +306,10 @@ mod tests {
             find(&c, "engine containerd").clone()
         };
         // control: the patterns containerd passes every key with
-        let d = verdict(r#""[v]ram", "gpu?", "gpu", "s[m]", "gpu-quota.io/*""#);
+        let d = verdict(r#""[v]ram", "gpu?", "gpu", "s[m]", "sm-pro?s", "gpu-quota.io/*""#);
         assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
         // `*` does not cross '/': containerd drops gpu-quota.io/vram
-        let d = verdict(r#""vram", "sm", "gpu*""#);
+        let d = verdict(r#""vram", "sm", "sm-procs", "gpu*""#);
         assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
     }
