@@ -226,7 +226,7 @@ fn containerd_real_parser_accepts_our_configs() {
         );
         assert!(
             dump.contains(
-                "pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"gpu-quota.io/*\"]"
+                "pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"sm-procs\", \"gpu-quota.io/*\"]"
             ),
             "{fixture_name}"
         );
