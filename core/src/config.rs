@@ -214,6 +214,13 @@ pub struct Config {
     /// `bin_dirs`. Run as root with a clean environment, so it must be a
     /// root-owned file nobody else can change (`paths::trusted_program`).
     pub mps_control: Option<PathBuf>,
+    /// Whether a compute share may run as host root (a container's root
+    /// without a user namespace). Off by default: MPS takes commands from
+    /// root on the client socket that steer the GPU's server (every
+    /// client's percentage) and end other containers' clients (measured on
+    /// the H200), so only a host whose tenants all trust each other
+    /// should turn it on.
+    pub mps_root_shares: bool,
 }
 
 impl Default for Config {
@@ -239,6 +246,7 @@ impl Default for Config {
             inventory: InventoryConfig::default(),
             cdi_dir: "/var/run/cdi".into(),
             mps_control: None,
+            mps_root_shares: false,
         }
     }
 }

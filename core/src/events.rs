@@ -99,9 +99,9 @@ pub fn reason_of(e: &LedgerError) -> &'static str {
             PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
             PlacementError::ShareNeedsOneGpu { .. } => "invalid_request",
             PlacementError::ShareDoesNotFit { .. } => "share_does_not_fit",
-            PlacementError::ShareUserUnknown { .. }
-            | PlacementError::ShareNotRoot { .. }
-            | PlacementError::ShareOfOtherUser { .. } => "share_user",
+            PlacementError::ShareUserUnknown { .. } | PlacementError::ShareAsHostRoot { .. } => {
+                "share_user"
+            }
             PlacementError::ShareBesideUnshared { .. }
             | PlacementError::UnsharedBesideShares { .. } => "share_mix",
         },

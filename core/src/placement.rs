@@ -80,18 +80,10 @@ pub enum PlacementError {
         holders: usize,
         elsewhere: String,
     },
-    #[error("{origin} asks for a compute share, but its spec does not say which host user its process runs as (it joins a user namespace, or no uid mapping holds its uid): a GPU's MPS daemon serves one user at a time, and the share is admitted only beside shares of the same user. Run it without sm=, or with its user namespace's mappings in the spec")]
+    #[error("{origin} asks for a compute share, but its spec does not say which host user its process runs as (it joins a user namespace, or no uid mapping holds its uid), and a share is served only to a process that cannot become host root. Run it without sm=, or with its user namespace's mappings in the spec")]
     ShareUserUnknown { origin: String },
-    #[error("{origin} asks for a compute share for a process of host uid {uid}, but gpu-quota's MPS daemons serve host uid 0 only: measured on the H200, the server MPS starts for another uid under them exits at once and its clients get CUDA error 805. Run the container's process as root without a user namespace, or leave sm out")]
-    ShareNotRoot { origin: String, uid: u32 },
-    #[error("requested sm={requested}% of {gpu} for a process of host uid {yours}, but its {holders} share(s) run as host uid {theirs}: the GPU's MPS daemon serves one user at a time, and a client of another user waits until every client there has ended. Run the container as the user that is host uid {theirs}, choose another GPU, or wait until the shares end (see `gpu-quota ls`)")]
-    ShareOfOtherUser {
-        requested: u32,
-        gpu: String,
-        holders: usize,
-        theirs: u32,
-        yours: String,
-    },
+    #[error("{origin} asks for a compute share for a process that runs as, or can become, host root (uid 0): MPS takes commands from host root on the client socket that change every client's percentage and end other containers' clients, so shares are served to other host users only. Run the container as another user (e.g. --user 1000) or in a user namespace that maps no uid to host root (Docker userns-remap, podman --userns=auto, Kubernetes hostUsers: false), or leave sm out; an operator whose tenants all trust each other can set mps_root_shares = true")]
+    ShareAsHostRoot { origin: String },
     #[error("requested sm={requested}% of {gpu}, which runs {unshared} sliced container(s) without a compute share: outside MPS they time-slice against every share there, so no share could be kept. Choose another GPU or wait until they end (see `gpu-quota ls`)")]
     ShareBesideUnshared {
         requested: u32,
@@ -119,9 +111,6 @@ pub struct GpuUse {
     pub sm: u32,
     /// Holders with a share.
     pub shared: usize,
-    /// The host uid the shares here run as (MPS serves one user per GPU);
-    /// `None`: no share here, or none recorded it.
-    pub share_user: Option<u32>,
 }
 
 impl GpuUse {
@@ -132,7 +121,6 @@ impl GpuUse {
         if s.sm_percent > 0 {
             self.sm += s.sm_percent;
             self.shared += 1;
-            self.share_user = self.share_user.or(s.sm_user);
         }
     }
     /// Leave `s` out again.
@@ -142,9 +130,6 @@ impl GpuUse {
         if s.sm_percent > 0 {
             self.sm = self.sm.saturating_sub(s.sm_percent);
             self.shared = self.shared.saturating_sub(1);
-            if self.shared == 0 {
-                self.share_user = None;
-            }
         }
     }
     /// Holders without a share: outside MPS, time-sliced.
@@ -230,15 +215,6 @@ impl Placer<'_> {
         let u = usage.get(&g.uuid).copied().unwrap_or_default();
         let free = crate::formats::grant::SM_MAX.saturating_sub(u.sm);
         match req.sm {
-            Some(p) if u.share_user.is_some_and(|h| Some(h) != req.user) => {
-                Some(PlacementError::ShareOfOtherUser {
-                    requested: p,
-                    gpu: describe(g),
-                    holders: u.shared,
-                    theirs: u.share_user.unwrap_or_default(),
-                    yours: req.user.map_or("unknown".into(), |u| u.to_string()),
-                })
-            }
             Some(p) if u.unshared() > 0 => Some(PlacementError::ShareBesideUnshared {
                 requested: p,
                 gpu: describe(g),

@@ -377,7 +377,9 @@ impl Request {
             named_gpus: true,
             sm: Some(sm),
             sm_procs: 1,
-            user: Some(0),
+            // a container's non-root user (root's shares are the
+            // operator's opt-in)
+            user: Some(1000),
         }
     }
 

@@ -11,8 +11,8 @@ pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 /// "The MPS client failed to connect to the MPS control daemon or the MPS
-/// server": what a process of another uid than its GPU's shares gets at
-/// cuInit (the compute-share client settings) instead of waiting there.
+/// server": what a host-root process in a container whose share is
+/// another user's gets at cuInit (the compute-share client settings).
 pub const CUDA_ERROR_MPS_CONNECTION_FAILED: CUresult = 805;
 /// "The hardware resources required to create MPS client have been
 /// exhausted": what a process beyond the CUDA processes its container's

@@ -45,17 +45,19 @@ fn host_euid() -> Option<u32> {
 }
 
 /// Set the client variables of the grant's share (nothing without one).
-/// A process of another host uid than the share's is refused instead
-/// (`Err`, the line printed): MPS would hold it inside cuInit until every
-/// process of the share's uid on the GPU has ended. So is a process beyond
-/// the processes the share is split over (crate::mpsslots).
+/// A process of host root in a container whose share was admitted for
+/// another user (an operator's `exec --user 0`) is refused instead (`Err`,
+/// the line printed): MPS would take its commands that steer the GPU's
+/// server. A hostile process need not come here; the daemon refuses those
+/// commands to the container's own user. So is a process beyond the
+/// processes the share is split over (crate::mpsslots).
 pub fn impose() -> Result<(), CUresult> {
     let Some((sm, procs, vram, user)) = share() else {
         return Ok(());
     };
-    if let (Some(theirs), Some(mine)) = (user, host_euid()) {
-        if mine != theirs {
-            crate::msg::share_of_other_user(mine, theirs);
+    if let (Some(theirs), Some(0)) = (user, host_euid()) {
+        if theirs != 0 {
+            crate::msg::share_as_host_root(theirs);
             return Err(CUDA_ERROR_MPS_CONNECTION_FAILED);
         }
     }

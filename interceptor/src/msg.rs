@@ -53,14 +53,13 @@ pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
     finish(b);
 }
 
-/// A process of another host uid than its GPU's compute shares, at cuInit.
-pub fn share_of_other_user(mine: u32, theirs: u32) {
+/// A process of host root in a container whose compute share was admitted
+/// for another host user, at cuInit.
+pub fn share_as_host_root(theirs: u32) {
     let Some(mut b) = gate::<320>() else { return };
-    b.push(b"gpu-quota: this process runs as host uid ");
-    b.push_u64(mine as u64);
-    b.push(b", but its GPU's compute shares run as uid ");
+    b.push(b"gpu-quota: cuInit refused: this process runs as host root, and its container's compute share is served to host uid ");
     b.push_u64(theirs as u64);
-    b.push(b": the GPU's MPS daemon serves one user at a time and would hold this process in cuInit until the other user's processes end; run it as the container's user");
+    b.push(b" only (MPS lets host root steer the GPU's server); run it as the container's user");
     finish(b);
 }
 

@@ -10,47 +10,15 @@
 //! and runc names a container's cgroup after its id (two tests' "a" once
 //! met in /sys/fs/cgroup/cpu/a).
 use gpu_quota_e2e::cuda::*;
+use gpu_quota_e2e::mps::{control, delete, extra, gq, mps_dir, probe_host, SHARE_USER};
 use gpu_quota_e2e::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-
-fn control() -> PathBuf {
-    let p = repo_dir().join("tests/fake/build/nvidia-cuda-mps-control");
-    assert!(p.is_file(), "{} not built: make -C tests/fake", p.display());
-    p
-}
-
-fn extra() -> String {
-    format!(
-        "log = \"file\"\nmps_control = \"{}\"\n",
-        control().display()
-    )
-}
-
-fn gq(h: &Host, args: &[&str]) -> Output {
-    let mut c = Command::new(bin("gpu-quota"));
-    c.env("GPU_QUOTA_CONFIG", h.config()).args(args);
-    capture(c)
-}
-
-/// GPU `uuid`'s daemon directory on host `h`.
-fn mps_dir(h: &Host, uuid: &str) -> PathBuf {
-    h.path().join("state/mps").join(uuid)
-}
 
 /// One command to the control UI of the daemon on `dir`'s pipe directory,
 /// as an operator would give it: whether the UI succeeded.
 fn ui(dir: &Path, cmd: &str) -> bool {
-    let mut c = Command::new(control());
-    c.env_clear()
-        .env("CUDA_MPS_PIPE_DIRECTORY", dir.join("pipe"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let Ok(mut ch) = c.spawn() else { return false };
-    use std::io::Write;
-    let _ = writeln!(ch.stdin.take().unwrap(), "{cmd}");
-    ch.wait().is_ok_and(|s| s.success())
+    gpu_quota_e2e::mps::ui(dir, cmd).is_some()
 }
 
 /// Whether a daemon answers on `dir`'s pipe directory.
@@ -75,41 +43,22 @@ impl Drop for Daemons<'_> {
     }
 }
 
+/// Container `id` with `ann`, its process running as [`SHARE_USER`].
 fn start(h: &Host, id: &str, ann: &[(&str, &str)]) -> Output {
-    let b = h.bundle(id);
-    b.set(ann, "touch /out/up; sleep 600", &[]);
-    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
-    if o.status.success() {
-        b.wait_out("up", 10).expect("container up");
-    }
-    o
+    start_as(h, id, ann, SHARE_USER)
 }
 
 /// [`start`], with the container's process running as host uid `uid`
-/// (no user namespace): `/out` writable for it.
+/// (no user namespace).
 fn start_as(h: &Host, id: &str, ann: &[(&str, &str)], uid: u32) -> Output {
     let b = h.bundle(id);
     b.set(ann, "touch /out/up; sleep 600", &[]);
-    let mut c = b.config();
-    c["process"]["user"] = serde_json::json!({"uid": uid, "gid": uid});
-    b.write_config(&c);
-    std::os::unix::fs::chown(&b.out, Some(uid), Some(uid)).unwrap();
+    b.run_as(uid);
     let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
     if o.status.success() {
         b.wait_out("up", 10).expect("container up");
     }
     o
-}
-
-fn delete(h: &Host, id: &str) {
-    let _ = h.runtime(&["kill", id, "KILL"]);
-    for _ in 0..100 {
-        if h.runtime(&["delete", id]).status.success() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert_ok(&h.runtime(&["delete", "--force", id]), "delete");
 }
 
 #[test]
@@ -244,7 +193,8 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
         &[("vram", "2g"), ("sm", "25%")],
         "touch /out/up; sleep 600",
         &[],
-    );
+    )
+    .run_as(SHARE_USER);
     let mut c = h.runtime_cmd(&["run", "-d", "--bundle", &b.bundle_arg(), "ga"]);
     let w = fds[1];
     unsafe {
@@ -309,23 +259,6 @@ fn gc_starts_a_dead_daemon_again_where_shares_are() {
     );
 }
 
-/// A host with the fake driver and container `name`, whose rootfs holds
-/// mps_client_probe (it runs the fake libcuda's cuInit and prints the MPS
-/// client that joined) and mps_client_probe_static (the same with the fake
-/// libcuda linked in: no preload reaches it).
-fn probe_host(name: &str) -> (Host, Bundle) {
-    let (h, b, _) = cuda_host(name, &extra());
-    let rootfs = b.rootfs();
-    let probe = repo_dir().join("tests/fake/build/mps_client_probe");
-    std::fs::copy(&probe, rootfs.join("bin/mps_client_probe")).unwrap();
-    for l in ldd_libs(&probe) {
-        copy_lib(&rootfs, &l);
-    }
-    let st = repo_dir().join("tests/fake/build/mps_client_probe_static");
-    std::fs::copy(&st, rootfs.join("bin/mps_client_probe_static")).unwrap();
-    (h, b)
-}
-
 #[test]
 fn a_client_runs_at_its_share_whatever_the_image_and_the_process_set() {
     require_e2e!();
@@ -374,49 +307,61 @@ fn a_client_runs_at_its_share_whatever_the_image_and_the_process_set() {
     );
 }
 
-/// MPS serves one user per GPU at a time, and gpu-quota's root daemons
-/// serve root (measured on the H200: a server started for uid 1000 under
-/// them exits at once, its client gets error 805). So a share is admitted
-/// for a process of host uid 0 only, records that uid in its grant, and a
-/// share whose spec does not say its host user is refused.
+/// MPS takes commands from host root on its client socket that steer the
+/// GPU's server (every client's percentage) and end other containers'
+/// clients (measured on the H200), and refuses them to other uids. So a
+/// share is admitted for a process that cannot become host root: not root
+/// without a user namespace, not a namespace mapping any uid to host root,
+/// not a spec that does not say (it joins a namespace); the operator may
+/// allow root's shares. A non-root share runs without setuid-root paths
+/// (noNewPrivileges, no CAP_SETUID), and shares of different users share a
+/// GPU (the daemons are multi-user).
 #[test]
-fn the_shares_on_a_gpu_run_as_one_host_user() {
+fn a_share_is_served_to_users_that_cannot_become_host_root() {
     require_e2e!();
     let h = Host::new(HostOpts {
         extra_config: extra(),
         ..HostOpts::default()
     });
     let _d = Daemons(&h);
-    let o = start_as(
-        &h,
-        "u1",
-        &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")],
-        1000,
-    );
-    assert!(!o.status.success(), "a share for uid 1000");
+    let share = [("vram", "1g"), ("sm", "25%"), ("gpu", "0")];
+    let o = start_as(&h, "r0", &share, 0);
+    assert!(!o.status.success(), "a share for host root");
     let e = stderr(&o);
     assert!(
-        e.contains("host uid 1000") && e.contains("host uid 0 only") && e.contains("leave sm out"),
+        e.contains("host root") && e.contains("--user 1000") && e.contains("mps_root_shares"),
         "{e}"
     );
-    // a slice without a share as uid 1000 is as before (negative control)
-    assert_ok(
-        &start_as(&h, "u2", &[("vram", "1g"), ("gpu", "1")], 1000),
-        "uid 1000, no share",
+    assert!(h.reservations().is_empty(), "nothing reserved");
+    // a user namespace whose root is host uid 100000, but whose uid 5000
+    // is host root: root inside may setuid to it
+    let userns = |id: &str, maps: serde_json::Value| {
+        let b = h.bundle(id);
+        b.set(&share, "touch /out/up; sleep 600", &[]);
+        let mut c = b.config();
+        c["linux"]["namespaces"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"type": "user"}));
+        c["linux"]["uidMappings"] = maps.clone();
+        c["linux"]["gidMappings"] = maps;
+        b.write_config(&c);
+        h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id])
+    };
+    let o = userns(
+        "back",
+        serde_json::json!([{"containerID": 0, "hostID": 100000, "size": 1000},
+                           {"containerID": 5000, "hostID": 0, "size": 1}]),
     );
-    assert_ok(
-        &start(&h, "r0", &[("vram", "1g"), ("sm", "25%"), ("gpu", "0")]),
-        "root's share",
+    assert!(!o.status.success(), "a namespace that maps host root");
+    assert!(
+        stderr(&o).contains("can become, host root"),
+        "{}",
+        stderr(&o)
     );
-    let user = h
-        .reservations()
-        .into_iter()
-        .find(|r| r["container_id"] == "r0")
-        .map(|r| r["slices"][0]["sm_user"].as_u64());
-    assert_eq!(user, Some(Some(0)), "the share records its host uid");
     // a spec that joins a user namespace does not say its host user
     let b = h.bundle("ns");
-    b.set(&[("vram", "1g"), ("sm", "25%")], "true", &[]);
+    b.set(&share, "true", &[]);
     let mut c = b.config();
     c["linux"]["namespaces"]
         .as_array_mut()
@@ -426,11 +371,58 @@ fn the_shares_on_a_gpu_run_as_one_host_user() {
     let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "ns"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("which host user"), "{}", stderr(&o));
+    // a container's non-root user (given CAP_SETUID, as an engine's
+    // defaults do): admitted, recorded, kept from root
+    let b = h.bundle("u1");
+    b.set(&share, "touch /out/up; sleep 600", &[]).run_as(1000);
+    let mut c = b.config();
+    for set in ["bounding", "effective", "permitted"] {
+        c["process"]["capabilities"][set] = serde_json::json!(["CAP_KILL", "CAP_SETUID"]);
+    }
+    b.write_config(&c);
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "u1"]),
+        "uid 1000's share",
+    );
+    let user = |id: &str| {
+        h.reservations()
+            .into_iter()
+            .find(|r| r["container_id"] == id)
+            .map(|r| r["slices"][0]["sm_user"].as_u64())
+    };
+    assert_eq!(
+        user("u1"),
+        Some(Some(1000)),
+        "the share records its host uid"
+    );
+    let c = b.config();
+    assert_eq!(c["process"]["noNewPrivileges"], serde_json::json!(true));
+    let caps = c["process"]["capabilities"].to_string();
+    assert!(
+        caps.contains("CAP_KILL") && !caps.contains("CAP_SETUID"),
+        "{caps}"
+    );
+    // another user's share beside it on the same GPU
+    assert_ok(&start_as(&h, "u2", &share, 1001), "uid 1001's share");
+    assert_eq!(user("u2"), Some(Some(1001)));
     let events = std::fs::read_to_string(h.path().join("gq.log")).unwrap();
-    assert_eq!(events.matches("\"share_user\"").count(), 2, "{events}");
-    for id in ["u2", "r0"] {
+    assert_eq!(events.matches("\"share_user\"").count(), 3, "{events}");
+    for id in ["u1", "u2"] {
         delete(&h, id);
     }
+    // an operator whose tenants trust each other allows root's shares
+    let trusted = Host::new(HostOpts {
+        extra_config: format!("{}mps_root_shares = true\n", extra()),
+        ..HostOpts::default()
+    });
+    let _t = Daemons(&trusted);
+    assert_ok(
+        &start_as(&trusted, "r1", &share, 0),
+        "root's share, allowed",
+    );
+    let r = trusted.reservations();
+    assert_eq!(r[0]["slices"][0]["sm_user"].as_u64(), Some(0));
+    delete(&trusted, "r1");
 }
 
 /// Round 4: runc's Go decoder matches `process.user`'s keys without regard
@@ -491,13 +483,13 @@ fn a_share_whose_user_runc_reads_otherwise_is_refused() {
     assert!(events.contains("\"invalid_request\""), "{events}");
 }
 
-/// A process of another uid inside a container with a share (`exec
-/// --user`, su) would be held by MPS inside cuInit until every process of
-/// the share's uid has ended; the interceptor refuses its cuInit instead,
-/// with one line naming both uids. A process of the share's own uid is a
-/// client at its share (negative control).
+/// A process of host root inside a non-root share container (an
+/// operator's `exec --user 0`) would reach MPS as root, which steers the
+/// GPU's server: the interceptor refuses its cuInit with one line. A
+/// process of the share's own uid, or of another non-root uid, is a client
+/// at its share (the daemons are multi-user).
 #[test]
-fn a_process_of_another_uid_is_refused_at_cuinit_instead_of_held() {
+fn a_host_root_process_in_a_non_root_share_is_refused_at_cuinit() {
     require_e2e!();
     let (h, b) = probe_host("xuid");
     let _d = Daemons(&h);
@@ -520,17 +512,17 @@ fn a_process_of_another_uid_is_refused_at_cuinit_instead_of_held() {
             "libcuda.so.1",
         ])
     };
-    let own = exec("0:0");
-    assert_ok(&own, "the share's own user");
-    let out = String::from_utf8_lossy(&own.stdout).into_owned();
-    assert!(out.starts_with("mps=1 pct=25"), "{out}");
-    let other = exec("1000:1000");
-    assert!(!other.status.success(), "another uid's cuInit");
-    let e = stderr(&other);
+    for user in ["1000:1000", "1001:1001"] {
+        let o = exec(user);
+        assert_ok(&o, user);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(out.starts_with("mps=1 pct=25"), "{user}: {out}");
+    }
+    let root = exec("0:0");
+    assert!(!root.status.success(), "host root's cuInit");
+    let e = stderr(&root);
     assert!(
-        e.contains("cuInit: 805")
-            && e.contains("runs as host uid 1000")
-            && e.contains("shares run as uid 0"),
+        e.contains("cuInit: 805") && e.contains("runs as host root") && e.contains("host uid 1000"),
         "{e}"
     );
     delete(&h, "xuid");

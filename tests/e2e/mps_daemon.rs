@@ -186,16 +186,16 @@ fn a_hung_daemon_is_killed_and_replaced() {
     delete(&h, "hg");
 }
 
-/// Root in a share container runs the image's copy of the MPS control UI
-/// against its mounted pipe directory: it sees the client socket only, and
-/// the daemon's defaults, its pinned-memory default and its life are beyond
-/// it. The server's own percentage and `terminate_client` are not: NVIDIA's
-/// daemon takes both from root on the client socket (measured on the H200,
-/// docs/gpu-runs/2026-12-03-h200-mpsshare/), and so does the fake; what a
-/// container can do with them is in docs/security.md, class 19. The host's
-/// UI, on the privileged socket, can do all (positive control).
+/// A share container's processes run as its non-root user (a share is
+/// never served to host root unless the operator allows it), and give the
+/// control UI every command against the pipe directory mounted in: it sees
+/// the client socket only, and the daemon refuses them all to a non-root
+/// uid (measured on the H200 for uid 100000; the fake does the same). Root
+/// on the client socket would have had the server's percentage and
+/// `terminate_client` (measured). The host's UI, on the privileged socket,
+/// can do all (positive control).
 #[test]
-fn control_commands_from_a_container_leave_the_defaults_and_the_daemon() {
+fn control_commands_from_a_container_change_nothing() {
     require_e2e!();
     let (h, b) = probe_host("nb");
     let _d = Daemons(&h);
@@ -241,6 +241,8 @@ fn control_commands_from_a_container_leave_the_defaults_and_the_daemon() {
         "set_default_active_thread_percentage 10".to_string(),
         "set_default_active_thread_percentage 100".to_string(),
         "set_default_device_pinned_mem_limit 0 100G".to_string(),
+        format!("set_active_thread_percentage {srv} 100"),
+        format!("terminate_client {srv} {nb_pid}"),
         "quit".to_string(),
     ] {
         let o = h.runtime(&[
@@ -278,12 +280,14 @@ fn control_commands_from_a_container_leave_the_defaults_and_the_daemon() {
             .unwrap()
             .lines()
             .any(|l| l == nb_pid),
-        "the neighbour is still a client"
+        "the neighbour is still a client:\n{}",
+        replies.join("\n")
     );
     assert_eq!(
         ui(&dir, &format!("get_active_thread_percentage {srv}")).as_deref(),
         Some("50.0"),
-        "the server's percentage is the host's"
+        "the server's percentage is the host's:\n{}",
+        replies.join("\n")
     );
     // a new client in the attacker's container is still served
     let o = probe(&h, "atk", &[]);

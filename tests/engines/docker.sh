@@ -46,7 +46,10 @@ docker_slice() {
 docker_share() {
   # the reservations before it (an earlier case's container may still run)
   local e rc=0 n0; n0=$(ledger_n)
-  D "${DRUN[@]}" -d --name gq-ds --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
+  # as host root the share is refused (MPS lets root steer the GPU's server)
+  local out; out=$(D "${DRUN[@]}" --rm --annotation vram=2g --annotation sm=25% "$IMG" true 2>&1) && { echo "root's share started: $out"; return 1; }
+  has "$out" "host root" && has "$out" "--user 1000" || return 1
+  D "${DRUN[@]}" -d --name gq-ds --user 1000 --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
   e=$(D exec gq-ds sh -c "$SHARE_PROBE") && share_seen "$e" || rc=1
   D rm -f gq-ds >/dev/null || rc=1
   [ $rc = 0 ] && wait_ledger "$n0" 5 && share_gone
@@ -138,7 +141,7 @@ docker_cases() {
     check "$DK: the README's headline command, copied from README.md, gets its slice and releases on rm" docker_headline
     check "$DK: run -d --runtime gpu-quota --annotation vram=2g gets a 2 GiB slice (limits, devices, preload, libs)" docker_slice
     check "$DK: --annotation vram=15g --annotation gpu=N that does not fit fails with the gpu-quota message" docker_refusal
-    check "$DK: --annotation vram=2g --annotation sm=25% is an MPS client of its GPU's daemon (variables, pipe directory); rm -f stops the daemon" docker_share
+    check "$DK: --annotation sm=25% as root is refused; --user 1000 --annotation vram=2g --annotation sm=25% is an MPS client of its GPU's daemon (variables, pipe directory); rm -f stops the daemon" docker_share
   else
     check "$DK: run -d --runtime gpu-quota -e GPU_QUOTA_VRAM=2g gets a 2 GiB slice (limits, devices, preload, libs)" docker_slice
     check "$DK: -e GPU_QUOTA_VRAM=15g -e GPU_QUOTA_GPU=N that does not fit fails with the gpu-quota message" docker_refusal

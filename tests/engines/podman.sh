@@ -25,7 +25,7 @@ podman_refusal() {  # RUNTIME NAME
 podman_share() {  # RUNTIME
   # the reservations before it (an earlier case's container may still run)
   local e rc=0 n0; n0=$(ledger_n)
-  P run "${PODMAN_RUN[@]}" -d --name gq-ps --runtime "$1" --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
+  P run "${PODMAN_RUN[@]}" -d --name gq-ps --runtime "$1" --user 1000 --annotation vram=2g --annotation sm=25% "$IMG" sleep 600 >/dev/null || return 1
   e=$(P exec gq-ps sh -c "$SHARE_PROBE") && share_seen "$e" || rc=1
   P rm -f -t 0 gq-ps >/dev/null || rc=1
   [ $rc = 0 ] && wait_ledger "$n0" 5 && share_gone
@@ -71,7 +71,7 @@ podman_cases() {
   check "$PV: --runtime /abs/gpu-quota-runtime --annotation vram=2g gets a 2 GiB slice" podman_slice "$RT" gq-p1
   check "$PV: (abs path) a request that does not fit fails with the gpu-quota message, one prefix" podman_refusal "$RT" gq-p2
   check "$PV: (abs path) rm -f releases the slice" podman_rm gq-p1
-  check "$PV: --annotation vram=2g --annotation sm=25% is an MPS client of its GPU's daemon; rm -f stops the daemon" podman_share "$RT"
+  check "$PV: --user 1000 --annotation vram=2g --annotation sm=25% is an MPS client of its GPU's daemon; rm -f stops the daemon" podman_share "$RT"
   check "$PV: (abs path) run --rm sees 2 GiB and releases" podman_run_rm "$RT"
   check "$PV: install --root registers runtime name gpu-quota (isolated CONTAINERS_CONF)" podman_install
   check "$PV: --runtime gpu-quota (installed name) gets a 2 GiB slice" podman_slice gpu-quota gq-p3

@@ -444,6 +444,15 @@ impl Bundle {
     pub fn bundle_arg(&self) -> String {
         self.dir.display().to_string()
     }
+    /// Run the container's process as host uid and gid `uid` (no user
+    /// namespace), with /out writable for it.
+    pub fn run_as(&self, uid: u32) -> &Self {
+        let mut c = self.config();
+        c["process"]["user"] = json!({"uid": uid, "gid": uid});
+        self.write_config(&c);
+        std::os::unix::fs::chown(&self.out, Some(uid), Some(uid)).unwrap();
+        self
+    }
     /// Wait up to `secs` for /out/<name> to appear; returns its content.
     pub fn wait_out(&self, name: &str, secs: u64) -> Option<String> {
         let p = self.out.join(name);

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The host uid share containers run as: a share is served to a user that
+/// cannot become host root (root's shares are an operator's opt-in).
+pub const SHARE_USER: u32 = 1000;
+
 /// The fake control program (daemon and UI, static).
 pub fn control() -> PathBuf {
     let p = repo_dir().join("tests/fake/build/nvidia-cuda-mps-control");
@@ -135,9 +139,11 @@ impl Drop for Supervisor {
     }
 }
 
-/// A host with the fake driver and bundle `name`, whose rootfs holds
-/// mps_client_probe (it runs the fake libcuda's cuInit and prints the MPS
-/// client that joined).
+/// A host with the fake driver and bundle `name` running as
+/// [`SHARE_USER`], whose rootfs holds mps_client_probe (it runs the fake
+/// libcuda's cuInit and prints the MPS client that joined) and
+/// mps_client_probe_static (the same with the fake libcuda linked in: no
+/// preload reaches it).
 pub fn probe_host(name: &str) -> (Host, Bundle) {
     let (h, b, _) = cuda_host(name, &extra());
     let rootfs = b.rootfs();
@@ -146,10 +152,13 @@ pub fn probe_host(name: &str) -> (Host, Bundle) {
     for l in ldd_libs(&probe) {
         copy_lib(&rootfs, &l);
     }
+    let st = repo_dir().join("tests/fake/build/mps_client_probe_static");
+    std::fs::copy(&st, rootfs.join("bin/mps_client_probe_static")).unwrap();
+    b.run_as(SHARE_USER);
     (h, b)
 }
 
-/// Another bundle `name` on `h` with a copy of `b`'s rootfs.
+/// Another bundle `name` on `h` with a copy of `b`'s rootfs and user.
 pub fn copy_bundle(h: &Host, b: &Bundle, name: &str) -> Bundle {
     let n = h.bundle(name);
     let st = Command::new("cp")
@@ -159,6 +168,10 @@ pub fn copy_bundle(h: &Host, b: &Bundle, name: &str) -> Bundle {
         .status()
         .unwrap();
     assert!(st.success(), "cp -a rootfs");
+    // and its user
+    if let Some(uid) = b.config()["process"]["user"]["uid"].as_u64() {
+        n.run_as(uid as u32);
+    }
     n
 }
 

@@ -49,8 +49,9 @@ impl Ledger {
         bundle: &str,
         reclaimed: &mut Vec<Reservation>,
     ) -> Result<Reservation, LedgerError> {
-        // a new share must say which user MPS will serve, and it is root
-        // (a running share's resize keeps the user it was admitted with)
+        // a new share must say which host user MPS will see, and it is not
+        // root unless the operator trusts every tenant (a running share's
+        // resize keeps the user it was admitted with)
         let refuse = |err| {
             Err(LedgerError::Refused {
                 id: id.into(),
@@ -62,11 +63,8 @@ impl Ledger {
             (Some(_), None) => {
                 return refuse(PlacementError::ShareUserUnknown { origin: origin() })
             }
-            (Some(_), Some(uid)) if uid != 0 => {
-                return refuse(PlacementError::ShareNotRoot {
-                    origin: origin(),
-                    uid,
-                })
+            (Some(_), Some(0)) if !cfg.mps_root_shares => {
+                return refuse(PlacementError::ShareAsHostRoot { origin: origin() })
             }
             _ => {}
         }

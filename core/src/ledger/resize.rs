@@ -273,11 +273,7 @@ impl Ledger {
                     // beside the same shares it runs with
                     sm: (slice.sm_percent > 0).then_some(slice.sm_percent),
                     sm_procs: slice.sm_procs,
-                    // a share admitted before its uid was recorded runs
-                    // as the GPU's shares do (MPS served it beside them)
-                    user: slice
-                        .sm_user
-                        .or_else(|| usage.get(&slice.uuid).and_then(|u| u.share_user)),
+                    user: slice.sm_user,
                 };
                 if let Err(err) = placer.place(&req, &usage) {
                     return Err(ResizeError::Refused {
@@ -477,11 +473,11 @@ mod tests {
         );
     }
 
-    /// A share grows beside the other shares of its user, and one
-    /// admitted before uids were recorded takes the user of the shares it
-    /// runs beside (never "the spec does not say", which is for new ones).
+    /// A share grows beside other users' shares, and one admitted before
+    /// uids were recorded grows too (never "the spec does not say", which
+    /// is for new ones).
     #[test]
-    fn a_share_grows_beside_shares_of_its_user() {
+    fn a_share_grows_whatever_its_recorded_user() {
         let (_d, cfg, inv, l) = setup();
         let c = ContextCosts::default();
         let share = |id: &str, user: Option<u32>| {
@@ -499,7 +495,7 @@ mod tests {
             .unwrap();
             r
         };
-        share("a", Some(0));
+        share("a", Some(1000));
         share("old", None);
         for id in ["a", "old"] {
             let b = l

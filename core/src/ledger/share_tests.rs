@@ -19,6 +19,7 @@ fn a_share_marks_the_ledger_for_releases_that_know_shares() {
     let mut shared = req(G, Some(0));
     shared.sm = Some(25);
     shared.sm_procs = 4;
+    shared.user = Some(1000);
     l.admit(&cfg, &inv, &shared, "s", None, "/b", &mut vec![])
         .unwrap();
     assert_eq!(version(), SHARES_SCHEMA_VERSION);
@@ -36,51 +37,43 @@ fn a_share_marks_the_ledger_for_releases_that_know_shares() {
     assert_eq!(version(), SCHEMA_VERSION, "back once no share is left");
 }
 
-/// A share's host uid is recorded in its grant and read back into the
-/// usage; only root's shares are admitted (gpu-quota's daemons serve uid
-/// 0), a share whose spec does not say its user is refused, and a GPU whose
-/// shares run as another uid (written by hand here) takes no share of
-/// root's: it goes to the other GPU.
+/// A share's host uid is recorded in its grant. A share for host root is
+/// refused unless the operator allows root shares (MPS takes commands
+/// from root on the client socket that steer the GPU's server), a share
+/// whose spec does not say its user is refused, and shares of different
+/// non-root users share a GPU (the daemons are multi-user).
 #[test]
-fn a_share_records_its_host_user_and_the_next_share_is_placed_by_it() {
-    let (_d, cfg, inv) = setup();
+fn a_share_records_its_host_user_and_root_is_refused_unless_allowed() {
+    let (_d, mut cfg, inv) = setup();
     let l = Ledger::new(&cfg);
     let share = |gpu: Option<u32>, user: Option<u32>| Request {
         sm: Some(25),
         user,
         ..req(G, gpu)
     };
-    let adm = |r: &Request, id: &str| l.admit(&cfg, &inv, r, id, None, "/b", &mut vec![]);
-    let e = adm(&share(Some(0), Some(1000)), "n").unwrap_err();
+    let adm =
+        |cfg: &Config, r: &Request, id: &str| l.admit(cfg, &inv, r, id, None, "/b", &mut vec![]);
+    let e = adm(&cfg, &share(Some(0), Some(0)), "root").unwrap_err();
+    let m = e.to_string();
     assert!(
-        e.to_string().contains("host uid 1000") && e.to_string().contains("host uid 0 only"),
-        "{e}"
+        m.contains("host root") && m.contains("--user 1000") && m.contains("mps_root_shares"),
+        "{m}"
     );
-    let e = adm(&share(None, None), "u").unwrap_err();
+    let e = adm(&cfg, &share(None, None), "u").unwrap_err();
     assert!(e.to_string().contains("which host user"), "{e}");
-    let r = adm(&share(Some(0), Some(0)), "a").unwrap();
-    assert_eq!(r.slices[0].sm_user, Some(0));
-    let d = l.read().unwrap();
-    let gpu0 = d.reservations[0].slices[0].uuid.clone();
-    assert_eq!(d.usage()[&gpu0].share_user, Some(0));
-    l.release(Key::Root {
-        id: "a",
-        root: None,
-    })
-    .unwrap();
-    // GPU 0's shares run as uid 1000 (a ledger written by hand)
-    let mut other = r.clone();
-    other.container_id = "x".into();
-    other.slices[0].sm_user = Some(1000);
-    l.transact(|d| {
-        d.reservations.push(other.clone());
-        Ok(((), true))
-    })
-    .unwrap();
-    let e = adm(&share(Some(0), Some(0)), "b").unwrap_err();
-    assert!(e.to_string().contains("run as host uid 1000"), "{e}");
-    assert_eq!(adm(&share(None, Some(0)), "c").unwrap().slices[0].index, 1);
-    let plain = adm(&req(G, Some(0)), "e").unwrap_err();
+    let r = adm(&cfg, &share(Some(0), Some(1000)), "a").unwrap();
+    assert_eq!(r.slices[0].sm_user, Some(1000));
+    let b = adm(&cfg, &share(Some(0), Some(100000)), "b").unwrap();
+    assert_eq!(
+        (b.slices[0].index, b.slices[0].sm_user),
+        (0, Some(100000)),
+        "beside another user's share"
+    );
+    // the operator's choice: root shares on a host of trusted tenants
+    cfg.mps_root_shares = true;
+    let c = adm(&cfg, &share(Some(0), Some(0)), "c").unwrap();
+    assert_eq!((c.slices[0].index, c.slices[0].sm_user), (0, Some(0)));
+    let plain = adm(&cfg, &req(G, Some(0)), "e").unwrap_err();
     assert!(
         plain.to_string().contains("without a compute share"),
         "{plain}"

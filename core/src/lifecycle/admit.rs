@@ -49,9 +49,10 @@ pub(super) fn admit(
                     let src = c.source("create");
                     events::refused(cfg, src, c.id, &request, "engine_request", &e.to_string());
                 })?;
-            // a share runs as one host user beside the GPU's other shares
+            // a share is admitted for the host user MPS will see, root
+            // where the container can become it
             let req = Request {
-                user: req.sm.and_then(|_| spec::host_uid(&bundle.config)),
+                user: req.sm.and_then(|_| spec::share_uid(&bundle.config)),
                 ..req
             };
             Ok(Admitted {

@@ -140,6 +140,8 @@ struct Edits<'a> {
     devices: spec::Devices,
     hooks: spec::HookSpec,
     annotations: spec::Annotations,
+    /// A share for a non-root host user: its process stays non-root.
+    process: Option<spec::ShareProcess>,
 }
 
 impl<'a> Edits<'a> {
@@ -161,10 +163,14 @@ impl<'a> Edits<'a> {
         if claim {
             env = env.without_claim();
         }
-        if let Some(s) = gpuquota_formats::grant::share(slices) {
+        let share = gpuquota_formats::grant::share(slices);
+        if let Some(s) = share {
             env = env.mps_client(s);
         }
         Edits {
+            process: share
+                .filter(|s| s.sm_user.is_some_and(|u| u != 0))
+                .map(|_| spec::ShareProcess),
             narrow,
             env,
             devices,
@@ -189,6 +195,9 @@ impl<'a> Edits<'a> {
             &self.hooks,
             &self.annotations,
         ]);
+        if let Some(p) = &self.process {
+            l.push(p);
+        }
         l
     }
 }

@@ -1,6 +1,6 @@
 //! The MPS control daemon of each GPU that has compute shares (`sm=`).
 //!
-//! gpu-quota owns one `nvidia-cuda-mps-control -d` per GPU with shares:
+//! gpu-quota owns one `nvidia-cuda-mps-control -d -M` per GPU with shares:
 //! started when the first container with a share on that GPU is admitted,
 //! asked to quit when the last one is released (a daemon left running
 //! would keep its server's memory on the GPU and keep the GPU in MPS mode
@@ -9,6 +9,12 @@
 //! share gets its GPU's view of the pipe directory (the client socket only,
 //! [`view`]) read-only at `formats::mps::CONTAINER_PIPE_DIR` and runs as a
 //! client there. [`supervise`] starts a new daemon where one died or hangs.
+//!
+//! Multi-user (`-M`): shares run as their containers' host users, never
+//! host root unless the operator allows it (`mps_root_shares`), because
+//! MPS serves root on the client socket the commands that steer a server
+//! and end other clients; a non-root uid is refused them. One server
+//! serves every uid at once.
 //!
 //! No shared `/dev/shm`: on the H200 a client with a private `/dev/shm`
 //! ran at its share (docs/gpu-runs/2026-12-02-h200-mps-facts), so each
@@ -577,6 +583,11 @@ impl HostControl {
             // the daemon serves this GPU only
             .env("CUDA_VISIBLE_DEVICES", uuid)
             .arg("-d")
+            // multi-user: one server for every host uid at once (without
+            // it a client of another uid waits until every client of the
+            // running server has ended; shares run as their containers'
+            // non-root users, measured on the H200)
+            .arg("-M")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -12,6 +12,7 @@
 //! | [`Devices`] | `devices.rs` | `linux.devices` and their cgroup allow rules |
 //! | [`HookSpec`] | `hooks.rs` | gpu-quota-hook's `createRuntime` and `poststop` entries |
 //! | [`Annotations`] | `annotations.rs` | `gpu-quota.io/assigned` and the record hint |
+//! | [`ShareProcess`] | `share_process.rs` | a non-root share's process: `noNewPrivileges`, no `CAP_SETUID` |
 //!
 //! Fields nobody edits are kept as they are (key order included), and a
 //! config without a request is never rewritten.
@@ -28,13 +29,15 @@ mod devices;
 mod env;
 mod hooks;
 mod narrow;
+mod share_process;
 mod user;
 pub use annotations::Annotations;
 pub use devices::Devices;
 pub use env::Environment;
 pub use hooks::{HookSpec, HOOK_ROOT_ARG};
 pub use narrow::Narrow;
-pub use user::host_uid;
+pub use share_process::ShareProcess;
+pub use user::{host_uid, share_uid, user_namespace, UserNs};
 
 /// Annotation the runtime adds with the GPUs it assigned: toolkit reads it
 /// to tell its own nodes in a reused bundle from an engine's request.
