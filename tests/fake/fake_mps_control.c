@@ -1,6 +1,8 @@
 /* A fake nvidia-cuda-mps-control for hosts without a GPU (CI): the control
- * daemon (-d) and its UI client (no argument), modelled on the real one as
- * measured on an H200 (docs/gpu-runs/2026-12-02-h200-mps-facts/). Tests only.
+ * daemon (-d, or -d -M for multi-user) and its UI client (no argument),
+ * modelled on the real one as measured on an H200
+ * (docs/gpu-runs/2026-12-02-h200-mps-facts/, users and privileges in
+ * docs/gpu-runs/2026-12-03-h200-mps-facts3/). Tests only.
  *
  * Files (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps; CUDA_MPS_LOG_DIRECTORY,
  * default /var/log/nvidia-mps), with the modes the real daemon gives them:
@@ -23,6 +25,16 @@
  *                               the client keeps the connection for its life,
  *                               and its end (EOF) ends the client
  *     anything else             logged as "User did not send valid credentials", closed
+ *
+ * Users (measured in docs/gpu-runs/2026-12-03-h200-mps-facts3/): without -M
+ * the daemon runs one MPS server per user at a time. The server belongs to
+ * the uid (SO_PEERCRED) of the client that started it; a client of another
+ * uid that arrives while that server has live clients is queued: it gets no
+ * answer until every live client has ended, then the server is its uid's (a
+ * new server: it takes the daemon's default percentage) and it is answered.
+ * A queued client that disconnects is dropped. With -M one server serves
+ * clients of every uid at once. The fake's server keeps the daemon's pid
+ * across users (get_server_list).
  *
  * Privileged commands (set_*, quit, terminate_client) are served to root or
  * the daemon's owner only (a peer of another uid gets the real refusal). On
@@ -91,6 +103,10 @@ static uid_t my_uid;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static double default_pct = 100.0;
 static int server_up; /* a CUDA client has connected: the fake's MPS server exists */
+static int multi_user; /* -M: one server for clients of every uid */
+static uid_t server_uid; /* without -M: the uid the server serves (server_up) */
+/* signalled (under mu) when a live client ends: a queued client may be next */
+static pthread_cond_t client_gone = PTHREAD_COND_INITIALIZER;
 static double server_pct; /* the server's limit, from default_pct at its start */
 static char pinned_limit[64] = ""; /* set_default_device_pinned_mem_limit's value */
 #define MAX_CLIENTS MAX_CONN
@@ -293,7 +309,8 @@ static int command(const char *cmd, const struct ucred *cr, int on_priv, char *r
     /* its connection ends: the daemon's side of it sees EOF and drops it */
     for (int i = 0; i < MAX_CLIENTS; i++)
       if (clients[i].used && clients[i].pid == pid) { shutdown(clients[i].fd, SHUT_RDWR); clients[i].used = 0; found = 1; }
-    if (!found) snprintf(rep, cap, "Client not found");
+    if (found) pthread_cond_broadcast(&client_gone);
+    else snprintf(rep, cap, "Client not found");
   } else if (!strcmp(name, "set_default_device_pinned_mem_limit")) {
     snprintf(pinned_limit, sizeof pinned_limit, "%s", arg);
   } else if (!strcmp(name, "get_default_device_pinned_mem_limit")) {
@@ -304,6 +321,45 @@ static int command(const char *cmd, const struct ucred *cr, int on_priv, char *r
     snprintf(rep, cap, "Unknown command");
   }
   return 0;
+}
+
+static int live_clients(void) {
+  int n = 0;
+  for (int i = 0; i < MAX_CLIENTS; i++) n += clients[i].used;
+  return n;
+}
+
+/* whether a queued client's connection has ended (EOF, reset): it is dropped */
+static int peer_gone(int fd) {
+  struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return 0;
+  if (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) return 1;
+  char b;
+  return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Without -M, a client of a uid other than the server's waits (under mu,
+   which the wait lets go) until the server has no live client; the server is
+   then its uid's. Returns 0 when the client has left while it waited. */
+static int admit(int fd, const struct ucred *cr) {
+  if (multi_user) return 1;
+  int logged = 0;
+  while (server_up && server_uid != cr->uid && live_clients() > 0) {
+    if (!logged) {
+      logf_("Client %d of uid %u waits: the server serves uid %u", (int)cr->pid, (unsigned)cr->uid, (unsigned)server_uid);
+      logged = 1;
+    }
+    /* woken when a client ends; every 200 ms to see whether it left */
+    struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&client_gone, &mu, &ts);
+    if (peer_gone(fd)) { logf_("Client %d left while it waited", (int)cr->pid); return 0; }
+  }
+  /* a server for another uid than the last: a new server, at the default */
+  if (server_up && server_uid != cr->uid) server_pct = default_pct;
+  server_uid = cr->uid;
+  return 1;
 }
 
 static void *serve(void *arg) {
@@ -320,6 +376,7 @@ static void *serve(void *arg) {
   } else if (!strncmp(line, "client ", 7)) {
     pthread_mutex_lock(&mu);
     logf_("NEW CLIENT peer_pid=%d uid=%u %s", (int)cr.pid, (unsigned)cr.uid, line + 7);
+    if (!admit(fd, &cr)) { pthread_mutex_unlock(&mu); goto out; }
     if (!server_up) { server_up = 1; server_pct = default_pct; }
     double pct = client_pct(line + 7);
     int slot = -1;
@@ -336,6 +393,7 @@ static void *serve(void *arg) {
     pthread_mutex_lock(&mu);
     /* still this connection's slot (terminate_client may have freed it) */
     if (slot >= 0 && clients[slot].used && clients[slot].fd == fd) clients[slot].used = 0;
+    pthread_cond_broadcast(&client_gone);
     logf_("Client %d disconnected", (int)cr.pid);
     pthread_mutex_unlock(&mu);
   } else if (!strcmp(line, "ui")) {
@@ -367,6 +425,7 @@ static void *serve(void *arg) {
   } else {
     pthread_mutex_lock(&mu); logf_("User did not send valid credentials"); pthread_mutex_unlock(&mu);
   }
+out:
   close(fd);
   __atomic_fetch_sub(&nconn, 1, __ATOMIC_SEQ_CST);
   return 0;
@@ -414,6 +473,8 @@ static int daemon_main(int ready, int lock_fd) {
   logf_("Starting control daemon using socket %s", p_control);
   logf_("To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY=%s", pipe_dir);
   logf_("CUDA MPS Control binary version: 13000");
+  /* fake-only: which user model this daemon runs (-M or not) */
+  logf_("Starting control daemon (%s)", multi_user ? "multi-user" : "one user at a time");
   /* fake-only lines: tests prove the daemon's environment (names only: values
      may be secrets) and its GPU */
   size_t ne = 0; for (char **e = environ; *e; e++) ne++;
@@ -487,6 +548,10 @@ static int start_daemon(void) {
 int main(int argc, char **argv) {
   if (argc == 1) return ui_main();
   if (argc == 2 && !strcmp(argv[1], "-d")) return start_daemon();
-  fprintf(stderr, "usage: %s [-d]\n", argv[0]);
+  if (argc == 3 && ((!strcmp(argv[1], "-d") && !strcmp(argv[2], "-M")) || (!strcmp(argv[1], "-M") && !strcmp(argv[2], "-d")))) {
+    multi_user = 1;
+    return start_daemon();
+  }
+  fprintf(stderr, "usage: %s [-d [-M]]\n", argv[0]);
   return 1;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The fake nvidia-cuda-mps-control (fake_mps_control.c) and the fake libcuda as
 # an MPS client, against what the real ones did on the H200
-# (docs/gpu-runs/2026-12-02-h200-mps-facts/). `make -C tests/fake test-mps`.
-# Runs as root or not; the privilege checks need root (setpriv to nobody) and
-# are skipped otherwise. Ends with "N passed, M failed", non-zero on a failure.
+# (docs/gpu-runs/2026-12-02-h200-mps-facts/; users and -M:
+# docs/gpu-runs/2026-12-03-h200-mps-facts3/). `make -C tests/fake test-mps`.
+# Runs as root or not; the privilege and user checks need root (setpriv to
+# nobody and to uid 1000) and are skipped otherwise. Ends with "N passed, M failed", non-zero on a failure.
 set -u
 cd "$(dirname "$0")"
 B=$PWD/build
@@ -266,6 +267,77 @@ check "a new pid" test -n "$D2" -a "$D2" != "$D"
 eq "it answers" 100.0 "$(echo get_default_active_thread_percentage | ui)"
 echo quit | ui >/dev/null
 check "and quits" gone "$D2"
+
+echo "== users: one server's uid at a time; -M serves every uid"
+# measured on the H200 (docs/gpu-runs/2026-12-03-h200-mps-facts3/): without
+# -M a client of another uid is queued until the running server's clients
+# have ended; under -d -M it is served at once beside them
+if [ "$ME" = 0 ] && command -v setpriv >/dev/null; then
+  as_1000() { setpriv --reuid 1000 --regid 1000 --clear-groups "$@"; }
+  PRIV1000='Insufficient privileges for UID 1000. Control deamon settings can only be modified by the user who started it or by the root user.'
+  # a daemon of its own on pipe directory $1 (0755: uid 1000 reaches control)
+  start_on() { local d=$1; shift; mkdir -m 755 "$d" "$d.log"; CUDA_MPS_PIPE_DIRECTORY=$d CUDA_MPS_LOG_DIRECTORY=$d.log "$CTL" "$@"; }
+  uion() { local d=$1; shift; CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 "$@" "$CTL"; }
+  eq "-d -X: the usage error" "1 usage:" "$(start_on "$T/px" -d -X 2>&1 | cut -d' ' -f1 | sed 's/^/1 /')"
+
+  U=$T/pu
+  start_on "$U" -d; eq "-d (one user at a time) exits 0" 0 "$?"
+  DU=$(cat "$U/nvidia-cuda-mps-control.pid"); started+=("$DU")
+  check "uid 1000 reaches the pipe directory's control" as_1000 test -w "$U/control" -a -x "$U"
+  check "control.log: the mode" grep -qE "\] Starting control daemon \(one user at a time\)\$" "$U.log/control.log"
+  r1=$(held "$PROBE" "$LIB" CUDA_MPS_PIPE_DIRECTORY=$U CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50)
+  echo "set_active_thread_percentage $DU 10" | uion "$U" >/dev/null # root's server's own limit
+  setpriv --reuid 1000 --regid 1000 --clear-groups "$PROBE" "$LIB" CUDA_MPS_PIPE_DIRECTORY=$U CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 --hold >"$T/u1000" 2>&1 &
+  u1=$!; started+=("$u1")
+  sleep 2
+  eq "a uid-1000 client beside a live root client: not answered in 2 s (queued)" "" "$(cat "$T/u1000")"
+  check "control.log: it waits" grep -qE "\] Client $u1 of uid 1000 waits: the server serves uid 0\$" "$U.log/control.log"
+  eq "the queued client is not the server's client" "$r1 50" "$(echo fake_clients | uion "$U")"
+  kill -KILL "$r1"; gone "$r1"
+  for i in $(seq 30); do grep -q '^pid=' "$T/u1000" && break; sleep 0.1; done
+  eq "once the root client has ended, it is served (a new server, at the default)" "mps=1 pct=25 mem=- pipe=$U pid=$u1" "$(tr '\n' ' ' <"$T/u1000" | sed 's/ $//')"
+  eq "the server's clients: the uid-1000 one" "$u1 25" "$(echo fake_clients | uion "$U")"
+  eq "uid 1000's server took the default, not root's server's 10" 100.0 "$(echo "get_active_thread_percentage $DU" | uion "$U")"
+  # now root is the other uid: a root client waits, and leaving drops it
+  "$PROBE" "$LIB" CUDA_MPS_PIPE_DIRECTORY=$U >"$T/r2" 2>&1 &
+  r2=$!; started+=("$r2")
+  for i in $(seq 30); do grep -q "Client $r2 of uid 0 waits" "$U.log/control.log" && break; sleep 0.1; done
+  check "control.log: a root client waits for uid 1000's server" grep -qE "\] Client $r2 of uid 0 waits: the server serves uid 1000\$" "$U.log/control.log"
+  kill -KILL "$r2"; wait "$r2" 2>/dev/null
+  for i in $(seq 30); do grep -q "Client $r2 left while it waited" "$U.log/control.log" && break; sleep 0.1; done
+  check "control.log: a queued client that leaves is dropped" grep -qE "\] Client $r2 left while it waited\$" "$U.log/control.log"
+  eq "and never was a client" "$u1 25" "$(echo fake_clients | uion "$U")"
+  kill -KILL "$u1"; wait "$u1" 2>/dev/null
+  echo quit | uion "$U" >/dev/null
+
+  M=$T/pm
+  start_on "$M" -d -M; eq "-d -M exits 0" 0 "$?"
+  DM=$(cat "$M/nvidia-cuda-mps-control.pid" 2>/dev/null); started+=("$DM")
+  check "control.log: multi-user" grep -qE "\] Starting control daemon \(multi-user\)\$" "$M.log/control.log"
+  m1=$(held "$PROBE" "$LIB" CUDA_MPS_PIPE_DIRECTORY=$M CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50)
+  setpriv --reuid 1000 --regid 1000 --clear-groups "$PROBE" "$LIB" CUDA_MPS_PIPE_DIRECTORY=$M CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 --hold >"$T/m1000" 2>&1 &
+  m2=$!; started+=("$m2")
+  for i in $(seq 10); do grep -q '^pid=' "$T/m1000" && break; sleep 0.1; done
+  eq "-M: a uid-1000 client is served at once beside the root client" "mps=1 pct=25 mem=- pipe=$M pid=$m2" "$(tr '\n' ' ' <"$T/m1000" | sed 's/ $//')"
+  SM=$(echo get_server_list | uion "$M")
+  eq "-M: one server for both uids" "$DM|$m1 50|$m2 25" "$SM|$(echo fake_clients | uion "$M" | sort -n | tr '\n' '|' | sed 's/|$//')"
+  echo "set_active_thread_percentage $SM 40" | uion "$M" >/dev/null
+  out=$(printf 'set_active_thread_percentage %s 100\nterminate_client %s %s\nquit\n' "$SM" "$SM" "$m1" | uion "$M" setpriv --reuid 1000 --regid 1000 --clear-groups); rc=$?
+  eq "-M: uid 1000's UI is refused a server's percentage, terminate_client and quit" "$(printf '%s\n' "$PRIV1000" "$PRIV1000" "$PRIV1000")" "$out"
+  eq "its UI exits 0" 0 "$rc"
+  eq "the server's percentage is unchanged" 40.0 "$(echo "get_active_thread_percentage $SM" | uion "$M")"
+  eq "the clients are unchanged" "$m1 50|$m2 25" "$(echo fake_clients | uion "$M" | sort -n | tr '\n' '|' | sed 's/|$//')"
+  check "the -M daemon lives on" test -S "$M/control" -a -d "/proc/$DM"
+  kill -KILL "$m1" "$m2"; gone "$m1"; wait "$m2" 2>/dev/null
+  echo quit | uion "$M" >/dev/null
+
+  start_on "$T/pm2" -M -d; eq "-M -d exits 0" 0 "$?"
+  started+=("$(cat "$T/pm2/nvidia-cuda-mps-control.pid" 2>/dev/null)")
+  check "control.log: -M -d is multi-user" grep -q "Starting control daemon (multi-user)" "$T/pm2.log/control.log"
+  echo quit | uion "$T/pm2" >/dev/null
+else
+  echo "skip user checks (need root and setpriv)"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
