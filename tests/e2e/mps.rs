@@ -10,7 +10,7 @@
 //! and runc names a container's cgroup after its id (two tests' "a" once
 //! met in /sys/fs/cgroup/cpu/a).
 use gpu_quota_e2e::cuda::*;
-use gpu_quota_e2e::mps::{control, delete, extra, gq, mps_dir, probe_host, SHARE_USER};
+use gpu_quota_e2e::mps::{control, delete, extra, gq, mps_dir, probe_host, wait_for, SHARE_USER};
 use gpu_quota_e2e::*;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -494,7 +494,7 @@ fn a_host_root_process_in_a_non_root_share_is_refused_at_cuinit() {
     let (h, b) = probe_host("xuid");
     let _d = Daemons(&h);
     let mut c = b.config();
-    c["annotations"] = serde_json::json!({"vram": "4g", "sm": "25%"});
+    c["annotations"] = serde_json::json!({"vram": "4g", "sm": "50%", "sm-procs": "2"});
     c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", "touch /out/up; sleep 600"]);
     b.write_config(&c);
     assert_ok(
@@ -512,12 +512,35 @@ fn a_host_root_process_in_a_non_root_share_is_refused_at_cuinit() {
             "libcuda.so.1",
         ])
     };
-    for user in ["1000:1000", "1001:1001"] {
-        let o = exec(user);
-        assert_ok(&o, user);
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(out.starts_with("mps=1 pct=25"), "{user}: {out}");
-    }
+    // a client of the share's own user that lives on, and then one of
+    // another non-root uid beside it: served at once (a daemon without -M
+    // holds it until the first has ended)
+    let mut holder = h
+        .runtime_cmd(&[
+            "exec",
+            "xuid",
+            "sh",
+            "-c",
+            "/bin/mps_client_probe libcuda.so.1 --hold 30 > /out/hold 2>&1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        b.wait_out("hold", 10)
+            .is_some_and(
+                |_| wait_for(10, || std::fs::read_to_string(b.out.join("hold"))
+                    .is_ok_and(|t| t.starts_with("mps=1 pct=25")))
+            ),
+        "the share's own user is a client"
+    );
+    let o = exec("1001:1001");
+    assert_ok(&o, "uid 1001 beside uid 1000's live client");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.starts_with("mps=1 pct=25"), "uid 1001: {out}");
+    let _ = holder.kill();
+    let _ = holder.wait();
     let root = exec("0:0");
     assert!(!root.status.success(), "host root's cuInit");
     let e = stderr(&root);
