@@ -32,6 +32,7 @@
 //! reservation is written. So a release that reads no share left and
 //! stops the daemon either runs before the admission's `ensure` (which then
 //! starts a new one) or sees the admission's share and leaves the daemon.
+mod orphans;
 pub mod supervise;
 pub mod view;
 
@@ -214,11 +215,7 @@ fn start(cfg: &Config, uuid: &str, d: &Dirs, ctl: &dyn Control) -> Result<(), Mp
 /// killed first): NVIDIA's control program may refuse to start over them.
 fn clear_stale(d: &Dirs) {
     // a daemon whose process still lives (slow to answer) keeps its files
-    let alive = std::fs::read_to_string(d.pipe.join(PID_FILE))
-        .ok()
-        .and_then(|p| p.trim().parse::<u32>().ok())
-        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-    if alive {
+    if daemon_alive(d) {
         return;
     }
     let Ok(rd) = std::fs::read_dir(&d.pipe) else {
@@ -229,6 +226,14 @@ fn clear_stale(d: &Dirs) {
             let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// The process of `d`'s pid file lives.
+fn daemon_alive(d: &Dirs) -> bool {
+    std::fs::read_to_string(d.pipe.join(PID_FILE))
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
 }
 
 fn refresh_view(uuid: &str, d: &Dirs) -> Result<(), MpsError> {
@@ -499,6 +504,10 @@ impl Control for HostControl {
     }
 
     fn start(&self, uuid: &str, d: &Dirs) -> Result<(), String> {
+        // a dead daemon's servers keep a new one from starting
+        if !daemon_alive(d) {
+            orphans::end(&self.program, &d.pipe, DEADLINE);
+        }
         let r = self.start_once(uuid, d);
         if r.is_err() {
             // a daemon that came up too late must not outlive the refusal
