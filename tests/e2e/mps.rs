@@ -10,7 +10,9 @@
 //! and runc names a container's cgroup after its id (two tests' "a" once
 //! met in /sys/fs/cgroup/cpu/a).
 use gpu_quota_e2e::cuda::*;
-use gpu_quota_e2e::mps::{control, delete, extra, gq, mps_dir, probe_host, SHARE_USER};
+use gpu_quota_e2e::mps::{
+    control, delete, extra, gq, mps_dir, probe_host, start_as, Daemons, SHARE_USER,
+};
 use gpu_quota_e2e::*;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -26,39 +28,9 @@ fn answers(dir: &Path) -> bool {
     ui(dir, "get_server_list")
 }
 
-/// Quits every daemon a test left (a failed assertion must not leave a
-/// process on the host).
-struct Daemons<'a>(&'a Host);
-impl Drop for Daemons<'_> {
-    fn drop(&mut self) {
-        for e in std::fs::read_dir(self.0.path().join("state/mps"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if answers(&e.path()) {
-                ui(&e.path(), "quit");
-            }
-        }
-    }
-}
-
 /// Container `id` with `ann`, its process running as [`SHARE_USER`].
 fn start(h: &Host, id: &str, ann: &[(&str, &str)]) -> Output {
     start_as(h, id, ann, SHARE_USER)
-}
-
-/// [`start`], with the container's process running as host uid `uid`
-/// (no user namespace).
-fn start_as(h: &Host, id: &str, ann: &[(&str, &str)], uid: u32) -> Output {
-    let b = h.bundle(id);
-    b.set(ann, "touch /out/up; sleep 600", &[]);
-    b.run_as(uid);
-    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
-    if o.status.success() {
-        b.wait_out("up", 10).expect("container up");
-    }
-    o
 }
 
 #[test]

@@ -6,39 +6,9 @@
 //!
 //! Container ids are unique across this file (runc names cgroups after
 //! them, and the tests run in parallel).
-use gpu_quota_e2e::mps::{delete, extra, probe_host, wait_for};
+use gpu_quota_e2e::mps::{delete, extra, probe_host, start_as, wait_for, Daemons};
 use gpu_quota_e2e::*;
-use std::process::{Output, Stdio};
-
-/// Quits every daemon a test left (a failed assertion must not leave a
-/// process on the host).
-struct Daemons<'a>(&'a Host);
-impl Drop for Daemons<'_> {
-    fn drop(&mut self) {
-        for e in std::fs::read_dir(self.0.path().join("state/mps"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if gpu_quota_e2e::mps::answers(&e.path()) {
-                let _ = gpu_quota_e2e::mps::ui(&e.path(), "quit");
-            }
-        }
-    }
-}
-
-/// Container `id` with `ann`, its process running as host uid `uid` (no
-/// user namespace).
-fn start_as(h: &Host, id: &str, ann: &[(&str, &str)], uid: u32) -> Output {
-    let b = h.bundle(id);
-    b.set(ann, "touch /out/up; sleep 600", &[]);
-    b.run_as(uid);
-    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
-    if o.status.success() {
-        b.wait_out("up", 10).expect("container up");
-    }
-    o
-}
+use std::process::Stdio;
 
 /// MPS takes commands from host root on its client socket that steer the
 /// GPU's server (every client's percentage) and end other containers'

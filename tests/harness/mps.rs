@@ -186,6 +186,20 @@ pub fn run_share(h: &Host, b: &Bundle, id: &str, ann: &[(&str, &str)], script: &
     b.wait_out("up", 10).expect("container up");
 }
 
+/// Container `id` on `h` with `ann`, its process `touch /out/up; sleep
+/// 600` running as host uid `uid` (no user namespace); returns once it is
+/// up, or the runtime's refusal.
+pub fn start_as(h: &Host, id: &str, ann: &[(&str, &str)], uid: u32) -> Output {
+    let b = h.bundle(id);
+    b.set(ann, "touch /out/up; sleep 600", &[]);
+    b.run_as(uid);
+    let o = h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), id]);
+    if o.status.success() {
+        b.wait_out("up", 10).expect("container up");
+    }
+    o
+}
+
 /// Kill and delete container `id`.
 pub fn delete(h: &Host, id: &str) {
     let _ = h.runtime(&["kill", id, "KILL"]);
