@@ -569,23 +569,39 @@ mod newmount {
         }
     }
 
-    /// A detached copy of the mount at `src` (not recursive, like MS_BIND).
+    /// A detached copy of the mount at `src`: not recursive, like
+    /// MS_BIND, where the kernel allows it. In a container with a user
+    /// namespace of its own, the mounts copied into its mount namespace
+    /// are locked to their parents, and a mount with locked mounts below
+    /// `src` (the state directory's `rw/` tmpfs) may only be copied with
+    /// them (EINVAL otherwise): then the copy is recursive, and
+    /// [`set_attr`] applies to every mount of it.
     pub fn clone_tree(src: &OwnedFd) -> std::io::Result<OwnedFd> {
-        // SAFETY: valid fd and an empty C string; returns a new fd or -1.
-        let fd = check(unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                src.as_raw_fd(),
-                c"".as_ptr(),
-                OPEN_TREE_CLONE
-                    | libc::O_CLOEXEC as libc::c_uint
-                    | libc::AT_EMPTY_PATH as libc::c_uint,
-            )
-        })?;
+        let open = |extra: libc::c_uint| {
+            // SAFETY: valid fd and an empty C string; returns a new fd or -1.
+            check(unsafe {
+                libc::syscall(
+                    libc::SYS_open_tree,
+                    src.as_raw_fd(),
+                    c"".as_ptr(),
+                    OPEN_TREE_CLONE
+                        | extra
+                        | libc::O_CLOEXEC as libc::c_uint
+                        | libc::AT_EMPTY_PATH as libc::c_uint,
+                )
+            })
+        };
+        let fd = match open(0) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                open(libc::AT_RECURSIVE as libc::c_uint)?
+            }
+            r => r?,
+        };
         // SAFETY: fresh fd.
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
+    /// Set `attr_set` on every mount of `tree` (one, or a recursive copy's).
     pub fn set_attr(tree: &OwnedFd, attr_set: u64) -> std::io::Result<()> {
         let a = MountAttr {
             attr_set,
@@ -599,7 +615,7 @@ mod newmount {
                 libc::SYS_mount_setattr,
                 tree.as_raw_fd(),
                 c"".as_ptr(),
-                libc::AT_EMPTY_PATH as libc::c_uint,
+                (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
                 &a as *const MountAttr,
                 std::mem::size_of::<MountAttr>(),
             )

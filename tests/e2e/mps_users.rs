@@ -8,6 +8,7 @@
 //! them, and the tests run in parallel).
 use gpu_quota_e2e::mps::{delete, extra, probe_host, start_as, wait_for, Daemons};
 use gpu_quota_e2e::*;
+use std::path::Path;
 use std::process::Stdio;
 
 /// MPS takes commands from host root on its client socket that steer the
@@ -252,4 +253,118 @@ fn a_host_root_process_in_a_non_root_share_is_refused_at_cuinit() {
         "{e}"
     );
     delete(&h, "xuid");
+}
+
+/// A container in a user namespace of its own whose root is host uid
+/// 100000 (what Docker's userns-remap and podman `--uidmap` give) gets its
+/// share: root inside is no root to the daemon. Its processes reach the
+/// view of the pipe directory and are clients at the share. Before, the
+/// hook could not set up any container with a user namespace of its own
+/// ("clone the mount of /run/gpu-quota: Invalid argument": the copied
+/// mounts are locked to their parents there, and the state directory has
+/// its usage tmpfs below it); now the copy is recursive there, and
+/// read-only throughout.
+/// Host device nodes this test made, removed again when it ends: in a
+/// user namespace runc cannot make device nodes and bind-mounts the host's
+/// instead, which a host without a GPU does not have.
+struct HostNodes(Vec<&'static str>);
+impl HostNodes {
+    fn ensure() -> HostNodes {
+        let mut made = vec![];
+        for (p, major, minor) in [
+            ("/dev/nvidia0", 195, 0),
+            ("/dev/nvidiactl", 195, 255),
+            ("/dev/nvidia-uvm", 510, 0),
+            ("/dev/nvidia-uvm-tools", 510, 1),
+        ] {
+            if Path::new(p).exists() {
+                continue;
+            }
+            let c = std::ffi::CString::new(p).unwrap();
+            // SAFETY: a NUL-terminated path; mknod(2) copies it
+            let r = unsafe {
+                libc::mknod(
+                    c.as_ptr(),
+                    libc::S_IFCHR | 0o666,
+                    libc::makedev(major, minor),
+                )
+            };
+            assert_eq!(r, 0, "mknod {p}: {}", std::io::Error::last_os_error());
+            made.push(p);
+        }
+        HostNodes(made)
+    }
+}
+impl Drop for HostNodes {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[test]
+fn a_share_in_a_user_namespace_of_its_own_is_served() {
+    require_e2e!();
+    let _nodes = HostNodes::ensure();
+    let (h, b) = probe_host("userns");
+    let _d = Daemons(&h);
+    let mut c = b.config();
+    c["annotations"] = serde_json::json!({"vram": "4g", "sm": "25%"});
+    c["process"]["user"] = serde_json::json!({"uid": 0, "gid": 0});
+    c["process"]["args"] = serde_json::json!(["/bin/sh", "-c",
+        "ls /run/gpu-quota/mps > /out/view 2>&1; /bin/mps_client_probe libcuda.so.1 > /out/probe 2>&1; \
+         for f in /run/gpu-quota/rw/usage /run/gpu-quota/limits /run/gpu-quota/mps/x; do (true >> $f) 2>/dev/null && echo $f; done > /out/writable; \
+         (true >> /run/gpu-quota/usage) && echo ok > /out/usage; touch /out/up; sleep 600"]);
+    c["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"type": "user"}));
+    // sysfs is mounted only by a namespace's owner of the network namespace
+    let ns = c["linux"]["namespaces"].as_array_mut().unwrap();
+    if !ns.iter().any(|n| n["type"] == "network") {
+        ns.push(serde_json::json!({"type": "network"}));
+    }
+    let map = serde_json::json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+    c["linux"]["uidMappings"] = map.clone();
+    c["linux"]["gidMappings"] = map;
+    b.write_config(&c);
+    // the rootfs as a remapping snapshotter leaves it: owned by the
+    // namespace's root, under directories its uid may pass
+    let st = std::process::Command::new("chown")
+        .args(["-R", "100000:100000"])
+        .arg(b.rootfs())
+        .arg(&b.out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut dir = b.rootfs();
+    while dir.pop() && dir != Path::new("/tmp") {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o711)).unwrap();
+    }
+    assert_ok(
+        &h.runtime(&["run", "-d", "--bundle", &b.bundle_arg(), "userns"]),
+        "a share in its own user namespace",
+    );
+    let up = b.wait_out("up", 10);
+    let view = std::fs::read_to_string(b.out.join("view")).unwrap_or_default();
+    let probe = std::fs::read_to_string(b.out.join("probe")).unwrap_or_default();
+    let writable = std::fs::read_to_string(b.out.join("writable")).unwrap_or_default();
+    let usage = std::fs::read_to_string(b.out.join("usage")).unwrap_or_default();
+    delete(&h, "userns");
+    assert!(
+        up.is_some(),
+        "container up; view: {view}; probe: {probe}; writable: {writable}; usage: {usage}"
+    );
+    assert_eq!(view.trim(), "control", "{view}");
+    assert!(probe.starts_with("mps=1 pct=25"), "{probe}");
+    // the state directory came with its usage tmpfs (the copy had to be
+    // recursive): every mount of it is read-only, the usage file alone is
+    // the container's to write
+    assert_eq!(writable, "", "writable in the container: {writable}");
+    assert_eq!(usage.trim(), "ok", "the usage file is writable");
+    let user = h.reservations();
+    assert!(user.is_empty(), "released");
 }

@@ -18,8 +18,8 @@ ctr_run() { C run --snapshotter native --fifo-dir "$R/fifo" --runc-binary "$RT" 
 ctr_share() {
   # the reservations before it (an earlier case's container may still run)
   local e rc=0 n0; n0=$(ledger_n)
-  # in a user namespace: its root is host uid 100000, never host root
-  ctr_run -d --uidmap 0:100000:65536 --gidmap 0:100000:65536 --annotation vram=2g --annotation sm=25% "$CIMG" gq-cs sleep 600 >/dev/null || return 1
+  # an image whose user is 1000 (ctr run has no --user): never host root
+  ctr_run -d --annotation vram=2g --annotation sm=25% "$CIMG_U" gq-cs sleep 600 >/dev/null || return 1
   e=$(C tasks exec --exec-id probe gq-cs sh -c "$SHARE_PROBE") && share_seen "$e" || rc=1
   # removed whatever the check said: a share left behind changes every later case
   C tasks kill -s KILL gq-cs >/dev/null
@@ -85,7 +85,7 @@ ctr_cases() {
   check "$CTD: config dump of the installed config shows runtime gpu-quota with BinaryName and pod_annotations" ctd_config_dump
   check "$CTD: ctr run --runc-binary gpu-quota-runtime --annotation vram=2g gets a 2 GiB slice" ctr_slice
   check "$CTD: ctr run of a request that does not fit fails with the gpu-quota message" ctr_refusal
-  check "$CTD: ctr run --uidmap 0:100000:65536 --annotation vram=2g --annotation sm=25% (root inside is host uid 100000) is an MPS client of its GPU's daemon; removing it stops the daemon" ctr_share
+  check "$CTD: ctr run --annotation vram=2g --annotation sm=25% of an image whose user is 1000 is an MPS client of its GPU's daemon; removing it stops the daemon" ctr_share
   check "$CTD: ctr task kill keeps, task delete releases, container rm removes" ctr_release
   check "$CTD: ctr run --rm --annotation gpu-quota.io/vram=2g sees 2 GiB and releases" ctr_run_rm
   check "$CTD: ctr run --gpus 1 (containerd's oci-hook + a stand-in nvidia-container-cli) with vram=2g: the slice is GPU 1, its node only, the hook never ran; without vram the hook gave GPU 1" ctr_gpus

@@ -98,6 +98,9 @@ CASE_OUT=$T/case.out
 GQ=$T/gq
 IMG=gq-engines-bb:latest
 CIMG=docker.io/library/$IMG
+# the same image whose default user is 1000 (ctr run has no --user): a
+# compute share is served to a user that cannot become host root
+CIMG_U=docker.io/library/gq-engines-bb:user1000
 PAUSE=docker.io/library/gq-engines-pause:latest   # the CRI sandbox image
 NS=gqtest                                 # ctr namespace (the CRI one is k8s.io)
 LOG=$T/logs; mkdir -p "$LOG"
@@ -306,6 +309,7 @@ setup_host() {
   printf '#!/bin/sh\ncat /run/gpu-quota/limits || exit 1\necho "grant0=$(od -An -tu8 -j88 -N8 /run/gpu-quota/grant | tr -d " ")"\n' >"$r/bin/gq-limits"
   chmod 0755 "$r/bin/gq-limits"
   oci_image "$r" "$T/bb.tar" "$CIMG" null '["PATH=/bin"]' || return 1
+  oci_image "$r" "$T/bbu.tar" "$CIMG_U" null '["PATH=/bin"]' 1000 || return 1
   oci_image "$r" "$T/pause.tar" "$PAUSE" '["/bin/sleep","2147483647"]' '["PATH=/bin"]' || return 1
   mkdir -p "$T/podman"/{root,runroot,tmp,net} "$DOCKER_CONFIG"
   : >"$PODMAN_CONF"
@@ -372,6 +376,7 @@ EOF
   timeout 5 ctr --address "$CSOCK" version >/dev/null 2>&1 || { echo "containerd not ready after 30s"; tail -20 "$LOG/containerd-$ROUND.log"; return 1; }
   # the test image for ctr, test + sandbox images for CRI (namespace k8s.io)
   C images import --snapshotter native "$T/bb.tar" >/dev/null &&
+    C images import --snapshotter native "$T/bbu.tar" >/dev/null &&
     K images import --snapshotter native "$T/bb.tar" >/dev/null &&
     K images import --snapshotter native "$T/pause.tar" >/dev/null || return 1
   note "$(containerd --version)"
