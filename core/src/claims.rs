@@ -392,7 +392,7 @@ fn offers_of(
                 offer_bytes: if shared {
                     0
                 } else {
-                    g.total_bytes.saturating_sub(reserve).saturating_sub(others)
+                    placement::usable(g, reserve).saturating_sub(others)
                 },
                 min_bytes: smallest_useful(cfg, costs, g),
             }
@@ -528,9 +528,7 @@ fn prepare_once(
             smallest,
         });
     }
-    let capacity = g
-        .total_bytes
-        .saturating_sub(cfg.reserve_bytes().unwrap_or(0));
+    let capacity = placement::usable(g, cfg.reserve_bytes().unwrap_or(0));
     let prepared = Prepared {
         cdi_device_ids: vec![cdi_device_id(&a.uid)],
     };

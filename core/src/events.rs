@@ -88,28 +88,34 @@ pub fn engine_of(runc_root: Option<&str>) -> &'static str {
 /// The reason label of a refused admission (stable: it is a metric label).
 pub fn reason_of(e: &LedgerError) -> &'static str {
     match e {
-        LedgerError::Refused { err, .. } => match **err {
-            PlacementError::NoGpus => "no_gpus",
-            PlacementError::UnknownGpu { .. } => "unknown_gpu",
-            PlacementError::NotSliceable { .. } => "not_sliceable",
-            PlacementError::Duplicate { .. } => "invalid_request",
-            PlacementError::NotEnoughGpus { .. } => "not_enough_gpus",
-            PlacementError::TooLarge { .. } => "too_large",
-            PlacementError::TooSmallForContext { .. } => "too_small_for_context",
-            PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
-            PlacementError::ShareNeedsOneGpu { .. } => "invalid_request",
-            PlacementError::ShareDoesNotFit { .. } => "share_does_not_fit",
-            PlacementError::ShareUserUnknown { .. } | PlacementError::ShareAsHostRoot { .. } => {
-                "share_user"
-            }
-            PlacementError::ShareBesideUnshared { .. }
-            | PlacementError::UnsharedBesideShares { .. } => "share_mix",
-        },
+        LedgerError::Refused { err, .. } => placement_reason(err),
         LedgerError::Duplicate { .. } => "duplicate",
         LedgerError::Corrupt { .. } | LedgerError::CorruptRecord { .. } => "ledger_corrupt",
         LedgerError::TooNew { .. } => "ledger_too_new",
         LedgerError::Io { .. } => "ledger_io",
         LedgerError::NoReservation { .. } => "no_reservation",
+    }
+}
+
+/// The reason label of a placement's refusal, for a container's admission
+/// and a DRA claim's prepare alike (stable: it is a metric label).
+pub fn placement_reason(e: &PlacementError) -> &'static str {
+    match e {
+        PlacementError::NoGpus => "no_gpus",
+        PlacementError::UnknownGpu { .. } => "unknown_gpu",
+        PlacementError::NotSliceable { .. } => "not_sliceable",
+        PlacementError::Duplicate { .. } => "invalid_request",
+        PlacementError::NotEnoughGpus { .. } => "not_enough_gpus",
+        PlacementError::TooLarge { .. } => "too_large",
+        PlacementError::TooSmallForContext { .. } => "too_small_for_context",
+        PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
+        PlacementError::ShareNeedsOneGpu { .. } => "invalid_request",
+        PlacementError::ShareDoesNotFit { .. } => "share_does_not_fit",
+        PlacementError::ShareUserUnknown { .. } | PlacementError::ShareAsHostRoot { .. } => {
+            "share_user"
+        }
+        PlacementError::ShareBesideUnshared { .. }
+        | PlacementError::UnsharedBesideShares { .. } => "share_mix",
     }
 }
 

@@ -217,6 +217,32 @@ pub fn live_shares_on<'a>(
         .filter(move |s| s.uuid == uuid)
 }
 
+/// What `held` holds on each GPU, judged without reclaiming anything
+/// (`stale`: the caller's judgement of a dead container): a dead
+/// container's bytes count until it is reclaimed (by `gc` or a container's
+/// admission), its compute does not ([`crate::placement::GpuUse::add_idle`]:
+/// no process of it runs there). What a DRA claim's prepare and offers are
+/// placed against: the DRA driver reclaims nothing (a container's cleanup
+/// is its runtime's).
+pub fn usage_unreclaimed<'a>(
+    held: impl IntoIterator<Item = &'a Reservation>,
+    stale: &dyn Fn(&Reservation) -> bool,
+) -> Usage {
+    let mut u = Usage::new();
+    for r in held.into_iter().filter(|r| r.counts()) {
+        let dead = stale(r);
+        for s in &r.slices {
+            let e = u.entry(s.uuid.clone()).or_default();
+            if dead {
+                e.add_idle(s)
+            } else {
+                e.add(s)
+            }
+        }
+    }
+    u
+}
+
 impl LedgerData {
     /// The ledger as read: a share recorded before shares were split over
     /// processes (schema 3 or 4, no `sm_procs`) is a share of one process,

@@ -1,6 +1,6 @@
 //! Placement: which GPU(s) a request gets, given what the ledger already
 //! handed out. Pure: no I/O, so every policy decision is unit-tested.
-use crate::config::Policy;
+use crate::config::{Config, Policy};
 use crate::inventory::{describe, Gpu, Inventory};
 use crate::request::{GpuRef, GpuSelector, Request};
 use crate::units::human;
@@ -111,6 +111,9 @@ pub struct GpuUse {
     pub sm: u32,
     /// Holders with a share.
     pub shared: usize,
+    /// Holders whose container has ended but is not reclaimed yet
+    /// ([`GpuUse::add_idle`]): their bytes count, their compute does not.
+    pub idle: usize,
 }
 
 impl GpuUse {
@@ -123,6 +126,14 @@ impl GpuUse {
             self.shared += 1;
         }
     }
+    /// Count in `s` of a container that has ended but is not reclaimed
+    /// yet: its bytes stay held, but no process of it runs on the GPU, so
+    /// it neither holds a share nor time-slices against one.
+    pub fn add_idle(&mut self, s: &Slice) {
+        self.bytes += s.vram_bytes;
+        self.holders += 1;
+        self.idle += 1;
+    }
     /// Leave `s` out again.
     pub fn remove(&mut self, s: &Slice) {
         self.bytes = self.bytes.saturating_sub(s.vram_bytes);
@@ -132,9 +143,12 @@ impl GpuUse {
             self.shared = self.shared.saturating_sub(1);
         }
     }
-    /// Holders without a share: outside MPS, time-sliced.
+    /// Holders without a share whose containers run: outside MPS,
+    /// time-sliced.
     pub fn unshared(&self) -> usize {
-        self.holders - self.shared.min(self.holders)
+        self.holders
+            .saturating_sub(self.shared)
+            .saturating_sub(self.idle)
     }
 }
 
@@ -143,16 +157,22 @@ pub type Usage = BTreeMap<String, GpuUse>;
 
 /// What a CUDA context is known to cost on this host, per GPU model: the
 /// config's `context_overhead` when it is a size, else what the hook
-/// measured here (`context-cost.json`). Every process in a slice is charged
-/// that much before its first allocation, so a slice no larger than it can
-/// run no CUDA code: placement refuses it with the figures. Unknown (no
-/// setting, nothing measured yet): no check here; the interceptor names the
-/// quota at the container's first CUDA call instead.
+/// measured here (`context-cost.json`), else `unmeasured`. Every process
+/// in a slice is charged that much before its first allocation, so a slice
+/// smaller than the charge and one allocation ([`ContextCosts::smallest`])
+/// can run no CUDA code: placement refuses it with the figures. Unknown:
+/// no check here; for a container the interceptor names the quota at its
+/// first CUDA call instead.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContextCosts {
     pub configured: Option<u64>,
     /// GPU model name → measured charge.
     pub measured: BTreeMap<String, u64>,
+    /// The charge where nothing is configured or measured: `None` for a
+    /// container (its hook measures at its start), the built-in default
+    /// for a DRA claim (its offer names a smallest size before any
+    /// container of it has run).
+    pub unmeasured: Option<u64>,
 }
 
 /// The smallest slice worth granting above a context: one allocation of the
@@ -165,12 +185,31 @@ impl ContextCosts {
         match self.configured {
             Some(0) => None,
             Some(b) => Some((b, "the config's context_overhead")),
-            None => self
-                .measured
-                .get(&g.name)
-                .map(|b| (*b, "measured on this host")),
+            None => match self.measured.get(&g.name) {
+                Some(b) => Some((*b, "measured on this host")),
+                None => self.unmeasured.map(|b| {
+                    (
+                        b,
+                        "gpu-quota's built-in default: not measured on this host yet",
+                    )
+                }),
+            },
         }
     }
+
+    /// The smallest slice worth granting on `g`: the charge and one
+    /// allocation above it; 0 where no charge is known.
+    pub fn smallest(&self, g: &Gpu) -> u64 {
+        self.of(g)
+            .map_or(0, |(c, _)| c.saturating_add(MIN_USEFUL_ABOVE_CONTEXT))
+    }
+}
+
+/// What GPU `g` can ever give slices: its memory less the configured
+/// reserve. Every reader of a GPU's capacity (placement, DRA offers and
+/// claims, the device plugin's units, `ls`, `metrics`, `top`) asks here.
+pub fn usable(g: &Gpu, reserve: u64) -> u64 {
+    g.total_bytes.saturating_sub(reserve)
 }
 
 pub struct Placer<'a> {
@@ -192,18 +231,45 @@ pub fn is_sliceable(sliceable: &[String], g: &Gpu) -> bool {
             .any(|s| s.trim() == g.index.to_string() || s.trim().eq_ignore_ascii_case(&g.uuid))
 }
 
+impl<'a> Placer<'a> {
+    /// The placer of this host's config: its policy, reserve and sliceable
+    /// GPUs, with what a context costs (`contexts`).
+    pub fn new(cfg: &'a Config, inventory: &'a Inventory, contexts: &'a ContextCosts) -> Self {
+        Placer {
+            inventory,
+            policy: cfg.placement,
+            reserve: cfg.reserve_bytes().unwrap_or(0),
+            sliceable: &cfg.gpus,
+            contexts,
+        }
+    }
+}
+
 impl Placer<'_> {
     fn is_sliceable(&self, g: &Gpu) -> bool {
         is_sliceable(self.sliceable, g)
     }
 
     fn capacity(&self, g: &Gpu) -> u64 {
-        g.total_bytes.saturating_sub(self.reserve)
+        usable(g, self.reserve)
     }
 
-    fn free(&self, g: &Gpu, usage: &Usage) -> u64 {
+    /// What of `g`'s capacity `usage` leaves free.
+    pub fn free_on(&self, g: &Gpu, usage: &Usage) -> u64 {
         self.capacity(g)
             .saturating_sub(usage.get(&g.uuid).map(|u| u.bytes).unwrap_or(0))
+    }
+
+    /// The most that a request like `req` (its compute share and origin;
+    /// its size aside) would be granted on `g` beside `usage`: what is
+    /// free there, or 0 where the GPU's compute refuses it (the rule
+    /// [`Placer::place`] applies). What a DRA offer publishes.
+    pub fn room_for(&self, req: &Request, g: &Gpu, usage: &Usage) -> u64 {
+        if self.compute_refusal(req, g, usage).is_some() {
+            0
+        } else {
+            self.free_on(g, usage)
+        }
     }
 
     /// Why `g`'s compute cannot take `req` as it is held now: a share
@@ -275,7 +341,7 @@ impl Placer<'_> {
             .gpus
             .iter()
             .filter(|g| self.is_sliceable(g) && Some(g.uuid.as_str()) != except)
-            .map(|g| format!("GPU {}: {}", g.index, human(self.free(g, usage))))
+            .map(|g| format!("GPU {}: {}", g.index, human(self.free_on(g, usage))))
             .collect();
         if v.is_empty() {
             "none".into()
@@ -386,7 +452,7 @@ impl Placer<'_> {
                 let bytes_fit: Vec<&Gpu> = candidates
                     .iter()
                     .copied()
-                    .filter(|g| slice(g).vram_bytes <= self.free(g, usage))
+                    .filter(|g| slice(g).vram_bytes <= self.free_on(g, usage))
                     .collect();
                 let mut fit: Vec<&Gpu> = bytes_fit
                     .iter()
@@ -425,9 +491,9 @@ impl Placer<'_> {
                     });
                 }
                 match self.policy {
-                    Policy::Binpack => fit.sort_by_key(|g| (self.free(g, usage), g.index)),
+                    Policy::Binpack => fit.sort_by_key(|g| (self.free_on(g, usage), g.index)),
                     Policy::Spread => {
-                        fit.sort_by_key(|g| (std::cmp::Reverse(self.free(g, usage)), g.index))
+                        fit.sort_by_key(|g| (std::cmp::Reverse(self.free_on(g, usage)), g.index))
                     }
                 }
                 fit.truncate(n);
@@ -440,7 +506,7 @@ impl Placer<'_> {
             if bytes > self.capacity(g) {
                 return Err(self.too_large(req, g, bytes));
             }
-            let free = self.free(g, usage);
+            let free = self.free_on(g, usage);
             if bytes > free {
                 let GpuUse {
                     bytes: used,
@@ -458,8 +524,8 @@ impl Placer<'_> {
                 });
             }
             if let Some((charge, how)) = self.contexts.of(g) {
-                if bytes <= charge {
-                    let smallest = charge + MIN_USEFUL_ABOVE_CONTEXT;
+                let smallest = self.contexts.smallest(g);
+                if bytes < smallest {
                     let mib = 1u64 << 20;
                     return Err(PlacementError::TooSmallForContext {
                         requested: format!("{} ({})", human(bytes), req.origin),

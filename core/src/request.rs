@@ -63,6 +63,12 @@ pub use keys::ANNOTATION_KEYS;
 pub enum Origin {
     Annotation(String),
     Env(&'static str),
+    /// A DRA claim the kubelet prepares (`claims::prepare`): its size was
+    /// decided by the scheduler, its GPU named by the allocation.
+    Claim {
+        namespace: String,
+        name: String,
+    },
 }
 
 impl std::fmt::Display for Origin {
@@ -70,6 +76,7 @@ impl std::fmt::Display for Origin {
         match self {
             Origin::Annotation(k) => write!(f, "annotation {k}"),
             Origin::Env(k) => write!(f, "environment variable {k}"),
+            Origin::Claim { namespace, name } => write!(f, "claim {namespace}/{name}"),
         }
     }
 }

@@ -149,7 +149,7 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
     };
     let mut gpus: Vec<GpuUnits> = Vec::new();
     for g in inv.gpus.iter().filter(|g| sliceable(node.sliceable, g)) {
-        let capacity = g.total_bytes.saturating_sub(node.reserve);
+        let capacity = gpuquota_core::placement::usable(g, node.reserve);
         let units = u32::try_from(capacity / UNIT_BYTES).unwrap_or(u32::MAX);
         let mut u = GpuUnits {
             uuid: g.uuid.clone(),

@@ -73,7 +73,7 @@ fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
                 name: g.name.clone(),
                 simulated: g.simulated,
                 total: g.total_bytes,
-                capacity: g.total_bytes.saturating_sub(reserve),
+                capacity: gpuquota_core::placement::usable(g, reserve),
                 reserved,
                 holders,
                 sm,

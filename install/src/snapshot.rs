@@ -160,7 +160,7 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
                         simulated: g.simulated,
                         total: g.total_bytes,
                         reserve,
-                        capacity: g.total_bytes.saturating_sub(reserve),
+                        capacity: gpuquota_core::placement::usable(g, reserve),
                         reserved,
                         holders,
                         sm,

@@ -68,14 +68,7 @@ impl Ledger {
             }
             _ => {}
         }
-        let reserve = cfg.reserve_bytes().unwrap_or(0);
-        let placer = Placer {
-            inventory: inv,
-            policy: cfg.placement,
-            reserve,
-            sliceable: &cfg.gpus,
-            contexts: &info.contexts,
-        };
+        let placer = Placer::new(cfg, inv, &info.contexts);
         let reservation = |slices| Reservation {
             workload: info.workload.clone(),
             ..Reservation::new(id, root, bundle, slices, describe_request(req)).admitted_now()

@@ -257,13 +257,7 @@ impl Ledger {
                         e.remove(&slice);
                     }
                 }
-                let placer = Placer {
-                    inventory: inv,
-                    policy: cfg.placement,
-                    reserve: cfg.reserve_bytes().unwrap_or(0),
-                    sliceable: &cfg.gpus,
-                    contexts,
-                };
+                let placer = Placer::new(cfg, inv, contexts);
                 let req = Request {
                     vram: Size::Bytes(want),
                     gpus: GpuSelector::List(vec![GpuRef::Uuid(slice.uuid.clone())]),

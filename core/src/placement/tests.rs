@@ -204,6 +204,7 @@ fn a_slice_that_cannot_hold_a_known_context_is_refused_with_the_figures() {
     let measured = ContextCosts {
         configured: None,
         measured: [(i.gpus[0].name.clone(), 614 * mib)].into(),
+        unmeasured: None,
     };
     let place = |c: &ContextCosts, b: u64| {
         Placer {
@@ -230,8 +231,11 @@ fn a_slice_that_cannot_hold_a_known_context_is_refused_with_the_figures() {
     ] {
         assert!(msg.contains(want), "{want:?} missing in: {msg}");
     }
-    // exactly the context: nothing left for an allocation
+    // exactly the context: nothing left for an allocation; less than one
+    // allocation above it is refused too (the smallest useful slice is the
+    // rule, for a claim's prepare as for a container)
     assert!(place(&measured, 614 * mib).is_err());
+    assert!(place(&measured, 615 * mib).is_err());
     // negative controls: one granule more fits; unknown cost = no check;
     // a configured 0 charges nothing
     assert!(place(&measured, 616 * mib).is_ok());
@@ -254,6 +258,7 @@ fn a_slice_that_cannot_hold_a_known_context_is_refused_with_the_figures() {
 static NO_COSTS: ContextCosts = ContextCosts {
     configured: None,
     measured: BTreeMap::new(),
+    unmeasured: None,
 };
 fn binpack(i: &Inventory) -> Placer<'_> {
     Placer {
