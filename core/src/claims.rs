@@ -1,12 +1,15 @@
 //! DRA claims: the node side of the `vram.gpu-quota.io` driver.
 //!
-//! * [`offers`]: what each GPU can give claims — the ledger's usable bytes
-//!   minus every reservation that is *not* a claim's (docker/podman/ctr
-//!   containers, device-plugin containers). Claims are not subtracted: the
-//!   scheduler accounts for them itself (`consumedCapacity`).
+//! * [`offers`]: what each GPU can give claims — what the placer would
+//!   grant a claim there (`Placer::room_for`) beside every reservation that
+//!   is *not* a claim's (docker/podman/ctr containers, device-plugin
+//!   containers). Claims are not subtracted: the scheduler accounts for
+//!   them itself (`consumedCapacity`).
 //! * [`prepare`]: the kubelet prepared a claim. Under the ledger's lock its
 //!   bytes are reserved on its GPU as a *claim entry* (not a container's),
-//!   refused when the other reservations leave too little; a random
+//!   decided by the placer that decides a container's start
+//!   (`placement::Placer::place`, the claim's [`ClaimAlloc::request`]):
+//!   its refusals are the placer's, with the same message; a random
 //!   256-bit token is stored in the entry (the ledger is 0600) and written,
 //!   in the same critical section, into the claim's CDI spec (0600, atomic):
 //!   one device `vram.gpu-quota.io/claim=<uid>` whose only edit is the
@@ -31,15 +34,14 @@
 //! `Debug` output carries it.
 use crate::{
     config::{Config, Setting, BUILTIN_DEFAULT_BYTES},
-    events, fsutil,
-    inventory::{Gpu, Inventory, InventoryError},
-    ledger::{ClaimEntry, Ledger, LedgerError, Reservation},
-    placement::{self, ContextCosts, Slice},
-    state,
-    units::human,
+    events,
+    inventory::InventoryError,
+    ledger::{ClaimEntry, LedgerError, Reservation},
+    placement::{ContextCosts, PlacementError},
+    request::{GpuRef, GpuSelector, Origin, Request},
+    units::{human, Size},
 };
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 /// What claims may take together on one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,12 +50,13 @@ pub struct Offer {
     pub index: u32,
     pub product: String,
     pub total_bytes: u64,
-    /// Usable bytes (total minus the configured reserve) minus every
-    /// reservation not held by a claim; 0 while the GPU serves compute
-    /// shares (a claim's containers run outside MPS: [`ClaimError::BesideShares`]).
+    /// Usable bytes (`placement::usable`) minus every reservation not held
+    /// by a claim; 0 while the GPU serves compute shares (a claim's
+    /// containers run outside MPS: the placer refuses a slice without a
+    /// share there, `PlacementError::UnsharedBesideShares`).
     pub offer_bytes: u64,
     /// The smallest claim worth granting here: one that can hold a CUDA
-    /// context ([`smallest_useful`]).
+    /// context (`ContextCosts::smallest` of [`contexts`]).
     pub min_bytes: u64,
 }
 
@@ -67,6 +70,52 @@ pub struct ClaimAlloc {
     pub bytes: u64,
 }
 
+impl ClaimAlloc {
+    /// What the claim asks of the placer: its bytes on its GPU.
+    pub fn request(&self) -> Request {
+        request(
+            Origin::Claim {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+            },
+            &self.gpu_uuid,
+            self.bytes,
+        )
+    }
+}
+
+/// The one place a claim's request is made, for its prepare and for the
+/// offers: `bytes` on the one GPU `gpu_uuid` the allocation names. A
+/// claim asks for no compute share yet (`sm: None`: its containers run
+/// outside MPS, so the placer keeps it off a GPU that serves shares).
+fn request(origin: Origin, gpu_uuid: &str, bytes: u64) -> Request {
+    Request {
+        vram: Size::Bytes(bytes),
+        gpus: GpuSelector::List(vec![GpuRef::Uuid(gpu_uuid.to_string())]),
+        origin,
+        named_gpus: true,
+        sm: None,
+        sm_procs: 0,
+        user: None,
+    }
+}
+
+/// What a CUDA context costs a claim's containers, for the placer: the
+/// configured `context_overhead`, else the cost measured on this host for
+/// the GPU's model (`costs`, from the context-cost cache:
+/// `ctxcost::known_costs`), else the built-in default — a claim's offer
+/// names its smallest size before any container of it has run.
+pub fn contexts(cfg: &Config, costs: &ContextCosts) -> ContextCosts {
+    ContextCosts {
+        configured: match cfg.context_overhead_setting() {
+            Ok(Setting::Bytes(b)) => Some(b),
+            _ => None,
+        },
+        measured: costs.measured.clone(),
+        unmeasured: Some(BUILTIN_DEFAULT_BYTES),
+    }
+}
+
 /// What the kubelet hands the container runtime for a prepared claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
@@ -76,32 +125,16 @@ pub struct Prepared {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
-    #[error("claim asks for {} on GPU {gpu}, but only {} of it are free for claims{}; held by {holders}. The memory is still held on this node: the kubelet retries the prepare, and it succeeds once a holder ends (check `gpu-quota ls`)", human(*asked), human(*free), waited(*waited_ms))]
-    DoesNotFit {
-        asked: u64,
-        free: u64,
-        gpu: String,
-        /// What holds the GPU, for the message (`holders_of`).
-        holders: String,
+    /// The placer refused the claim, as it refuses a container asking the
+    /// same on that GPU; what a claim knows more follows the message.
+    #[error("{err}{}", after(holders.as_deref(), *waited_ms))]
+    Refused {
+        err: Box<PlacementError>,
+        /// What holds the GPU where the bytes do not fit (`holders_of`).
+        holders: Option<String>,
         /// How long the prepare waited for holders to release.
         waited_ms: u64,
     },
-    #[error("claim asks for {} on GPU {gpu}, which cannot hold a CUDA context: every process in its container is charged {} for its context there, so no CUDA program could run in it. The smallest useful claim on this GPU is {}; ask for at least that (the ResourceSlice's request policy says so too)", human(*asked), human(*charge), human(*smallest))]
-    TooSmallForContext {
-        asked: u64,
-        gpu: u32,
-        charge: u64,
-        smallest: u64,
-    },
-    #[error("claim asks for {} on GPU {gpu}, which serves {holders} compute share(s) ({used}% of its SMs) through MPS: a claim's containers run outside MPS and would time-slice against them, so this node offers the GPU to claims again only once its shares end (check `gpu-quota ls`)", human(*asked))]
-    BesideShares {
-        asked: u64,
-        gpu: String,
-        used: u32,
-        holders: usize,
-    },
-    #[error("claim names GPU {gpu}, which is not a GPU gpu-quota may slice on this host; sliceable GPUs: {known}")]
-    UnknownGpu { gpu: String, known: String },
     #[error("claim {uid} is already prepared as {held}, not {asked}; unprepare it first")]
     Conflict {
         uid: String,
@@ -138,21 +171,29 @@ pub fn reason_of(e: &ClaimError) -> &'static str {
         ClaimError::WrongToken { .. } => "claim_token",
         ClaimError::TwoClaims { .. } => "claim_two",
         ClaimError::InUse { .. } => "claim_bound",
-        ClaimError::BesideShares { .. } => "share_mix",
+        ClaimError::Refused { err, .. } => events::placement_reason(err),
         ClaimError::Invalid { .. } => "invalid_request",
         _ => "claim",
     }
 }
 
-fn waited(ms: u64) -> String {
-    if ms == 0 {
-        String::new()
-    } else {
-        format!(
-            " after waiting {:.1} s for earlier holders to release",
-            ms as f64 / 1000.0
-        )
+/// What a claim's refusal says after the placer's message: who holds the
+/// GPU, how long the prepare waited, and that the kubelet retries.
+fn after(holders: Option<&str>, waited_ms: u64) -> String {
+    let mut out = String::new();
+    if let Some(h) = holders {
+        out += &format!(". On this node the GPU is held by {h}");
     }
+    if waited_ms > 0 {
+        out += &format!(
+            ". Refused after waiting {:.1} s for earlier holders to release",
+            waited_ms as f64 / 1000.0
+        );
+    }
+    if !out.is_empty() {
+        out += ". The kubelet retries the prepare, and it succeeds once enough is released";
+    }
+    out
 }
 
 /// Longest uid, namespace or name accepted (Kubernetes: a UUID; names are
@@ -164,6 +205,7 @@ const TOKEN_BYTES: usize = 32;
 
 const UID_FORM: &str = "1 to 128 ASCII letters, digits or '-' (a Kubernetes UID)";
 const NAME_FORM: &str = "1 to 253 lowercase letters, digits, '-' or '.'";
+const GPU_FORM: &str = "1 to 128 printable ASCII characters (a GPU's UUID, GPU-…)";
 
 fn valid_uid(uid: &str) -> bool {
     !uid.is_empty()
@@ -192,6 +234,12 @@ fn check(a: &ClaimAlloc) -> Result<(), ClaimError> {
     }
     if !valid_name(&a.name) {
         return Err(bad("name", &a.name, NAME_FORM));
+    }
+    if a.gpu_uuid.is_empty()
+        || a.gpu_uuid.len() > MAX_UID
+        || !a.gpu_uuid.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(bad("GPU", &a.gpu_uuid, GPU_FORM));
     }
     if a.bytes == 0 {
         return Err(bad("size", "0", "more than 0 bytes"));
@@ -225,7 +273,7 @@ mod offers;
 mod prepare;
 pub use bind::{bind, presented, Presented};
 pub use cdi::{cdi_device_id, cdi_path, cdi_spec, env_var};
-pub use offers::{context_charge, offers, smallest_useful};
+pub use offers::offers;
 pub use prepare::{prepare, prepare_waiting, prepared, unprepare, RELEASE_WAIT};
 mod shared;
 pub use shared::{consumer_gone, shared_usage, sweep_shared};

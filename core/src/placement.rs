@@ -44,7 +44,7 @@ pub enum PlacementError {
         total: String,
         reserve: String,
     },
-    #[error("requested {requested} on {gpu}, but only {free} of its {capacity} are free ({used} held by {holders} other container(s)); free elsewhere: {elsewhere}. Ask for less, choose another GPU, or wait until a slice is released (see `gpu-quota ls`)")]
+    #[error("requested {requested} on {gpu}, but only {free} of its {capacity} are free ({used} held by {holders} other slice(s)); free elsewhere: {elsewhere}. Ask for less, choose another GPU, or wait until a slice is released (see `gpu-quota ls`)")]
     DoesNotFit {
         requested: String,
         gpu: String,

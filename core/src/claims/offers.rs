@@ -1,5 +1,12 @@
-//! What the node offers claims on each GPU (the DRA driver's ResourceSlice).
-use super::*;
+//! What the node offers claims on each GPU (the DRA driver's ResourceSlice):
+//! what the placer would grant a claim there.
+use super::{contexts, request, ClaimError, Offer};
+use crate::config::Config;
+use crate::fsutil;
+use crate::inventory::Inventory;
+use crate::ledger::{self, Ledger, Reservation};
+use crate::placement::{self, ContextCosts, Placer};
+use crate::request::Origin;
 
 /// What claims may take on each sliceable GPU of the inventory.
 pub fn offers(cfg: &Config, costs: &ContextCosts) -> Result<Vec<Offer>, ClaimError> {
@@ -12,66 +19,34 @@ pub fn offers(cfg: &Config, costs: &ContextCosts) -> Result<Vec<Offer>, ClaimErr
     }))
 }
 
-fn offers_of(
+pub(super) fn offers_of(
     cfg: &Config,
     costs: &ContextCosts,
     inv: &Inventory,
     held: &[Reservation],
     stale: &dyn Fn(&Reservation) -> bool,
 ) -> Vec<Offer> {
-    let reserve = cfg.reserve_bytes().unwrap_or(0);
+    let contexts = contexts(cfg, costs);
+    let placer = Placer::new(cfg, inv, &contexts);
+    // claims are left out: the scheduler counts them itself
+    // (`consumedCapacity`); a dead container's bytes count until it is
+    // reclaimed, its share does not keep claims away
+    let usage = ledger::usage_unreclaimed(held.iter().filter(|r| !r.is_claim()), stale);
+    // an offer is to any claim: its request names none
+    let any = Origin::Claim {
+        namespace: String::new(),
+        name: String::new(),
+    };
     inv.gpus
         .iter()
         .filter(|g| placement::is_sliceable(&cfg.gpus, g))
-        .map(|g| {
-            let others: u64 = held
-                .iter()
-                .filter(|r| !r.is_claim() && r.counts())
-                .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
-                .map(|s| s.vram_bytes)
-                .sum();
-            // a dead container's share does not keep claims away (gc or
-            // the next admission reclaims it)
-            let shared = crate::ledger::live_shares_on(held, &g.uuid, stale)
-                .next()
-                .is_some();
-            Offer {
-                uuid: g.uuid.clone(),
-                index: g.index,
-                product: g.name.clone(),
-                total_bytes: g.total_bytes,
-                offer_bytes: if shared {
-                    0
-                } else {
-                    placement::usable(g, reserve).saturating_sub(others)
-                },
-                min_bytes: smallest_useful(cfg, costs, g),
-            }
+        .map(|g| Offer {
+            uuid: g.uuid.clone(),
+            index: g.index,
+            product: g.name.clone(),
+            total_bytes: g.total_bytes,
+            offer_bytes: placer.room_for(&request(any.clone(), &g.uuid, 0), g, &usage),
+            min_bytes: contexts.smallest(g),
         })
         .collect()
-}
-
-/// What a process's CUDA context is charged on GPU `g`, as a claim's
-/// container will be charged it: the configured `context_overhead`, else
-/// the cost measured on this host for that model (`costs`, from the
-/// context-cost cache: `ctxcost::known_costs`), else the built-in default.
-pub fn context_charge(cfg: &Config, costs: &ContextCosts, g: &Gpu) -> u64 {
-    match cfg.context_overhead_setting() {
-        Ok(Setting::Bytes(b)) => b,
-        _ => costs
-            .measured
-            .get(&g.name)
-            .copied()
-            .unwrap_or(BUILTIN_DEFAULT_BYTES),
-    }
-}
-
-/// The smallest claim worth granting on GPU `g`: its context charge and
-/// one allocation above it (0 where no context is charged). A smaller
-/// claim could not create a CUDA context in its container.
-pub fn smallest_useful(cfg: &Config, costs: &ContextCosts, g: &Gpu) -> u64 {
-    match context_charge(cfg, costs, g) {
-        0 => 0,
-        c => c.saturating_add(placement::MIN_USEFUL_ABOVE_CONTEXT),
-    }
 }

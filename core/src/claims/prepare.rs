@@ -1,6 +1,16 @@
 //! A claim's prepare and unprepare: its entry in the ledger, its CDI spec.
 use super::cdi::{new_token, remove_cdi, write_cdi};
-use super::*;
+use super::{
+    cdi_device_id, check, claim_of, contexts, describe_alloc, label, source, valid_uid, ClaimAlloc,
+    ClaimError, Prepared,
+};
+use crate::config::Config;
+use crate::inventory::Inventory;
+use crate::ledger::{self, ClaimEntry, Ledger, Reservation};
+use crate::placement::{ContextCosts, PlacementError, Placer};
+use crate::units::human;
+use crate::{events, fsutil, state};
+use std::time::{Duration, Instant};
 
 /// How long a prepare waits for the GPU's earlier holders to release: the
 /// kubelet prepares a force-deleted pod's replacement while the old pod's
@@ -67,17 +77,29 @@ fn holders_of(ledger: &Ledger, held: &[Reservation], gpu: &str, now: u64) -> Str
 }
 
 /// Reserve the claim's bytes on its GPU, make its token and its CDI spec.
-/// Idempotent for the same uid, GPU and bytes. Refused at once when the
-/// bytes are not free ([`prepare_waiting`] waits for releases), or when
-/// they cannot hold a CUDA context.
+/// Idempotent for the same uid, GPU and bytes. Refused at once where the
+/// placer refuses it ([`prepare_waiting`] waits for releases): its GPU
+/// unknown or not sliceable, the bytes more than the GPU can ever give or
+/// than are free, too few to hold a CUDA context, or the GPU serving
+/// compute shares.
 pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
     prepare_waiting(cfg, a, &ContextCosts::default(), Duration::ZERO)
 }
 
-/// [`prepare`], and while the claim's bytes are held by others, try again
-/// every 100 ms for at most `wait` (the driver: [`RELEASE_WAIT`]), each
-/// try under the ledger's lock. The refusal names what holds the GPU and
-/// how long it waited.
+/// Whether a refusal can end by itself as holders release: the bytes not
+/// free, or compute shares beside (a share that is ending, its container
+/// released a moment ago, frees the GPU as a holder's release does).
+fn releasable(e: &PlacementError) -> bool {
+    matches!(
+        e,
+        PlacementError::DoesNotFit { .. } | PlacementError::UnsharedBesideShares { .. }
+    )
+}
+
+/// [`prepare`], and while the GPU is held by others, try again every
+/// 100 ms for at most `wait` (the driver: [`RELEASE_WAIT`]), each try
+/// under the ledger's lock. The refusal names what holds the GPU and how
+/// long it waited.
 pub fn prepare_waiting(
     cfg: &Config,
     a: &ClaimAlloc,
@@ -87,24 +109,14 @@ pub fn prepare_waiting(
     let start = Instant::now();
     loop {
         match prepare_once(cfg, a, costs) {
-            // a share that is ending (its container released a moment
-            // ago) frees the GPU as a holder's release does
-            Err(ClaimError::DoesNotFit { .. } | ClaimError::BesideShares { .. })
-                if start.elapsed() + RELEASE_POLL <= wait =>
+            Err(ClaimError::Refused { err, .. })
+                if releasable(&err) && start.elapsed() + RELEASE_POLL <= wait =>
             {
                 std::thread::sleep(RELEASE_POLL)
             }
-            Err(ClaimError::DoesNotFit {
-                asked,
-                free,
-                gpu,
-                holders,
-                ..
-            }) => {
-                return Err(ClaimError::DoesNotFit {
-                    asked,
-                    free,
-                    gpu,
+            Err(ClaimError::Refused { err, holders, .. }) if releasable(&err) => {
+                return Err(ClaimError::Refused {
+                    err,
                     holders,
                     waited_ms: if wait.is_zero() {
                         0
@@ -125,34 +137,14 @@ fn prepare_once(
 ) -> Result<Prepared, ClaimError> {
     check(a)?;
     let inv = Inventory::load(cfg)?;
-    let Some(g) = inv.gpus.iter().find(|g| {
-        g.uuid.eq_ignore_ascii_case(&a.gpu_uuid) && placement::is_sliceable(&cfg.gpus, g)
-    }) else {
-        let known: Vec<String> = inv
-            .gpus
-            .iter()
-            .filter(|g| placement::is_sliceable(&cfg.gpus, g))
-            .map(|g| format!("{} ({})", g.index, g.uuid))
-            .collect();
-        return Err(ClaimError::UnknownGpu {
-            gpu: a.gpu_uuid.chars().take(80).collect(),
-            known: if known.is_empty() {
-                "none".into()
-            } else {
-                known.join(", ")
-            },
-        });
-    };
-    let smallest = smallest_useful(cfg, costs, g);
-    if a.bytes < smallest {
-        return Err(ClaimError::TooSmallForContext {
-            asked: a.bytes,
-            gpu: g.index,
-            charge: context_charge(cfg, costs, g),
-            smallest,
-        });
-    }
-    let capacity = placement::usable(g, cfg.reserve_bytes().unwrap_or(0));
+    let contexts = contexts(cfg, costs);
+    // the placer of a container's start, asked the claim's request
+    let placer = Placer::new(cfg, &inv, &contexts);
+    let req = a.request();
+    // the GPU as the inventory spells its uuid, where it knows it
+    let gpu = inv
+        .find_uuid(&a.gpu_uuid)
+        .map_or(a.gpu_uuid.as_str(), |g| g.uuid.as_str());
     let prepared = Prepared {
         cdi_device_ids: vec![cdi_device_id(&a.uid)],
     };
@@ -165,7 +157,7 @@ fn prepare_once(
         {
             let c = r.claim.as_ref().expect("found by its claim");
             let same = r.slices.len() == 1
-                && r.slices[0].uuid == g.uuid
+                && r.slices[0].uuid == gpu
                 && r.slices[0].vram_bytes == a.bytes
                 && c.namespace == a.namespace
                 && c.name == a.name;
@@ -183,7 +175,7 @@ fn prepare_once(
                             "{}/{} {}",
                             a.namespace,
                             a.name,
-                            describe_alloc(&g.uuid, a.bytes)
+                            describe_alloc(gpu, a.bytes)
                         ),
                     }),
                     false,
@@ -193,34 +185,24 @@ fn prepare_once(
             return Ok((write_cdi(cfg, &a.uid, &c.token).map(|()| None), false));
         }
         let now = fsutil::now_unix();
-        let stale = |r: &Reservation| ledger.is_stale(r, now);
-        let shares: Vec<&Slice> =
-            crate::ledger::live_shares_on(&d.reservations, &g.uuid, &stale).collect();
-        if !shares.is_empty() {
-            return Ok((
-                Err(ClaimError::BesideShares {
-                    asked: a.bytes,
-                    gpu: g.uuid.clone(),
-                    used: shares.iter().map(|s| s.sm_percent).sum(),
-                    holders: shares.len(),
-                }),
-                false,
-            ));
-        }
-        let used = d.usage().get(&g.uuid).map_or(0, |u| u.bytes);
-        let free = capacity.saturating_sub(used);
-        if a.bytes > free {
-            return Ok((
-                Err(ClaimError::DoesNotFit {
-                    asked: a.bytes,
-                    free,
-                    gpu: g.uuid.clone(),
-                    holders: holders_of(&ledger, &d.reservations, &g.uuid, fsutil::now_unix()),
-                    waited_ms: 0,
-                }),
-                false,
-            ));
-        }
+        // every holder's bytes, a dead container's until it is reclaimed
+        // (the driver reclaims nothing), but no dead container's share
+        let usage = ledger::usage_unreclaimed(&d.reservations, &|r| ledger.is_stale(r, now));
+        let slices = match placer.place(&req, &usage) {
+            Ok(s) => s,
+            Err(err) => {
+                let holders = matches!(err, PlacementError::DoesNotFit { .. })
+                    .then(|| holders_of(&ledger, &d.reservations, gpu, now));
+                return Ok((
+                    Err(ClaimError::Refused {
+                        err: Box::new(err),
+                        holders,
+                        waited_ms: 0,
+                    }),
+                    false,
+                ));
+            }
+        };
         let token = match new_token() {
             Ok(t) => t,
             Err(e) => return Ok((Err(ClaimError::Io("getrandom".into(), e)), false)),
@@ -230,7 +212,7 @@ fn prepare_once(
             return Ok((Err(e), false));
         }
         let r = Reservation {
-            created_unix: fsutil::now_unix(),
+            created_unix: now,
             claim: Some(ClaimEntry {
                 uid: a.uid.clone(),
                 namespace: a.namespace.clone(),
@@ -241,14 +223,7 @@ fn prepare_once(
                 format!("claim:{}", a.uid),
                 None,
                 "",
-                vec![Slice {
-                    uuid: g.uuid.clone(),
-                    index: g.index,
-                    vram_bytes: a.bytes,
-                    sm_percent: 0,
-                    sm_user: None,
-                    sm_procs: 0,
-                }],
+                slices,
                 format!("claim {}/{}", a.namespace, a.name),
             )
         };

@@ -1,11 +1,15 @@
 use super::*;
 use crate::config::{LogTarget, StaticGpu};
-use crate::ledger::Key;
+use crate::inventory::Inventory;
+use crate::ledger::{Key, Ledger, LedgerError};
+use crate::placement::{PlacementError, Slice};
 use crate::request::{GpuRef, GpuSelector, Origin, Request};
+use crate::state;
 use crate::units::Size;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::Duration;
 
 const G: u64 = 1 << 30;
 const GPU0: &str = "GPU-00000000-0000-0000-0000-000000000000";
@@ -65,6 +69,14 @@ fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
         .unwrap()
 }
 
+/// The placer's refusal inside a claim's.
+fn refusal(e: &ClaimError) -> &PlacementError {
+    match e {
+        ClaimError::Refused { err, .. } => err,
+        other => panic!("not the placer's refusal: {other:?}"),
+    }
+}
+
 fn entries(cfg: &Config) -> Vec<Reservation> {
     Ledger::new(cfg).read().unwrap().reservations
 }
@@ -92,5 +104,6 @@ fn presenting(uid: &str, token: &str) -> Presented {
 
 mod bind;
 mod cdi;
+mod decision;
 mod offers;
 mod prepare;

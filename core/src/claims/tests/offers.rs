@@ -70,8 +70,8 @@ fn a_gpu_with_compute_shares_is_not_offered_to_claims() {
     let e = prepare(&cfg, &alloc("u-1", GPU0, 4 * G)).unwrap_err();
     assert!(
         matches!(
-            e,
-            ClaimError::BesideShares {
+            refusal(&e),
+            PlacementError::UnsharedBesideShares {
                 used: 25,
                 holders: 1,
                 ..
@@ -79,7 +79,7 @@ fn a_gpu_with_compute_shares_is_not_offered_to_claims() {
         ),
         "{e:?}"
     );
-    assert!(e.to_string().contains("through MPS"), "{e}");
+    assert!(e.to_string().contains("outside MPS"), "{e}");
     assert!(!cdi_path(&cfg, "u-1").exists(), "no CDI spec for it");
     assert_eq!(bytes(offers(&cfg, &costs).unwrap()), [0, 16 * G]);
     prepare(&cfg, &alloc("u-2", GPU1, 4 * G)).unwrap();

@@ -12,15 +12,22 @@ fn a_claim_that_cannot_hold_a_context_is_refused_with_the_smallest_useful_size()
     // no measurement: the built-in default charge (616 MiB) + 2 MiB
     let e = prepare(&cfg, &alloc("u-s", GPU0, 512 * mi)).unwrap_err();
     assert!(
-        matches!(e, ClaimError::TooSmallForContext { smallest, .. } if smallest == 618 * mi),
+        matches!(refusal(&e), PlacementError::TooSmallForContext { smallest, .. } if smallest == "618.00 MiB"),
         "{e:?}"
     );
     let m = e.to_string();
     assert!(
-        m.contains("512.00 MiB")
+        m.contains("512.00 MiB (claim default/c-u-s)")
             && m.contains("charged 616.00 MiB")
-            && m.contains("smallest useful claim on this GPU is 618.00 MiB"),
+            && m.contains("built-in default")
+            && m.contains("smallest useful slice on this GPU is 618.00 MiB"),
         "{m}"
+    );
+    // less than one allocation above the context: as useless
+    let e = prepare(&cfg, &alloc("u-s", GPU0, 617 * mi)).unwrap_err();
+    assert!(
+        matches!(refusal(&e), PlacementError::TooSmallForContext { .. }),
+        "{e:?}"
     );
     assert!(
         entries(&cfg).is_empty() && !cdi_path(&cfg, "u-s").exists(),
@@ -47,19 +54,22 @@ fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
     let (_d, cfg) = setup();
     container(&cfg, "docker1", 0, 10 * G);
     let e = prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap_err();
-    match &e {
-        ClaimError::DoesNotFit {
-            asked, free, gpu, ..
+    match refusal(&e) {
+        PlacementError::DoesNotFit {
+            requested,
+            free,
+            gpu,
+            ..
         } => {
-            assert_eq!((*asked, *free, gpu.as_str()), (8 * G, 6 * G, GPU0))
+            assert_eq!(
+                (requested.as_str(), free.as_str()),
+                ("8.00 GiB (claim default/c-u-1)", "6.00 GiB")
+            );
+            assert!(gpu.contains(GPU0), "{gpu}");
         }
         other => panic!("{other:?}"),
     }
     let m = e.to_string();
-    assert!(
-        m.contains("8.00 GiB") && m.contains("6.00 GiB") && m.contains(GPU0),
-        "{m}"
-    );
     assert!(
         m.contains("held by container docker1 outside DRA (10.00 GiB)") && !m.contains("waiting"),
         "{m}"
@@ -69,17 +79,21 @@ fn prepare_refuses_what_does_not_fit_naming_asked_free_and_gpu() {
     // what is left fits; then claims count against claims on the node
     prepare(&cfg, &alloc("u-2", GPU0, 6 * G)).unwrap();
     let e = prepare(&cfg, &alloc("u-3", GPU0, G)).unwrap_err();
-    assert!(matches!(e, ClaimError::DoesNotFit { free: 0, .. }), "{e:?}");
+    assert!(
+        matches!(refusal(&e), PlacementError::DoesNotFit { free, .. } if free == "0 B"),
+        "{e:?}"
+    );
     // the other GPU is untouched
     prepare(&cfg, &alloc("u-3", GPU1, 16 * G)).unwrap();
-    // a reserve is never handed out
+    // a reserve is never handed out: more than the GPU can ever give
     let (_d2, mut cfg2) = setup();
     cfg2.reserve = "2g".into();
     let e = prepare(&cfg2, &alloc("u-4", GPU1, 15 * G)).unwrap_err();
     assert!(
-        matches!(e, ClaimError::DoesNotFit { free, .. } if free == 14 * G),
+        matches!(refusal(&e), PlacementError::TooLarge { capacity, .. } if capacity == "14.00 GiB"),
         "{e:?}"
     );
+    prepare(&cfg2, &alloc("u-4", GPU1, 14 * G)).unwrap();
 }
 
 #[test]
@@ -120,17 +134,26 @@ fn bad_names_and_unknown_gpus_are_refused_before_anything_is_written() {
             ..alloc("u", GPU0, G)
         },
         alloc("u", GPU0, 0),
+        alloc("u", "GPU-0\u{1b}[2J", G),
+        alloc("u", &"G".repeat(129), G),
+        alloc("u", "", G),
     ] {
         let e = prepare(&cfg, &a).unwrap_err();
         assert!(matches!(e, ClaimError::Invalid { .. }), "{e:?}");
     }
     let e = prepare(&cfg, &alloc("u", "GPU-99", G)).unwrap_err();
-    assert!(matches!(e, ClaimError::UnknownGpu { .. }), "{e:?}");
+    assert!(
+        matches!(refusal(&e), PlacementError::UnknownGpu { .. }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains(GPU0), "{e}");
     // a GPU the config excludes from slicing is not offered either
     cfg.gpus = vec!["1".into()];
     let e = prepare(&cfg, &alloc("u", GPU0, G)).unwrap_err();
-    assert!(matches!(e, ClaimError::UnknownGpu { .. }), "{e:?}");
+    assert!(
+        matches!(refusal(&e), PlacementError::NotSliceable { .. }),
+        "{e:?}"
+    );
     assert_eq!(offers(&cfg, &ContextCosts::default()).unwrap().len(), 1);
     assert!(!Ledger::new(&cfg).exists() && !cfg.cdi_dir.exists());
 }
