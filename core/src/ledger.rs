@@ -203,27 +203,13 @@ impl Default for LedgerData {
     }
 }
 
-/// The compute shares on GPU `uuid` among `held` whose containers live
-/// (`stale`: the caller's judgement of a dead one): what keeps claims and
-/// pods off a GPU that serves shares.
-pub fn live_shares_on<'a>(
-    held: &'a [Reservation],
-    uuid: &'a str,
-    stale: &'a dyn Fn(&Reservation) -> bool,
-) -> impl Iterator<Item = &'a Slice> {
-    held.iter()
-        .filter(move |r| r.counts() && !stale(r))
-        .filter_map(Reservation::share)
-        .filter(move |s| s.uuid == uuid)
-}
-
 /// What `held` holds on each GPU, judged without reclaiming anything
 /// (`stale`: the caller's judgement of a dead container): a dead
 /// container's bytes count until it is reclaimed (by `gc` or a container's
 /// admission), its compute does not ([`crate::placement::GpuUse::add_idle`]:
 /// no process of it runs there). What a DRA claim's prepare and offers are
 /// placed against: the DRA driver reclaims nothing (a container's cleanup
-/// is its runtime's).
+/// is its runtime's). The device plugin's units are judged against it too.
 pub fn usage_unreclaimed<'a>(
     held: impl IntoIterator<Item = &'a Reservation>,
     stale: &dyn Fn(&Reservation) -> bool,

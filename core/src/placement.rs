@@ -276,8 +276,9 @@ impl Placer<'_> {
     /// needs room among the shares and no holder outside MPS beside it; a
     /// slice without a share needs no share beside it (measured on the
     /// H200: a process outside MPS and an MPS client time-slice, 302 of
-    /// 447 TFLOPS left to a 50 % client).
-    fn compute_refusal(&self, req: &Request, g: &Gpu, usage: &Usage) -> Option<PlacementError> {
+    /// 447 TFLOPS left to a 50 % client). The device plugin asks it too,
+    /// for the container its units would start.
+    pub fn compute_refusal(&self, req: &Request, g: &Gpu, usage: &Usage) -> Option<PlacementError> {
         let u = usage.get(&g.uuid).copied().unwrap_or_default();
         let free = crate::formats::grant::SM_MAX.saturating_sub(u.sm);
         match req.sm {

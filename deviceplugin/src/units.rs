@@ -127,6 +127,24 @@ pub struct NodeState<'a> {
 
 use gpuquota_core::placement::is_sliceable as sliceable;
 
+/// What a pod's container asks once Allocate gave it units of `g`: their
+/// bytes on that GPU through the request annotations, without a compute
+/// share. Whether `g`'s compute takes it is the placer's decision, as for
+/// every other path ([`gpuquota_core::placement::Placer::compute_refusal`]).
+fn pod_request(g: &Gpu) -> gpuquota_core::request::Request {
+    use gpuquota_core::request::{GpuRef, GpuSelector, Origin, Request};
+    use gpuquota_core::units::Size;
+    Request {
+        vram: Size::Bytes(UNIT_BYTES),
+        gpus: GpuSelector::List(vec![GpuRef::Uuid(g.uuid.clone())]),
+        origin: Origin::Annotation(gpuquota_core::formats::keys::ANN_NS_VRAM.into()),
+        named_gpus: true,
+        sm: None,
+        sm_procs: 0,
+        user: None,
+    }
+}
+
 /// The next snapshot, given the previous one (GPUs advertised before and
 /// gone now stay listed, unhealthy).
 pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
@@ -164,9 +182,18 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
             match &node.ledger {
                 Err(e) => u = gone(&u, &format!("ledger unreadable: {e}")),
                 Ok(l) => {
-                    let shares =
-                        gpuquota_core::ledger::live_shares_on(&l.reservations, &g.uuid, node.stale)
-                            .count();
+                    let costs = gpuquota_core::placement::ContextCosts::default();
+                    let placer = gpuquota_core::placement::Placer {
+                        inventory: inv,
+                        policy: Default::default(),
+                        reserve: node.reserve,
+                        sliceable: node.sliceable,
+                        contexts: &costs,
+                    };
+                    // a dead container's share keeps nobody away
+                    let usage =
+                        gpuquota_core::ledger::usage_unreclaimed(&l.reservations, node.stale);
+                    let refused = placer.compute_refusal(&pod_request(g), g, &usage);
                     let (outside, holders) = l
                         .reservations
                         .iter()
@@ -175,8 +202,8 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
                         .filter(|r| r.counts() && !(node.kubernetes)(r) && !(node.stale)(r))
                         .flat_map(|r| r.slices.iter().filter(|s| s.uuid == g.uuid))
                         .fold((0u64, 0usize), |(b, n), s| (b + s.vram_bytes, n + 1));
-                    if shares > 0 {
-                        u = gone(&u, &format!("serves {shares} compute share(s) through MPS"));
+                    if let Some(e) = refused {
+                        u = gone(&u, &e.to_string());
                     } else if outside > 0 {
                         let left = capacity.saturating_sub(outside) / UNIT_BYTES;
                         u.usable = units.min(u32::try_from(left).unwrap_or(u32::MAX));
@@ -323,8 +350,11 @@ mod tests {
         };
         let s = compute(&Snapshot::default(), &state(Ok(&i), Ok(&l), 0, &|_| true));
         assert_eq!(s.gpus[0].usable, 0, "{:?}", s.gpus[0]);
+        // the placer's own refusal, as a container asking it would get
         assert!(
-            s.gpus[0].why.contains("1 compute share(s)"),
+            s.gpus[0]
+                .why
+                .contains("25% of its compute is reserved by 1 container(s) with sm="),
             "{:?}",
             s.gpus[0]
         );
