@@ -343,14 +343,7 @@ mod tests {
     use crate::placement::Slice;
 
     fn res(id: &str) -> Reservation {
-        let slice = Slice {
-            index: 1,
-            uuid: "GPU-1".into(),
-            vram_bytes: 4 << 30,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let slice = Slice::memory("GPU-1".into(), 1, 4 << 30);
         Reservation {
             pid: Some(42),
             state: ResState::Running,

@@ -125,14 +125,7 @@ mod tests {
     const U1: &str = "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff";
 
     fn res() -> Reservation {
-        let s = |u: &str, index, vram_bytes| Slice {
-            uuid: u.into(),
-            index,
-            vram_bytes,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let s = |u: &str, index, vram_bytes| Slice::memory(u.into(), index, vram_bytes);
         Reservation::new(
             "c1",
             None,

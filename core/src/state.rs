@@ -426,14 +426,7 @@ mod tests {
     fn prepare_layout() {
         let d = tempfile::tempdir().unwrap();
         const U: &str = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
-        let slice = Slice {
-            uuid: U.into(),
-            index: 3,
-            vram_bytes: 4 << 30,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let slice = Slice::memory(U.into(), 3, 4 << 30);
         let r = Reservation::new("c1", None, "/b", vec![slice.clone()], "vram=4g");
         let files = DriverFiles {
             libs: vec![DriverLib {

@@ -251,14 +251,7 @@ mod tests {
     }
 
     fn res(id: &str, root: &str, gpu: u32, bytes: u64) -> Reservation {
-        let slice = Slice {
-            uuid: format!("GPU-{gpu:04}"),
-            index: gpu,
-            vram_bytes: bytes,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let slice = Slice::memory(format!("GPU-{gpu:04}"), gpu, bytes);
         Reservation {
             state: ResState::Running,
             ..Reservation::new(id, Some(root), format!("/b/{id}"), vec![slice], "")

@@ -93,14 +93,7 @@ fn write_atomic(p: &Path, b: &[u8]) {
 }
 
 fn res(id: &str, root: &str, gpu: &str, bytes: u64) -> Reservation {
-    let slice = Slice {
-        uuid: gpu.into(),
-        index: if gpu == GPU0 { 0 } else { 1 },
-        vram_bytes: bytes,
-        sm_percent: 0,
-        sm_user: None,
-        sm_procs: 0,
-    };
+    let slice = Slice::memory(gpu.into(), if gpu == GPU0 { 0 } else { 1 }, bytes);
     Reservation {
         // just created: never stale within the grace period
         created_unix: gpuquota_core::fsutil::now_unix(),

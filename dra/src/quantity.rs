@@ -98,7 +98,7 @@ pub fn bytes(q: &str) -> Result<u64, QuantityError> {
         exp -= 1;
     }
     while exp < 0 {
-        if n % 10 != 0 {
+        if !n.is_multiple_of(10) {
             return Err(QuantityError::Fraction(q.into()));
         }
         n /= 10;
@@ -110,7 +110,7 @@ pub fn bytes(q: &str) -> Result<u64, QuantityError> {
 /// Bytes as a quantity string: the largest binary suffix that divides it.
 pub fn format(b: u64) -> String {
     for (s, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if b != 0 && b % (1u64 << shift) == 0 {
+        if b != 0 && b.is_multiple_of(1u64 << shift) {
             return format!("{}{s}", b >> shift);
         }
     }

@@ -78,12 +78,13 @@ pub struct GpuGrant<U> {
         serde(rename = "sm", default, skip_serializing_if = "is_zero")
     )]
     pub sm_percent: u32,
-    /// With a share: the host uid its processes run as. A GPU's MPS daemon
-    /// serves one user at a time and holds a client of another uid inside
-    /// `cuInit` until the first user's clients are gone, so placement keeps
-    /// a GPU's shares to one uid and the interceptor refuses `cuInit` to a
-    /// process of another (`exec --user`, su). `None`: no share, or one
-    /// admitted before the uid was recorded.
+    /// With a share: the host uid it was admitted for. MPS takes commands
+    /// that steer a GPU's server from host root on the client socket, so a
+    /// share is admitted for a user that cannot become root (unless the
+    /// operator allows root's), and the interceptor refuses `cuInit` to a
+    /// host-root process in a share of another user (`exec --user 0`).
+    /// gpu-quota's daemons are multi-user: shares of different uids share a
+    /// GPU. `None`: no share, or one admitted before the uid was recorded.
     #[cfg_attr(
         feature = "serde",
         serde(default, skip_serializing_if = "Option::is_none")
@@ -126,6 +127,21 @@ fn stray_share<U>(gpus: &[GpuGrant<U>]) -> bool {
 
 /// A GPU's name in raw bytes.
 pub type Uuid = [u8; 16];
+
+impl<U> GpuGrant<U> {
+    /// `vram_bytes` of GPU `uuid` (host index `index`), without a compute
+    /// share.
+    pub fn memory(uuid: U, index: u32, vram_bytes: u64) -> Self {
+        GpuGrant {
+            uuid,
+            index,
+            vram_bytes,
+            sm_percent: 0,
+            sm_user: None,
+            sm_procs: 0,
+        }
+    }
+}
 
 impl<U: AsRef<str>> GpuGrant<U> {
     /// The same grant naming its GPU by raw bytes (`None`: the text is not
@@ -330,14 +346,7 @@ mod tests {
     const G: u64 = 1 << 30;
 
     fn g(u: u8, index: u32, vram_bytes: u64) -> GpuGrant<Uuid> {
-        GpuGrant {
-            uuid: [u; 16],
-            index,
-            vram_bytes,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        }
+        GpuGrant::memory([u; 16], index, vram_bytes)
     }
 
     #[test]
@@ -468,29 +477,13 @@ mod tests {
 
     #[test]
     fn text_uuids_become_raw() {
-        let t = GpuGrant {
-            uuid: "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
-            index: 1,
-            vram_bytes: G,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let t = GpuGrant::memory("GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9", 1, G);
         let r = t.raw().unwrap();
         assert_eq!(
             (r.uuid[0], r.uuid[15], r.index, r.vram_bytes),
             (0x0a, 0xf9, 1, G)
         );
-        assert!(GpuGrant {
-            uuid: "GPU-a",
-            index: 0,
-            vram_bytes: 0,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        }
-        .raw()
-        .is_none());
+        assert!(GpuGrant::memory("GPU-a", 0, 0).raw().is_none());
     }
 
     proptest::proptest! {

@@ -138,14 +138,7 @@ pub(crate) mod tests {
     use gpuquota_core::workload::Workload;
 
     pub(crate) fn res(id: &str, root: Option<&str>, name: Option<&str>) -> Reservation {
-        let s = Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            vram_bytes: 1 << 30,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let s = Slice::memory("GPU-0".into(), 0, 1 << 30);
         Reservation {
             workload: name.map(|n| Workload {
                 container: Some(n.into()),

@@ -250,14 +250,7 @@ mod tests {
     }
 
     fn entry(id: &str, bytes: u64) -> Reservation {
-        let slice = Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            vram_bytes: bytes,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let slice = Slice::memory("GPU-0".into(), 0, bytes);
         Reservation {
             pid: Some(std::process::id()),
             pid_start: fsutil::process_start_time(std::process::id()),

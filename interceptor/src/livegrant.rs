@@ -93,22 +93,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("grant");
         let g = [
-            GpuGrant {
-                uuid: [1; 16],
-                index: 0,
-                vram_bytes: 64 << 20,
-                sm_percent: 0,
-                sm_user: None,
-                sm_procs: 0,
-            },
-            GpuGrant {
-                uuid: [2; 16],
-                index: 3,
-                vram_bytes: 32 << 20,
-                sm_percent: 0,
-                sm_user: None,
-                sm_procs: 0,
-            },
+            GpuGrant::memory([1; 16], 0, 64 << 20),
+            GpuGrant::memory([2; 16], 3, 32 << 20),
         ];
         std::fs::write(&p, grant::encode(&g).unwrap()).unwrap();
         let cp = std::ffi::CString::new(p.to_str().unwrap()).unwrap();

@@ -20,14 +20,7 @@ fn main() {
         ..Config::default()
     };
     let (off, file) = (cfg(LogTarget::Off), cfg(LogTarget::File));
-    let slice = Slice {
-        uuid: "GPU-0".into(),
-        index: 0,
-        vram_bytes: 1 << 30,
-        sm_percent: 0,
-        sm_user: None,
-        sm_procs: 0,
-    };
+    let slice = Slice::memory("GPU-0".into(), 0, 1 << 30);
     let r = Reservation {
         pid: Some(1),
         state: ResState::Running,

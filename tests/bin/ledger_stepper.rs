@@ -23,14 +23,7 @@ fn main() {
     };
     let id = a[2].clone();
     let stop_at = a.get(3).map(|s| WRITE_STEPS[s.parse::<usize>().unwrap()]);
-    let slice = Slice {
-        uuid: "GPU-0".into(),
-        index: 0,
-        vram_bytes: 1 << 30,
-        sm_percent: 0,
-        sm_user: None,
-        sm_procs: 0,
-    };
+    let slice = Slice::memory("GPU-0".into(), 0, 1 << 30);
     let r = Reservation {
         created_unix: 1,
         ..Reservation::new(

@@ -127,14 +127,7 @@ mod tests {
     const G: u64 = 1 << 30;
 
     fn res(bytes: u64) -> Reservation {
-        let s = Slice {
-            uuid: "GPU-0".into(),
-            index: 0,
-            vram_bytes: bytes,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        };
+        let s = Slice::memory("GPU-0".into(), 0, bytes);
         Reservation {
             created_unix: 7,
             ..Reservation::new("a", Some("/r"), "/b/a", vec![s], "vram=4g")

@@ -361,14 +361,7 @@ mod tests {
             slices
                 .iter()
                 .enumerate()
-                .map(|(i, (u, b))| Slice {
-                    uuid: u.to_string(),
-                    index: i as u32,
-                    vram_bytes: *b,
-                    sm_percent: 0,
-                    sm_user: None,
-                    sm_procs: 0,
-                })
+                .map(|(i, (u, b))| Slice::memory(u.to_string(), i as u32, *b))
                 .collect(),
             "vram=1g",
         )

@@ -613,14 +613,7 @@ fn earlier_boot_record(
         id,
         root,
         format!("/b/{id}"),
-        vec![Slice {
-            uuid: format!("GPU-{gpu}"),
-            index: gpu,
-            vram_bytes: bytes,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        }],
+        vec![Slice::memory(format!("GPU-{gpu}"), gpu, bytes)],
         "vram",
     );
     r.boot_id = Some(EARLIER_BOOT.into());

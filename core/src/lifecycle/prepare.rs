@@ -324,14 +324,7 @@ mod tests {
         }
     }
     fn slice(uuid: &str) -> crate::placement::Slice {
-        crate::placement::Slice {
-            uuid: uuid.into(),
-            index: 1,
-            vram_bytes: 1 << 30,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        }
+        crate::placement::Slice::memory(uuid.into(), 1, 1 << 30)
     }
 
     fn node(minor: u64) -> devices::DeviceNode {

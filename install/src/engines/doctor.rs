@@ -256,22 +256,23 @@ mod tests {
         assert!(glob_match("gpu-quota.io/*", "gpu-quota.io/vram") && !glob_match("vram", "vram2"));
     }
 
+    /// The doctor's verdict on a containerd config whose gpu-quota runtime
+    /// passes the pod annotations `pats` (TOML list items).
+    fn containerd_verdict(pats: &str) -> Check {
+        let conf = format!("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
+                 runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [{pats}]\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n");
+        let fs = MemFs::new().with("/etc/containerd/config.toml", &conf);
+        let c = run(&fs, &["containerd"], None, false);
+        find(&c, "engine containerd").clone()
+    }
+
     /// A configuration that passes the memory keys but drops the compute
     /// share's is flagged, naming `sm`; every key of formats::keys is
     /// checked, so a key added there is checked here without an edit.
     #[test]
     fn containerd_pod_annotations_that_drop_sm_are_flagged() {
-        let conf = |pats: &str| {
-            format!("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
-                     runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [{pats}]\n\
-                     [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n")
-        };
-        let verdict = |pats: &str| {
-            let fs = MemFs::new().with("/etc/containerd/config.toml", &conf(pats));
-            let c = run(&fs, &["containerd"], None, false);
-            find(&c, "engine containerd").clone()
-        };
-        let d = verdict(
+        let d = containerd_verdict(
             r#""vram", "gpu", "gpus", "gpu-quota.io/vram", "gpu-quota.io/gpu", "gpu-quota.io/gpus""#,
         );
         assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
@@ -285,7 +286,7 @@ mod tests {
             .iter()
             .map(|p| format!("{p:?}"))
             .collect();
-        let d = verdict(&all.join(", "));
+        let d = containerd_verdict(&all.join(", "));
         assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
     }
 
@@ -295,21 +296,12 @@ mod tests {
     /// containerd drops, and Fail for a key it passes.
     #[test]
     fn containerd_pod_annotations_are_matched_as_containerd_does() {
-        let conf = |pats: &str| {
-            format!("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
-                     runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [{pats}]\n\
-                     [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n")
-        };
-        let verdict = |pats: &str| {
-            let fs = MemFs::new().with("/etc/containerd/config.toml", &conf(pats));
-            let c = run(&fs, &["containerd"], None, false);
-            find(&c, "engine containerd").clone()
-        };
         // control: the patterns containerd passes every key with
-        let d = verdict(r#""[v]ram", "gpu?", "gpu", "s[m]", "sm-pro?s", "gpu-quota.io/*""#);
+        let d =
+            containerd_verdict(r#""[v]ram", "gpu?", "gpu", "s[m]", "sm-pro?s", "gpu-quota.io/*""#);
         assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
         // `*` does not cross '/': containerd drops gpu-quota.io/vram
-        let d = verdict(r#""vram", "sm", "sm-procs", "gpu*""#);
+        let d = containerd_verdict(r#""vram", "sm", "sm-procs", "gpu*""#);
         assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
     }

@@ -15,17 +15,7 @@ fn a_claims_bytes_count_once_whatever_is_bound_to_it() {
         &mut vec![],
     )
     .unwrap();
-    assert_eq!(
-        r.slices,
-        [Slice {
-            uuid: GPU0.into(),
-            index: 0,
-            vram_bytes: 8 * G,
-            sm_percent: 0,
-            sm_user: None,
-            sm_procs: 0,
-        }]
-    );
+    assert_eq!(r.slices, [Slice::memory(GPU0.into(), 0, 8 * G)]);
     let u = Ledger::new(&cfg).read().unwrap().usage();
     assert_eq!(u.get(GPU0).map(|u| (u.bytes, u.holders)), Some((8 * G, 1)));
     // 8 GiB more still fit on the 16 GiB GPU (counted twice they would not)
