@@ -244,7 +244,7 @@ fn deviceclass_and_example_claim_match_the_published_slice() {
         quantity::bytes(&ex.capacity.as_ref().unwrap().requests.as_ref().unwrap()["memory"].0)
             .unwrap();
     assert!(
-        asked >= slice::STEP_BYTES && asked % slice::STEP_BYTES == 0,
+        asked >= slice::STEP_BYTES && asked.is_multiple_of(slice::STEP_BYTES),
         "{asked}: on the request policy's steps"
     );
     let pod = d.pods[0].spec.as_ref().unwrap();
