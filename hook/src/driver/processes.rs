@@ -13,14 +13,15 @@ use gpuquota_core::procmem::{GpuProcess, ProcessesReply, MAX_PROCESSES, NVML_VAL
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::path::Path;
 
-/// nvml.h's `nvmlProcessInfo_t` (the `_v2`/`_v3` calls' element).
+/// nvml.h's `nvmlProcessInfo_t` (the `_v2`/`_v3` calls' element), for
+/// this child and the NVML stages alike.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct ProcessInfo {
-    pid: c_uint,
-    used_gpu_memory: u64,
-    gpu_instance_id: c_uint,
-    compute_instance_id: c_uint,
+pub(crate) struct ProcessInfo {
+    pub(crate) pid: c_uint,
+    pub(crate) used_gpu_memory: u64,
+    pub(crate) gpu_instance_id: c_uint,
+    pub(crate) compute_instance_id: c_uint,
 }
 
 type NInit = unsafe extern "C" fn() -> c_int;

@@ -78,14 +78,7 @@ fn open(p: &str) -> Result<Lib> {
     Lib::open(Path::new(p)).map_err(|m| anyhow!("cannot load {p}: {m}"))
 }
 
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct ProcessInfo {
-    pid: c_uint,
-    used_gpu_memory: u64,
-    gpu_instance_id: c_uint,
-    compute_instance_id: c_uint,
-}
+use crate::processes::ProcessInfo;
 
 fn check(what: &str, code: c_int) -> Result<()> {
     if code != 0 {
