@@ -165,6 +165,23 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
             }
         }
     };
+    // One placer and one usage for the whole refresh: both depend on the
+    // node, not on the GPU, and the usage walks every reservation.
+    let costs = gpuquota_core::placement::ContextCosts::default();
+    let placer = gpuquota_core::placement::Placer {
+        inventory: inv,
+        policy: Default::default(),
+        reserve: node.reserve,
+        sliceable: node.sliceable,
+        contexts: &costs,
+    };
+    // a dead container's share keeps nobody away
+    let ledger = node.ledger.as_ref().map(|l| {
+        (
+            l,
+            gpuquota_core::ledger::usage_unreclaimed(&l.reservations, node.stale),
+        )
+    });
     let mut gpus: Vec<GpuUnits> = Vec::new();
     for g in inv.gpus.iter().filter(|g| sliceable(node.sliceable, g)) {
         let capacity = gpuquota_core::placement::usable(g, node.reserve);
@@ -179,21 +196,10 @@ pub fn compute(prev: &Snapshot, node: &NodeState<'_>) -> Snapshot {
         if !(node.present)(g) {
             u = gone(&u, "device node missing");
         } else {
-            match &node.ledger {
+            match &ledger {
                 Err(e) => u = gone(&u, &format!("ledger unreadable: {e}")),
-                Ok(l) => {
-                    let costs = gpuquota_core::placement::ContextCosts::default();
-                    let placer = gpuquota_core::placement::Placer {
-                        inventory: inv,
-                        policy: Default::default(),
-                        reserve: node.reserve,
-                        sliceable: node.sliceable,
-                        contexts: &costs,
-                    };
-                    // a dead container's share keeps nobody away
-                    let usage =
-                        gpuquota_core::ledger::usage_unreclaimed(&l.reservations, node.stale);
-                    let refused = placer.compute_refusal(&pod_request(g), g, &usage);
+                Ok((l, usage)) => {
+                    let refused = placer.compute_refusal(&pod_request(g), g, usage);
                     let (outside, holders) = l
                         .reservations
                         .iter()
