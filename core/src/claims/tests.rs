@@ -69,6 +69,15 @@ fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
         .unwrap()
 }
 
+/// A container `id` holding a 25 % compute share (and 2 GiB) of GPU 0.
+fn share(cfg: &Config, id: &str) -> Reservation {
+    let inv = Inventory::load(cfg).unwrap();
+    let req = Request::share_for_test(2 * G, 0, 25);
+    Ledger::new(cfg)
+        .admit(cfg, &inv, &req, id, Some("/run/runc"), "/b", &mut vec![])
+        .unwrap()
+}
+
 /// The placer's refusal inside a claim's.
 fn refusal(e: &ClaimError) -> &PlacementError {
     match e {

@@ -47,19 +47,7 @@ fn a_claim_and_a_container_refused_for_the_same_reason_get_the_same_message() {
     );
 
     let (_d, cfg) = setup();
-    let inv = Inventory::load(&cfg).unwrap();
-    let share = Request::share_for_test(2 * G, 0, 25);
-    Ledger::new(&cfg)
-        .admit(
-            &cfg,
-            &inv,
-            &share,
-            "s",
-            Some("/run/runc"),
-            "/b",
-            &mut vec![],
-        )
-        .unwrap();
+    share(&cfg, "s");
     let claim = prepare(&cfg, &alloc("u-2", GPU0, 4 * G))
         .unwrap_err()
         .to_string();

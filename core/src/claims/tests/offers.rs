@@ -52,19 +52,8 @@ fn offers_leave_claims_out_but_subtract_every_other_reservation() {
 #[test]
 fn a_gpu_with_compute_shares_is_not_offered_to_claims() {
     let (_d, cfg) = setup();
-    let inv = Inventory::load(&cfg).unwrap();
-    let share = Request::share_for_test(2 * G, 0, 25);
+    share(&cfg, "s");
     let l = Ledger::new(&cfg);
-    l.admit(
-        &cfg,
-        &inv,
-        &share,
-        "s",
-        Some("/run/runc"),
-        "/b",
-        &mut vec![],
-    )
-    .unwrap();
     let bytes = |o: Vec<Offer>| o.iter().map(|o| o.offer_bytes).collect::<Vec<_>>();
     let costs = ContextCosts::default();
     let e = prepare(&cfg, &alloc("u-1", GPU0, 4 * G)).unwrap_err();
@@ -90,17 +79,7 @@ fn a_gpu_with_compute_shares_is_not_offered_to_claims() {
     .unwrap();
     assert_eq!(bytes(offers(&cfg, &costs).unwrap()), [16 * G, 16 * G]);
     // a dead container's share (an earlier boot's) keeps no claim away
-    let mut dead = l
-        .admit(
-            &cfg,
-            &inv,
-            &share,
-            "s2",
-            Some("/run/runc"),
-            "/b",
-            &mut vec![],
-        )
-        .unwrap();
+    let mut dead = share(&cfg, "s2");
     l.release(crate::ledger::Key::Root {
         id: "s2",
         root: Some("/run/runc"),
