@@ -116,3 +116,4 @@ mod cdi;
 mod decision;
 mod offers;
 mod prepare;
+mod race;
