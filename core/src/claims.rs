@@ -41,6 +41,7 @@ use crate::{
     request::{GpuRef, GpuSelector, Origin, Request},
     units::{human, Size},
 };
+use gpuquota_formats::{grant::SM_MAX, mps::PROCS_MAX};
 use std::path::PathBuf;
 
 /// What claims may take together on one GPU.
@@ -58,6 +59,12 @@ pub struct Offer {
     /// The smallest claim worth granting here: one that can hold a CUDA
     /// context (`ContextCosts::smallest` of [`contexts`]).
     pub min_bytes: u64,
+    /// What a claim *with* a compute share may take: the bytes
+    /// (`offer_bytes`' rule for a share: 0 while containers outside
+    /// Kubernetes hold the GPU without one) and the percentage of the
+    /// GPU's SMs those containers' shares leave (`Placer::share_room`).
+    pub share_bytes: u64,
+    pub share_percent: u32,
 }
 
 /// A claim the scheduler allocated on this node: `bytes` on `gpu_uuid`.
@@ -68,10 +75,19 @@ pub struct ClaimAlloc {
     pub name: String,
     pub gpu_uuid: String,
     pub bytes: u64,
+    /// The compute share the scheduler granted (`consumedCapacity`'s
+    /// `compute`, a percentage of the GPU's SMs), held by all the claim's
+    /// containers together; `None`: a claim without one, whose containers
+    /// run outside MPS.
+    pub sm: Option<u32>,
+    /// With `sm`: the CUDA processes it is split over, across every
+    /// container bound to the claim (the claim's opaque `smProcs`
+    /// parameter, 1 when it names none); 0 without.
+    pub sm_procs: u32,
 }
 
 impl ClaimAlloc {
-    /// What the claim asks of the placer: its bytes on its GPU.
+    /// What the claim asks of the placer: its bytes and share on its GPU.
     pub fn request(&self) -> Request {
         request(
             Origin::Claim {
@@ -80,22 +96,24 @@ impl ClaimAlloc {
             },
             &self.gpu_uuid,
             self.bytes,
+            self.sm.map(|p| (p, self.sm_procs)),
         )
     }
 }
 
 /// The one place a claim's request is made, for its prepare and for the
-/// offers: `bytes` on the one GPU `gpu_uuid` the allocation names. A
-/// claim asks for no compute share yet (`sm: None`: its containers run
-/// outside MPS, so the placer keeps it off a GPU that serves shares).
-fn request(origin: Origin, gpu_uuid: &str, bytes: u64) -> Request {
+/// offers: `bytes` and the share `(percent, processes)`, if any, on the
+/// one GPU `gpu_uuid` the allocation names. Its user is not known before
+/// a container binds to it (`bind` checks each container's as admission
+/// checks a container's).
+fn request(origin: Origin, gpu_uuid: &str, bytes: u64, share: Option<(u32, u32)>) -> Request {
     Request {
         vram: Size::Bytes(bytes),
         gpus: GpuSelector::List(vec![GpuRef::Uuid(gpu_uuid.to_string())]),
         origin,
         named_gpus: true,
-        sm: None,
-        sm_procs: 0,
+        sm: share.map(|(p, _)| p),
+        sm_procs: share.map_or(0, |(_, n)| n.max(1)),
         user: None,
     }
 }
@@ -205,6 +223,8 @@ const TOKEN_BYTES: usize = 32;
 
 const UID_FORM: &str = "1 to 128 ASCII letters, digits or '-' (a Kubernetes UID)";
 const NAME_FORM: &str = "1 to 253 lowercase letters, digits, '-' or '.'";
+const SM_PROCS_FORM: &str =
+    "with a compute share, 1 to 64 and at most its percentage (each process gets at least 1 %); none without";
 const GPU_FORM: &str = "1 to 128 printable ASCII characters (a GPU's UUID, GPU-…)";
 
 fn valid_uid(uid: &str) -> bool {
@@ -244,6 +264,23 @@ fn check(a: &ClaimAlloc) -> Result<(), ClaimError> {
     if a.bytes == 0 {
         return Err(bad("size", "0", "more than 0 bytes"));
     }
+    match a.sm {
+        None if a.sm_procs != 0 => {
+            return Err(bad("smProcs", &a.sm_procs.to_string(), SM_PROCS_FORM))
+        }
+        None => {}
+        Some(p) if p == 0 || p > SM_MAX => {
+            return Err(bad(
+                "compute",
+                &p.to_string(),
+                "1 to 100 (percent of the GPU's SMs)",
+            ))
+        }
+        Some(p) if a.sm_procs == 0 || a.sm_procs > PROCS_MAX || a.sm_procs > p => {
+            return Err(bad("smProcs", &a.sm_procs.to_string(), SM_PROCS_FORM))
+        }
+        Some(_) => {}
+    }
     Ok(())
 }
 
@@ -255,8 +292,11 @@ fn label(c: &ClaimEntry) -> String {
     format!("{}/{} (uid {})", c.namespace, c.name, c.uid)
 }
 
-fn describe_alloc(gpu: &str, bytes: u64) -> String {
-    format!("{} on {gpu}", human(bytes))
+fn describe_alloc(gpu: &str, bytes: u64, sm: u32) -> String {
+    match sm {
+        0 => format!("{} on {gpu}", human(bytes)),
+        p => format!("{} and {p}% of the SMs on {gpu}", human(bytes)),
+    }
 }
 
 fn source(cause: &'static str) -> events::Source<'static> {

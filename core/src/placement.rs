@@ -71,7 +71,7 @@ pub enum PlacementError {
     },
     #[error("{origin} asks for a compute share of {count} GPUs; a share is of one GPU's SMs (served by that GPU's MPS daemon, and a process joins one). Ask for one GPU with sm=, or leave sm out")]
     ShareNeedsOneGpu { origin: String, count: usize },
-    #[error("requested sm={requested}% of {gpu}, but only {free}% of its compute is unreserved ({used}% held by {holders} container(s) with a share); unreserved elsewhere: {elsewhere}. Ask for less, choose another GPU, or wait until a share is released (see `gpu-quota ls`)")]
+    #[error("requested sm={requested}% of {gpu}, but only {free}% of its compute is unreserved ({used}% held by {holders} slice(s) with a share); unreserved elsewhere: {elsewhere}. Ask for less, choose another GPU, or wait until a share is released (see `gpu-quota ls`)")]
     ShareDoesNotFit {
         requested: u32,
         gpu: String,
@@ -269,6 +269,19 @@ impl Placer<'_> {
             0
         } else {
             self.free_on(g, usage)
+        }
+    }
+
+    /// The most compute a share could be granted on `g` beside `usage`:
+    /// what the shares there leave, 0 where a holder runs outside MPS (the
+    /// rule [`Placer::compute_refusal`] applies). What a DRA offer
+    /// publishes as the GPU's `compute`.
+    pub fn share_room(&self, g: &Gpu, usage: &Usage) -> u32 {
+        let u = usage.get(&g.uuid).copied().unwrap_or_default();
+        if u.unshared() > 0 {
+            0
+        } else {
+            crate::formats::grant::SM_MAX.saturating_sub(u.sm)
         }
     }
 

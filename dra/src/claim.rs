@@ -8,11 +8,16 @@
 //! claims instead). The bytes are the scheduler's grant,
 //! `consumedCapacity["memory"]` (KEP-5075 consumable capacity, the
 //! `DRAConsumableCapacity` feature gate, beta and on by default in 1.36),
-//! never the claim's own request.
+//! never the claim's own request. A claim allocated the GPU's compute
+//! device (`gpu-<i>-compute`) has a compute share too, the scheduler's
+//! `consumedCapacity["compute"]` (a percentage of the GPU's SMs), split
+//! over the claim's `smProcs` parameter (crate::params, 1 when it names
+//! none); one allocated the plain device has none, and names no `smProcs`.
 use crate::api::DRIVER;
 use crate::node::{ClaimAlloc, Offer};
+use crate::params::{self, ParamsError};
 use crate::quantity::{self, QuantityError};
-use crate::slice::{self, MEMORY};
+use crate::slice::{self, Kind, COMPUTE, MEMORY};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 /// The claim the kubelet names (namespace, name, uid).
@@ -58,11 +63,12 @@ pub enum Refusal {
         count: usize,
         requests: String,
     },
-    #[error("claim {ns}/{name}: device {device} has no consumedCapacity[\"memory\"]: the cluster allocated a whole device, so the grant is unknown; enable the DRAConsumableCapacity feature gate (beta, on by default in Kubernetes 1.36) on the API server, scheduler and kubelet")]
+    #[error("claim {ns}/{name}: device {device} has no consumedCapacity[\"{capacity}\"]: the cluster allocated a whole device, so the grant is unknown; enable the DRAConsumableCapacity feature gate (beta, on by default in Kubernetes 1.36) on the API server, scheduler and kubelet")]
     NoConsumedCapacity {
         ns: String,
         name: String,
         device: String,
+        capacity: &'static str,
     },
     #[error(
         "claim {ns}/{name}: consumedCapacity memory {err}; the scheduler grants whole bytes only"
@@ -71,6 +77,25 @@ pub enum Refusal {
         ns: String,
         name: String,
         err: QuantityError,
+    },
+    #[error("claim {ns}/{name}: consumedCapacity compute is {value:?}; a compute share is a whole percentage of the GPU's SMs from 1 to 100")]
+    BadCompute {
+        ns: String,
+        name: String,
+        value: String,
+    },
+    #[error("claim {ns}/{name}: {err}")]
+    BadParams {
+        ns: String,
+        name: String,
+        err: ParamsError,
+    },
+    #[error("claim {ns}/{name} names smProcs={procs}, but {why}")]
+    ProcsWithoutShare {
+        ns: String,
+        name: String,
+        procs: u32,
+        why: String,
     },
     #[error("claim {ns}/{name}: consumedCapacity memory is 0; ask for at least 256Mi")]
     Zero { ns: String, name: String },
@@ -148,13 +173,18 @@ pub fn map(
             })
         }
     };
-    let Some(mem) = r.consumed_capacity.as_ref().and_then(|c| c.get(MEMORY)) else {
-        return Err(Refusal::NoConsumedCapacity {
-            ns,
-            name,
-            device: r.device.clone(),
-        });
+    let consumed = |capacity: &'static str| {
+        r.consumed_capacity
+            .as_ref()
+            .and_then(|c| c.get(capacity))
+            .ok_or_else(|| Refusal::NoConsumedCapacity {
+                ns: ns.clone(),
+                name: name.clone(),
+                device: r.device.clone(),
+                capacity,
+            })
     };
+    let mem = consumed(MEMORY)?;
     let bytes = quantity::bytes(&mem.0).map_err(|err| Refusal::BadQuantity {
         ns: ns.clone(),
         name: name.clone(),
@@ -163,17 +193,57 @@ pub fn map(
     if bytes == 0 {
         return Err(Refusal::Zero { ns, name });
     }
-    let Some(gpu) = slice::gpu_of(&r.device, offers) else {
+    let Some((gpu, kind)) = slice::gpu_of(&r.device, offers) else {
         return Err(Refusal::UnknownDevice {
             ns,
             name,
             device: r.device.clone(),
             have: offers
                 .iter()
-                .map(|o| slice::device_name(o.index))
+                .flat_map(|o| slice::device_names(o.index))
                 .collect::<Vec<_>>()
                 .join(", "),
         });
+    };
+    let params = params::of(
+        alloc.devices.as_ref().and_then(|d| d.config.as_deref()),
+        &r.request,
+    )
+    .map_err(|err| Refusal::BadParams {
+        ns: ns.clone(),
+        name: name.clone(),
+        err,
+    })?;
+    let sm = match kind {
+        Kind::Plain => None,
+        Kind::Compute => {
+            let q = consumed(COMPUTE)?;
+            let p = quantity::bytes(&q.0)
+                .ok()
+                .filter(|p| (1..=100).contains(p))
+                .ok_or_else(|| Refusal::BadCompute {
+                    ns: ns.clone(),
+                    name: name.clone(),
+                    value: q.0.chars().take(32).collect(),
+                })?;
+            Some(p as u32)
+        }
+    };
+    let sm_procs = match (sm, params.sm_procs) {
+        (None, None) => 0,
+        (Some(_), None) => 1,
+        (Some(p), Some(n)) if n <= p => n,
+        (sm, Some(procs)) => {
+            return Err(Refusal::ProcsWithoutShare {
+                ns,
+                name,
+                procs,
+                why: match sm {
+                    None => format!("it was allocated {} (no compute share): request a compute capacity to have one", r.device),
+                    Some(p) => format!("its compute share is {p} %: each process needs at least 1 %; ask for at least {procs} % or fewer processes"),
+                },
+            })
+        }
     };
     Ok(Mapped {
         alloc: ClaimAlloc {
@@ -182,6 +252,8 @@ pub fn map(
             name,
             gpu_uuid: gpu.uuid.clone(),
             bytes,
+            sm,
+            sm_procs,
         },
         request_names: vec![r.request.clone()],
         pool_name: r.pool.clone(),
@@ -207,6 +279,8 @@ mod tests {
                 total_bytes: 16 * GI,
                 offer_bytes: 15 * GI,
                 min_bytes: 0,
+                share_bytes: 15 * GI,
+                share_percent: 100,
             })
             .to_vec()
     }
@@ -256,7 +330,9 @@ mod tests {
                 namespace: "team".into(),
                 name: "train-vram".into(),
                 gpu_uuid: "GPU-bbbb".into(),
-                bytes: 8 * GI
+                bytes: 8 * GI,
+                sm: None,
+                sm_procs: 0,
             }
         );
         assert_eq!(m.request_names, ["vram"]);
@@ -366,6 +442,91 @@ mod tests {
     fn unknown_device() {
         let e = ok(vec![result(DRIVER, "node-a", "gpu-7", Some("8Gi"))]).unwrap_err();
         assert!(matches!(e, Refusal::UnknownDevice { .. }), "{e:?}");
-        assert!(e.to_string().contains("gpu-0, gpu-1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("gpu-0, gpu-0-compute, gpu-1, gpu-1-compute"),
+            "{e}"
+        );
+    }
+
+    fn compute_result(device: &str, mem: &str, compute: Option<&str>) -> serde_json::Value {
+        let mut r = result(DRIVER, "node-a", device, Some(mem));
+        if let Some(c) = compute {
+            r["consumedCapacity"]["compute"] = json!(c);
+        }
+        r
+    }
+
+    fn with_config(results: Vec<serde_json::Value>, params: serde_json::Value) -> ResourceClaim {
+        let mut c = claim(UID, results);
+        let mut v = serde_json::to_value(&c).unwrap();
+        v["status"]["allocation"]["devices"]["config"] = json!([
+            {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": params}}
+        ]);
+        c = serde_json::from_value(v).unwrap();
+        c
+    }
+
+    /// The compute device's grant carries the scheduler's compute share,
+    /// split over the claim's smProcs (1 when it names none); the plain
+    /// device's carries none.
+    #[test]
+    fn the_compute_device_grants_the_consumed_share() {
+        let m = ok(vec![compute_result("gpu-1-compute", "8Gi", Some("25"))]).unwrap();
+        assert_eq!(
+            (m.alloc.gpu_uuid.as_str(), m.alloc.bytes),
+            ("GPU-bbbb", 8 * GI)
+        );
+        assert_eq!((m.alloc.sm, m.alloc.sm_procs), (Some(25), 1));
+        assert_eq!(m.device_name, "gpu-1-compute");
+        let c = with_config(
+            vec![compute_result("gpu-1-compute", "8Gi", Some("25"))],
+            json!({"smProcs": 4}),
+        );
+        let m = map(&req(), &c, "node-a", &offers()).unwrap();
+        assert_eq!((m.alloc.sm, m.alloc.sm_procs), (Some(25), 4));
+        let m = ok(vec![compute_result("gpu-1", "8Gi", None)]).unwrap();
+        assert_eq!((m.alloc.sm, m.alloc.sm_procs), (None, 0));
+    }
+
+    #[test]
+    fn a_bad_compute_grant_or_parameter_is_refused() {
+        let e = ok(vec![compute_result("gpu-0-compute", "8Gi", None)]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Refusal::NoConsumedCapacity {
+                    capacity: "compute",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        for bad in ["0", "101", "2.5", "25Mi", "-1"] {
+            let e = ok(vec![compute_result("gpu-0-compute", "8Gi", Some(bad))]).unwrap_err();
+            assert!(matches!(e, Refusal::BadCompute { .. }), "{bad}: {e:?}");
+        }
+        // smProcs on a claim without a share, or more processes than percent
+        let c = with_config(
+            vec![compute_result("gpu-0", "8Gi", None)],
+            json!({"smProcs": 2}),
+        );
+        let e = map(&req(), &c, "node-a", &offers()).unwrap_err();
+        assert!(matches!(e, Refusal::ProcsWithoutShare { .. }), "{e:?}");
+        assert!(e.to_string().contains("request a compute capacity"), "{e}");
+        let c = with_config(
+            vec![compute_result("gpu-0-compute", "8Gi", Some("2"))],
+            json!({"smProcs": 4}),
+        );
+        let e = map(&req(), &c, "node-a", &offers()).unwrap_err();
+        assert!(e.to_string().contains("at least 1 %"), "{e}");
+        let c = with_config(
+            vec![compute_result("gpu-0", "8Gi", None)],
+            json!({"smprocs": 2}),
+        );
+        assert!(matches!(
+            map(&req(), &c, "node-a", &offers()),
+            Err(Refusal::BadParams { .. })
+        ));
     }
 }

@@ -1,8 +1,9 @@
 //! The kubelet's optional DRA health stream (dra-health v1alpha1,
 //! `DRAResourceHealth/NodeWatchResources`) on the DRA socket.
 //!
-//! Every device this node publishes (`gpu-<index>` in the pool named after
-//! the node, exactly slice.rs's names) is reported HEALTHY while its GPU is
+//! Every device this node publishes (`gpu-<index>` and
+//! `gpu-<index>-compute` in the pool named after the node, exactly
+//! slice.rs's names) is reported HEALTHY while its GPU is
 //! among the node's offers; a GPU that was published and is gone from them
 //! (taken out of gpu-quota's inventory, or the driver no longer lists it)
 //! stays listed as UNHEALTHY with a message naming it until it is back; when
@@ -21,7 +22,7 @@ use crate::api::health::{
     HealthStatus,
 };
 use crate::node::Offer;
-use crate::slice::device_name;
+use crate::slice::device_names;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,8 +73,9 @@ impl Tracker {
                 return self
                     .known
                     .keys()
-                    .map(|&i| Health {
-                        device: device_name(i),
+                    .flat_map(|&i| device_names(i))
+                    .map(|device| Health {
+                        device,
                         status: HealthStatus::Unknown,
                         message: format!("gpu-quota: cannot read this node's GPUs: {e}"),
                     })
@@ -85,8 +87,8 @@ impl Tracker {
         }
         self.known
             .iter()
-            .map(|(&i, uuid)| {
-                let name = device_name(i);
+            .flat_map(|(&i, uuid)| device_names(i).map(|name| (i, uuid, name)))
+            .map(|(i, uuid, name)| {
                 if offers.iter().any(|o| o.index == i) {
                     Health {
                         device: name,
@@ -233,6 +235,8 @@ mod tests {
             total_bytes: 16 << 30,
             offer_bytes: 15 << 30,
             min_bytes: 0,
+            share_bytes: 15 << 30,
+            share_percent: 100,
         }
     }
 
@@ -244,29 +248,40 @@ mod tests {
         }
     }
 
+    /// Both devices of each GPU, healthy.
+    fn oks(indices: &[u32]) -> Vec<Health> {
+        indices
+            .iter()
+            .flat_map(|&i| [ok(&format!("gpu-{i}")), ok(&format!("gpu-{i}-compute"))])
+            .collect()
+    }
+
     #[test]
     fn a_published_gpu_that_goes_is_unhealthy_and_healthy_when_back() {
         let mut t = Tracker::default();
         assert_eq!(t.observe(&Ok(vec![])), [], "nothing published yet");
-        let both = vec![ok("gpu-0"), ok("gpu-2")];
+        let both = oks(&[0, 2]);
         assert_eq!(t.observe(&Ok(vec![offer(2), offer(0)])), both, "by index");
         let gone = t.observe(&Ok(vec![offer(0)]));
-        assert_eq!(gone[0], ok("gpu-0"));
-        assert_eq!(gone[1].device, "gpu-2");
-        assert_eq!(gone[1].status, HealthStatus::Unhealthy);
-        assert!(
-            gone[1].message.starts_with("gpu-quota: gpu-2 (GPU-222)")
-                && gone[1].message.matches("gpu-quota:").count() == 1,
-            "{}",
-            gone[1].message
-        );
+        assert_eq!(gone[..2], oks(&[0]));
+        for (h, name) in gone[2..].iter().zip(["gpu-2", "gpu-2-compute"]) {
+            assert_eq!(h.device, name);
+            assert_eq!(h.status, HealthStatus::Unhealthy);
+            assert!(
+                h.message
+                    .starts_with(&format!("gpu-quota: {name} (GPU-222)"))
+                    && h.message.matches("gpu-quota:").count() == 1,
+                "{}",
+                h.message
+            );
+        }
         // still listed while gone (the kubelet would otherwise only time it out)
         assert_eq!(t.observe(&Ok(vec![offer(0)])), gone);
         assert_eq!(t.observe(&Ok(vec![offer(0), offer(2)])), both);
         // a new GPU joins the list
         assert_eq!(
             t.observe(&Ok(vec![offer(0), offer(1), offer(2)])),
-            [ok("gpu-0"), ok("gpu-1"), ok("gpu-2")]
+            oks(&[0, 1, 2])
         );
     }
 
@@ -276,18 +291,18 @@ mod tests {
         assert_eq!(t.observe(&Err("bad config".into())), []);
         t.observe(&Ok(vec![offer(0), offer(1)]));
         let u = t.observe(&Err("bad config".into()));
-        assert_eq!(u.len(), 2);
-        for (h, name) in u.iter().zip(["gpu-0", "gpu-1"]) {
+        assert_eq!(u.len(), 4);
+        for (h, name) in u
+            .iter()
+            .zip(["gpu-0", "gpu-0-compute", "gpu-1", "gpu-1-compute"])
+        {
             assert_eq!((&*h.device, h.status), (name, HealthStatus::Unknown));
             assert_eq!(
                 h.message,
                 "gpu-quota: cannot read this node's GPUs: bad config"
             );
         }
-        assert_eq!(
-            t.observe(&Ok(vec![offer(0), offer(1)])),
-            [ok("gpu-0"), ok("gpu-1")]
-        );
+        assert_eq!(t.observe(&Ok(vec![offer(0), offer(1)])), oks(&[0, 1]));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod h2authority;
 pub mod health;
 pub mod node;
+pub mod params;
 pub mod publish;
 pub mod quantity;
 pub mod service;

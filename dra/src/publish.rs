@@ -1,7 +1,8 @@
-//! Keeping this node's ResourceSlice in step with the ledger *and* with
-//! the API server's copy: a new pool generation whenever the content
-//! changes, and the slice written again whenever the API's copy is not the
-//! one last written (missing, deleted, edited by someone else). The
+//! Keeping this node's ResourceSlices (the pool's devices and its counter
+//! sets, crate::slice) in step with the ledger *and* with the API server's
+//! copies: a new pool generation, for both, whenever the content changes,
+//! and both written again whenever an API copy is not the one last written
+//! (missing, deleted, edited by someone else). The
 //! kubelet deletes every slice of its node when it starts
 //! (`wipeResourceSlices`), and a slice can be deleted by hand or lost with
 //! an etcd restore: a publisher that only compared with its own last write
@@ -13,7 +14,7 @@
 use crate::health::Polled;
 use crate::node::Offer;
 use crate::quantity;
-use crate::slice::{self, slice_for};
+use crate::slice::{self, slices_for, SLICES};
 use k8s_openapi::api::core::v1::Node as NodeObject;
 use k8s_openapi::api::resource::v1::{ResourceSlice, ResourceSliceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -47,9 +48,9 @@ pub struct Publisher {
     node: String,
     owner: Option<OwnerReference>,
     generation: i64,
-    /// The slice last written (and confirmed by the store); None: write at
-    /// the next call of `next`.
-    last: Option<ResourceSlice>,
+    /// The slices last written (and confirmed by the store); None: write
+    /// at the next call of `next`.
+    last: Option<[ResourceSlice; SLICES]>,
 }
 
 /// How the API server's copy compares with the last write.
@@ -73,6 +74,7 @@ fn offer_of(spec: &ResourceSliceSpec) -> serde_json::Value {
         "nodeName": spec.node_name,
         "pool": spec.pool,
         "devices": spec.devices,
+        "sharedCounters": spec.shared_counters,
     });
     fn bytes_of_quantities(v: &mut serde_json::Value, key: Option<&str>) {
         match v {
@@ -97,35 +99,45 @@ fn offer_of(spec: &ResourceSliceSpec) -> serde_json::Value {
 }
 
 impl Publisher {
-    /// `existing`: the slice found on the API server at start (its pool
-    /// generation is carried on, so the scheduler never sees one go back).
+    /// `existing`: the pool's slices found on the API server at start
+    /// (their highest pool generation is carried on, so the scheduler never
+    /// sees one go back).
     pub fn new(
         node: &str,
         owner: Option<OwnerReference>,
-        existing: Option<&ResourceSlice>,
+        existing: &[Option<ResourceSlice>],
     ) -> Publisher {
         Publisher {
             node: node.into(),
             owner,
-            generation: existing.map(|s| s.spec.pool.generation).unwrap_or(0).max(0),
+            generation: existing
+                .iter()
+                .flatten()
+                .map(|s| s.spec.pool.generation)
+                .max()
+                .unwrap_or(0)
+                .max(0),
             last: None,
         }
     }
 
-    /// The slice to write for `offers`, or None when it would be the one
-    /// last written. The first call always writes.
-    pub fn next(&mut self, offers: &[Offer]) -> Option<ResourceSlice> {
-        let mut s = slice_for(&self.node, offers);
-        if self
-            .last
-            .as_ref()
-            .is_some_and(|l| l.spec.devices == s.spec.devices)
-        {
+    /// The slices to write for `offers` (named as `slice::slice_names`),
+    /// or None when they would be the ones last written. The first call
+    /// always writes.
+    pub fn next(&mut self, offers: &[Offer]) -> Option<[ResourceSlice; SLICES]> {
+        let mut s = slices_for(&self.node, offers);
+        if self.last.as_ref().is_some_and(|l| {
+            l.iter().zip(&s).all(|(a, b)| {
+                a.spec.devices == b.spec.devices && a.spec.shared_counters == b.spec.shared_counters
+            })
+        }) {
             return None;
         }
         self.generation += 1;
-        s.spec.pool.generation = self.generation;
-        s.metadata.owner_references = self.owner.clone().map(|o| vec![o]);
+        for x in &mut s {
+            x.spec.pool.generation = self.generation;
+            x.metadata.owner_references = self.owner.clone().map(|o| vec![o]);
+        }
         self.last = Some(s.clone());
         Some(s)
     }
@@ -139,24 +151,29 @@ impl Publisher {
     /// the last write. On any difference the next call of `next` writes
     /// again, at a pool generation above both (the scheduler must never
     /// see one go back, and an edited copy may carry a higher one).
-    pub fn check(&mut self, found: Option<&ResourceSlice>) -> Drift {
+    /// `found`: the API's copy of each slice, in `slice::slice_names`'
+    /// order.
+    pub fn check(&mut self, found: &[Option<ResourceSlice>; SLICES]) -> Drift {
         let Some(last) = &self.last else {
             return Drift::Unwritten;
         };
-        let drift = match found {
-            None => Drift::Missing,
-            Some(f) if offer_of(&f.spec) == offer_of(&last.spec) => return Drift::InStep,
-            Some(_) => Drift::Edited,
+        let drift = if found.iter().any(Option::is_none) {
+            Drift::Missing
+        } else if found
+            .iter()
+            .flatten()
+            .zip(last)
+            .all(|(f, l)| offer_of(&f.spec) == offer_of(&l.spec))
+        {
+            return Drift::InStep;
+        } else {
+            Drift::Edited
         };
-        if let Some(f) = found {
+        for f in found.iter().flatten() {
             self.generation = self.generation.max(f.spec.pool.generation);
         }
         self.last = None;
         drift
-    }
-
-    pub fn name(&self) -> String {
-        slice::slice_name(&self.node)
     }
 }
 
@@ -182,10 +199,13 @@ fn describe(o: &[Offer]) -> String {
     o.iter()
         .map(|g| {
             format!(
-                "{} {} of {} bytes",
+                "{} {} of {} bytes, {} {} bytes and {} %",
                 slice::device_name(g.index),
                 g.offer_bytes / slice::STEP_BYTES * slice::STEP_BYTES,
-                g.total_bytes
+                g.total_bytes,
+                slice::compute_device_name(g.index),
+                g.share_bytes / slice::STEP_BYTES * slice::STEP_BYTES,
+                g.share_percent
             )
         })
         .collect::<Vec<_>>()
@@ -218,13 +238,14 @@ pub async fn run(
             None
         }
     };
-    let name = slice::slice_name(&node);
-    // the slice left by an earlier run, so its pool generation is carried
+    let names = slice::slice_names(&node);
+    let name = names.join(" and ");
+    // the slices left by an earlier run, so its pool generation is carried
     // on (the scheduler must never see a generation go back): read it
     // before writing anything, however long the API server takes
     let mut logged = false;
     let existing = loop {
-        match store.get(&name).await {
+        match get_all(&*store, &names).await {
             Ok(s) => break s,
             Err(e) if !logged => {
                 tracing::warn!("{e}; retrying");
@@ -237,7 +258,7 @@ pub async fn run(
             _ = tokio::time::sleep(timing.retry) => {}
         }
     };
-    let mut p = Publisher::new(&node, owner, existing.as_ref());
+    let mut p = Publisher::new(&node, owner, &existing);
     let mut last_err = String::new();
     let mut api_down = false;
     let mut next_check = Instant::now() + timing.resync;
@@ -259,19 +280,19 @@ pub async fn run(
                 if check_now || api_down || now >= next_check || now < watchful_until {
                     check_now = false;
                     next_check = now + timing.resync;
-                    match store.get(&name).await {
+                    match get_all(&*store, &names).await {
                         Ok(found) => {
                             if api_down {
                                 tracing::info!("the API server answers again");
                                 api_down = false;
                             }
-                            match p.check(found.as_ref()) {
+                            match p.check(&found) {
                                 Drift::InStep | Drift::Unwritten => {}
                                 Drift::Missing => tracing::warn!(
-                                    "ResourceSlice {name} is gone from the API server (the kubelet's restart, or deleted by hand): publishing it again"
+                                    "ResourceSlices {name}: one is gone from the API server (the kubelet's restart, or deleted by hand): publishing it again"
                                 ),
                                 Drift::Edited => tracing::warn!(
-                                    "ResourceSlice {name} on the API server is not the one this driver wrote (edited by someone else): writing it again"
+                                    "ResourceSlices {name}: one on the API server is not the one this driver wrote (edited by someone else): writing it again"
                                 ),
                             }
                         }
@@ -284,10 +305,10 @@ pub async fn run(
                     }
                 }
                 if let Some(s) = p.next(o) {
-                    match store.apply(&s).await {
+                    match apply_all(&*store, &s).await {
                         Ok(()) => tracing::info!(
-                            "published ResourceSlice {name} generation {}: {}",
-                            s.spec.pool.generation,
+                            "published ResourceSlices {name} generation {}: {}",
+                            s[0].spec.pool.generation,
                             describe(o)
                         ),
                         Err(e) => {
@@ -317,6 +338,23 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The API's copy of each of the pool's slices.
+async fn get_all(
+    store: &dyn SliceStore,
+    names: &[String; SLICES],
+) -> Result<[Option<ResourceSlice>; SLICES], StoreError> {
+    Ok([store.get(&names[0]).await?, store.get(&names[1]).await?])
+}
+
+/// Write the pool's slices, its counter sets first: the devices that
+/// consume them are never published before them.
+async fn apply_all(store: &dyn SliceStore, s: &[ResourceSlice; SLICES]) -> Result<(), StoreError> {
+    for x in s.iter().rev() {
+        store.apply(x).await?;
+    }
+    Ok(())
 }
 
 /// The API server through kube-rs.
@@ -383,16 +421,28 @@ mod tests {
             total_bytes: 16 * GI,
             offer_bytes: free,
             min_bytes: 0,
+            share_bytes: free,
+            share_percent: 100,
         }]
     }
 
+    fn gens(s: &[ResourceSlice; SLICES]) -> [i64; SLICES] {
+        [s[0].spec.pool.generation, s[1].spec.pool.generation]
+    }
+
+    fn found(s: &[ResourceSlice; SLICES]) -> [Option<ResourceSlice>; SLICES] {
+        s.clone().map(Some)
+    }
+
     #[test]
-    fn writes_only_changes_with_a_new_generation() {
+    fn writes_only_changes_with_a_new_generation_for_both_slices() {
         let owner = slice::node_owner("n", "node-uid");
-        let mut p = Publisher::new("n", Some(owner.clone()), None);
+        let mut p = Publisher::new("n", Some(owner.clone()), &[]);
         let s = p.next(&offers(15 * GI)).expect("first write");
-        assert_eq!(s.spec.pool.generation, 1);
-        assert_eq!(s.metadata.owner_references, Some(vec![owner]));
+        assert_eq!(gens(&s), [1, 1]);
+        assert!(s
+            .iter()
+            .all(|x| x.metadata.owner_references == Some(vec![owner.clone()])));
         assert!(
             p.next(&offers(15 * GI)).is_none(),
             "same content: nothing to write"
@@ -400,59 +450,57 @@ mod tests {
         // below the step: the published capacity is the same, nothing to write
         assert!(p.next(&offers(15 * GI + (100 << 20))).is_none());
         let s = p.next(&offers(9 * GI)).expect("changed");
-        assert_eq!(s.spec.pool.generation, 2);
+        assert_eq!(gens(&s), [2, 2]);
         p.failed();
-        assert_eq!(
-            p.next(&offers(9 * GI))
-                .expect("retried")
-                .spec
-                .pool
-                .generation,
-            3
-        );
+        assert_eq!(gens(&p.next(&offers(9 * GI)).expect("retried")), [3, 3]);
     }
 
     #[test]
     fn a_missing_or_edited_copy_is_written_again_above_its_generation() {
-        let mut p = Publisher::new("n", None, None);
-        assert_eq!(p.check(None), Drift::Unwritten);
+        let mut p = Publisher::new("n", None, &[]);
+        assert_eq!(p.check(&[None, None]), Drift::Unwritten);
         let s = p.next(&offers(15 * GI)).unwrap();
-        assert_eq!(p.check(Some(&s)), Drift::InStep);
+        assert_eq!(p.check(&found(&s)), Drift::InStep);
         assert!(p.next(&offers(15 * GI)).is_none());
         // the same offer with its quantities in another form: in step
         let mut other = s.clone();
-        let cap = other.spec.devices.as_mut().unwrap()[0]
+        let cap = other[0].spec.devices.as_mut().unwrap()[0]
             .capacity
             .as_mut()
             .unwrap()
             .get_mut(slice::MEMORY)
             .unwrap();
         cap.value = k8s_openapi::apimachinery::pkg::api::resource::Quantity((15 * GI).to_string());
-        assert_eq!(p.check(Some(&other)), Drift::InStep);
-        // gone: written again
-        assert_eq!(p.check(None), Drift::Missing);
+        assert_eq!(p.check(&found(&other)), Drift::InStep);
+        // either one gone: both written again
+        assert_eq!(p.check(&[Some(s[0].clone()), None]), Drift::Missing);
         let s2 = p.next(&offers(15 * GI)).expect("written again");
-        assert_eq!(s2.spec.pool.generation, 2);
-        assert_eq!(s2.spec.devices, s.spec.devices);
-        // edited, with a higher generation: written above it
+        assert_eq!(gens(&s2), [2, 2]);
+        assert_eq!(s2[0].spec.devices, s[0].spec.devices);
+        assert_eq!(s2[1].spec.shared_counters, s[1].spec.shared_counters);
+        // the counters edited, with a higher generation: written above it
         let mut edited = s2.clone();
-        edited.spec.devices.as_mut().unwrap()[0].name = "gpu-7".into();
-        edited.spec.pool.generation = 9;
-        assert_eq!(p.check(Some(&edited)), Drift::Edited);
-        assert_eq!(p.next(&offers(15 * GI)).unwrap().spec.pool.generation, 10);
+        edited[1].spec.shared_counters.as_mut().unwrap()[0].name = "gpu-7".into();
+        edited[1].spec.pool.generation = 9;
+        assert_eq!(p.check(&found(&edited)), Drift::Edited);
+        assert_eq!(gens(&p.next(&offers(15 * GI)).unwrap()), [10, 10]);
         // an older generation of the same devices is not the last write
         let mut old = s.clone();
-        old.spec.pool.generation = 3;
-        assert_eq!(p.check(Some(&old)), Drift::Edited);
+        old[0].spec.pool.generation = 3;
+        assert_eq!(p.check(&found(&old)), Drift::Edited);
     }
 
     #[test]
-    fn carries_on_the_generation_found_at_start() {
-        let mut old = slice_for("n", &offers(GI));
-        old.spec.pool.generation = 41;
-        let mut p = Publisher::new("n", None, Some(&old));
+    fn carries_on_the_highest_generation_found_at_start() {
+        let mut old = slices_for("n", &offers(GI));
+        old[0].spec.pool.generation = 41;
+        old[1].spec.pool.generation = 40;
+        // an earlier release's one slice: its generation is carried on too
+        let mut p = Publisher::new("n", None, &[Some(old[0].clone()), None]);
         let s = p.next(&offers(GI)).unwrap();
-        assert_eq!(s.spec.pool.generation, 42);
-        assert!(s.metadata.owner_references.is_none());
+        assert_eq!(gens(&s), [42, 42]);
+        assert!(s[0].metadata.owner_references.is_none());
+        let mut p = Publisher::new("n", None, &found(&old));
+        assert_eq!(gens(&p.next(&offers(GI)).unwrap()), [42, 42]);
     }
 }

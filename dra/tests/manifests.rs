@@ -225,7 +225,7 @@ fn deviceclass_and_example_claim_match_the_published_slice() {
         cel,
         &format!(
             "device.driver == \"{}\"",
-            slice::slice_for("n", &[]).spec.driver
+            slice::slices_for("n", &[])[0].spec.driver
         )
     );
     let t = &d.templates[0];

@@ -155,16 +155,34 @@ async fn the_slice_follows_the_ledger_and_is_left_at_stop() {
     h.wait(|| h.slices.0.lock().unwrap().contains_key(&name))
         .await;
     let s = h.slices.0.lock().unwrap()[&name].clone();
-    let mem: Vec<String> = s
+    let mem: Vec<(String, String)> = s
         .spec
         .devices
         .as_ref()
         .unwrap()
         .iter()
-        .map(|d| d.capacity.as_ref().unwrap()["memory"].value.0.clone())
+        .map(|d| {
+            let c = d.capacity.as_ref().unwrap();
+            let compute = c.get("compute").map_or("-".into(), |q| q.value.0.clone());
+            (format!("{} {}", d.name, c["memory"].value.0), compute)
+        })
         .collect();
-    // usable: 16 - 1 and 10.5 - 1 GiB (rounded down to 256 MiB)
-    assert_eq!(mem, ["15Gi", "9728Mi"]);
+    // usable: 16 - 1 and 10.5 - 1 GiB (rounded down to 256 MiB), on the
+    // plain device and the compute device alike, with all the SMs
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        mem,
+        [
+            pair("gpu-0 15Gi", "-"),
+            pair("gpu-0-compute 15Gi", "100"),
+            pair("gpu-1 9728Mi", "-"),
+            pair("gpu-1-compute 9728Mi", "100")
+        ]
+    );
+    // and the pool's counter sets, one per GPU, in its second slice
+    let counters = h.slices.0.lock().unwrap()[&slice::counters_slice_name(NODE)].clone();
+    assert_eq!(counters.spec.pool.generation, s.spec.pool.generation);
+    assert_eq!(counters.spec.shared_counters.as_ref().unwrap().len(), 2);
     assert_eq!(
         s.metadata.owner_references.as_ref().unwrap()[0].kind,
         "Node"
@@ -185,6 +203,7 @@ async fn the_slice_follows_the_ledger_and_is_left_at_stop() {
     let s = h.slices.0.lock().unwrap()[&name].clone();
     assert_eq!(s.spec.pool.generation, gen + 1);
     let gpu0 = &s.spec.devices.as_ref().unwrap()[0];
+    assert_eq!(gpu0.name, "gpu-0");
     assert_eq!(gpu0.capacity.as_ref().unwrap()["memory"].value.0, "11Gi");
     let _ = &h.claims;
     // left for the kubelet to withdraw when the driver does not come back
@@ -246,15 +265,23 @@ async fn the_health_stream_follows_the_gpus_and_is_resent_within_the_timeout() {
         .expect("NodeWatchResources is served")
         .into_inner();
     let ok = |n: &str| (n.to_string(), HealthStatus::Healthy, String::new());
+    let all = || {
+        [
+            ok("gpu-0"),
+            ok("gpu-0-compute"),
+            ok("gpu-1"),
+            ok("gpu-1-compute"),
+        ]
+    };
     // at once: both GPUs, the names the slice publishes
     let t = Instant::now();
-    assert_eq!(health_of(&next(&mut s).await), [ok("gpu-0"), ok("gpu-1")]);
+    assert_eq!(health_of(&next(&mut s).await), all());
     assert!(t.elapsed() < Duration::from_secs(1), "right away");
 
     // nothing changes: re-sent, each within a third of the timeout or so
     for _ in 0..2 {
         let t = Instant::now();
-        assert_eq!(health_of(&next(&mut s).await), [ok("gpu-0"), ok("gpu-1")]);
+        assert_eq!(health_of(&next(&mut s).await), all());
         assert!(t.elapsed() < HEALTH_TIMEOUT / 2, "{:?}", t.elapsed());
     }
 
@@ -263,7 +290,7 @@ async fn the_health_stream_follows_the_gpus_and_is_resent_within_the_timeout() {
     let t = Instant::now();
     let gone = loop {
         let m = health_of(&next(&mut s).await);
-        if m[1].1 != HealthStatus::Healthy {
+        if m[2].1 != HealthStatus::Healthy {
             break m;
         }
         assert!(
@@ -271,21 +298,23 @@ async fn the_health_stream_follows_the_gpus_and_is_resent_within_the_timeout() {
             "gpu-1 never unhealthy"
         );
     };
-    assert_eq!(gone.len(), 2, "{gone:?}");
-    assert_eq!(gone[0], ok("gpu-0"));
-    assert_eq!((&*gone[1].0, gone[1].1), ("gpu-1", HealthStatus::Unhealthy));
-    assert!(
-        gone[1].2.starts_with("gpu-quota: ") && gone[1].2.contains("gpu-1"),
-        "{}",
-        gone[1].2
-    );
+    assert_eq!(gone.len(), 4, "{gone:?}");
+    assert_eq!(gone[..2], all()[..2]);
+    for (g, name) in gone[2..].iter().zip(["gpu-1", "gpu-1-compute"]) {
+        assert_eq!((&*g.0, g.1), (name, HealthStatus::Unhealthy));
+        assert!(
+            g.2.starts_with("gpu-quota: ") && g.2.contains(name),
+            "{}",
+            g.2
+        );
+    }
     // and it stays so in the re-sends
     assert_eq!(health_of(&next(&mut s).await), gone);
 
     // back: HEALTHY again
     write_config(&h.root, true);
     let t = Instant::now();
-    while health_of(&next(&mut s).await) != [ok("gpu-0"), ok("gpu-1")] {
+    while health_of(&next(&mut s).await) != all() {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "gpu-1 never healthy again"

@@ -4,7 +4,7 @@
 //! have no API server (tests/e2e/claims.rs, tests/engines/dra.sh). The
 //! config is `$GPU_QUOTA_CONFIG` (else the default path).
 //!
-//! usage: gq-claim prepare UID NAMESPACE NAME GPU_UUID BYTES
+//! usage: gq-claim prepare UID NAMESPACE NAME GPU_UUID BYTES [SM_PERCENT [SM_PROCS]]
 //!        gq-claim unprepare UID
 //!        gq-claim offers
 //! `prepare` prints the CDI device ids, one a line; errors go to stderr
@@ -19,14 +19,21 @@ fn main() {
         Err(e) => fail(&e.to_string(), 1),
     };
     match a.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["prepare", uid, namespace, name, gpu, bytes] => {
-            let bytes = bytes.parse().unwrap_or_else(|_| fail("BYTES: a number", 2));
+        ["prepare", uid, namespace, name, gpu, bytes, ref share @ ..] if share.len() <= 2 => {
+            let num = |s: &str, what| s.parse().unwrap_or_else(|_| fail(what, 2));
+            let bytes = num(bytes, "BYTES: a number");
+            let sm = share.first().map(|p| num(p, "SM_PERCENT: a number") as u32);
             let alloc = ClaimAlloc {
                 uid: uid.into(),
                 namespace: namespace.into(),
                 name: name.into(),
                 gpu_uuid: gpu.into(),
                 bytes,
+                sm,
+                sm_procs: match share.get(1) {
+                    Some(n) => num(n, "SM_PROCS: a number") as u32,
+                    None => u32::from(sm.is_some()),
+                },
             };
             match claims::prepare(&cfg, &alloc) {
                 Ok(p) => p.cdi_device_ids.iter().for_each(|d| println!("{d}")),
@@ -42,12 +49,17 @@ fn main() {
             match claims::offers(&cfg, &gpuquota_core::ctxcost::known_costs(&cfg, true)) {
                 Ok(o) => o
                     .iter()
-                    .for_each(|o| println!("{} {} {}", o.index, o.uuid, o.offer_bytes)),
+                    .for_each(|o| {
+                        println!(
+                            "{} {} {} {} {}",
+                            o.index, o.uuid, o.offer_bytes, o.share_bytes, o.share_percent
+                        )
+                    }),
                 Err(e) => fail(&e.to_string(), 1),
             }
         }
         _ => fail(
-            "usage: gq-claim prepare UID NAMESPACE NAME GPU_UUID BYTES | unprepare UID | offers",
+            "usage: gq-claim prepare UID NAMESPACE NAME GPU_UUID BYTES [SM_PERCENT [SM_PROCS]] | unprepare UID | offers",
             2,
         ),
     }

@@ -4,6 +4,7 @@ use super::{env_var, label, ClaimError, MAX_UID, TOKEN_BYTES};
 use crate::config::Config;
 use crate::fsutil;
 use crate::ledger::{Key, Ledger, LedgerError, Reservation};
+use crate::placement::PlacementError;
 use gpuquota_formats::keys;
 use serde_json::Value;
 
@@ -73,12 +74,21 @@ pub fn presented(config: &Value) -> Result<Option<Presented>, ClaimError> {
 /// bound (they share it); dead ones are reclaimed on the way (appended to
 /// `reclaimed`, for the caller's release). The container's entry gets the
 /// claim's slice and the claim's uid.
+///
+/// A claim with a compute share binds a container only as admission
+/// admits a container's share: `user` is the host user its process runs
+/// as (`spec::share_uid`), known and not root unless the operator allows
+/// root's shares; the container's slice records it, so its process is kept
+/// from becoming root and a root process in it is refused at `cuInit`. The
+/// claim's containers may run as different users (the daemons serve every
+/// uid at once).
 pub fn bind(
     cfg: &Config,
     p: &Presented,
     id: &str,
     root: &str,
     bundle: &str,
+    user: Option<u32>,
     reclaimed: &mut Vec<Reservation>,
 ) -> Result<Reservation, ClaimError> {
     let ledger = Ledger::new(cfg);
@@ -117,6 +127,28 @@ pub fn bind(
                 false,
             ));
         }
+        let mut slices = entry.slices.clone();
+        if let Some(share) = slices.iter_mut().find(|s| s.sm_percent > 0) {
+            let origin = || format!("container {id} of claim {}", label(c));
+            let refused = match user {
+                None => Some(PlacementError::ShareUserUnknown { origin: origin() }),
+                Some(0) if !cfg.mps_root_shares => {
+                    Some(PlacementError::ShareAsHostRoot { origin: origin() })
+                }
+                _ => None,
+            };
+            if let Some(err) = refused {
+                return Ok((
+                    Err(ClaimError::Refused {
+                        err: Box::new(err),
+                        holders: None,
+                        waited_ms: 0,
+                    }),
+                    false,
+                ));
+            }
+            share.sm_user = user;
+        }
         let dead_holder = |r: &Reservation| {
             r.bound_claim.as_deref() == Some(&c.uid) && !key.matches(r) && ledger.is_stale(r, now)
         };
@@ -134,7 +166,7 @@ pub fn bind(
                 id,
                 Some(root),
                 bundle,
-                entry.slices.clone(),
+                slices,
                 format!("claim {}/{}", c.namespace, c.name),
             )
             .admitted_now()

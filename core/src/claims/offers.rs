@@ -1,5 +1,6 @@
 //! What the node offers claims on each GPU (the DRA driver's ResourceSlice):
-//! what the placer would grant a claim there.
+//! what the placer would grant a claim there, without a compute share and
+//! with one.
 use super::{contexts, request, ClaimError, Offer};
 use crate::config::Config;
 use crate::fsutil;
@@ -40,13 +41,20 @@ pub(super) fn offers_of(
     inv.gpus
         .iter()
         .filter(|g| placement::is_sliceable(&cfg.gpus, g))
-        .map(|g| Offer {
-            uuid: g.uuid.clone(),
-            index: g.index,
-            product: g.name.clone(),
-            total_bytes: g.total_bytes,
-            offer_bytes: placer.room_for(&request(any.clone(), &g.uuid, 0), g, &usage),
-            min_bytes: contexts.smallest(g),
+        .map(|g| {
+            // a claim without a share, and the smallest one with a share
+            let plain = request(any.clone(), &g.uuid, 0, None);
+            let shared = request(any.clone(), &g.uuid, 0, Some((1, 1)));
+            Offer {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                product: g.name.clone(),
+                total_bytes: g.total_bytes,
+                offer_bytes: placer.room_for(&plain, g, &usage),
+                min_bytes: contexts.smallest(g),
+                share_bytes: placer.room_for(&shared, g, &usage),
+                share_percent: placer.share_room(g, &usage),
+            }
         })
         .collect()
 }

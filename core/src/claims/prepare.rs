@@ -86,13 +86,17 @@ pub fn prepare(cfg: &Config, a: &ClaimAlloc) -> Result<Prepared, ClaimError> {
     prepare_waiting(cfg, a, &ContextCosts::default(), Duration::ZERO)
 }
 
-/// Whether a refusal can end by itself as holders release: the bytes not
-/// free, or compute shares beside (a share that is ending, its container
-/// released a moment ago, frees the GPU as a holder's release does).
+/// Whether a refusal can end by itself as holders release: the bytes or
+/// the share not free, or a holder of the other kind beside (compute
+/// shares beside a claim without one, or the reverse: a holder that is
+/// ending, its container released a moment ago, frees the GPU).
 fn releasable(e: &PlacementError) -> bool {
     matches!(
         e,
-        PlacementError::DoesNotFit { .. } | PlacementError::UnsharedBesideShares { .. }
+        PlacementError::DoesNotFit { .. }
+            | PlacementError::UnsharedBesideShares { .. }
+            | PlacementError::ShareDoesNotFit { .. }
+            | PlacementError::ShareBesideUnshared { .. }
     )
 }
 
@@ -159,13 +163,15 @@ fn prepare_once(
             let same = r.slices.len() == 1
                 && r.slices[0].uuid == gpu
                 && r.slices[0].vram_bytes == a.bytes
+                && r.slices[0].sm_percent == a.sm.unwrap_or(0)
+                && r.slices[0].sm_procs == a.sm_procs
                 && c.namespace == a.namespace
                 && c.name == a.name;
             if !same {
                 let held = r
                     .slices
                     .first()
-                    .map(|s| describe_alloc(&s.uuid, s.vram_bytes))
+                    .map(|s| describe_alloc(&s.uuid, s.vram_bytes, s.sm_percent))
                     .unwrap_or_default();
                 return Ok((
                     Err(ClaimError::Conflict {
@@ -175,7 +181,7 @@ fn prepare_once(
                             "{}/{} {}",
                             a.namespace,
                             a.name,
-                            describe_alloc(gpu, a.bytes)
+                            describe_alloc(gpu, a.bytes, a.sm.unwrap_or(0))
                         ),
                     }),
                     false,
@@ -301,6 +307,8 @@ pub fn prepared(cfg: &Config) -> Result<Vec<ClaimAlloc>, ClaimError> {
                 name: c.name.clone(),
                 gpu_uuid: s.uuid.clone(),
                 bytes: s.vram_bytes,
+                sm: (s.sm_percent > 0).then_some(s.sm_percent),
+                sm_procs: s.sm_procs,
             })
         })
         .collect())

@@ -49,6 +49,8 @@ fn alloc(uid: &str, gpu: &str, bytes: u64) -> ClaimAlloc {
         name: format!("c-{uid}"),
         gpu_uuid: gpu.into(),
         bytes,
+        sm: None,
+        sm_procs: 0,
     }
 }
 
@@ -113,6 +115,7 @@ fn presenting(uid: &str, token: &str) -> Presented {
 
 mod bind;
 mod cdi;
+mod compute;
 mod decision;
 mod offers;
 mod prepare;

@@ -159,6 +159,7 @@ fn admit_claim(
         c.id,
         c.runc_root(),
         &bundle.dir.to_string_lossy(),
+        spec::share_uid(&bundle.config),
         &mut reclaimed,
     );
     release_reclaimed(cfg, &reclaimed, c);

@@ -12,6 +12,7 @@ fn a_claims_bytes_count_once_whatever_is_bound_to_it() {
         "pod-c",
         "/run/k8s",
         "/b",
+        None,
         &mut vec![],
     )
     .unwrap();
@@ -40,11 +41,20 @@ fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
         (presenting("u-1", &t[..32]), "WrongToken"),
         (presenting("u-2", &t), "UnknownClaim"),
     ] {
-        let e = bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap_err();
+        let e = bind(&cfg, &p, "c1", &root, "/b", None, &mut vec![]).unwrap_err();
         assert!(format!("{e:?}").starts_with(want), "{want}: {e:?}");
         assert_eq!(entries(&cfg), before, "{want}: nothing reserved");
     }
-    let r = bind(&cfg, &presenting("u-1", &t), "c1", &root, "/b", &mut vec![]).unwrap();
+    let r = bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c1",
+        &root,
+        "/b",
+        None,
+        &mut vec![],
+    )
+    .unwrap();
     assert_eq!(r.bound_claim.as_deref(), Some("u-1"));
     assert_eq!(r.slices[0].vram_bytes, 8 * G);
     assert_eq!(r.slices[0].uuid, GPU1);
@@ -57,6 +67,7 @@ fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
         "c3",
         &root,
         "/b3",
+        None,
         &mut vec![],
     )
     .unwrap();
@@ -76,6 +87,7 @@ fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
         "c4",
         &root,
         "/b4",
+        None,
         &mut vec![],
     )
     .unwrap_err();
@@ -103,6 +115,7 @@ fn binding_takes_the_right_token_only_and_every_consumer_shares_the_claim() {
         "c2",
         &root,
         "/b",
+        None,
         &mut reclaimed,
     )
     .unwrap();
@@ -152,7 +165,7 @@ fn a_hostile_variable_name_is_printed_escaped_in_every_refusal() {
     };
     // unknown claim
     let p = presented(&env(&[format!("{evil}=1")])).unwrap().unwrap();
-    let e = bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap_err();
+    let e = bind(&cfg, &p, "c1", &root, "/b", None, &mut vec![]).unwrap_err();
     assert!(matches!(e, ClaimError::UnknownClaim { .. }), "{e:?}");
     clean(&e);
     // two claims, the hostile one second
@@ -170,6 +183,7 @@ fn a_hostile_variable_name_is_printed_escaped_in_every_refusal() {
         "c1",
         &root,
         "/b",
+        None,
         &mut vec![],
     )
     .unwrap_err();
@@ -208,7 +222,8 @@ fn only_the_exact_token_binds_no_case_space_or_duplicate_tricks() {
         let r = presented(&env(&e))
             .map_err(|e| e.to_string())
             .and_then(|p| {
-                bind(&cfg, &p.unwrap(), "c1", &root, "/b", &mut vec![]).map_err(|e| e.to_string())
+                bind(&cfg, &p.unwrap(), "c1", &root, "/b", None, &mut vec![])
+                    .map_err(|e| e.to_string())
             });
         assert!(r.is_err(), "{what}: bound");
         assert_eq!(entries(&cfg), before, "{what}: nothing reserved");
@@ -228,7 +243,7 @@ fn only_the_exact_token_binds_no_case_space_or_duplicate_tricks() {
     let p = presented(&env(&[format!("{var}={t}"), format!("{var}={t}")]))
         .unwrap()
         .unwrap();
-    bind(&cfg, &p, "c1", &root, "/b", &mut vec![]).unwrap();
+    bind(&cfg, &p, "c1", &root, "/b", None, &mut vec![]).unwrap();
 }
 
 #[test]
@@ -243,6 +258,7 @@ fn the_shared_usage_of_a_claim_goes_with_its_last_consumer_and_gc_sweeps_orphans
         "c1",
         &root,
         "/b1",
+        None,
         &mut vec![],
     )
     .unwrap();
@@ -252,6 +268,7 @@ fn the_shared_usage_of_a_claim_goes_with_its_last_consumer_and_gc_sweeps_orphans
         "c2",
         &root,
         "/b2",
+        None,
         &mut vec![],
     )
     .unwrap();

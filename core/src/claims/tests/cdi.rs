@@ -47,8 +47,26 @@ fn tokens_are_random_256_bits_and_never_logged_or_printed() {
     assert_ne!(a, b);
     assert_ne!(a, "0".repeat(64));
     // a binding refused for a wrong token; an unprepare refused while bound
-    let e = bind(&cfg, &presenting("u-1", &b), "x", "/r", "/b", &mut vec![]).unwrap_err();
-    bind(&cfg, &presenting("u-1", &a), "y", "/r", "/b", &mut vec![]).unwrap();
+    let e = bind(
+        &cfg,
+        &presenting("u-1", &b),
+        "x",
+        "/r",
+        "/b",
+        None,
+        &mut vec![],
+    )
+    .unwrap_err();
+    bind(
+        &cfg,
+        &presenting("u-1", &a),
+        "y",
+        "/r",
+        "/b",
+        None,
+        &mut vec![],
+    )
+    .unwrap();
     let inuse = unprepare(&cfg, "u-1").unwrap_err();
     unprepare(&cfg, "u-2").unwrap();
     let log = std::fs::read_to_string(&cfg.log_file).unwrap();

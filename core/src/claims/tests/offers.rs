@@ -16,6 +16,7 @@ fn offers_leave_claims_out_but_subtract_every_other_reservation() {
         "pod-c",
         "/run/k8s",
         "/b",
+        None,
         &mut vec![],
     )
     .unwrap();
@@ -30,6 +31,9 @@ fn offers_leave_claims_out_but_subtract_every_other_reservation() {
                 total_bytes: 16 * G,
                 offer_bytes: 11 * G,  // 16 - 1 reserve - 4 docker
                 min_bytes: 618 << 20, // the built-in context charge + 2 MiB
+                // the docker container runs outside MPS: no share here
+                share_bytes: 0,
+                share_percent: 0,
             },
             Offer {
                 uuid: GPU1.into(),
@@ -38,6 +42,8 @@ fn offers_leave_claims_out_but_subtract_every_other_reservation() {
                 total_bytes: 16 * G,
                 offer_bytes: 15 * G,
                 min_bytes: 618 << 20,
+                share_bytes: 15 * G,
+                share_percent: 100,
             }
         ]
     );

@@ -165,7 +165,16 @@ fn unprepare_refuses_while_bound_then_releases_and_is_idempotent() {
     prepare(&cfg, &alloc("u-1", GPU0, 8 * G)).unwrap();
     let t = token_of(&cfg, "u-1");
     let root = d.path().join("runc").to_string_lossy().into_owned();
-    bind(&cfg, &presenting("u-1", &t), "c1", &root, "/b", &mut vec![]).unwrap();
+    bind(
+        &cfg,
+        &presenting("u-1", &t),
+        "c1",
+        &root,
+        "/b",
+        None,
+        &mut vec![],
+    )
+    .unwrap();
     let e = unprepare(&cfg, "u-1").unwrap_err();
     assert!(
         matches!(&e, ClaimError::InUse { container, .. } if container == "c1"),
