@@ -481,15 +481,22 @@ for p in 25 50 100; do
   TT=$(tf $W/b/$id/out/log); echo "sm=$p%: $TT TFLOPS at $CK MHz, $PW W; $(tr '\n' ' ' < $W/b/$id/out/env 2>/dev/null)" | tee -a $MPSR
   eval "T$p=$TT C$p=$CK"; mdel $id
 done
-# throughput per SM-clock against solo's: what the share's SMs deliver at one clock
-NR=$($PY -c "
+# judged per SM clock: a share bounds the SMs, not their clock, and a lone
+# share under the power limit runs its few SMs faster than solo runs all of
+# them (raw throughput overstates the share); the raw ratios stay as figures
+SH=$($PY -c "
 s, c = float('$SOLO' or 0), float('$CSOLO' or 0)
-rows = ((25, '$T25', '$C25'), (50, '$T50', '$C50'), (100, '$T100', '$C100'))
-print(' '.join(f'{p}%: {float(t) / float(k) / (s / c):.3f}' for p, t, k in rows) if s and c and all(float(k) for _, _, k in rows) else 'no clock samples')")
-res INFO "30#clock" "the same runs per SM-clock: (TFLOPS / MHz) against solo's, share 0.25/0.50/1.00" "$NR; clocks solo $CSOLO, 25% $C25, 50% $C50, 100% $C100 MHz (raw in mps.txt)"
-R=$($PY -c "s=float('$SOLO' or 0); print(' '.join(f'{p}%: {float(t)/s:.3f} of solo (share {p/100:.2f})' for p, t in ((25, '$T25'), (50, '$T50'), (100, '$T100'))) if s else 'no solo')")
-OKS=$($PY -c "s=float('$SOLO' or 0); print(all(abs(float(t)/s - p/100) <= 0.10 for p, t in ((25, '$T25'), (50, '$T50'), (100, '$T100'))) if s else False)")
-[ "$OKS" = True ] && res PASS "30#share" "matmul in one container at sm=25/50/100% within ±10 points of share × solo" "solo $SOLO; $R" || res FAIL "30#share" "matmul at sm=25/50/100% within ±10 points of share × solo" "solo $SOLO TFLOPS; $R (raw in mps.txt)"
+rows = [(p, float(t or 0), float(k or 0)) for p, t, k in ((25, '$T25', '$C25'), (50, '$T50', '$C50'), (100, '$T100', '$C100'))]
+raw = ' '.join(f'{p}%: {t / s:.3f}' for p, t, _ in rows) + ' of solo' if s else ''
+if not s:
+    print('FAIL no solo figure')
+elif not c or not all(k for _, _, k in rows):
+    print(f'FAIL no clock samples; raw {raw}')
+else:
+    pc = [(p, t / k / (s / c)) for p, t, k in rows]
+    ok = all(abs(r - p / 100) <= 0.05 for p, r in pc)
+    print(('PASS' if ok else 'FAIL') + ' per SM clock ' + ' '.join(f'{p}%: {r:.3f}' for p, r in pc) + f'; raw {raw}')" 2>/dev/null || echo "FAIL no figures")
+res "${SH%% *}" "30#share" "matmul in one container at sm=25/50/100%, per SM clock ((TFLOPS / MHz) against solo's) within ±0.05 of the share" "${SH#* }; solo $SOLO TFLOPS at $CSOLO MHz; clocks 25% $C25, 50% $C50, 100% $C100 MHz (raw in mps.txt)"
 mrun two1 vram=16g sm=50% -- sh -c "timeout 150 $PY /gq/mps.py mm 20 > /out/log 2>&1"
 mrun two2 vram=16g sm=50% -- sh -c "timeout 150 $PY /gq/mps.py mm 20 > /out/log 2>&1"
 mwait two1 150; mwait two2 150; A=$(tf $W/b/two1/out/log); Bt=$(tf $W/b/two2/out/log); mdel two1; mdel two2
