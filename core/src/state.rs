@@ -294,6 +294,14 @@ pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::
         let rw = dir.join(USAGE_FS_DIR);
         std::fs::create_dir(&rw)?;
         std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o755))?;
+        if r.share().is_some() {
+            // the mount point of the GPU's MPS pipe directory (the hook
+            // binds it there, read-only), for a container of its own share
+            // and one bound to a claim's alike
+            let m = dir.join(crate::formats::mps::PIPE_SUBDIR);
+            std::fs::create_dir(&m)?;
+            std::fs::set_permissions(&m, std::fs::Permissions::from_mode(0o755))?;
+        }
         if let (Some(uid), UsageBacking::Tmpfs) = (&r.bound_claim, backing) {
             // the claim's shared usage file (made by the caller, under the
             // ledger's lock), not one of its own
@@ -309,13 +317,6 @@ pub fn create(cfg: &Config, r: &Reservation, backing: UsageBacking) -> std::io::
         }
         let usage_opts = format!("size={USAGE_FS_BYTES},nr_inodes={USAGE_FS_INODES},mode=0755");
         tmpfs("gpu-quota-usage", &rw, usage_opts)?;
-        if r.share().is_some() {
-            // the mount point of the GPU's MPS pipe directory (the hook
-            // binds it there, read-only)
-            let m = dir.join(crate::formats::mps::PIPE_SUBDIR);
-            std::fs::create_dir(&m)?;
-            std::fs::set_permissions(&m, std::fs::Permissions::from_mode(0o755))?;
-        }
         write(&usage_path(&dir), b"", 0o666)
     })();
     if let Err(e) = made {

@@ -123,6 +123,32 @@ async fn prepare_reserves_what_fits_refuses_the_rest_and_unprepare_releases() {
     h.stop().await;
 }
 
+/// A claim allocated a GPU's compute device is prepared with its share:
+/// the scheduler's `consumedCapacity` compute, split over the claim's
+/// `smProcs`, reserved in the ledger beside its bytes; a claim without
+/// compute is then refused on that GPU, as the scheduler's counter would
+/// have kept it off.
+#[tokio::test]
+async fn a_compute_claim_is_prepared_with_its_share() {
+    let h = Host::start().await;
+    let r = prepare(&h, vec![claim("ml", "serve-0-vram-q9w4t", SERVE)]).await;
+    assert_eq!(r[SERVE].error, "");
+    assert_eq!(r[SERVE].devices[0].device_name, "gpu-1-compute");
+    let held: Vec<_> = gpuquota_core::claims::prepared(&h.cfg())
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.uid, a.gpu_uuid, a.bytes, a.sm, a.sm_procs))
+        .collect();
+    assert_eq!(
+        held,
+        [(SERVE.to_string(), GPU1.to_string(), 4 * G, Some(25), 2)]
+    );
+    // the default claim of GPU 1 has no share: refused beside it
+    let r = prepare(&h, vec![claim("default", "infer-vram", INFER)]).await;
+    assert!(r[INFER].error.contains("outside MPS"), "{}", r[INFER].error);
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_claim_whose_uid_is_not_the_api_objects_is_refused() {
     let h = Host::start().await;

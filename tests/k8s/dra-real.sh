@@ -256,13 +256,13 @@ control_plane() {
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.0.0.0/24 \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=true \
-    --feature-gates DRAConsumableCapacity=true
+    --feature-gates DRAConsumableCapacity=true,DRAPartitionableDevices=true
   waitfor 90 KC get --raw /readyz || { tail -30 "$LOG/apiserver.log"; return 1; }
   start controller-manager kube-controller-manager --kubeconfig "$p/admin.kubeconfig" \
     --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
-    --controllers '*,-nodelifecycle' --leader-elect=false --feature-gates DRAConsumableCapacity=true
+    --controllers '*,-nodelifecycle' --leader-elect=false --feature-gates DRAConsumableCapacity=true,DRAPartitionableDevices=true
   start scheduler kube-scheduler --kubeconfig "$p/admin.kubeconfig" --leader-elect=false \
-    --feature-gates DRAConsumableCapacity=true
+    --feature-gates DRAConsumableCapacity=true,DRAPartitionableDevices=true
   note "$(KC version 2>/dev/null | tr '\n' ' ')"
   note "etcd $("$ETCD" --version | head -1)"
 }
@@ -338,7 +338,7 @@ failSwapOn: false
 failCgroupV1: false
 evictionHard: {}
 imageGCHighThresholdPercent: 100
-featureGates: {DRAConsumableCapacity: true}
+featureGates: {DRAConsumableCapacity: true, DRAPartitionableDevices: true}
 EOF
   kubelet_start
   waitfor 90 KC get node "$NODE" || { tail -30 "$LOG/kubelet.log"; return 1; }
@@ -698,6 +698,10 @@ check "10. a kubelet restart with claim pods running: the slice is back, the pod
 check "11. one claim, every consumer: two containers, sidecar + main, init + main, two pods on a named claim" case_shared
 check "12. a force-deleted pod's replacement runs within 15 s" case_force_delete
 check "13. a claim below the context charge is rounded up to the smallest claim that holds a context" case_below_context
+source "$ROOT/tests/k8s/dra-compute.sh"
+check "14. a claim of 8Gi and 25 % runs; its container (uid 1000) is an MPS client at that share; a root container on a compute claim is refused" case_compute_client
+check "15. two claims of 50 % share one GPU (one split over smProcs 2); a third compute claim stays Pending" case_compute_pending
+check "16. a claim without compute is kept off the GPU that serves shares, and runs there once they end" case_compute_kept_off
 check "7. SIGTERM: the driver exits 0, claims unprepared, the slice left to the kubelet, which withdraws it" case_sigterm
 health() {  # the kubelet watched the driver's device health without an error
   ! grep -q "Error receiving from WatchResources stream" "$LOG/kubelet.log" ||

@@ -29,6 +29,7 @@ pub const NODE: &str = "node-a";
 pub const TRAIN: &str = "0e6f6a52-8d7c-4a43-b1f0-6c2b9d3e4f10";
 pub const BIG: &str = "7a9d2e61-0b4c-4f3a-8e5d-9c1b2a3f4e50";
 pub const INFER: &str = "c41d8f2e-6a7b-4c9d-8e0f-1a2b3c4d5e6f";
+pub const SERVE: &str = "5d3c2b1a-0f9e-4d8c-b7a6-95e4d3c2b1a0";
 
 pub fn fixture(name: &str) -> ResourceClaim {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -167,6 +168,7 @@ impl Host {
             "claim-train-8gi.yaml",
             "claim-big-12gi.yaml",
             "claim-gpu1-default.json",
+            "claim-compute-4gi-25.yaml",
         ] {
             claims.insert(fixture(f));
         }
