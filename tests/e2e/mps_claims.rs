@@ -3,7 +3,7 @@
 //! claim's share (its variables, the view of its GPU's pipe directory) and
 //! is bound only if its process cannot become host root; together they
 //! hold the claim's share, as a container's processes hold a container's.
-use gpu_quota_e2e::mps::{delete, extra, Daemons};
+use gpu_quota_e2e::mps::{answers, delete, extra, mps_dir, wait_for, Daemons};
 use gpu_quota_e2e::*;
 
 const UID: &str = "5d3c2b1a-0f9e-4d8c-b7a6-95e4d3c2b1a0";
@@ -74,6 +74,17 @@ fn a_share_claims_containers_are_clients_at_its_share() {
     for id in ["c1000", "c1001"] {
         delete(&h, id);
     }
+    // the claim still holds its share: the daemon stays for its next
+    // container; its unprepare ends the GPU's last share, and the daemon
+    let dir = mps_dir(&h, &uuid(0));
+    assert!(
+        answers(&dir),
+        "the claim's GPU's daemon while the claim is held"
+    );
     assert_ok(&h.claim(&["unprepare", UID]), "unprepare");
     assert!(h.reservations().is_empty());
+    assert!(
+        wait_for(5, || !dir.exists()),
+        "the daemon is stopped at the last share's unprepare"
+    );
 }

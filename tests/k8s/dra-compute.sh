@@ -75,7 +75,7 @@ case_compute_client() {  # a claim of 8Gi and 25 %: its container is an MPS clie
   local s; s=$(ledger | python3 -c '
 import json,sys
 rs=json.load(sys.stdin)["reservations"]
-print(" ".join("%s:%s:%s" % ("claim" if r.get("claim") else "bound", s.get("sm_percent",0), s.get("sm_user","-")) for r in rs for s in r["slices"]))')
+print(" ".join("%s:%s:%s" % ("claim" if r.get("claim") else "bound", s.get("sm",0), s.get("sm_user","-")) for r in rs for s in r["slices"]))')
   note "ledger slices (kind:sm:user): $s"
   has "$s" "claim:25:-" && has "$s" "bound:25:1000" || return 1
   # a root container on a compute claim is refused at create, naming why

@@ -287,7 +287,15 @@ pub fn unprepare(cfg: &Config, uid: &str) -> Result<(), ClaimError> {
         Ok((Ok(Some(d.reservations.remove(i))), true))
     })??;
     if let Some(r) = gone {
+        let shared = r.share().is_some();
         events::released(cfg, source("unprepare"), &[r]);
+        if shared {
+            // the claim held its GPU's daemon up for its containers: the
+            // last share there gone, it stops now, not at the next gc
+            for w in crate::mps::settle_released(cfg) {
+                eprintln!("gpu-quota: warning: {w}");
+            }
+        }
     }
     Ok(())
 }

@@ -179,33 +179,8 @@ impl Effects for HostEffects<'_> {
         state::existing_dir(self.cfg, r)
     }
     fn settle_mps(&mut self) {
-        let cfg = self.cfg;
-        let settled = mps::HostControl::find(cfg).and_then(|ctl| {
-            mps::settle(
-                cfg,
-                || Ledger::new(cfg).read().ok().map(|d| mps::shared_gpus(&d)),
-                false,
-                &ctl,
-            )
-        });
-        match settled {
-            Ok(s) => {
-                for e in s.failed {
-                    eprintln!("gpu-quota: warning: MPS daemon not stopped: {e}");
-                }
-            }
-            Err(e) => eprintln!("gpu-quota: warning: MPS daemon not stopped: {e}"),
-        }
-        // the daemons left bound their new clients by the shares left
-        let limited = mps::HostControl::find(cfg).and_then(|ctl| {
-            mps::limit_clients(
-                cfg,
-                || Ledger::new(cfg).read().ok().map(|d| mps::client_limits(&d)),
-                &ctl,
-            )
-        });
-        for e in limited.into_iter().flatten() {
-            eprintln!("gpu-quota: warning: MPS daemon: {e}");
+        for w in mps::settle_released(self.cfg) {
+            eprintln!("gpu-quota: warning: {w}");
         }
     }
 }

@@ -254,6 +254,55 @@ pub struct Settled {
     pub failed: Vec<MpsError>,
 }
 
+/// After shares were released (a container's end, a claim's unprepare):
+/// stop the daemons of GPUs with no share left, and bound the clients of
+/// the daemons left by the largest part of a share still there. What could
+/// not be done, as lines for the caller's log (a release never fails on
+/// it: the supervisor and `gc` settle again).
+pub fn settle_released(cfg: &Config) -> Vec<String> {
+    let mut out = vec![];
+    let settled = HostControl::find(cfg).and_then(|ctl| {
+        settle(
+            cfg,
+            || {
+                crate::ledger::Ledger::new(cfg)
+                    .read()
+                    .ok()
+                    .map(|d| shared_gpus(&d))
+            },
+            false,
+            &ctl,
+        )
+    });
+    match settled {
+        Ok(s) => out.extend(
+            s.failed
+                .iter()
+                .map(|e| format!("MPS daemon not stopped: {e}")),
+        ),
+        Err(e) => out.push(format!("MPS daemon not stopped: {e}")),
+    }
+    let limited = HostControl::find(cfg).and_then(|ctl| {
+        limit_clients(
+            cfg,
+            || {
+                crate::ledger::Ledger::new(cfg)
+                    .read()
+                    .ok()
+                    .map(|d| client_limits(&d))
+            },
+            &ctl,
+        )
+    });
+    out.extend(
+        limited
+            .into_iter()
+            .flatten()
+            .map(|e| format!("MPS daemon: {e}")),
+    );
+    out
+}
+
 /// Bring the daemons in line with the ledger: stop (and remove the
 /// directories of) every daemon whose GPU has no share left; with
 /// `restart`, start one for every GPU with shares where none answers.
