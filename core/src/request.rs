@@ -373,20 +373,30 @@ fn parse_gpus(raw: &Raw) -> Result<GpuSelector, RequestError> {
 }
 
 impl Request {
-    /// For core's tests: `bytes` and a `sm` % share of GPU `gpu` (named by
-    /// annotation), for a root process.
+    /// For core's tests: a slice of `bytes` on GPU `gpu` (named by
+    /// annotation) without a share, for a root process.
     #[cfg(test)]
-    pub(crate) fn share_for_test(bytes: u64, gpu: u32, sm: u32) -> Request {
+    pub(crate) fn slice_for_test(bytes: u64, gpu: u32) -> Request {
         Request {
             vram: Size::Bytes(bytes),
             gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
             origin: Origin::Annotation("vram".into()),
             named_gpus: true,
+            sm: None,
+            sm_procs: 0,
+            user: Some(0),
+        }
+    }
+
+    /// For core's tests: `bytes` and a `sm` % share of GPU `gpu`, for a
+    /// container's non-root user (root's shares are the operator's opt-in).
+    #[cfg(test)]
+    pub(crate) fn share_for_test(bytes: u64, gpu: u32, sm: u32) -> Request {
+        Request {
             sm: Some(sm),
             sm_procs: 1,
-            // a container's non-root user (root's shares are the
-            // operator's opt-in)
             user: Some(1000),
+            ..Request::slice_for_test(bytes, gpu)
         }
     }
 

@@ -43,6 +43,7 @@ fn main() {
         to,
         "the test",
         src,
+        &gpuquota_core::lifecycle::held::OnHost,
         &mut |t| {
             let stop = match t {
                 Trace::Step(step) => Some(step) == stop_at,

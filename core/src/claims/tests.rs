@@ -3,9 +3,8 @@ use crate::config::{LogTarget, StaticGpu};
 use crate::inventory::Inventory;
 use crate::ledger::{Key, Ledger, LedgerError};
 use crate::placement::{PlacementError, Slice};
-use crate::request::{GpuRef, GpuSelector, Origin, Request};
+use crate::request::Request;
 use crate::state;
-use crate::units::Size;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -57,15 +56,7 @@ fn alloc(uid: &str, gpu: &str, bytes: u64) -> ClaimAlloc {
 /// A docker-style container holding `bytes` on GPU `gpu` (not a claim).
 fn container(cfg: &Config, id: &str, gpu: u32, bytes: u64) -> Reservation {
     let inv = Inventory::load(cfg).unwrap();
-    let req = Request {
-        vram: Size::Bytes(bytes),
-        gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
-        origin: Origin::Annotation("vram".into()),
-        named_gpus: true,
-        sm: None,
-        sm_procs: 0,
-        user: Some(0),
-    };
+    let req = Request::slice_for_test(bytes, gpu);
     Ledger::new(cfg)
         .admit(cfg, &inv, &req, id, Some("/run/runc"), "/b", &mut vec![])
         .unwrap()

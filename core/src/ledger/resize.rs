@@ -374,15 +374,7 @@ mod tests {
         vram: u64,
         gpu: u32,
     ) -> Reservation {
-        let req = Request {
-            vram: Size::Bytes(vram),
-            gpus: GpuSelector::List(vec![GpuRef::Index(gpu)]),
-            origin: Origin::Annotation("vram".into()),
-            named_gpus: true,
-            sm: None,
-            sm_procs: 0,
-            user: Some(0),
-        };
+        let req = Request::slice_for_test(vram, gpu);
         l.admit(cfg, inv, &req, id, None, "/b", &mut vec![])
             .unwrap()
     }
@@ -440,15 +432,7 @@ mod tests {
             Err(ResizeError::UnderWay { .. })
         ));
         // and a new container cannot take what the grow holds
-        let req = Request {
-            vram: Size::Bytes(G),
-            gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
-            origin: Origin::Annotation("vram".into()),
-            named_gpus: true,
-            sm: None,
-            sm_procs: 0,
-            user: Some(0),
-        };
+        let req = Request::slice_for_test(G, 0);
         assert!(l
             .admit(&cfg, &inv, &req, "c", None, "/b", &mut vec![])
             .is_err());

@@ -138,6 +138,21 @@ fn by_driver(cfg: &Config, r: &Reservation, uuid: &str) -> Result<DriverView, St
     attribute(&list, &|pid| in_pidns_tree(pid, ns))
 }
 
+/// Where a shrink learns what a container holds on a GPU: the host's two
+/// accounts ([`OnHost`]); core's tests give their own.
+pub trait Measure {
+    fn held_on(&self, cfg: &Config, dir: &Path, r: &Reservation, uuid: &str) -> Held;
+}
+
+/// The host's accounts: the usage file and NVML's per-process memory.
+pub struct OnHost;
+
+impl Measure for OnHost {
+    fn held_on(&self, cfg: &Config, dir: &Path, r: &Reservation, uuid: &str) -> Held {
+        held_on(cfg, dir, r, uuid)
+    }
+}
+
 /// The container's processes' share of `list`: each listed pid that
 /// `member` says is the container's. Memory NVML does not attribute to a
 /// process of the container leaves the driver unable to tell.

@@ -246,10 +246,22 @@ pub fn resize(
     by: &str,
     src: events::Source<'_>,
 ) -> Result<Option<Resized>, UpdateError> {
-    resize_observed(cfg, inv, contexts, key, gpu, to, by, src, &mut |_| {})
+    resize_observed(
+        cfg,
+        inv,
+        contexts,
+        key,
+        gpu,
+        to,
+        by,
+        src,
+        &held::OnHost,
+        &mut |_| {},
+    )
 }
 
-/// As [`resize`], calling `observe` after each [`Step`].
+/// As [`resize`], learning what the container holds from `measure` and
+/// calling `observe` after each [`Step`].
 #[allow(clippy::too_many_arguments)]
 pub fn resize_observed(
     cfg: &Config,
@@ -260,6 +272,7 @@ pub fn resize_observed(
     to: Size,
     by: &str,
     src: events::Source<'_>,
+    measure: &dyn held::Measure,
     observe: &mut dyn FnMut(Step),
 ) -> Result<Option<Resized>, UpdateError> {
     let mut traced = |t: Trace| {
@@ -267,7 +280,18 @@ pub fn resize_observed(
             observe(s)
         }
     };
-    resize_traced(cfg, inv, contexts, key, gpu, to, by, src, &mut traced)
+    resize_traced(
+        cfg,
+        inv,
+        contexts,
+        key,
+        gpu,
+        to,
+        by,
+        src,
+        measure,
+        &mut traced,
+    )
 }
 
 /// What [`resize_traced`] reports: each [`Step`], and each step of its
@@ -289,6 +313,7 @@ pub fn resize_traced(
     to: Size,
     by: &str,
     src: events::Source<'_>,
+    measure: &dyn held::Measure,
     observe: &mut dyn FnMut(Trace),
 ) -> Result<Option<Resized>, UpdateError> {
     // interrupted resizes first (this container's too: a marker left on it
@@ -362,7 +387,7 @@ pub fn resize_traced(
         // nothing new is admitted past the new size from here on
         grant(p.to)?;
         observe(Step::Granted);
-        let held = held::held_on(cfg, &dir, r, &p.uuid);
+        let held = measure.held_on(cfg, &dir, r, &p.uuid);
         observe(Step::Checked);
         if let Some(why) = held.refusal(p.to) {
             return Err(undo(UpdateError::Held {
@@ -388,3 +413,6 @@ pub fn resize_traced(
         to: p.to,
     }))
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,13 +7,8 @@ use super::*;
 fn container_refusal(cfg: &Config, id: &str, bytes: u64) -> String {
     let inv = Inventory::load(cfg).unwrap();
     let req = Request {
-        vram: Size::Bytes(bytes),
-        gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
-        origin: Origin::Annotation("vram".into()),
-        named_gpus: true,
-        sm: None,
-        sm_procs: 0,
         user: Some(1000),
+        ..Request::slice_for_test(bytes, 0)
     };
     match Ledger::new(cfg).admit(cfg, &inv, &req, id, Some("/run/runc"), "/b", &mut vec![]) {
         Err(LedgerError::Refused { err, .. }) => err.to_string(),

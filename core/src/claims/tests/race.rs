@@ -111,15 +111,7 @@ fn containers(cfg: &Config, usable: u64, w: usize, log: &Log) {
     for n in 0..ROUNDS {
         let id = format!("c-{w}-{n}");
         let bytes = [1, 2, 3][(n + w) % 3] * G;
-        let req = Request {
-            vram: Size::Bytes(bytes),
-            gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
-            origin: Origin::Annotation("vram".into()),
-            named_gpus: true,
-            sm: None,
-            sm_procs: 0,
-            user: Some(0),
-        };
+        let req = Request::slice_for_test(bytes, 0);
         match l.admit(cfg, &inv, &req, &id, Some("/run/runc"), "/b", &mut vec![]) {
             Ok(_) => {
                 log.seen[2].fetch_add(1, Ordering::Relaxed);

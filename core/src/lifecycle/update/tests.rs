@@ -4,7 +4,9 @@
 use super::*;
 use crate::config::LogTarget;
 use crate::inventory::Gpu;
-use crate::request::{GpuRef, GpuSelector, Origin, Request};
+use crate::lifecycle::held::{self, DriverView};
+use crate::request::Request;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
@@ -47,14 +49,7 @@ fn key(id: &str) -> Key<'_> {
 }
 
 fn request(bytes: u64) -> Request {
-    Request {
-        vram: Size::Bytes(bytes),
-        gpus: GpuSelector::List(vec![GpuRef::Index(0)]),
-        origin: Origin::Annotation("vram".into()),
-        named_gpus: true,
-        sm: None,
-        user: Some(0),
-    }
+    Request::slice_for_test(bytes, 0)
 }
 
 fn admit(h: &Host, id: &str, bytes: u64) -> Result<Reservation, LedgerError> {
@@ -146,8 +141,23 @@ fn resize_a(
         Size::Bytes(to),
         "the test",
         src(),
+        &NothingHeld,
         observe,
     )
+}
+
+/// These tests are about markers, locks and crashes, not a shrink's
+/// floor: the host's account (NVML's per-process memory) is not there, so
+/// each container is measured as holding nothing.
+struct NothingHeld;
+
+impl crate::lifecycle::held::Measure for NothingHeld {
+    fn held_on(&self, _: &Config, _: &Path, _: &Reservation, _: &str) -> held::Held {
+        held::Held {
+            file: (0, String::new()),
+            driver: Ok(DriverView::default()),
+        }
+    }
 }
 
 /// What `gpu-quota gc` does to the ledger: the repair, then the reclaim.
@@ -356,6 +366,7 @@ fn repairs_resizes_releases_and_admissions_racing_never_overcommit() {
                             Size::Bytes(to),
                             "the test",
                             src(),
+                            &NothingHeld,
                             &mut points,
                         )
                     });
@@ -430,6 +441,7 @@ fn crash_at_every_write(to: u64, next: &dyn Fn(&Host)) {
                 Size::Bytes(to),
                 "the test",
                 src(),
+                &NothingHeld,
                 &mut write,
             )
         });
@@ -484,6 +496,7 @@ fn a_crash_at_any_write_of_a_resize_leaves_one_record_after_the_next_resize() {
                 Size::Bytes(2 * G),
                 "the test",
                 src(),
+                &NothingHeld,
                 &mut |_| {},
             );
             assert_eq!(c.unwrap().unwrap().to, 2 * G);
