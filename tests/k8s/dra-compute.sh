@@ -6,44 +6,13 @@
 # processes when given, the claim's opaque smProcs), running as USER; its
 # container prints its MPS variables and the MPS pipe directory, then sleeps
 compute_pod() {  # NAME MEM COMPUTE USER [PROCS]
-  local t; t=vram-$(tr A-Z a-z <<<"$2")-c$3-u$4${5:+-p${5:-}}
   local config=""
   [ -n "${5:-}" ] && config="      config:
       - opaque:
           driver: vram.gpu-quota.io
           parameters: {smProcs: ${5:-}}"
-  cat <<EOF | KC apply -f - >/dev/null
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: $t}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: vram
-        exactly:
-          deviceClassName: vram.gpu-quota.io
-          capacity: {requests: {memory: $2, compute: "$3"}}
-$config
----
-apiVersion: v1
-kind: Pod
-metadata: {name: $1}
-spec:
-  runtimeClassName: gpu-quota
-  restartPolicy: Never
-  hostNetwork: true
-  automountServiceAccountToken: false
-  tolerations: [{operator: Exists}]
-  securityContext: {runAsUser: $4, runAsGroup: $4}
-  resourceClaims: [{name: vram, resourceClaimTemplateName: $t}]
-  containers:
-  - name: c
-    image: $IMG
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "env | grep ^CUDA_MPS; ls /run/gpu-quota/mps; sleep 3600"]
-    resources: {claims: [{name: vram}]}
-EOF
+  template_pod "$1" "vram-$(tr A-Z a-z <<<"$2")-c$3-u$4${5:+-p${5:-}}" "{memory: $2, compute: \"$3\"}" "$config" \
+    "{runAsUser: $4, runAsGroup: $4}" "env | grep ^CUDA_MPS; ls /run/gpu-quota/mps; sleep 3600"
 }
 # "device memory compute" of a pod's claim
 pod_claim_compute() {

@@ -388,12 +388,15 @@ outside_rm() {
   ctr --address "$CSOCK" -n default containers rm "$1" >/dev/null
 }
 
-claim_pod() {  # NAME SIZE: a pod with a claim from a template of SIZE
-  local t; t=vram-$(tr A-Z a-z <<<"$2")
+# a ResourceClaimTemplate TEMPLATE of this driver's class asking for
+# REQUESTS (a YAML map), with CONFIG (the claim's devices.config entries,
+# YAML lines indented for it; may be empty), and a pod NAME on it whose one
+# container runs COMMAND with SECURITY (a pod securityContext map, or {})
+template_pod() {  # NAME TEMPLATE REQUESTS CONFIG SECURITY COMMAND
   cat <<EOF | KC apply -f - >/dev/null
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
-metadata: {name: $t}
+metadata: {name: $2}
 spec:
   spec:
     devices:
@@ -401,7 +404,8 @@ spec:
       - name: vram
         exactly:
           deviceClassName: vram.gpu-quota.io
-          capacity: {requests: {memory: $2}}
+          capacity: {requests: $3}
+$4
 ---
 apiVersion: v1
 kind: Pod
@@ -412,14 +416,19 @@ spec:
   hostNetwork: true
   automountServiceAccountToken: false
   tolerations: [{operator: Exists}]
-  resourceClaims: [{name: vram, resourceClaimTemplateName: $t}]
+  securityContext: $5
+  resourceClaims: [{name: vram, resourceClaimTemplateName: $2}]
   containers:
   - name: c
     image: $IMG
     imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "cat /run/gpu-quota/limits; echo grant0; od -An -tu8 -j88 -N8 /run/gpu-quota/grant; sleep 3600"]
+    command: ["/bin/sh", "-c", "$6"]
     resources: {claims: [{name: vram}]}
 EOF
+}
+claim_pod() {  # NAME SIZE: a pod with a claim from a template of SIZE
+  template_pod "$1" "vram-$(tr A-Z a-z <<<"$2")" "{memory: $2}" "" "{}" \
+    "cat /run/gpu-quota/limits; echo grant0; od -An -tu8 -j88 -N8 /run/gpu-quota/grant; sleep 3600"
 }
 phase() { KC get pod "$1" -o jsonpath='{.status.phase}'; }
 running() { [ "$(phase "$1")" = Running ]; }
