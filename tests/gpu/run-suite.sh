@@ -28,10 +28,14 @@ rok() { [ "$(rjson "$1" | $PY -c 'import json,sys; print(json.load(sys.stdin)["o
 rget() { rjson "$1" | $PY -c "import json,sys; d=json.load(sys.stdin); print($2)" 2>/dev/null; }
 wait_for() { local f=$1 s=$2 i; for ((i = 0; i < s * 10; i++)); do [ -e "$f" ] && return 0; sleep 0.1; done; return 1; }
 left() { echo $((BUDGET - SECONDS)); }
-# SECTIONS="probe seed gpu2 standalone mp i9 graphs bench" (default all; SECTIONS=graphs: issue 17 alone, < 6 min); PROBE_LIGHT=1: probe runs only the nvidia-smi parts.
-# I9_PROCS="1 4" I9_SCEN="fill vmm ..." narrow the issue-9 section; AB_ROUNDS scales the A/B benchmarks (default 3).
+# SECTIONS="probe small seed gpu2 standalone mp i9 resize mps graphs bench" is the default; mpsfault,
+# mpslock, mpsuser, mpsshare and mpsbench run only when named (SECTIONS=graphs: the CUDA-graph
+# checks alone, < 6 min).
+# PROBE_LIGHT=1: probe runs only the nvidia-smi parts.
+# I9_PROCS="1 4" I9_SCEN="fill vmm ..." narrow section i9 (what the driver keeps alive stays in
+# the slice); AB_ROUNDS scales the A/B benchmarks (default 3).
 # GQ_BIN_DIRS='"/usr/local/nvidia/bin", "/usr/bin"' puts [driver] bin_dirs in every config (workaround, see docs/gpu-evidence.md).
-# GQ_EXTRA_CFG (printf %b) is appended to every config; I9_DRY=1 runs the issue-9 containers without CUDA
+# GQ_EXTRA_CFG (printf %b) is appended to every config; I9_DRY=1 runs section i9's containers without CUDA
 # (orchestration only: a CPU dry run with the fake driver, see docs/gpu-evidence.md).
 want() { case " ${SECTIONS:-probe small seed gpu2 standalone mp i9 resize mps graphs bench} " in *" $1 "*) return 0;; esac; return 1; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -126,7 +130,7 @@ else
   res FAIL setup "overlayfs rootfs (lowerdir=/)" "mount failed; container python checks not run"
 fi
 
-############################ Issue 2 #10 + Issue 4 #2: probe container ############################
+############################ probe: what a vram=8g container sees of its slice (nvidia-smi, JAX, CuPy, a DataLoader job), inventory from NVML ############################
 sec "probe container vram=8g (NVML inventory, real ldcache and nodes)"
 mkcfg h1 'reserve = "2g"' 'gpus = ["0"]' 'placement = "binpack"'
 WA=""; [ -n "${GQ_BIN_DIRS:-}" ] && WA=" [with config driver.bin_dirs=[${GQ_BIN_DIRS//\"/}]]"
@@ -167,7 +171,7 @@ if [ $OVERLAY_OK = 1 ] && want probe; then
   echo "ledger after delete: $(ledger h1)"
 else res SKIP "2#10" "probe container" "no rootfs, or not in SECTIONS"; fi
 
-############################ Issue 26 #4: a slice below one CUDA context ############################
+############################ small: a slice below one CUDA context ############################
 sec "small: vram=512m, before and after this host measured its context"
 if [ $OVERLAY_OK = 1 ] && want small; then
   # a fresh ledger directory: nothing measured, so the first 512m container is
@@ -193,7 +197,7 @@ if [ $OVERLAY_OK = 1 ] && want small; then
   ctr hs delete --force s2 < /dev/null 2>/dev/null; clog s2
 else res SKIP "26#4" "small slices" "no rootfs, or not in SECTIONS"; fi
 
-############################ Issue 4 #1 seed + #3 release ############################
+############################ seed: admission until GPU 0 is full, then release on exit, SIGKILL and delete ############################
 sec "seed: vram=24g containers on GPU 0 until full"
 AVAIL=$((TOTAL0_MIB * 1048576 - 2 * GIB)); EXP=$((AVAIL / (24 * GIB)))
 echo "GPU 0: ${TOTAL0_MIB} MiB, reserve 2g -> expect $EXP containers of 24g"
@@ -238,7 +242,7 @@ if [ $OVERLAY_OK = 1 ] && want seed; then
   else res FAIL "4#3" "ledger after delete" "$(ledger h1 | cut -c1-300)"; fi
 else res SKIP "4#1" "seed" "no rootfs, or not in SECTIONS"; fi
 
-############################ Issue 4 #4: 2 GPUs ############################
+############################ gpu2: placement over 2 GPUs (gpus=2, spread, pinned to a full GPU), multi-GPU jobs ############################
 sec "2 GPUs"
 if [ "$NGPU" -ge 2 ] && [ $OVERLAY_OK = 1 ] && want gpu2; then
   mkcfg h2 'reserve = "2g"' 'placement = "spread"'
@@ -259,12 +263,12 @@ if [ "$NGPU" -ge 2 ] && [ $OVERLAY_OK = 1 ] && want gpu2; then
   if [ $r3 != 0 ] && echo "$M3" | grep -q 'GPU 0'; then res PASS "4#4" "vram=100g pinned gpu=0 (full) refused, message names GPU 0" "${M3:0:260}"
   else res FAIL "4#4" "pinned to a full GPU refused naming it" "rc=$r3 ${M3:0:300}"; fi
   for id in a1 a2 a3; do ctr h2 delete --force $id < /dev/null; clog $id; done
-  # issue 13: NCCL all-reduce, tensor parallel, one rank over, release (tests/gpu/multigpu.sh)
+  # NCCL all-reduce, tensor parallel, one rank past its slice, release (tests/gpu/multigpu.sh)
   . $REPO/tests/gpu/multigpu.sh
 else res SKIP "4#4" "2-GPU placement" "NOT RUN: $NGPU GPU(s) visible"
   res SKIP "13" "NCCL and tensor-parallel jobs in one gpus=2 container (tests/gpu/multigpu.sh)" "not run: $NGPU GPU(s) visible"; fi
 
-############################ Issue 3: standalone LD_PRELOAD on GPU 0 ############################
+############################ standalone: the interceptor preloaded on the host, no container, GPU 0 ############################
 sec "standalone interceptor (LD_PRELOAD) on GPU 0"
 export CUDA_VISIBLE_DEVICES=0
 i=0
@@ -318,7 +322,7 @@ if rok $T/mp && [ "${UMAX8:-99999999999}" -le $((8 * GIB)) ] && [ "$SUM8" -le $(
 else res FAIL "3#8" "4 processes × 3 GiB under vram=8g" "$fig; $(grep worker $T/mp | tr '\n' ' ' | cut -c1-400)"; fi
 fi
 
-############################ Issue 9: what the driver keeps alive stays in the slice ############################
+############################ i9: what the driver keeps alive stays in the slice ############################
 if want i9 && [ $OVERLAY_OK = 1 ]; then
 sec "issue 9: context cost, VMM, pools, context reset/destroy, exec, zombie, fork (1 and 4 processes per container)"
 # the hook's measurement, run by hand on the host (the same child the hook starts)
@@ -400,7 +404,7 @@ if [ -f $C/fake/libnvidia-ml.so.1 ]; then
   else res FAIL "28#grant" "per-GPU driver-level limits from one grant" "log: $(echo "$LOG" | tr '\n' ';' | cut -c1-300) err: $(tr '\n' ' ' < $W/b/dl3/create.err | cut -c1-200)"; fi
 fi
 else res SKIP "9#" "issue 9 section" "not in SECTIONS, or no rootfs"; fi
-############################ Issue 29: resize a running container ############################
+############################ resize: grow and shrink a running container's slice ############################
 if want resize && [ $OVERLAY_OK = 1 ]; then
 sec "issue 29: gpu-quota resize of a running container (PyTorch default, cudaMallocAsync, CuPy)"
 mkcfg rz 'reserve = "2g"' 'gpus = ["0"]'
@@ -443,8 +447,7 @@ print("; ".join(bad))' 2>&1)
   ctr rz delete --force $id < /dev/null; clog $id; umount $W/b/$id/rootfs 2>/dev/null
 done
 else res SKIP "29#resize" "resize section" "not in SECTIONS, or no rootfs"; fi
-############################ Issue 17: CUDA graphs, graph memory, odd calls, standalone context ############################
-# issue 30 (sm=): a host for the compute-share sections and their helpers
+# compute shares (sm=): a host for the MPS sections and their helpers
 mkcfg mps 'gpus = ["0"]'
 MD=$W/mps/state/mps/$UUID0; MPSR=$OUT/mps.txt; : > $MPSR
 mpsres() { grep '^RESULT ' "$1" 2>/dev/null | tail -1 | cut -c8-; }
@@ -714,6 +717,7 @@ if [ -x $O/gpu-quota-runtime ] && [ -f $O/libgpuquota.so ]; then
 else res SKIP "30#bench" "old build" "no $O (make gpu-carry GQ_OLD=DIR)"; fi
 fi
 
+############################ graphs: CUDA graphs, graph memory, odd calls, standalone context ############################
 if want graphs; then
 sec "issue 17: graphs under both allocators (host preload + container), graph memory, odd calls, standalone context charge"
 G=$REPO/tests/gpu/graphs.py; GT=$T/g17; mkdir -p $GT
@@ -792,9 +796,8 @@ if [ $OVERLAY_OK = 1 ]; then
 else res SKIP "17#" "issue 17 container checks" "no rootfs"; fi
 cp $GT/*.log $GT/odd.* "$OUT/" 2>/dev/null
 fi
+############################ bench: the interceptor's and the runtime's costs against native ############################
 if want bench; then
-
-############################ benchmarks (Issue 3 #9, Issue 4 #5) ############################
 sec "benchmarks"
 { echo "# benchmarks ($(date -u +%FT%TZ), GPU 0)"; } > $BENCH
 bal() { grep -o 'ns_per_pair=[0-9.]*' | tail -1 | cut -d= -f2; }
