@@ -4,7 +4,7 @@
 # no cargo. Layout:
 #   .gpu-carry/bin/   gpu-quota-runtime gpu-quota-hook gpu-quota gpu-quota-driver runc busybox bench_alloc
 #   .gpu-carry/lib/   libgpuquota.so libseccomp.so.2 (runc's, from ldd)
-#   .gpu-carry/gpu/   copy of tests/gpu (the suite + its python workloads)
+#   .gpu-carry/gpu/   copy of tests/gpu (the suite, its sections in suite/, its python workloads)
 #   .gpu-carry/fake/  the fake libcuda + r615 libnvidia-ml (the driver-limit ordering check)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +27,8 @@ cp "$BB" "$C/bin/busybox"
 cc -O2 -o "$C/bin/bench_alloc" tests/interceptor/bench_alloc.c -ldl -lpthread
 cc -O2 -o "$C/bin/oddcalls" tests/interceptor/oddcalls.c -ldl
 cp tests/gpu/*.sh tests/gpu/*.py "$C/gpu/" 2>/dev/null || true
+# run-suite.sh sources its sections from suite/ beside itself
+mkdir -p "$C/gpu/suite"; cp tests/gpu/suite/*.sh "$C/gpu/suite/"
 make -s -C tests/fake
 mkdir -p "$C/fake"; cp tests/fake/build/libcuda.so.1 tests/fake/build/libnvidia-ml.so.1 "$C/fake/"
 # the build to compare against (tests/gpu/run-suite.sh section mpsbench):
