@@ -285,6 +285,24 @@ impl Placer<'_> {
         }
     }
 
+    /// Why a share may not be served to `user` (the host uid its process
+    /// runs as; `None` where its spec cannot say): MPS takes commands that
+    /// steer every client from host root on the client socket, so a share
+    /// is for a known user that is not root, unless the operator allows
+    /// root's shares (`mps_root_shares`). A container's admission and a
+    /// claim's binding of each of its containers ask this.
+    pub fn share_user_refusal(
+        user: Option<u32>,
+        root_shares: bool,
+        origin: impl FnOnce() -> String,
+    ) -> Option<PlacementError> {
+        match user {
+            None => Some(PlacementError::ShareUserUnknown { origin: origin() }),
+            Some(0) if !root_shares => Some(PlacementError::ShareAsHostRoot { origin: origin() }),
+            Some(_) => None,
+        }
+    }
+
     /// Why `g`'s compute cannot take `req` as it is held now: a share
     /// needs room among the shares and no holder outside MPS beside it; a
     /// slice without a share needs no share beside it (measured on the

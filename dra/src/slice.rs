@@ -195,7 +195,7 @@ fn devices(o: &Offer) -> Vec<Device> {
     };
     let mode = vec![DeviceCounterConsumption {
         counter_set: counter_set_name(o.index),
-        counters: BTreeMap::from([(MODE.to_string(), Counter { value: n(1) })]),
+        counters: mode_of_one(),
     }];
     let device = |name: String, capacity: BTreeMap<String, DeviceCapacity>| Device {
         name,
@@ -224,10 +224,16 @@ fn devices(o: &Offer) -> Vec<Device> {
     out
 }
 
+/// One `mode`: what a GPU's counter set holds and each of its devices
+/// consumes.
+fn mode_of_one() -> BTreeMap<String, Counter> {
+    BTreeMap::from([(MODE.to_string(), Counter { value: n(1) })])
+}
+
 fn counter_set(o: &Offer) -> CounterSet {
     CounterSet {
         name: counter_set_name(o.index),
-        counters: BTreeMap::from([(MODE.to_string(), Counter { value: n(1) })]),
+        counters: mode_of_one(),
     }
 }
 

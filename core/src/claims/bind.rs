@@ -4,7 +4,7 @@ use super::{env_var, label, ClaimError, MAX_UID, TOKEN_BYTES};
 use crate::config::Config;
 use crate::fsutil;
 use crate::ledger::{Key, Ledger, LedgerError, Reservation};
-use crate::placement::PlacementError;
+use crate::placement::Placer;
 use gpuquota_formats::keys;
 use serde_json::Value;
 
@@ -129,14 +129,9 @@ pub fn bind(
         }
         let mut slices = entry.slices.clone();
         if let Some(share) = slices.iter_mut().find(|s| s.sm_percent > 0) {
-            let origin = || format!("container {id} of claim {}", label(c));
-            let refused = match user {
-                None => Some(PlacementError::ShareUserUnknown { origin: origin() }),
-                Some(0) if !cfg.mps_root_shares => {
-                    Some(PlacementError::ShareAsHostRoot { origin: origin() })
-                }
-                _ => None,
-            };
+            let refused = Placer::share_user_refusal(user, cfg.mps_root_shares, || {
+                format!("container {id} of claim {}", label(c))
+            });
             if let Some(err) = refused {
                 return Ok((
                     Err(ClaimError::Refused {

@@ -58,15 +58,10 @@ impl Ledger {
                 err: Box::new(err),
             })
         };
-        let origin = || req.origin.to_string();
-        match (req.sm, req.user) {
-            (Some(_), None) => {
-                return refuse(PlacementError::ShareUserUnknown { origin: origin() })
-            }
-            (Some(_), Some(0)) if !cfg.mps_root_shares => {
-                return refuse(PlacementError::ShareAsHostRoot { origin: origin() })
-            }
-            _ => {}
+        if let Some(err) = req.sm.and_then(|_| {
+            Placer::share_user_refusal(req.user, cfg.mps_root_shares, || req.origin.to_string())
+        }) {
+            return refuse(err);
         }
         let placer = Placer::new(cfg, inv, &info.contexts);
         let reservation = |slices| Reservation {
