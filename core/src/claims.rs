@@ -115,6 +115,7 @@ fn request(origin: Origin, gpu_uuid: &str, bytes: u64, share: Option<(u32, u32)>
         sm: share.map(|(p, _)| p),
         sm_procs: share.map_or(0, |(_, n)| n.max(1)),
         user: None,
+        burst: None,
     }
 }
 

@@ -107,6 +107,7 @@ pub fn placement_reason(e: &PlacementError) -> &'static str {
         PlacementError::Duplicate { .. } => "invalid_request",
         PlacementError::NotEnoughGpus { .. } => "not_enough_gpus",
         PlacementError::TooLarge { .. } => "too_large",
+        PlacementError::LimitBelowGuarantee { .. } => "invalid_request",
         PlacementError::TooSmallForContext { .. } => "too_small_for_context",
         PlacementError::DoesNotFit { .. } | PlacementError::NoFit { .. } => "does_not_fit",
         PlacementError::ShareNeedsOneGpu { .. } => "invalid_request",

@@ -39,6 +39,11 @@ pub const SCHEMA_VERSION: u32 = 2;
 /// over (`sm_procs`), and would drop them the same way. A share read from
 /// a ledger of 3 or 4 is of one process ([`LedgerData::shares_of_one_process`]).
 pub const SHARES_SCHEMA_VERSION: u32 = 5;
+/// The version ledger.json is written with while a reservation in it holds
+/// a burst limit (`vram-limit=`): a release before bursts would drop the
+/// limit on a rewrite, and the burster would then look guaranteed, never
+/// a victim of a reclaim. The newest version this release reads.
+pub const BURSTS_SCHEMA_VERSION: u32 = 6;
 
 mod container;
 mod duplicates;
@@ -268,7 +273,7 @@ pub enum LedgerError {
         saved: PathBuf,
         message: String,
     },
-    #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({SHARES_SCHEMA_VERSION}); upgrade gpu-quota")]
+    #[error("ledger {path} has schema version {found}, newer than this gpu-quota understands ({BURSTS_SCHEMA_VERSION}); upgrade gpu-quota")]
     TooNew { path: PathBuf, found: u32 },
     #[error("cannot start container {id}: {err}")]
     Refused {
@@ -402,12 +407,12 @@ impl Ledger {
             found,
         };
         match serde_json::from_slice::<LedgerData>(&bytes) {
-            Ok(d) if d.version > SHARES_SCHEMA_VERSION => Err(too_new(d.version)),
+            Ok(d) if d.version > BURSTS_SCHEMA_VERSION => Err(too_new(d.version)),
             Ok(d) => Ok(d.shares_of_one_process()),
             Err(full) => {
                 let v: Version =
                     serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-                if v.version > SHARES_SCHEMA_VERSION {
+                if v.version > BURSTS_SCHEMA_VERSION {
                     return Err(too_new(v.version));
                 }
                 Err(corrupt(full.to_string()))
@@ -444,7 +449,13 @@ impl Ledger {
             .reservations
             .iter()
             .any(|r| r.slices.iter().any(|s| s.sm_percent > 0));
-        let version = if shares {
+        let bursts = data
+            .reservations
+            .iter()
+            .any(|r| r.slices.iter().any(|s| s.burst.is_some()));
+        let version = if bursts {
+            BURSTS_SCHEMA_VERSION
+        } else if shares {
             SHARES_SCHEMA_VERSION
         } else {
             data.version.min(SCHEMA_VERSION)
@@ -664,10 +675,17 @@ pub fn describe_request(req: &Request) -> String {
                 .join(",")
         ),
     };
+    let burst = match &req.burst {
+        Some(b) if b.priority > 0 => {
+            format!(" vram-limit={} vram-priority={}", b.limit, b.priority)
+        }
+        Some(b) => format!(" vram-limit={}", b.limit),
+        None => String::new(),
+    };
     match (req.sm, req.sm_procs) {
         (Some(p), 0 | 1) => format!("vram={v}{g} sm={p}%"),
         (Some(p), n) => format!("vram={v}{g} sm={p}% sm-procs={n}"),
-        (None, _) => format!("vram={v}{g}"),
+        (None, _) => format!("vram={v}{g}{burst}"),
     }
 }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 /// from here to the interceptor uses (`formats::grant`), naming its GPU by
 /// NVML's text UUID on the host.
 pub type Slice = GpuGrant<String>;
+use gpuquota_formats::grant::Burst;
 pub use gpuquota_formats::grant::GpuGrant;
 
 /// Why a request cannot be placed; every message says what was asked, what
@@ -68,6 +69,13 @@ pub enum PlacementError {
         requested: String,
         count: u32,
         free: String,
+    },
+    #[error("{origin}={limit} is below the guarantee of {guarantee} on {gpu}; a limit is the most the container may hold, guarantee included: ask for at least the guarantee")]
+    LimitBelowGuarantee {
+        origin: String,
+        limit: String,
+        guarantee: String,
+        gpu: String,
     },
     #[error("{origin} asks for a compute share of {count} GPUs; a share is of one GPU's SMs (served by that GPU's MPS daemon, and a process joins one). Ask for one GPU with sm=, or leave sm out")]
     ShareNeedsOneGpu { origin: String, count: usize },
@@ -439,6 +447,15 @@ impl Placer<'_> {
             sm_user: req.sm.and(req.user),
             // a request built without a count is of one process
             sm_procs: req.sm.map_or(0, |_| req.sm_procs.max(1)),
+            burst: req.burst.as_ref().and_then(|b| {
+                let limit_bytes = b.limit.resolve(g.total_bytes);
+                // a limit that lends nothing is a guaranteed slice; one below
+                // the guarantee is refused below, per GPU
+                (limit_bytes != req.vram.resolve(g.total_bytes)).then_some(Burst {
+                    limit_bytes,
+                    priority: b.priority,
+                })
+            }),
         };
         let chosen: Vec<&Gpu> = match &req.gpus {
             GpuSelector::List(refs) => {
@@ -537,6 +554,29 @@ impl Placer<'_> {
             let bytes = slice(g).vram_bytes;
             if bytes > self.capacity(g) {
                 return Err(self.too_large(req, g, bytes));
+            }
+            if let Some(b) = slice(g).burst {
+                // only the guarantee is summed; the limit is checked against
+                // what the GPU can ever give, and against the guarantee
+                if b.limit_bytes < bytes {
+                    let origin = req.burst.as_ref().map(|a| a.origin.to_string());
+                    return Err(PlacementError::LimitBelowGuarantee {
+                        origin: origin.unwrap_or_default(),
+                        limit: human(b.limit_bytes),
+                        guarantee: human(bytes),
+                        gpu: describe(g),
+                    });
+                }
+                if b.limit_bytes > self.capacity(g) {
+                    let ask = req.burst.as_ref().expect("a burst was asked for");
+                    return Err(PlacementError::TooLarge {
+                        requested: format!("{} ({})", human(b.limit_bytes), ask.origin),
+                        gpu: describe(g),
+                        capacity: human(self.capacity(g)),
+                        total: human(g.total_bytes),
+                        reserve: human(self.reserve),
+                    });
+                }
             }
             let free = self.free_on(g, usage);
             if bytes > free {

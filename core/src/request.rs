@@ -1,8 +1,10 @@
 //! The request model: what a container asks for, read from OCI annotations
-//! (`vram`, `gpu`, `gpus`, `sm`, `sm-procs`, and the `gpu-quota.io/…` aliases) or, only
+//! (`vram`, `gpu`, `gpus`, `sm`, `sm-procs`, `vram-limit`, `vram-priority`,
+//! and the `gpu-quota.io/…` aliases) or, only
 //! where the host allows it (`env_requests` in the config, for engines that
 //! cannot pass annotations), the process environment (`GPU_QUOTA_VRAM`,
-//! `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`, `GPU_QUOTA_SM`, `GPU_QUOTA_SM_PROCS`).
+//! `GPU_QUOTA_GPU`, `GPU_QUOTA_GPUS`, `GPU_QUOTA_SM`, `GPU_QUOTA_SM_PROCS`,
+//! `GPU_QUOTA_VRAM_LIMIT`, `GPU_QUOTA_VRAM_PRIORITY`).
 //!
 //! One request has one source: when any request annotation is present the
 //! environment is ignored entirely. The environment includes the image's
@@ -23,6 +25,8 @@ pub enum Field {
     Gpus,
     Sm,
     SmProcs,
+    VramLimit,
+    VramPriority,
 }
 
 impl Field {
@@ -33,6 +37,8 @@ impl Field {
             Field::Gpus => [keys::ANN_GPUS, keys::ANN_NS_GPUS],
             Field::Sm => [keys::ANN_SM, keys::ANN_NS_SM],
             Field::SmProcs => [keys::ANN_SM_PROCS, keys::ANN_NS_SM_PROCS],
+            Field::VramLimit => [keys::ANN_VRAM_LIMIT, keys::ANN_NS_VRAM_LIMIT],
+            Field::VramPriority => [keys::ANN_VRAM_PRIORITY, keys::ANN_NS_VRAM_PRIORITY],
         }
     }
     pub fn env(self) -> &'static str {
@@ -42,6 +48,8 @@ impl Field {
             Field::Gpus => keys::ENV_GPUS,
             Field::Sm => keys::ENV_SM,
             Field::SmProcs => keys::ENV_SM_PROCS,
+            Field::VramLimit => keys::ENV_VRAM_LIMIT,
+            Field::VramPriority => keys::ENV_VRAM_PRIORITY,
         }
     }
     fn accepted(self) -> &'static str {
@@ -51,6 +59,8 @@ impl Field {
             Field::Gpus => "a count of GPUs (1, 2, …) or \"all\"",
             Field::Sm => "a whole percentage of one GPU's SMs from 1% to 100% (sm=25%)",
             Field::SmProcs => "with sm=, the number of CUDA processes the share is split over, from 1 to 64 and at most the share's percentage (sm-procs=4)",
+            Field::VramLimit => "with vram= (the guarantee), the most the container may hold on each of its GPUs, at least vram=, in vram='s sizes (vram=4g vram-limit=16g)",
+            Field::VramPriority => "with vram-limit=, a whole number from 0 to 1000: among containers holding lent memory on a GPU, the lowest gives it back first, then the newest (default 0)",
         }
     }
 }
@@ -145,6 +155,19 @@ pub struct Request {
     /// it (`spec::host_uid`; set at admission, never by the request):
     /// a GPU's MPS daemon serves one user at a time. `None`: not known.
     pub user: Option<u32>,
+    /// A burst limit above `vram` (then the guarantee): `vram-limit=`,
+    /// `vram-priority=`. `None`: a guaranteed slice.
+    pub burst: Option<BurstAsk>,
+}
+
+/// A burst as asked: the limit in `vram`'s grammar (a percentage is of
+/// each GPU, resolved by placement) and the priority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BurstAsk {
+    pub limit: Size,
+    pub priority: u32,
+    /// Where the limit came from (for messages).
+    pub origin: Origin,
 }
 
 /// Upper bound on `gpus=N` and on list lengths: no host has more.
@@ -306,6 +329,83 @@ fn parse_sm_procs(raw: &Raw, sm: u32) -> Result<u32, RequestError> {
     }
 }
 
+fn parse_priority(raw: &Raw) -> Result<u32, RequestError> {
+    use crate::formats::grant::PRIORITY_MAX;
+    let bad = |reason: &str| err(Field::VramPriority, &raw.origin, &raw.value, reason);
+    let v = raw.value.trim();
+    if v.is_empty() {
+        return Err(bad("empty value"));
+    }
+    if v.starts_with('-') {
+        return Err(bad("negative priority"));
+    }
+    if v.len() > 4 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("not a whole number from 0 to 1000"));
+    }
+    match v.parse::<u32>() {
+        Ok(p) if p <= PRIORITY_MAX => Ok(p),
+        _ => Err(bad("more than 1000")),
+    }
+}
+
+/// The burst beside a guarantee of `vram`, where `vram-limit` or
+/// `vram-priority` was given.
+fn parse_burst(
+    limit: Option<&Raw>,
+    priority: Option<&Raw>,
+    vram: Size,
+    sm: Option<&Raw>,
+) -> Result<Option<BurstAsk>, RequestError> {
+    let Some(l) = limit else {
+        if let Some(p) = priority {
+            return Err(err(
+                Field::VramPriority,
+                &p.origin,
+                &p.value,
+                "orders containers holding lent memory, and this one asked for none: add vram-limit=SIZE above vram=, or leave vram-priority out",
+            ));
+        }
+        return Ok(None);
+    };
+    let size = units::parse_size(&l.value)
+        .map_err(|e: SizeError| err(Field::VramLimit, &l.origin, &l.value, e.to_string()))?;
+    if let Some(s) = sm {
+        return Err(err(
+            Field::VramLimit,
+            &l.origin,
+            &l.value,
+            format!("a compute share ({}={}) is a reservation served through MPS, and memory lent under MPS is not measured: ask for sm= with a guaranteed slice (leave vram-limit out), or for a burstable slice without sm=", s.origin, s.value),
+        ));
+    }
+    // bytes beside bytes (or a percentage beside a percentage) compare here;
+    // a percentage beside bytes only per GPU, in placement
+    let below = match (vram, size) {
+        (Size::Bytes(g), Size::Bytes(x)) => x < g,
+        (Size::Ppm(g), Size::Ppm(x)) => x < g,
+        _ => false,
+    };
+    if below {
+        return Err(err(
+            Field::VramLimit,
+            &l.origin,
+            &l.value,
+            "is below the guarantee vram=; a limit is the most the container may hold, guarantee included: ask for at least vram=",
+        ));
+    }
+    if size == vram {
+        // a limit equal to the guarantee lends nothing: a guaranteed slice
+        return match priority {
+            Some(p) => parse_priority(p).map(|_| None),
+            None => Ok(None),
+        };
+    }
+    Ok(Some(BurstAsk {
+        limit: size,
+        priority: priority.map(parse_priority).transpose()?.unwrap_or(0),
+        origin: l.origin.clone(),
+    }))
+}
+
 fn parse_gpu_list(raw: &Raw) -> Result<Vec<GpuRef>, RequestError> {
     let bad = |reason: String| err(Field::Gpu, &raw.origin, &raw.value, reason);
     if raw.value.len() > 1024 {
@@ -385,6 +485,7 @@ impl Request {
             sm: None,
             sm_procs: 0,
             user: Some(0),
+            burst: None,
         }
     }
 
@@ -413,14 +514,23 @@ impl Request {
         let mut gpus = lookup_annotation(Field::Gpus, annotations)?;
         let mut sm = lookup_annotation(Field::Sm, annotations)?;
         let mut procs = lookup_annotation(Field::SmProcs, annotations)?;
-        let any_annotation =
-            vram.is_some() || gpu.is_some() || gpus.is_some() || sm.is_some() || procs.is_some();
+        let mut limit = lookup_annotation(Field::VramLimit, annotations)?;
+        let mut priority = lookup_annotation(Field::VramPriority, annotations)?;
+        let any_annotation = vram.is_some()
+            || gpu.is_some()
+            || gpus.is_some()
+            || sm.is_some()
+            || procs.is_some()
+            || limit.is_some()
+            || priority.is_some();
         if !any_annotation && env_requests == EnvRequests::Allowed {
             vram = lookup_env(Field::Vram, env);
             gpu = lookup_env(Field::Gpu, env);
             gpus = lookup_env(Field::Gpus, env);
             sm = lookup_env(Field::Sm, env);
             procs = lookup_env(Field::SmProcs, env);
+            limit = lookup_env(Field::VramLimit, env);
+            priority = lookup_env(Field::VramPriority, env);
         }
         if let (Some(r), None) = (&procs, &sm) {
             return Err(err(
@@ -431,6 +541,19 @@ impl Request {
             ));
         }
         let Some(vram) = vram else {
+            if let Some(r) = limit.as_ref().or(priority.as_ref()) {
+                let field = if limit.is_some() {
+                    Field::VramLimit
+                } else {
+                    Field::VramPriority
+                };
+                return Err(err(
+                    field,
+                    &r.origin,
+                    &r.value,
+                    "a burst limit was asked for without a guarantee; a limit always comes with one: add vram=SIZE (for example vram=4g vram-limit=16g)",
+                ));
+            }
             if let Some(r) = &sm {
                 return Err(err(
                     Field::Sm,
@@ -455,6 +578,7 @@ impl Request {
             return Ok(None);
         };
         let size = parse_vram(&vram)?;
+        let burst = parse_burst(limit.as_ref(), priority.as_ref(), size, sm.as_ref())?;
         let sm = sm.as_ref().map(parse_sm).transpose()?;
         let sm_procs = match (sm, &procs) {
             (None, _) => 0,
@@ -501,6 +625,7 @@ impl Request {
             sm,
             sm_procs,
             user: None,
+            burst,
         }))
     }
 

@@ -142,6 +142,8 @@ fn pod_request(g: &Gpu) -> gpuquota_core::request::Request {
         sm: None,
         sm_procs: 0,
         user: None,
+        // extended resources have requests equal to limits: no burst
+        burst: None,
     }
 }
 

@@ -27,7 +27,7 @@
 //! | 8 | version: [`VERSION`] (u32), [`VERSION_PROCS`] where the grant holds a compute share |
 //! | 12 | entries in use, at most [`MAX_GPUS`] (u32) |
 //! | 16..64 | reserved, 0 |
-//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), compute share in percent of the GPU's SMs (u32, 0: none), vram_bytes (u64, live), the share's host uid recorded (u32, 1) or not (0), that uid (u32), the CUDA processes the share is split over (u32, version 2 only; 0 without a share), reserved (20 bytes: room for more dimensions of a grant) |
+//! | 64 + i × 64 | entry i: uuid (16 raw bytes, as cuDeviceGetUuid), host index (u32), compute share in percent of the GPU's SMs (u32, 0: none), vram_bytes (u64, live: the guarantee), the share's host uid recorded (u32, 1) or not (0), that uid (u32), the CUDA processes the share is split over (u32, version 2 only; 0 without a share), the burst priority (u32 at 44, version 3), the burst limit (u64 at 48, version 3; 0: none), the reclaim word (u64 at 56, live, [`reclaim_offset`]; only the host stores it) |
 //!
 //! A grant with a compute share is written as version 2: a reader of
 //! version 1 (a libgpuquota.so from before `sm-procs`) would let every
@@ -43,6 +43,8 @@ pub const VERSION: u32 = 1;
 /// The version of a grant that holds a compute share (with its process
 /// count at [`E_SM_PROCS`]).
 pub const VERSION_PROCS: u32 = 2;
+/// The version of a grant with a burst limit on some GPU.
+pub const VERSION_BURST: u32 = 3;
 pub const HEADER_SIZE: usize = 64;
 pub const ENTRY_SIZE: usize = 64;
 /// GPUs one grant holds (the usage header's device table).
@@ -56,6 +58,27 @@ const E_VRAM: usize = 24;
 const E_SM_USER_SET: usize = 32;
 const E_SM_USER: usize = 36;
 const E_SM_PROCS: usize = 40;
+const E_PRIORITY: usize = 44;
+const E_LIMIT: usize = 48;
+const E_RECLAIM: usize = 56;
+
+/// Lent memory beside a guarantee: a burstable slice. Past its
+/// `vram_bytes`, up to `limit_bytes`, the container's allocations are
+/// evictable memory lent from what nobody uses at that moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Burst {
+    /// The most the container may hold on this GPU, guarantee included.
+    #[cfg_attr(feature = "serde", serde(rename = "limit"))]
+    pub limit_bytes: u64,
+    /// Among bursters on a GPU, who gives back first: the lowest, then the
+    /// newest. 0 to [`PRIORITY_MAX`].
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub priority: u32,
+}
+
+/// The highest burst priority.
+pub const PRIORITY_MAX: u32 = 1000;
 
 /// One GPU's share of a grant. `U` is how the GPU is named: the host keeps
 /// NVML's text UUID (`GPU-…`), the file and the interceptor the 16 raw bytes.
@@ -99,6 +122,14 @@ pub struct GpuGrant<U> {
     /// existed is of one process: the ledger reads it so).
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
     pub sm_procs: u32,
+    /// A burst limit above `vram_bytes` (which is then the guarantee);
+    /// `None`: a guaranteed slice. Never with a compute share. The
+    /// ledger's JSON leaves it out when `None`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub burst: Option<Burst>,
 }
 
 #[cfg(feature = "serde")]
@@ -139,6 +170,7 @@ impl<U> GpuGrant<U> {
             sm_percent: 0,
             sm_user: None,
             sm_procs: 0,
+            burst: None,
         }
     }
 }
@@ -154,6 +186,7 @@ impl<U: AsRef<str>> GpuGrant<U> {
             sm_percent: self.sm_percent,
             sm_user: self.sm_user,
             sm_procs: self.sm_procs,
+            burst: self.burst,
         })
     }
 }
@@ -187,6 +220,9 @@ pub enum EncodeError {
     /// A compute share split over no process or more than
     /// [`crate::mps::PROCS_MAX`], or a process count without a share.
     BadProcs(u32),
+    /// A burst limit below the guarantee, a priority past
+    /// [`PRIORITY_MAX`], or a burst beside a compute share.
+    BadBurst,
 }
 
 impl core::fmt::Display for EncodeError {
@@ -209,6 +245,10 @@ impl core::fmt::Display for EncodeError {
                 "a compute share is split over 1 to {} CUDA processes, and only a share is; this grant says {n}",
                 crate::mps::PROCS_MAX
             ),
+            EncodeError::BadBurst => write!(
+                f,
+                "a burst limit is at least its guarantee, its priority at most {PRIORITY_MAX}, and it never comes with a compute share"
+            ),
         }
     }
 }
@@ -229,8 +269,13 @@ pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
     if let Some(g) = grant.iter().find(|g| !procs_fit(g.sm_percent, g.sm_procs)) {
         return Err(EncodeError::BadProcs(g.sm_procs));
     }
+    if grant.iter().any(|g| !burst_fits(g)) {
+        return Err(EncodeError::BadBurst);
+    }
     let version = if share(grant).is_some() {
         VERSION_PROCS
+    } else if grant.iter().any(|g| g.burst.is_some()) {
+        VERSION_BURST
     } else {
         VERSION
     };
@@ -249,6 +294,10 @@ pub fn encode(grant: &[GpuGrant<Uuid>]) -> Result<[u8; SIZE], EncodeError> {
             b[e + E_SM_USER..e + E_SM_USER + 4].copy_from_slice(&u.to_le_bytes());
         }
         b[e + E_SM_PROCS..e + E_SM_PROCS + 4].copy_from_slice(&g.sm_procs.to_le_bytes());
+        if let Some(x) = g.burst {
+            b[e + E_PRIORITY..e + E_PRIORITY + 4].copy_from_slice(&x.priority.to_le_bytes());
+            b[e + E_LIMIT..e + E_LIMIT + 8].copy_from_slice(&x.limit_bytes.to_le_bytes());
+        }
     }
     Ok(b)
 }
@@ -274,7 +323,7 @@ pub fn decode(b: &[u8]) -> Option<Table> {
         return None;
     }
     let version = u32_at(b, 8);
-    if version != VERSION && version != VERSION_PROCS {
+    if !matches!(version, VERSION | VERSION_PROCS | VERSION_BURST) {
         return None;
     }
     let n = u32_at(b, 12) as usize;
@@ -308,9 +357,16 @@ pub fn decode(b: &[u8]) -> Option<Table> {
                 (_, 0) => 0,
                 _ => 1,
             },
+            burst: match (version, u64_at(b, e + E_LIMIT)) {
+                (VERSION_BURST, limit) if limit > 0 => Some(Burst {
+                    limit_bytes: limit,
+                    priority: u32_at(b, e + E_PRIORITY),
+                }),
+                _ => None,
+            },
         };
         let g = &t.gpus[i];
-        if g.sm_percent > SM_MAX || !procs_fit(g.sm_percent, g.sm_procs) {
+        if g.sm_percent > SM_MAX || !procs_fit(g.sm_percent, g.sm_procs) || !burst_fits(g) {
             return None;
         }
     }
@@ -318,6 +374,15 @@ pub fn decode(b: &[u8]) -> Option<Table> {
         return None;
     }
     Some(t)
+}
+
+/// Whether a burst goes with its entry: a limit at least the guarantee, a
+/// priority within bounds, no compute share beside it.
+fn burst_fits<U>(g: &GpuGrant<U>) -> bool {
+    match g.burst {
+        None => true,
+        Some(x) => x.limit_bytes >= g.vram_bytes && x.priority <= PRIORITY_MAX && g.sm_percent == 0,
+    }
 }
 
 /// Whether a process count goes with a share: 1 to
@@ -335,9 +400,33 @@ pub const fn vram_offset(i: usize) -> usize {
     HEADER_SIZE + i * ENTRY_SIZE + E_VRAM
 }
 
+/// Offset of entry `i`'s live reclaim word (8-byte aligned). Only the
+/// host's burst supervisor stores it, while bursters share the entry's GPU:
+/// the milliseconds an allocation within the guarantee that the driver
+/// refused may wait for bursters to be ended ([`reclaim_wait_ms`]). 0: no
+/// burster there, or no supervisor: such a refusal is final at once.
+pub const fn reclaim_offset(i: usize) -> usize {
+    HEADER_SIZE + i * ENTRY_SIZE + E_RECLAIM
+}
+
+/// The wait a reclaim word grants (bounded: a word from a broken host
+/// never makes an allocation wait longer than [`RECLAIM_WAIT_MAX_MS`]).
+pub const fn reclaim_wait_ms(word: u64) -> u64 {
+    if word > RECLAIM_WAIT_MAX_MS {
+        RECLAIM_WAIT_MAX_MS
+    } else {
+        word
+    }
+}
+
+/// The longest any allocation waits for a reclaim: 5 minutes.
+pub const RECLAIM_WAIT_MAX_MS: u64 = 300_000;
+
 const _: () = {
     assert!(vram_offset(0) % 8 == 0 && ENTRY_SIZE % 8 == 0 && HEADER_SIZE % 8 == 0);
     assert!(E_VRAM + 8 <= ENTRY_SIZE && E_SM_PROCS + 4 <= ENTRY_SIZE);
+    assert!(E_SM_PROCS + 4 <= E_PRIORITY && E_PRIORITY + 4 <= E_LIMIT);
+    assert!(E_LIMIT % 8 == 0 && E_RECLAIM % 8 == 0 && E_RECLAIM + 8 == ENTRY_SIZE);
 };
 
 #[cfg(test)]
@@ -432,6 +521,52 @@ mod tests {
         assert!(decode(&stray).is_none(), "a count without a share");
     }
 
+    /// A burst travels in a version-3 file, which older readers (versions
+    /// 1 and 2 only) refuse; a bad burst is never written nor read.
+    #[test]
+    fn a_burst_travels_and_older_readers_refuse_it() {
+        let mut one = g(1, 0, 10 * G);
+        one.burst = Some(Burst {
+            limit_bytes: 120 * G,
+            priority: 100,
+        });
+        let b = encode(&[one, g(2, 1, G)]).unwrap();
+        assert_eq!(u32_at(&b, 8), VERSION_BURST);
+        let t = decode(&b).unwrap();
+        assert_eq!(t.gpus(), &[one, g(2, 1, G)]);
+        assert!(u32_at(&b, 8) > VERSION_PROCS, "an older reader refuses it");
+        assert_eq!(u64_at(&b, reclaim_offset(0)), 0, "no supervisor yet");
+        // limit below the guarantee, priority too high, burst beside a share
+        for bad in [
+            Burst {
+                limit_bytes: 9 * G,
+                priority: 0,
+            },
+            Burst {
+                limit_bytes: 20 * G,
+                priority: PRIORITY_MAX + 1,
+            },
+        ] {
+            one.burst = Some(bad);
+            assert_eq!(encode(&[one]), Err(EncodeError::BadBurst));
+        }
+        one.burst = Some(Burst {
+            limit_bytes: 20 * G,
+            priority: 0,
+        });
+        one.sm_percent = 25;
+        one.sm_procs = 1;
+        assert_eq!(encode(&[one]), Err(EncodeError::BadBurst));
+        let mut low = b;
+        low[HEADER_SIZE + E_LIMIT..HEADER_SIZE + E_LIMIT + 8].copy_from_slice(&G.to_le_bytes());
+        assert!(decode(&low).is_none(), "a limit below the guarantee");
+        // a version-1 file's bytes at the limit's place mean nothing
+        let mut v1 = b;
+        v1[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        assert_eq!(decode(&v1).unwrap().gpus[0].burst, None);
+        assert_eq!(reclaim_wait_ms(u64::MAX), RECLAIM_WAIT_MAX_MS);
+    }
+
     #[test]
     fn round_trip_and_live_offset() {
         let grant = [g(1, 0, 40 * G), g(2, 3, 70 * G)];
@@ -456,7 +591,7 @@ mod tests {
         bad[0] ^= 1;
         assert!(decode(&bad).is_none(), "magic");
         let mut bad = ok;
-        bad[8] = 3;
+        bad[8] = 4;
         assert!(decode(&bad).is_none(), "version");
         let mut bad = ok;
         bad[12] = (MAX_GPUS + 1) as u8;

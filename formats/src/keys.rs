@@ -17,6 +17,12 @@ pub const ANN_SM: &str = "sm";
 /// The number of CUDA processes a compute share is split over
 /// (`sm-procs=4`: each gets a quarter of the share; default 1).
 pub const ANN_SM_PROCS: &str = "sm-procs";
+/// A burst limit beside the guarantee `vram` (`vram-limit=16g`): memory
+/// past the guarantee, up to this, is lent while nobody uses it.
+pub const ANN_VRAM_LIMIT: &str = "vram-limit";
+/// Among bursters, who gives lent memory back first (`vram-priority=100`;
+/// 0-1000, default 0: lowest first, then the newest).
+pub const ANN_VRAM_PRIORITY: &str = "vram-priority";
 
 /// Namespaced annotation keys (Kubernetes, the device plugin).
 pub const ANN_NS_VRAM: &str = "gpu-quota.io/vram";
@@ -24,6 +30,8 @@ pub const ANN_NS_GPU: &str = "gpu-quota.io/gpu";
 pub const ANN_NS_GPUS: &str = "gpu-quota.io/gpus";
 pub const ANN_NS_SM: &str = "gpu-quota.io/sm";
 pub const ANN_NS_SM_PROCS: &str = "gpu-quota.io/sm-procs";
+pub const ANN_NS_VRAM_LIMIT: &str = "gpu-quota.io/vram-limit";
+pub const ANN_NS_VRAM_PRIORITY: &str = "gpu-quota.io/vram-priority";
 
 /// Annotation the runtime writes into config.json with the GPUs it
 /// assigned (read back by its own toolkit narrowing in a reused bundle).
@@ -35,27 +43,33 @@ pub const ANN_RECORD: &str = "gpu-quota.io/record";
 pub const RUNTIME_ANNOTATIONS: [&str; 2] = [ANN_ASSIGNED, ANN_RECORD];
 
 /// Every annotation key that makes a request (engine allowlists).
-pub const ANNOTATION_KEYS: [&str; 10] = [
+pub const ANNOTATION_KEYS: [&str; 14] = [
     ANN_VRAM,
     ANN_GPU,
     ANN_GPUS,
     ANN_SM,
     ANN_SM_PROCS,
+    ANN_VRAM_LIMIT,
+    ANN_VRAM_PRIORITY,
     ANN_NS_VRAM,
     ANN_NS_GPU,
     ANN_NS_GPUS,
     ANN_NS_SM,
     ANN_NS_SM_PROCS,
+    ANN_NS_VRAM_LIMIT,
+    ANN_NS_VRAM_PRIORITY,
 ];
 
 /// The same, as patterns for engines that take globs (containerd's
 /// `pod_annotations`).
-pub const ANNOTATION_PATTERNS: [&str; 6] = [
+pub const ANNOTATION_PATTERNS: [&str; 8] = [
     ANN_VRAM,
     ANN_GPU,
     ANN_GPUS,
     ANN_SM,
     ANN_SM_PROCS,
+    ANN_VRAM_LIMIT,
+    ANN_VRAM_PRIORITY,
     "gpu-quota.io/*",
 ];
 
@@ -84,6 +98,8 @@ pub const ENV_GPU_C: &CStr = c"GPU_QUOTA_GPU";
 pub const ENV_GPUS_C: &CStr = c"GPU_QUOTA_GPUS";
 pub const ENV_SM_C: &CStr = c"GPU_QUOTA_SM";
 pub const ENV_SM_PROCS_C: &CStr = c"GPU_QUOTA_SM_PROCS";
+pub const ENV_VRAM_LIMIT_C: &CStr = c"GPU_QUOTA_VRAM_LIMIT";
+pub const ENV_VRAM_PRIORITY_C: &CStr = c"GPU_QUOTA_VRAM_PRIORITY";
 
 /// A C-string constant as text (every key here is ASCII).
 pub(crate) const fn str_of(c: &'static CStr) -> &'static str {
@@ -99,6 +115,8 @@ pub const ENV_GPU: &str = str_of(ENV_GPU_C);
 pub const ENV_GPUS: &str = str_of(ENV_GPUS_C);
 pub const ENV_SM: &str = str_of(ENV_SM_C);
 pub const ENV_SM_PROCS: &str = str_of(ENV_SM_PROCS_C);
+pub const ENV_VRAM_LIMIT: &str = str_of(ENV_VRAM_LIMIT_C);
+pub const ENV_VRAM_PRIORITY: &str = str_of(ENV_VRAM_PRIORITY_C);
 
 /// The interceptor's other environment keys, which the host's tests and
 /// documentation name too: a state directory to read `limits` from
@@ -158,6 +176,8 @@ mod tests {
             ANN_NS_GPUS,
             ANN_NS_SM,
             ANN_NS_SM_PROCS,
+            ANN_NS_VRAM_LIMIT,
+            ANN_NS_VRAM_PRIORITY,
         ] {
             assert!(k.starts_with(ANNOTATION_PREFIX), "{k}");
             assert!(

@@ -100,6 +100,7 @@ fn record(a: &[String]) {
             sm: None,
             sm_procs: 0,
             user: Some(0),
+            burst: None,
         };
         ledger
             .admit(

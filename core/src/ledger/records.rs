@@ -65,13 +65,17 @@ pub fn uuid_tag(uuid: &str) -> u32 {
 }
 
 /// The record name of `r`; `None` for what is not kept as a record (a
-/// claim's entry, a reservation with a compute share, or a name that
-/// would be too long). Shares stay in ledger.json, which every admission
-/// reads in full: a name carries only bytes, and a release that did not
-/// know shares would read a name that carried one as no record at all
-/// and admit past it.
+/// claim's entry, a reservation with a compute share or a burst limit, or
+/// a name that would be too long). Shares and bursts stay in ledger.json,
+/// which every admission reads in full: a name carries only bytes, and a
+/// release that did not know shares would read a name that carried one as
+/// no record at all and admit past it (a burst's limit, as a guarantee).
 pub fn name_of(r: &Reservation) -> Option<String> {
-    if r.is_claim() || r.slices.iter().any(|s| s.sm_percent > 0) {
+    if r.is_claim()
+        || r.slices
+            .iter()
+            .any(|s| s.sm_percent > 0 || s.burst.is_some())
+    {
         return None;
     }
     let key = key_hash(&r.container_id, r.runtime_root.as_deref());

@@ -28,7 +28,8 @@
 //! marker it is given, never one written after it; ending a resize never
 //! makes a slice larger (only [`Ledger::resize_begin`], which places, does).
 use super::*;
-use crate::request::{GpuRef, GpuSelector, Origin};
+use crate::formats::keys;
+use crate::request::{BurstAsk, GpuRef, GpuSelector, Origin};
 use crate::units::Size;
 
 pub mod lock;
@@ -268,6 +269,13 @@ impl Ledger {
                     sm: (slice.sm_percent > 0).then_some(slice.sm_percent),
                     sm_procs: slice.sm_procs,
                     user: slice.sm_user,
+                    // a burster's guarantee grows up to its limit, which
+                    // stays as it is
+                    burst: slice.burst.map(|b| BurstAsk {
+                        limit: Size::Bytes(b.limit_bytes),
+                        priority: b.priority,
+                        origin: Origin::Annotation(keys::ANN_VRAM_LIMIT.into()),
+                    }),
                 };
                 if let Err(err) = placer.place(&req, &usage) {
                     return Err(ResizeError::Refused {

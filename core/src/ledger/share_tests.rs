@@ -122,3 +122,48 @@ fn a_split_share_is_described_with_its_process_count() {
     );
     assert_eq!(describe_request(&one), "vram=8.00 GiB gpu=0 sm=25%");
 }
+
+/// A burst's limit lives in ledger.json, marked with the bursts' schema
+/// version: a release before bursts refuses it rather than drop the limit.
+#[test]
+fn a_burst_is_kept_in_the_ledger_under_its_schema() {
+    let (_d, cfg, inv) = setup();
+    let l = Ledger::new(&cfg);
+    let mut r = Request::slice_for_test(G, 0);
+    r.burst = Some(crate::request::BurstAsk {
+        limit: crate::units::Size::Bytes(2 * G),
+        priority: 9,
+        origin: crate::request::Origin::Annotation("vram-limit".into()),
+    });
+    let version = || -> u32 {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(l.path()).unwrap()).unwrap();
+        v["version"].as_u64().unwrap() as u32
+    };
+    l.admit(&cfg, &inv, &r, "b", None, "/b", &mut vec![])
+        .unwrap();
+    assert_eq!(version(), BURSTS_SCHEMA_VERSION);
+    let d = l.read().unwrap();
+    let s = &d.reservations[0].slices[0];
+    assert_eq!(
+        s.burst,
+        Some(crate::formats::grant::Burst {
+            limit_bytes: 2 * G,
+            priority: 9
+        })
+    );
+    assert_eq!(records::name_of(&d.reservations[0]), None, "not a record");
+    assert!(
+        d.reservations[0]
+            .request
+            .ends_with("vram-limit=2.00 GiB vram-priority=9"),
+        "{}",
+        d.reservations[0].request
+    );
+    l.release(Key::Root {
+        id: "b",
+        root: None,
+    })
+    .unwrap();
+    assert_eq!(version(), SCHEMA_VERSION, "back once no burst is held");
+}

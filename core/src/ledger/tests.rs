@@ -36,6 +36,7 @@ pub(super) fn req(b: u64, gpu: Option<u32>) -> Request {
         sm: None,
         sm_procs: 0,
         user: Some(0),
+        burst: None,
     }
 }
 
@@ -276,10 +277,10 @@ fn corrupt_is_kept_and_reported() {
     std::fs::write(l.path(), b"{\"version\":99,\"reservations\":[]}").unwrap();
     assert!(matches!(l.read(), Err(LedgerError::TooNew { .. })));
     // a newer schema this one cannot parse is still "too new", not corrupt
-    std::fs::write(l.path(), b"{\"version\":6,\"reservations\":\"elsewhere\"}").unwrap();
+    std::fs::write(l.path(), b"{\"version\":7,\"reservations\":\"elsewhere\"}").unwrap();
     assert!(matches!(
         l.read(),
-        Err(LedgerError::TooNew { found: 6, .. })
+        Err(LedgerError::TooNew { found: 7, .. })
     ));
     // the same shape at this version is corrupt, with the parse's message
     std::fs::write(l.path(), b"{\"version\":2,\"reservations\":\"elsewhere\"}").unwrap();

@@ -319,6 +319,7 @@ mod tests {
                 sm_percent: 25,
                 sm_user: None,
                 sm_procs: 1,
+                burst: None,
             });
             r
         };

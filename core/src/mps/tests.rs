@@ -159,6 +159,7 @@ fn each_daemon_bounds_its_clients_by_the_largest_part_of_a_share() {
                 sm_percent: sm,
                 sm_user: Some(0),
                 sm_procs: procs,
+                burst: None,
             }],
             "",
         )

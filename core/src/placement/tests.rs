@@ -27,6 +27,7 @@ fn req(vram: Size, gpus: GpuSelector) -> Request {
         sm: None,
         sm_procs: 0,
         user: Some(0),
+        burst: None,
     }
 }
 fn used(v: &[(u32, u64)]) -> Usage {
@@ -284,6 +285,7 @@ fn held(v: &[(u32, u64, u32)]) -> Usage {
             sm_percent: *p,
             sm_user: None,
             sm_procs: if *p > 0 { 1 } else { 0 },
+            burst: None,
         });
     }
     u
@@ -339,6 +341,7 @@ fn compute_shares_add_up_to_at_most_the_gpu() {
         sm_percent: 60,
         sm_user: None,
         sm_procs: 1,
+        burst: None,
     });
     assert!(p.place(&r(85), &u).is_ok());
 }
@@ -405,6 +408,7 @@ fn shares_of_different_host_users_share_a_gpu() {
         sm_percent: 50,
         sm_user: Some(1000),
         sm_procs: 1,
+        burst: None,
     });
     for uid in [1000, 1001, 100000] {
         let r = Request {
@@ -438,4 +442,82 @@ fn a_share_is_of_one_gpu() {
             "{e:?}"
         );
     }
+}
+
+fn with_burst(mut r: Request, limit: Size, priority: u32) -> Request {
+    r.burst = Some(crate::request::BurstAsk {
+        limit,
+        priority,
+        origin: Origin::Annotation("vram-limit".into()),
+    });
+    r
+}
+
+/// Admission sums guarantees only: two 4g..16g bursters and an 8g slice
+/// fill a 16 GiB GPU, and the next guarantee is refused exactly as beside
+/// three plain slices.
+#[test]
+fn admission_sums_guarantees_only() {
+    let i = inv(1, 16 * G);
+    let p = binpack(&i);
+    let one = GpuSelector::List(vec![GpuRef::Index(0)]);
+    let burster = with_burst(req(Size::Bytes(4 * G), one.clone()), Size::Bytes(16 * G), 0);
+    let mut u = Usage::new();
+    for r in [
+        burster.clone(),
+        burster.clone(),
+        req(Size::Bytes(8 * G), one.clone()),
+    ] {
+        let s = p.place(&r, &u).unwrap();
+        u.entry(s[0].uuid.clone()).or_default().add(&s[0]);
+    }
+    assert_eq!(u["GPU-0000"].bytes, 16 * G, "limits are not summed");
+    let e = p.place(&req(Size::Bytes(G), one.clone()), &u).unwrap_err();
+    assert!(matches!(e, PlacementError::DoesNotFit { .. }), "{e}");
+    let e = p.place(&burster, &u).unwrap_err();
+    assert!(matches!(e, PlacementError::DoesNotFit { .. }), "{e}");
+    // the grant carries the limit and the priority as bytes
+    let s = p
+        .place(
+            &with_burst(req(Size::Bytes(4 * G), one.clone()), Size::Ppm(500_000), 7),
+            &Usage::new(),
+        )
+        .unwrap();
+    assert_eq!(
+        s[0].burst,
+        Some(Burst {
+            limit_bytes: 8 * G,
+            priority: 7
+        })
+    );
+    // a limit past what the GPU can ever give, or below the guarantee
+    // (a percentage beside bytes is compared here, per GPU)
+    let e = p
+        .place(
+            &with_burst(req(Size::Bytes(4 * G), one.clone()), Size::Bytes(17 * G), 0),
+            &Usage::new(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, PlacementError::TooLarge { .. }) && e.to_string().contains("vram-limit"),
+        "{e}"
+    );
+    let e = p
+        .place(
+            &with_burst(req(Size::Bytes(8 * G), one.clone()), Size::Ppm(250_000), 0),
+            &Usage::new(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, PlacementError::LimitBelowGuarantee { .. }),
+        "{e}"
+    );
+    // a limit that resolves to the guarantee lends nothing
+    let s = p
+        .place(
+            &with_burst(req(Size::Bytes(8 * G), one), Size::Ppm(500_000), 0),
+            &Usage::new(),
+        )
+        .unwrap();
+    assert_eq!(s[0].burst, None);
 }

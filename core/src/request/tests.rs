@@ -439,3 +439,89 @@ proptest::proptest! {
         let _ = Request::from_parts(Some(&a), &[], EnvRequests::Ignored);
     }
 }
+
+#[test]
+fn a_burst_limit_and_its_priority() {
+    let r = |v: Value| Request::from_parts(Some(&ann(v)), &[], EnvRequests::Ignored);
+    let b = r(json!({"vram": "4g", "vram-limit": "16g"}))
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.vram, Size::Bytes(4 * G));
+    let ask = b.burst.unwrap();
+    assert_eq!((ask.limit, ask.priority), (Size::Bytes(16 * G), 0));
+    let b = r(json!({"vram": "4g", "gpu-quota.io/vram-limit": "50%", "vram-priority": "100"}))
+        .unwrap()
+        .unwrap()
+        .burst
+        .unwrap();
+    assert_eq!((b.limit, b.priority), (Size::Ppm(500_000), 100));
+    // a limit equal to the guarantee lends nothing: a guaranteed slice
+    assert_eq!(
+        r(json!({"vram": "4g", "vram-limit": "4g"}))
+            .unwrap()
+            .unwrap()
+            .burst,
+        None
+    );
+    for (v, why) in [
+        (json!({"vram-limit": "16g"}), "without a guarantee"),
+        (json!({"vram-priority": "1"}), "without a guarantee"),
+        (
+            json!({"vram": "4g", "vram-priority": "1"}),
+            "asked for none",
+        ),
+        (
+            json!({"vram": "8g", "vram-limit": "4g"}),
+            "below the guarantee",
+        ),
+        (
+            json!({"vram": "4g", "vram-limit": "16g", "vram-priority": "1001"}),
+            "more than 1000",
+        ),
+        (
+            json!({"vram": "4g", "vram-limit": "16g", "vram-priority": "-1"}),
+            "negative",
+        ),
+        (
+            json!({"vram": "4g", "vram-limit": "16g", "vram-priority": "1.5"}),
+            "whole number",
+        ),
+        (json!({"vram": "4g", "vram-limit": "0"}), "zero"),
+        (
+            json!({"vram": "4g", "vram-limit": "16g", "sm": "25%"}),
+            "MPS",
+        ),
+        (
+            json!({"vram": "4g", "vram-limit": "16g", "gpu-quota.io/vram-limit": "8g"}),
+            "contradicts",
+        ),
+    ] {
+        let e = r(v.clone()).unwrap_err().to_string();
+        assert!(e.contains(why), "{v}: {e}");
+    }
+    // the environment form, only where the host allows it
+    let env = [
+        "GPU_QUOTA_VRAM=4g".to_string(),
+        format!("{}=16g", keys::ENV_VRAM_LIMIT),
+        format!("{}=7", keys::ENV_VRAM_PRIORITY),
+    ];
+    let e = Request::from_parts(None, &env, EnvRequests::Allowed)
+        .unwrap()
+        .unwrap()
+        .burst
+        .unwrap();
+    assert_eq!((e.limit, e.priority), (Size::Bytes(16 * G), 7));
+    assert_eq!(
+        Request::from_parts(None, &env, EnvRequests::Ignored).unwrap(),
+        None
+    );
+    // an annotation request ignores the environment's limit
+    let a = Request::from_parts(
+        Some(&ann(json!({"vram": "4g"}))),
+        &env,
+        EnvRequests::Allowed,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(a.burst, None);
+}

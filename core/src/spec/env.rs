@@ -151,6 +151,7 @@ mod tests {
             sm_percent: 25,
             sm_user: Some(0),
             sm_procs: 1,
+            burst: None,
         };
         let e = Environment::default().mps_client(&share);
         e.modify(&mut v).unwrap();

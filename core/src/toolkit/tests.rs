@@ -22,6 +22,7 @@ fn req(gpus: GpuSelector) -> Request {
         sm: None,
         sm_procs: 0,
         user: Some(0),
+        burst: None,
     }
 }
 /// `r` as a request that did (`true`) or did not name its GPUs.
