@@ -66,7 +66,18 @@ pub struct Header {
     pub refusals: u64,
     /// NUL-padded.
     pub container_id: [u8; 64],
-    pub reserved: [u8; HEADER_SIZE - 576],
+    /// Atomic, per device: the bytes an allocation within the guarantee
+    /// is waiting for after the driver refused it, while bursters share
+    /// the GPU (the grant's reclaim word); 0: none waits. The host's burst
+    /// supervisor ends bursters while it is set.
+    pub reclaim_want: [u64; DEV_COUNT],
+    /// Atomic, per device: when that wait began (CLOCK_MONOTONIC, ms).
+    pub reclaim_since_ms: [u64; DEV_COUNT],
+    /// Atomic: allocations that waited for a reclaim, and got their memory.
+    pub reclaim_waits: u64,
+    /// Atomic: how long the last of them waited (ms).
+    pub reclaim_last_ms: u64,
+    pub reserved: [u8; HEADER_SIZE - 848],
 }
 
 /// One process's slot, at `HEADER_SIZE + i × SLOT_SIZE`.
@@ -114,6 +125,10 @@ pub const H_UUID_STATE: usize = offset_of!(Header, uuid_state);
 pub const H_CTX_OVERHEAD: usize = offset_of!(Header, context_overhead_bytes);
 pub const H_REFUSALS: usize = offset_of!(Header, refusals);
 pub const H_CONTAINER_ID: usize = offset_of!(Header, container_id);
+pub const H_RECLAIM_WANT: usize = offset_of!(Header, reclaim_want);
+pub const H_RECLAIM_SINCE: usize = offset_of!(Header, reclaim_since_ms);
+pub const H_RECLAIM_WAITS: usize = offset_of!(Header, reclaim_waits);
+pub const H_RECLAIM_LAST: usize = offset_of!(Header, reclaim_last_ms);
 
 // slot offsets
 pub const S_OWNER: usize = offset_of!(Slot, owner);
@@ -138,7 +153,11 @@ const _: () = {
             + 8
             + 8
             + 64
-            + (HEADER_SIZE - 576)
+            + 8 * DEV_COUNT
+            + 8 * DEV_COUNT
+            + 8
+            + 8
+            + (HEADER_SIZE - 848)
             == HEADER_SIZE
     );
     assert!(8 + 8 + 8 + 8 + 8 + 24 + 8 * DEV_COUNT + 64 == SLOT_SIZE);
@@ -146,6 +165,7 @@ const _: () = {
     // the 8-byte atomics are naturally aligned
     assert!(H_MAGIC % 8 == 0 && H_SLOTS_OFFSET % 8 == 0 && H_LIMIT % 8 == 0);
     assert!(H_CTX_OVERHEAD % 8 == 0 && H_REFUSALS % 8 == 0);
+    assert!(H_RECLAIM_WANT % 8 == 0 && H_RECLAIM_SINCE % 8 == 0 && H_RECLAIM_LAST % 8 == 0);
     assert!(S_OWNER % 8 == 0 && SLOT_USED_OFFSET % 8 == 0);
     assert!(H_HIGH_WATER % 4 == 0 && H_UUID_STATE % 4 == 0);
     assert!(HEADER_SIZE % 8 == 0 && SLOT_SIZE % 8 == 0);
@@ -207,6 +227,15 @@ mod tests {
             [48, 176, 432, 496]
         );
         assert_eq!([H_REFUSALS, H_CONTAINER_ID], [504, 512]);
+        assert_eq!(
+            [
+                H_RECLAIM_WANT,
+                H_RECLAIM_SINCE,
+                H_RECLAIM_WAITS,
+                H_RECLAIM_LAST
+            ],
+            [576, 704, 832, 840]
+        );
         assert_eq!(
             [
                 S_OWNER,

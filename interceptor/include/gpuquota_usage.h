@@ -80,7 +80,11 @@ struct gq_usage_header {
   uint64_t context_overhead_bytes; /* 496 charged once per process and device */
   uint64_t refusals;               /* 504 atomic: allocations refused so far */
   char container_id[64];           /* 512 NUL-padded */
-  uint8_t reserved[4096 - 576];    /* 576 zero */
+  uint64_t reclaim_want[16];     /* 576 atomic: bytes an allocation within the guarantee waits for (0: none) */
+  uint64_t reclaim_since_ms[16]; /* 704 atomic: since when (CLOCK_MONOTONIC ms) */
+  uint64_t reclaim_waits;          /* 832 atomic: waits that got their memory */
+  uint64_t reclaim_last_ms;        /* 840 atomic: the last one's wait */
+  uint8_t reserved[4096 - 848];    /* 848 zero */
 };
 
 struct gq_usage_slot {

@@ -7,7 +7,7 @@
 use crate::config::{Size, MAX_GPUS};
 use crate::devices;
 use crate::hooks;
-use crate::policy::{Books, Budget, Charge, Dev, Host, Refused, UNTRACKED};
+use crate::policy::{Books, Budget, Charge, Dev, Host, Refused, Tier, UNTRACKED};
 use crate::ptrtable::Rec;
 use crate::region::{self, Region};
 use crate::state::{self, config, Config};
@@ -67,6 +67,77 @@ pub fn limit_for(c: &Config, dev: usize, real_total: &dyn Fn() -> Option<u64>) -
     }
 }
 
+/// The grant entry of region device `dev` in a container's grant (None:
+/// standalone, no grant, or a GPU the grant lacks).
+fn entry_for(c: &Config, dev: usize) -> Option<(&crate::livegrant::LiveGrant, usize)> {
+    if !c.from_grant() || crate::foreign::is_foreign(dev) {
+        return None;
+    }
+    let g = c.grant.as_ref()?;
+    let e = match GRANT_ENTRY.get(dev).map(|x| x.load(Relaxed)) {
+        Some(NO_ENTRY) | None => return None,
+        Some(UNKNOWN) => grant_entry(g, dev),
+        Some(e) => e as usize,
+    };
+    (e != NO_ENTRY as usize).then_some((g, e))
+}
+
+/// A burstable slice's limit on region device `dev` (None: guaranteed).
+/// GPU_QUOTA_VRAM lowers it as it lowers the guarantee.
+#[inline]
+pub fn burst_limit_for(c: &Config, dev: usize) -> Option<u64> {
+    let (g, e) = entry_for(c, dev)?;
+    g.burst_limit(e).map(|l| l.min(c.cap))
+}
+
+/// How long an allocation within the guarantee on region device `dev` may
+/// wait for bursters to give memory back (ms; 0: not at all).
+pub fn reclaim_wait_ms(dev: usize) -> u64 {
+    match config().and_then(|c| entry_for(c, dev)) {
+        Some((g, e)) => g.reclaim_wait_ms(e),
+        None => 0,
+    }
+}
+
+/// What a memory query shows for region device `idx` (None: standalone or
+/// an index outside the region) with `slice` its guarantee and `used` the
+/// container's use: (total, free). The total is the limit of a burstable
+/// slice, else the slice. Room within a guarantee is shown whole where
+/// bursters may hold it (it is taken back from them for this container);
+/// room above a guarantee only as far as the GPU really has it free, since
+/// only that is lent.
+pub fn shown(idx: usize, slice: u64, used: u64, real_total: u64, real_free: u64) -> (u64, u64) {
+    let room = slice.saturating_sub(used);
+    let burst = config()
+        .and_then(|c| burst_limit_for(c, idx))
+        .filter(|b| *b > slice);
+    match burst {
+        Some(b) => {
+            let total = b.min(real_total);
+            let lent = total.saturating_sub(used).min(real_free);
+            (total, room.max(lent).min(total))
+        }
+        None if reclaim_wait_ms(idx) > 0 => {
+            let total = slice.min(real_total);
+            (total, room.min(total))
+        }
+        None => {
+            let total = slice.min(real_total);
+            (total, room.min(real_free))
+        }
+    }
+}
+
+/// Whether this container holds a burstable slice anywhere (its
+/// cuMemAlloc takes the tiered path).
+#[inline]
+pub fn bursts() -> bool {
+    match config() {
+        Some(c) => c.enforce && c.grant.as_ref().is_some_and(|g| g.bursts()),
+        None => false,
+    }
+}
+
 /// The grant entry of region device `dev`, by the UUID the region's table
 /// holds there (cached once the table has one).
 #[cold]
@@ -117,6 +188,13 @@ impl Host for Proc {
     fn refused(&self, api: &[u8], n: u64, limit: u64, dev: Dev, used: u64) {
         refused_on(api, n, limit, dev, used);
     }
+    fn burst_limit(&self, dev: Dev) -> Option<u64> {
+        let c = config()?;
+        if !c.enforce || dev.idx >= MAX_GPUS {
+            return None;
+        }
+        burst_limit_for(c, dev.idx)
+    }
 }
 
 /// The refusal of `n` bytes on a device: the slice line, or for a GPU
@@ -161,6 +239,27 @@ impl Acct {
         match state::region().and_then(|r| self.budget(r)) {
             Some(b) => b.grow(api, c, extra),
             None => Ok(()),
+        }
+    }
+
+    /// Admit bytes that may be lent (cuMemAlloc in a burstable slice):
+    /// see [`Budget::admit_tiered`].
+    pub fn admit_tiered(
+        &self,
+        api: &[u8],
+        dev: Dev,
+        n: u64,
+    ) -> Result<Option<(Charge, Tier)>, Refused> {
+        let Some(r) = enforced_region(dev) else {
+            return if state::failed_closed() {
+                Err(Refused)
+            } else {
+                Ok(None)
+            };
+        };
+        match self.budget(r) {
+            Some(b) => b.admit_tiered(api, dev, n),
+            None => Ok(self.admit(api, dev, n)?.map(|c| (c, Tier::Guaranteed))),
         }
     }
 

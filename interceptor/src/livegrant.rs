@@ -71,6 +71,33 @@ impl LiveGrant {
         unsafe { (*(self.base.add(grant::vram_offset(e)) as *const AtomicU64)).load(Acquire) }
     }
 
+    /// The burst limit of entry `e` (`None`: a guaranteed slice). Fixed
+    /// for the container's life.
+    #[inline]
+    pub fn burst_limit(&self, e: usize) -> Option<u64> {
+        self.table.gpus().get(e)?.burst.map(|b| b.limit_bytes)
+    }
+
+    /// Whether any entry has a burst limit.
+    pub fn bursts(&self) -> bool {
+        self.table.gpus().iter().any(|g| g.burst.is_some())
+    }
+
+    /// How long an allocation within the guarantee of entry `e` that the
+    /// driver refused may wait for a reclaim (ms; 0: not at all). The host's
+    /// burst supervisor stores it while bursters share the GPU.
+    #[inline]
+    pub fn reclaim_wait_ms(&self, e: usize) -> u64 {
+        if e >= self.table.n {
+            return 0;
+        }
+        // SAFETY: as for `vram`
+        let w = unsafe {
+            (*(self.base.add(grant::reclaim_offset(e)) as *const AtomicU64)).load(Acquire)
+        };
+        grant::reclaim_wait_ms(w)
+    }
+
     /// The entry of a GPU.
     pub fn entry_of(&self, uuid: &[u8; 16]) -> Option<usize> {
         self.table.position(uuid)

@@ -322,14 +322,20 @@ mod tests {
                 *d = *s as libc::c_char;
             }
             let len = core::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-            assert_eq!(libc::bind(fd, &a as *const _ as *const libc::sockaddr, len), 0);
+            assert_eq!(
+                libc::bind(fd, &a as *const _ as *const libc::sockaddr, len),
+                0
+            );
             assert_eq!(libc::listen(fd, 8), 0);
             fd
         };
         assert_eq!(control_answers(&c, CONNECT_BOUND_NS), Ok(()));
         // SAFETY: ours
         unsafe { libc::close(fd) };
-        assert_eq!(control_answers(&c, CONNECT_BOUND_NS), Err(libc::ECONNREFUSED));
+        assert_eq!(
+            control_answers(&c, CONNECT_BOUND_NS),
+            Err(libc::ECONNREFUSED)
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 

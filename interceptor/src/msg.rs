@@ -53,6 +53,35 @@ pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
     finish(b);
 }
 
+/// A burst refused because the GPU lacks the free memory to lend.
+pub fn burst_no_room(n: u64, free: u64, ordinal: i32) {
+    let Some(mut b) = gate::<320>() else { return };
+    b.push(b"gpu-quota: cuMemAlloc of ");
+    b.push_size(n);
+    b.push(b" refused: it is above this container's guarantee on GPU ");
+    b.push_i64(ordinal as i64);
+    b.push(b", and memory above a guarantee is lent only from what the GPU has free, ");
+    b.push_size(free);
+    b.push(b" now");
+    finish(b);
+}
+
+/// An allocation within the guarantee that the driver still refused after
+/// waiting for bursters to give memory back.
+pub fn reclaim_failed(api: &[u8], n: u64, ordinal: i32, waited_ms: u64) {
+    let Some(mut b) = gate::<400>() else { return };
+    b.push(b"gpu-quota: ");
+    b.push(api);
+    b.push(b" of ");
+    b.push_size(n);
+    b.push(b" failed in the driver within this container's guarantee on GPU ");
+    b.push_i64(ordinal as i64);
+    b.push(b": memory lent to other containers could not be taken back in ");
+    b.push_u64(waited_ms);
+    b.push(b" ms; the host's event log (gpu-quota events) names the holders");
+    finish(b);
+}
+
 /// A process of host root in a container whose compute share was admitted
 /// for another host user, at cuInit.
 pub fn share_as_host_root(theirs: u32) {

@@ -25,8 +25,8 @@ pub struct NvmlMemoryV2 {
     pub used: u64,
 }
 
-/// (slice, used by the container) for an NVML device.
-unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
+/// (total, free) to show for an NVML device (account::shown).
+unsafe fn slice_of(dev: *mut c_void, real_total: u64, real_free: u64) -> Option<(u64, u64)> {
     let c = config()?;
     if !c.enforce {
         return None;
@@ -69,7 +69,13 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64) -> Option<(u64, u64)> {
         _ if state::failed_closed() => limit,
         _ => 0, // no process of this container has used the device yet
     };
-    Some((limit.min(real_total), used))
+    Some(match idx {
+        Some(i) => account::shown(i, limit, used, real_total, real_free),
+        None => (
+            limit.min(real_total),
+            limit.saturating_sub(used).min(real_free),
+        ),
+    })
 }
 
 #[no_mangle]
@@ -86,8 +92,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     if r != 0 || mem.is_null() {
         return r;
     }
-    if let Some((slice, used)) = slice_of(dev, (*mem).total) {
-        let free = slice.saturating_sub(used).min((*mem).free);
+    if let Some((slice, free)) = slice_of(dev, (*mem).total, (*mem).free) {
         (*mem).total = slice;
         (*mem).free = free;
         (*mem).used = slice - free;
@@ -109,8 +114,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     if r != 0 || mem.is_null() {
         return r;
     }
-    if let Some((slice, used)) = slice_of(dev, (*mem).total) {
-        let free = slice.saturating_sub(used).min((*mem).free);
+    if let Some((slice, free)) = slice_of(dev, (*mem).total, (*mem).free) {
         let reserved = (*mem).reserved.min(slice - free);
         (*mem).total = slice;
         (*mem).free = free;

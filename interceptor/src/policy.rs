@@ -36,6 +36,22 @@ pub trait Host {
     fn alive(&self, owner: u64) -> bool;
     /// Say that `n` bytes were refused (the one line).
     fn refused(&self, api: &[u8], n: u64, limit: u64, dev: Dev, used: u64);
+    /// A burstable slice's limit on a device, above its guarantee
+    /// ([`Host::limit`]); None: a guaranteed slice.
+    fn burst_limit(&self, _dev: Dev) -> Option<u64> {
+        None
+    }
+}
+
+/// Where an admitted allocation's bytes sit in the slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The container's whole use stays within its guarantee: ordinary
+    /// device memory, always there for it.
+    Guaranteed,
+    /// Past the guarantee, within the limit: lent, so it must be memory the
+    /// driver can take back (managed).
+    Burst,
 }
 
 /// An allocation was refused (the one line was printed).
@@ -140,6 +156,39 @@ impl<H: Host + ?Sized> Budget<'_, H> {
     }
 }
 
+impl<H: Host + ?Sized> Budget<'_, H> {
+    /// Admit `n` bytes that may be lent: within the guarantee when the
+    /// container's whole use with them stays within it, else as a burst
+    /// up to the limit. Looking at the whole use (not at ordinary bytes
+    /// alone) keeps ordinary memory within the guarantee with no counter
+    /// of its own: it is only added while the whole use fits there.
+    pub fn admit_tiered(
+        &self,
+        api: &[u8],
+        dev: Dev,
+        n: u64,
+    ) -> Result<Option<(Charge, Tier)>, Refused> {
+        if !self.tracked(dev.idx) {
+            return Ok(None);
+        }
+        let Some(limit) = self.host.limit(dev) else {
+            return Ok(None);
+        };
+        let Some(burst) = self.host.burst_limit(dev).filter(|b| *b > limit) else {
+            return Ok(self.admit(api, dev, n)?.map(|c| (c, Tier::Guaranteed)));
+        };
+        if self.region.try_admit(self.slot, dev.idx, n, limit).is_ok() {
+            return Ok(Some((self.charge_of(dev, n), Tier::Guaranteed)));
+        }
+        match self.region.try_admit(self.slot, dev.idx, n, burst) {
+            Ok(()) => Ok(Some((self.charge_of(dev, n), Tier::Burst))),
+            Err(_) => Ok(self
+                .admit_slow(api, dev, n, burst)?
+                .map(|c| (c, Tier::Burst))),
+        }
+    }
+}
+
 impl<H: Host + ?Sized> Books for Budget<'_, H> {
     #[inline]
     fn admit(&self, api: &[u8], dev: Dev, n: u64) -> Result<Option<Charge>, Refused> {
@@ -206,6 +255,7 @@ pub mod testing {
         pub give_back: RefCell<Box<dyn Fn(usize) -> bool>>,
         pub gave_back: Cell<u32>,
         pub dead: Cell<u64>,
+        pub burst: Cell<Option<u64>>,
     }
 
     impl TestHost {
@@ -216,6 +266,7 @@ pub mod testing {
                 give_back: RefCell::new(Box::new(|_| false)),
                 gave_back: Cell::new(0),
                 dead: Cell::new(0),
+                burst: Cell::new(None),
             }
         }
     }
@@ -234,6 +285,9 @@ pub mod testing {
         fn refused(&self, api: &[u8], n: u64, limit: u64, _dev: Dev, used: u64) {
             let _ = limit;
             self.refusals.borrow_mut().push((api.to_vec(), n, used));
+        }
+        fn burst_limit(&self, _dev: Dev) -> Option<u64> {
+            self.burst.get()
         }
     }
 
@@ -368,6 +422,39 @@ mod tests {
         b.charge(0, 5 * M);
         b.release(0, 9 * M);
         assert_eq!(r.used(0), 0);
+    }
+
+    /// A burstable slice: what keeps the whole use within the guarantee is
+    /// guaranteed, what goes past it is a burst up to the limit, and past
+    /// the limit is refused with the limit in the line; other paths
+    /// (`admit`) stay within the guarantee. (Mutation: comparing the
+    /// allocation alone with the guarantee, not the whole use, makes the
+    /// second 8 MiB guaranteed.)
+    #[test]
+    fn a_burst_is_what_goes_past_the_guarantee() {
+        let (r, s) = region();
+        let h = TestHost::new(&[Some(16 * M)]);
+        h.burst.set(Some(64 * M));
+        let b = Budget {
+            region: r,
+            slot: s,
+            host: &h,
+        };
+        let (_, t) = b.admit_tiered(b"x", dev(0), 12 * M).unwrap().unwrap();
+        assert_eq!(t, Tier::Guaranteed);
+        let (_, t) = b.admit_tiered(b"x", dev(0), 8 * M).unwrap().unwrap();
+        assert_eq!(t, Tier::Burst, "12 + 8 > 16");
+        assert!(
+            b.admit(b"vmm", dev(0), 2 * M).is_err(),
+            "not evictable: guarantee only"
+        );
+        let (_, t) = b.admit_tiered(b"x", dev(0), 44 * M).unwrap().unwrap();
+        assert_eq!((t, r.used(0)), (Tier::Burst, 64 * M));
+        assert!(b.admit_tiered(b"cuMemAlloc", dev(0), 1).is_err());
+        assert_eq!(h.refusals.borrow().len(), 2);
+        // a guaranteed slice never bursts
+        h.burst.set(None);
+        assert!(b.admit_tiered(b"x", dev(0), 1).is_err());
     }
 
     /// fits_after counts the bytes already asked but not charged.

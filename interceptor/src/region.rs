@@ -19,10 +19,10 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 pub use gpuquota_formats::usage::{
     owner_word, DEV_COUNT, FLAG_CONTAINER, FLAG_PERCENT, HEADER_SIZE, H_CONTAINER_ID,
     H_CTX_OVERHEAD, H_DEV_COUNT, H_FLAGS, H_HEADER_SIZE, H_HIGH_WATER, H_LIMIT, H_MAGIC,
-    H_REFUSALS, H_SLOTS_OFFSET, H_SLOT_COUNT, H_SLOT_SIZE, H_SLOT_USED_OFFSET, H_UUID,
-    H_UUID_STATE, H_VERSION, MAGIC, OWNER_FREE, OWNER_RECLAIMING, SLOT_COUNT, SLOT_SIZE,
-    SLOT_USED_OFFSET, S_GROUP, S_MPS_CLIENT, S_OWNER, S_PID, S_START_TIME, TOTAL_SIZE, UUID_EMPTY,
-    UUID_VALID, UUID_WRITING, VERSION,
+    H_RECLAIM_LAST, H_RECLAIM_SINCE, H_RECLAIM_WAITS, H_RECLAIM_WANT, H_REFUSALS, H_SLOTS_OFFSET,
+    H_SLOT_COUNT, H_SLOT_SIZE, H_SLOT_USED_OFFSET, H_UUID, H_UUID_STATE, H_VERSION, MAGIC,
+    OWNER_FREE, OWNER_RECLAIMING, SLOT_COUNT, SLOT_SIZE, SLOT_USED_OFFSET, S_GROUP, S_MPS_CLIENT,
+    S_OWNER, S_PID, S_START_TIME, TOTAL_SIZE, UUID_EMPTY, UUID_VALID, UUID_WRITING, VERSION,
 };
 
 #[derive(Clone, Copy)]
@@ -311,6 +311,27 @@ impl Region {
     }
     pub fn flags(&self) -> u32 {
         self.u32_at(H_FLAGS).load(Relaxed)
+    }
+    /// An allocation within the guarantee waits for `n` bytes on `dev`
+    /// since `since_ms` (0 bytes: it no longer waits).
+    pub fn set_reclaim_want(&self, dev: usize, n: u64, since_ms: u64) {
+        if dev < self.ndev {
+            self.u64_at(H_RECLAIM_SINCE + 8 * dev)
+                .store(since_ms, Relaxed);
+            self.u64_at(H_RECLAIM_WANT + 8 * dev).store(n, Release);
+        }
+    }
+    /// A wait for a reclaim ended with the memory after `ms`.
+    pub fn count_reclaim_wait(&self, ms: u64) {
+        self.u64_at(H_RECLAIM_WAITS).fetch_add(1, Relaxed);
+        self.u64_at(H_RECLAIM_LAST).store(ms, Relaxed);
+    }
+    pub fn reclaim_want(&self, dev: usize) -> u64 {
+        if dev < self.ndev {
+            self.u64_at(H_RECLAIM_WANT + 8 * dev).load(Acquire)
+        } else {
+            0
+        }
     }
     pub fn count_refusal(&self) {
         self.u64_at(H_REFUSALS).fetch_add(1, Relaxed);

@@ -125,6 +125,8 @@ symtab! {
     cuCtxPushCurrent_v2: "cuCtxPushCurrent", 4000, false, LIB_CUDA, false;
     cuCtxPopCurrent_v2: "cuCtxPopCurrent", 4000, false, LIB_CUDA, false;
     cuPointerGetAttribute: "cuPointerGetAttribute", 4000, false, LIB_CUDA, false;
+    cuMemAdvise: "cuMemAdvise", 8000, false, LIB_CUDA, false;
+    cuMemPrefetchAsync: "cuMemPrefetchAsync", 8000, false, LIB_CUDA, false;
     cuDevicePrimaryCtxGetState: "cuDevicePrimaryCtxGetState", 7000, false, LIB_CUDA, false;
     cuCtxGetDevice: "cuCtxGetDevice", 2000, false, LIB_CUDA, false;
     cuDeviceGetCount: "cuDeviceGetCount", 2000, false, LIB_CUDA, false;

@@ -12,6 +12,9 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
     if dptr.is_null() || size == 0 {
         return f(dptr, size); // the driver's INVALID_VALUE
     }
+    if account::bursts() {
+        return burst::alloc(dptr, size, f);
+    }
     produce(
         b"cuMemAlloc",
         DevSel::Current,
@@ -211,7 +214,8 @@ pub unsafe extern "C" fn cuMemFree(p: c_uint) -> CUresult {
 // ------------------------------------------------------------ managed
 
 /// Managed memory is charged in full to the current device (conservative:
-/// it can all become resident there).
+/// it can all become resident there); in a burstable slice, past the
+/// guarantee, as a burst.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocManaged(
     dptr: *mut CUdeviceptr,
@@ -233,6 +237,9 @@ pub unsafe extern "C" fn cuMemAllocManaged(
             || if dptr.is_null() { None } else { Some(*dptr) },
             |k| free_dptr(k),
         );
+    }
+    if account::bursts() {
+        return burst::managed(dptr, size, || f(dptr, size, flags));
     }
     produce(
         b"cuMemAllocManaged",

@@ -116,7 +116,7 @@ unsafe fn create_array<D>(
     api: &[u8],
     h: *mut Handle,
     d: *const D,
-    call: impl FnOnce(*mut Handle, *const D) -> CUresult,
+    call: impl Fn(*mut Handle, *const D) -> CUresult,
     bytes: impl Fn(&D) -> u64,
     valid: impl FnOnce(&D) -> bool,
 ) -> CUresult {

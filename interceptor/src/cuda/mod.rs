@@ -15,7 +15,7 @@
 use crate::account::{self, ACCT};
 use crate::cu::*;
 use crate::devices::{self, DevSel};
-use crate::policy::{Books, Charge, Dev, Refused, UNTRACKED};
+use crate::policy::{Books, Charge, Dev, Refused, Tier, UNTRACKED};
 use crate::ptrtable::{KIND_ARRAY, KIND_DPTR, KIND_MIPMAP, KIND_POOLPTR, KIND_VMM};
 use crate::state::{self, config, TABLE};
 use crate::symbols::{real_fn, S};
@@ -51,7 +51,7 @@ unsafe fn produce(
     sel: DevSel,
     n: u64,
     kind: u32,
-    call: impl FnOnce() -> CUresult,
+    mut call: impl FnMut() -> CUresult,
     key: impl FnOnce() -> Option<u64>,
     undo: impl FnOnce(u64),
 ) -> CUresult {
@@ -67,11 +67,12 @@ unsafe fn produce(
         Ok(c) => c,
         Err(Refused) => return CUDA_ERROR_OUT_OF_MEMORY,
     };
-    let r = call();
     let ch = match ch {
         Some(c) => c,
-        None => return r,
+        None => return call(),
     };
+    // within the guarantee: a refusal by the driver may wait for bursters
+    let r = burst::reclaiming(api, dev, n, call);
     if r != CUDA_SUCCESS {
         ch.rollback();
         return r;
@@ -213,6 +214,7 @@ unsafe fn free_dptr(p: u64) {
 
 mod alloc;
 mod arrays;
+mod burst;
 mod contexts;
 mod graphs;
 mod init;

@@ -1,5 +1,5 @@
 //! What the process sees of memory: cuMemGetInfo and cuDeviceTotalMem report
-//! the slice.
+//! the slice (a burstable slice's limit; account::shown).
 use super::*;
 
 // ------------------------------------------------------------ reporting
@@ -12,16 +12,15 @@ fn report(dev: Dev, real_free: u64, real_total: u64) -> Option<(u64, u64)> {
     }
     let limit = account::limit_for(c, dev.idx, &|| Some(real_total));
     account::show_limit(dev.idx, limit);
-    let slice = limit.min(real_total);
     let used = match state::region() {
         Some(r) => {
             crate::contexts::ensure_base(dev, true);
             account::container_used(&r, dev.idx)
         }
-        None if state::failed_closed() => slice,
+        None if state::failed_closed() => return Some((limit.min(real_total), 0)),
         None => 0,
     };
-    Some((slice, slice.saturating_sub(used).min(real_free)))
+    Some(account::shown(dev.idx, limit, used, real_total, real_free))
 }
 
 #[no_mangle]
