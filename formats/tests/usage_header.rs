@@ -54,7 +54,8 @@ type Fields = Vec<(&'static str, usize, usize)>;
 fn rust_structs() -> Vec<(&'static str, usize, Fields)> {
     let h = fields!(Header; magic, version, header_size, slot_count, dev_count, slot_size,
         slot_used_offset, slots_offset, high_water, flags, limit, uuid, uuid_state,
-        context_overhead_bytes, refusals, container_id, reserved);
+        context_overhead_bytes, refusals, container_id, reclaim_want, reclaim_since_ms,
+        reclaim_waits, reclaim_last_ms, reserved);
     let s = fields!(Slot; owner, start_time, pid, group, mps_client, reserved0, used, reserved1);
     let out = vec![
         ("gq_usage_header", std::mem::size_of::<Header>(), h),
