@@ -36,6 +36,10 @@ pub struct Counters {
     /// (`gpu-quota mps-supervise`, `gc`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mps: BTreeMap<String, MpsRestarts>,
+    /// Burstable containers ended to give lent memory back, by GPU UUID
+    /// (`gpu-quota burst-supervise`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub burst_ends: BTreeMap<String, u64>,
 }
 
 /// One GPU's MPS daemon restarts.
@@ -64,6 +68,8 @@ pub enum Bump<'a> {
         ok: bool,
         now: u64,
     },
+    /// A burster on GPU `uuid` was ended to give its lent memory back.
+    BurstEnd { uuid: &'a str },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +138,7 @@ pub fn bump(ledger_dir: &Path, bump: Bump<'_>) -> Result<Counters, CountersError
         Bump::Release(n) => c.releases += n,
         Bump::Reclaim(n) => c.reclaims += n,
         Bump::Resize => c.resizes += 1,
+        Bump::BurstEnd { uuid } => *c.burst_ends.entry(uuid.to_string()).or_default() += 1,
         Bump::MpsRestart { uuid, ok, now } => {
             let m = c.mps.entry(uuid.to_string()).or_default();
             if ok {

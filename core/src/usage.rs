@@ -34,6 +34,15 @@ pub struct Usage {
     /// Each process holding a slot: its pid (in the container's pid
     /// namespace) and bytes per device index.
     pub holders: Vec<Holder>,
+    /// Per device index: bytes an allocation within the guarantee waits
+    /// for while bursters are asked to give memory back (0: none), and
+    /// since when (CLOCK_MONOTONIC ms).
+    pub reclaim_want: Vec<u64>,
+    pub reclaim_since_ms: Vec<u64>,
+    /// Allocations that waited for a reclaim and got their memory, and the
+    /// last one's wait (ms).
+    pub reclaim_waits: u64,
+    pub reclaim_last_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -95,6 +104,14 @@ pub fn parse(b: &[u8]) -> Option<Usage> {
             })
             .collect(),
         holders: vec![],
+        reclaim_want: (0..DEV_COUNT)
+            .map(|d| u64_at(b, layout::H_RECLAIM_WANT + 8 * d).unwrap_or(0))
+            .collect(),
+        reclaim_since_ms: (0..DEV_COUNT)
+            .map(|d| u64_at(b, layout::H_RECLAIM_SINCE + 8 * d).unwrap_or(0))
+            .collect(),
+        reclaim_waits: u64_at(b, layout::H_RECLAIM_WAITS).unwrap_or(0),
+        reclaim_last_ms: u64_at(b, layout::H_RECLAIM_LAST).unwrap_or(0),
     };
     for i in 0..high {
         let owner = u64_at(b, layout::slot_offset(i) + S_OWNER)?;
