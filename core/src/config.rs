@@ -221,6 +221,11 @@ pub struct Config {
     /// the H200), so only a host whose tenants all trust each other
     /// should turn it on.
     pub mps_root_shares: bool,
+    /// How long an allocation within a guarantee that the driver refused
+    /// beside burstable slices waits for `gpu-quota burst-supervise` to end
+    /// bursters (ms, at most 300000; 0: never waits, no burster is ended).
+    /// The supervisor hands it to the containers through their grants.
+    pub burst_reclaim_wait_ms: u64,
 }
 
 impl Default for Config {
@@ -247,6 +252,7 @@ impl Default for Config {
             cdi_dir: "/var/run/cdi".into(),
             mps_control: None,
             mps_root_shares: false,
+            burst_reclaim_wait_ms: 30_000,
         }
     }
 }

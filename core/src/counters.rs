@@ -69,7 +69,9 @@ pub enum Bump<'a> {
         now: u64,
     },
     /// A burster on GPU `uuid` was ended to give its lent memory back.
-    BurstEnd { uuid: &'a str },
+    BurstEnd {
+        uuid: &'a str,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]

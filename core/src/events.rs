@@ -12,6 +12,7 @@ use crate::config::{Config, LogTarget};
 use crate::counters::{self, Bump};
 use crate::ledger::{LedgerError, Reservation};
 use crate::placement::PlacementError;
+use crate::units::human;
 use std::path::Path;
 
 pub const JOURNALD_SOCKET: &str = "/run/systemd/journal/socket";
@@ -25,6 +26,7 @@ pub enum Kind {
     Reclaim,
     Resize,
     MpsRestart,
+    BurstReclaim,
 }
 
 impl Kind {
@@ -36,6 +38,7 @@ impl Kind {
             Kind::Reclaim => "reclaim",
             Kind::Resize => "resized",
             Kind::MpsRestart => "mps_restart",
+            Kind::BurstReclaim => "burst_reclaim",
         }
     }
 }
@@ -239,6 +242,73 @@ pub fn mps_restarted(cfg: &Config, src: Source<'_>, uuid: &str, why: &str, error
                 "could not restart the MPS daemon of {uuid} ({why}): {error}"
             )
         }
+    });
+}
+
+/// A burster ended on a GPU to give lent memory back.
+#[derive(Debug, Clone, Copy)]
+pub struct BurstEnd<'a> {
+    pub uuid: &'a str,
+    pub index: u32,
+    /// The victim's use above its guarantee, and its priority.
+    pub above: u64,
+    pub priority: u32,
+    /// What the waiting allocation within a guarantee asked for.
+    pub want: u64,
+}
+
+/// A burster ended to give lent memory back (`how`: "ended"), or an end
+/// that failed (`error`): who, for whom, on which GPU, how much.
+pub fn burst_reclaim(
+    cfg: &Config,
+    src: Source<'_>,
+    victim: &Reservation,
+    waiter: &Reservation,
+    e: BurstEnd<'_>,
+    error: Option<&str>,
+) {
+    if error.is_none() {
+        let _ = counters::bump(&cfg.ledger_dir, Bump::BurstEnd { uuid: e.uuid });
+    }
+    let (victim_id, waiter_id, uuid) = (
+        victim.container_id.as_str(),
+        waiter.container_id.as_str(),
+        e.uuid,
+    );
+    let (above_bytes, want_bytes, priority) = (e.above, e.want, e.priority);
+    emit(cfg, src, &|| {
+        match error {
+        None => tracing::warn!(
+            event = Kind::BurstReclaim.as_str(),
+            how = "ended",
+            container_id = victim_id,
+            needed_by = waiter_id,
+            uuid,
+            gpu = e.index,
+            above_bytes,
+            want_bytes,
+            priority,
+            program = src.program,
+            cause = src.cause,
+            "ended burstable container {victim_id} ({} above its guarantee on GPU {}, vram-priority {priority}): container {waiter_id} waits for {} within its guarantee",
+            human(above_bytes),
+            e.index,
+            human(want_bytes)
+        ),
+        Some(error) => tracing::error!(
+            event = Kind::BurstReclaim.as_str(),
+            how = "end-failed",
+            container_id = victim_id,
+            needed_by = waiter_id,
+            uuid,
+            gpu = e.index,
+            error,
+            program = src.program,
+            cause = src.cause,
+            "could not end burstable container {victim_id} for container {waiter_id} on GPU {}: {error}",
+            e.index
+        ),
+    }
     });
 }
 

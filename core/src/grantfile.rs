@@ -78,6 +78,25 @@ impl Mapped {
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, grant::SIZE) }
     }
 
+    fn reclaim(&self, i: usize) -> &AtomicU64 {
+        // SAFETY: as for `vram`
+        unsafe { &*(self.ptr.cast::<u8>().add(grant::reclaim_offset(i)) as *const AtomicU64) }
+    }
+
+    /// The entry of GPU `uuid` (text).
+    fn entry(&self, path: &Path, uuid: &str) -> std::io::Result<usize> {
+        let raw = gpuquota_formats::limits::parse_uuid(uuid.as_bytes())
+            .ok_or_else(|| bad(format!("GPU {uuid:?} is not a UUID")))?;
+        let t = grant::decode(self.bytes())
+            .ok_or_else(|| bad(format!("{} is not a valid grant file", path.display())))?;
+        t.position(&raw).ok_or_else(|| {
+            bad(format!(
+                "{uuid} is not one of the GPUs {} grants",
+                path.display()
+            ))
+        })
+    }
+
     fn vram(&self, i: usize) -> &AtomicU64 {
         // SAFETY: vram_offset is 8-aligned and within SIZE; the page is
         // shared with readers that only ever load it atomically
@@ -108,6 +127,23 @@ pub fn set_vram(path: &Path, uuid: &str, vram_bytes: u64) -> std::io::Result<u64
         ))
     })?;
     Ok(m.vram(i).swap(vram_bytes, Ordering::SeqCst))
+}
+
+/// The reclaim word of one GPU of a container's grant
+/// (gpuquota_formats::grant::reclaim_offset), as it is now.
+pub fn reclaim_word(path: &Path, uuid: &str) -> std::io::Result<u64> {
+    let m = Mapped::open(path)?;
+    let i = m.entry(path, uuid)?;
+    Ok(m.reclaim(i).load(Ordering::SeqCst))
+}
+
+/// Store the reclaim word of one GPU of a running container's grant: one
+/// atomic store, as for its slice.
+pub fn set_reclaim_word(path: &Path, uuid: &str, word: u64) -> std::io::Result<()> {
+    let m = Mapped::open(path)?;
+    let i = m.entry(path, uuid)?;
+    m.reclaim(i).store(word, Ordering::SeqCst);
+    Ok(())
 }
 
 /// What a `grant` file holds now (the live slices included).

@@ -1,6 +1,7 @@
 //! gpu-quota core: everything the runtime shim, the OCI hook and the
 //! operator CLI share. Pure planning lives here; effects (mounts, writes,
 //! exec) are behind small traits so planning is unit-tested without root.
+pub mod burst;
 pub mod claims;
 pub mod config;
 pub mod ctxcost;

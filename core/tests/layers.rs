@@ -37,8 +37,9 @@ const FLOORS: &[&[&str]] = &[
     //    (their ledger entries, tokens and CDI specs); what the driver sees each
     //    process hold (procmem)
     &["mountplan", "ctxcost", "drvlimit", "claims", "procmem"],
-    // 9: effects of the mount plan on an untrusted rootfs
-    &["rootfs"],
+    // 9: effects of the mount plan on an untrusted rootfs; taking lent memory
+    //    back from burstable slices (grant words, ending a burster)
+    &["rootfs", "burst"],
     // 10: a container's life: admit, setup, the one release
     &["lifecycle"],
 ];

@@ -11,6 +11,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod burst;
 mod engines;
 mod fair;
 mod lookup;
@@ -57,6 +58,8 @@ enum Cmd {
     Resize(resize::ResizeArgs),
     /// Keep the MPS daemons of the GPUs with compute shares running: start a new one within seconds where one died or hangs (a service: deploy/gpu-quota-mps-supervise.service).
     MpsSupervise(supervise::SuperviseArgs),
+    /// Take lent memory back from burstable slices (vram-limit=) when the driver cannot: an allocation within a guarantee waits, and bursters on its GPU are ended in order (a service: deploy/gpu-quota-burst-supervise.service).
+    BurstSupervise(burst::BurstArgs),
 }
 
 fn main() {
@@ -72,6 +75,7 @@ fn main() {
         Cmd::Top(a) => top::top(&a),
         Cmd::Resize(a) => resize::resize(&a),
         Cmd::MpsSupervise(a) => supervise::run(&a),
+        Cmd::BurstSupervise(a) => burst::run(&a),
     };
     if let Err(e) = r {
         eprintln!("gpu-quota: error: {e:#}");
