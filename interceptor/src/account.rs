@@ -203,6 +203,8 @@ pub fn refused_on(api: &[u8], n: u64, slice: u64, dev: Dev, used: u64) {
     show_limit(dev.idx, slice);
     if crate::foreign::is_foreign(dev.idx) {
         crate::foreign::refused(api, n, dev.ordinal);
+    } else if config().and_then(|c| burst_limit_for(c, dev.idx)) == Some(slice) {
+        crate::msg::refused_limit(api, n, slice, dev.ordinal, used);
     } else {
         crate::msg::refused(api, n, slice, dev.ordinal, used);
     }

@@ -53,6 +53,23 @@ pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
     finish(b);
 }
 
+/// The limit line of a burstable slice: `n` bytes refused past its limit.
+pub fn refused_limit(api: &[u8], n: u64, limit: u64, ordinal: i32, used: u64) {
+    let Some(mut b) = gate::<256>() else { return };
+    b.push(b"gpu-quota: ");
+    b.push(api);
+    b.push(b" of ");
+    b.push_size(n);
+    b.push(b" refused: burst limit ");
+    b.push_size(limit);
+    b.push(b" on GPU ");
+    b.push_i64(ordinal as i64);
+    b.push(b", ");
+    b.push_size(used);
+    b.push(b" in use by this container");
+    finish(b);
+}
+
 /// A burst refused because the GPU lacks the free memory to lend.
 pub fn burst_no_room(n: u64, free: u64, ordinal: i32) {
     let Some(mut b) = gate::<320>() else { return };

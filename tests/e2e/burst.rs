@@ -206,7 +206,7 @@ fn a_burst_is_lent_within_free_memory_and_the_limit() {
     let log = c.wait_out("log", 5).unwrap();
     assert!(
         log.contains("alloc 1 GiB rc=0\nalloc 1 GiB rc=0\nalloc 1 GiB rc=2")
-            && log.contains("refused: slice 2.00 GiB on GPU 0"),
+            && log.contains("refused: burst limit 2.00 GiB on GPU 0"),
         "{log}"
     );
 }
