@@ -157,7 +157,16 @@ fn containerd_v3_drop_in_and_import() {
         .collect();
     assert_eq!(
         ann,
-        ["vram", "gpu", "gpus", "sm", "sm-procs", "gpu-quota.io/*"]
+        [
+            "vram",
+            "gpu",
+            "gpus",
+            "sm",
+            "sm-procs",
+            "vram-limit",
+            "vram-priority",
+            "gpu-quota.io/*"
+        ]
     );
 }
 
@@ -226,7 +235,7 @@ fn containerd_real_parser_accepts_our_configs() {
         );
         assert!(
             dump.contains(
-                "pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"sm-procs\", \"gpu-quota.io/*\"]"
+                "pod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"sm-procs\", \"vram-limit\", \"vram-priority\", \"gpu-quota.io/*\"]"
             ),
             "{fixture_name}"
         );

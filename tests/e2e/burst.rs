@@ -91,7 +91,11 @@ fn word(h: &Host, id: &str) -> Option<u64> {
     let dir = std::fs::read_dir(h.path().join("state/containers"))
         .ok()?
         .flatten()
-        .find(|d| d.file_name().to_string_lossy().starts_with(&format!("{id}-")))?;
+        .find(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{id}-"))
+        })?;
     let b = std::fs::read(dir.path().join(grant::FILE_NAME)).ok()?;
     let o = grant::reclaim_offset(0);
     Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
@@ -130,10 +134,16 @@ fn admission_sums_guarantees_and_a_burster_allocates_past_its_guarantee() {
     let burst = [("vram", "4g"), ("vram-limit", "16g"), ("gpu", "0")];
     for id in ["b1", "b2"] {
         let b = g.bundle(id, &burst, "sleep 600", &[]);
-        assert_ok(&g.h.runtime(&["create", "--bundle", &b.bundle_arg(), id]), id);
+        assert_ok(
+            &g.h.runtime(&["create", "--bundle", &b.bundle_arg(), id]),
+            id,
+        );
     }
     let c = g.bundle("c", &[("vram", "8g"), ("gpu", "0")], "sleep 600", &[]);
-    assert_ok(&g.h.runtime(&["create", "--bundle", &c.bundle_arg(), "c"]), "c");
+    assert_ok(
+        &g.h.runtime(&["create", "--bundle", &c.bundle_arg(), "c"]),
+        "c",
+    );
     let d = g.bundle("d", &[("vram", "1g"), ("gpu", "0")], "true", &[]);
     let o = g.h.runtime(&["create", "--bundle", &d.bundle_arg(), "d"]);
     assert!(!o.status.success(), "a fourth guarantee fits nowhere");
@@ -148,7 +158,10 @@ fn admission_sums_guarantees_and_a_burster_allocates_past_its_guarantee() {
         "cuda_probe info > /out/info 2>&1; cuda_probe alloc 4 8 > /out/log 2>&1; touch /out/done",
         &[],
     );
-    assert_ok(&g.h.runtime(&["run", "--bundle", &b.bundle_arg(), "solo"]), "run");
+    assert_ok(
+        &g.h.runtime(&["run", "--bundle", &b.bundle_arg(), "solo"]),
+        "run",
+    );
     let log = b.wait_out("log", 5).unwrap();
     assert!(log.contains("alloc 4 GiB rc=0\nalloc 8 GiB rc=0"), "{log}");
     let info = b.wait_out("info", 5).unwrap();
@@ -183,13 +196,19 @@ fn a_burst_is_lent_within_free_memory_and_the_limit() {
     let mut cb = g.run(&b, "b");
     b.wait_out("done", 20).expect("b bursts");
     let burst = b.wait_out("burst", 1).unwrap();
-    assert!(burst.contains("alloc 7 GiB rc=0\nalloc 2 GiB rc=2"), "{burst}");
+    assert!(
+        burst.contains("alloc 7 GiB rc=0\nalloc 2 GiB rc=2"),
+        "{burst}"
+    );
     assert!(
         burst.contains("above this container's guarantee on GPU 0, and memory above a guarantee is lent only from what the GPU has free"),
         "{burst}"
     );
     let dump = fake_dump(&g.registry());
-    assert!(dump.contains("managed_resident=7516192768"), "7 GiB lent as managed memory: {dump}");
+    assert!(
+        dump.contains("managed_resident=7516192768"),
+        "7 GiB lent as managed memory: {dump}"
+    );
     for (id, ch) in [("a", &mut ca), ("b", &mut cb)] {
         g.h.runtime(&["kill", id, "KILL"]);
         let _ = ch.wait();
@@ -202,7 +221,10 @@ fn a_burst_is_lent_within_free_memory_and_the_limit() {
         "cuda_probe alloc 1 1 1 > /out/log 2>&1",
         &[],
     );
-    assert_ok(&g.h.runtime(&["run", "--bundle", &c.bundle_arg(), "c"]), "c");
+    assert_ok(
+        &g.h.runtime(&["run", "--bundle", &c.bundle_arg(), "c"]),
+        "c",
+    );
     let log = c.wait_out("log", 5).unwrap();
     assert!(
         log.contains("alloc 1 GiB rc=0\nalloc 1 GiB rc=0\nalloc 1 GiB rc=2")
@@ -235,7 +257,10 @@ fn a_guaranteed_allocation_takes_its_memory_back_from_a_burster() {
         "cuda_probe alloc 10 > /out/log 2>&1",
         &[],
     );
-    assert_ok(&g.h.runtime(&["run", "--bundle", &a.bundle_arg(), "a"]), "a");
+    assert_ok(
+        &g.h.runtime(&["run", "--bundle", &a.bundle_arg(), "a"]),
+        "a",
+    );
     let log = a.wait_out("log", 5).unwrap();
     assert!(log.contains("alloc 10 GiB rc=0"), "{log}");
     let dump = fake_dump(&g.registry());
@@ -258,7 +283,13 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     let host_full = ["FAKE_CUDA_HOST_BYTES=0"];
     let mut sup = Command::new(bin("gpu-quota"))
         .env("GPU_QUOTA_CONFIG", g.h.config())
-        .args(["burst-supervise", "--interval-ms", "50", "--settle-ms", "300"])
+        .args([
+            "burst-supervise",
+            "--interval-ms",
+            "50",
+            "--settle-ms",
+            "300",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -267,7 +298,12 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     for (id, prio) in [("old", "0"), ("new", "0"), ("hi", "100")] {
         let b = g.bundle(
             id,
-            &[("vram", "1g"), ("vram-limit", "5g"), ("vram-priority", prio), ("gpu", "0")],
+            &[
+                ("vram", "1g"),
+                ("vram-limit", "5g"),
+                ("vram-priority", prio),
+                ("gpu", "0"),
+            ],
             "cuda_probe hold 1 4 600 > /out/log",
             &host_full,
         );
@@ -285,7 +321,9 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
         &host_full,
     );
     let mut ca = g.run(&a, "a");
-    wait_until(10, "the supervisor's word in a's grant", || word(&g.h, "a") == Some(15_000));
+    wait_until(10, "the supervisor's word in a's grant", || {
+        word(&g.h, "a") == Some(15_000)
+    });
     std::fs::write(a.out.join("go"), b"").unwrap();
     let st = ca.wait().unwrap();
     let log = std::fs::read_to_string(a.out.join("log")).unwrap();
@@ -294,7 +332,10 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     let mut ended = vec![];
     for (id, mut c) in bursters {
         if id == "hi" {
-            assert!(c.try_wait().unwrap().is_none(), "the higher priority runs on");
+            assert!(
+                c.try_wait().unwrap().is_none(),
+                "the higher priority runs on"
+            );
             g.h.runtime(&["kill", id, "KILL"]);
             let _ = c.wait();
         } else {
@@ -317,8 +358,15 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
         .filter(|l| l.contains("\"event\":\"burst_reclaim\""))
         .collect();
     assert_eq!(ends.len(), 2, "{log}");
-    assert!(ends[0].contains("\"container_id\":\"new\"") && ends[1].contains("\"container_id\":\"old\""), "newest first: {ends:?}");
-    assert!(ends.iter().all(|l| l.contains("\"needed_by\":\"a\"")), "{ends:?}");
+    assert!(
+        ends[0].contains("\"container_id\":\"new\"")
+            && ends[1].contains("\"container_id\":\"old\""),
+        "newest first: {ends:?}"
+    );
+    assert!(
+        ends.iter().all(|l| l.contains("\"needed_by\":\"a\"")),
+        "{ends:?}"
+    );
     let m = String::from_utf8_lossy(&g.gq(&["metrics"]).stdout).into_owned();
     assert!(m.contains("gpu_quota_burst_ends_total"), "{m}");
     let _ = sup.kill();

@@ -10,7 +10,7 @@ ctd_config_dump() {
   grep -A24 'containerd.runtimes.gpu-quota\]' <<<"$out" >"$R/dump.txt"
   has "$(cat "$R/dump.txt")" 'runtime_type = "io.containerd.runc.v2"' &&
     has "$(cat "$R/dump.txt")" "BinaryName = \"$RT\"" &&
-    has "$(cat "$R/dump.txt")" 'pod_annotations = ["vram", "gpu", "gpus", "sm", "sm-procs", "gpu-quota.io/*"]' || return 1
+    has "$(cat "$R/dump.txt")" 'pod_annotations = ["vram", "gpu", "gpus", "sm", "sm-procs", "vram-limit", "vram-priority", "gpu-quota.io/*"]' || return 1
   # and the running daemon was started from that very file
   has "$(tr '\0' ' ' </proc/"$CTD_PID"/cmdline)" "--config $R/etc/containerd/config.toml"
 }

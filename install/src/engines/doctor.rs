@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn containerd_pod_annotations() {
         let ok = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota]\n\
-                  runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"sm-procs\", \"gpu-quota.io/*\"]\n\
+                  runtime_type = \"io.containerd.runc.v2\"\npod_annotations = [\"vram\", \"gpu\", \"gpus\", \"sm\", \"sm-procs\", \"vram-limit\", \"vram-priority\", \"gpu-quota.io/*\"]\n\
                   [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu-quota.options]\nBinaryName = \"/x/gpu-quota-runtime\"\n";
         let fs = MemFs::new().with("/etc/containerd/config.toml", ok);
         let c = run(&fs, &["containerd"], None, false);
@@ -254,6 +254,12 @@ mod tests {
         assert_eq!(d.verdict, Verdict::Fail, "{c:?}");
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
         assert!(glob_match("gpu-quota.io/*", "gpu-quota.io/vram") && !glob_match("vram", "vram2"));
+        // a config from before burst limits drops vram-limit: flagged
+        let old = ok.replace(", \"vram-limit\", \"vram-priority\"", "");
+        let fs = MemFs::new().with("/etc/containerd/config.toml", &old);
+        let d = find(&run(&fs, &["containerd"], None, false), "engine containerd").clone();
+        assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
+        assert!(d.text.contains("drop vram-limit"), "{}", d.text);
     }
 
     /// The doctor's verdict on a containerd config whose gpu-quota runtime
@@ -297,11 +303,14 @@ mod tests {
     #[test]
     fn containerd_pod_annotations_are_matched_as_containerd_does() {
         // control: the patterns containerd passes every key with
-        let d =
-            containerd_verdict(r#""[v]ram", "gpu?", "gpu", "s[m]", "sm-pro?s", "gpu-quota.io/*""#);
+        let d = containerd_verdict(
+            r#""[v]ram", "gpu?", "gpu", "s[m]", "sm-pro?s", "vram-?imit", "vram-priority", "gpu-quota.io/*""#,
+        );
         assert_eq!(d.verdict, Verdict::Ok, "{}", d.text);
         // `*` does not cross '/': containerd drops gpu-quota.io/vram
-        let d = containerd_verdict(r#""vram", "sm", "sm-procs", "gpu*""#);
+        let d = containerd_verdict(
+            r#""vram", "sm", "sm-procs", "vram-limit", "vram-priority", "gpu*""#,
+        );
         assert_eq!(d.verdict, Verdict::Fail, "{}", d.text);
         assert!(d.text.contains("drop gpu-quota.io/vram"), "{}", d.text);
     }

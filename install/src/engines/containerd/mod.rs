@@ -441,7 +441,16 @@ mod tests {
             .collect();
         assert_eq!(
             ann,
-            ["vram", "gpu", "gpus", "sm", "sm-procs", "gpu-quota.io/*"]
+            [
+                "vram",
+                "gpu",
+                "gpus",
+                "sm",
+                "sm-procs",
+                "vram-limit",
+                "vram-priority",
+                "gpu-quota.io/*"
+            ]
         );
         round_trip(EngineKind::Containerd, MemFs::new(), RT);
     }
