@@ -19,7 +19,11 @@
 //! Who bursts and in which order comes from the ledger (what gpu-quota
 //! granted); the usage file, which the container writes, only says who is
 //! above its guarantee now, so a burster that lies about its use moves
-//! itself down the order of those above, never out of the candidates.
+//! itself down the order of those above, never out of the candidates. A
+//! wait, also written by the container, is believed only as far as its
+//! guarantee entitles it: what the driver sees it hold on the GPU plus
+//! what it waits for must fit in its guarantee, so a container can end
+//! bursters only for memory it could have taken by allocating.
 //! Planning is pure ([`plan`] over [`Look`]); the effects (grant words,
 //! ending a container) are in [`end`] and the supervisor's loop.
 use crate::ledger::{LedgerData, Reservation};
@@ -45,6 +49,10 @@ pub trait Look {
     /// The reclaim word its grant holds for GPU `uuid` now (None: no grant
     /// file, or not one of its GPUs).
     fn word(&self, r: &Reservation, uuid: &str) -> Option<u64>;
+    /// What the driver attributes to the container's processes on GPU
+    /// `uuid` (NVML's per-process memory: ordinary memory and contexts,
+    /// not managed memory); None: the driver cannot tell.
+    fn driver_held(&self, r: &Reservation, uuid: &str) -> Option<u64>;
 }
 
 /// A grant's reclaim word to store.
@@ -135,13 +143,19 @@ pub fn plan(
         if word == 0 || settling(uuid) {
             continue;
         }
-        // the longest-waiting want on the GPU
+        // a want the waiter's guarantee covers, by the driver's account
         let waiter = on
             .iter()
             .copied()
             .filter_map(|i| {
-                let want = look.reading(&data.reservations[i], uuid)?.want;
-                (want > 0).then_some((i, want))
+                let r = &data.reservations[i];
+                let want = look.reading(r, uuid)?.want;
+                let guarantee = slice_on(r, uuid)?.vram_bytes;
+                if want == 0 || want > guarantee {
+                    return None;
+                }
+                let held = look.driver_held(r, uuid)?;
+                (held.saturating_add(want) <= guarantee).then_some((i, want))
             })
             .next();
         let Some((waiter, want)) = waiter else {

@@ -37,11 +37,13 @@ const FLOORS: &[&[&str]] = &[
     //    (their ledger entries, tokens and CDI specs); what the driver sees each
     //    process hold (procmem)
     &["mountplan", "ctxcost", "drvlimit", "claims", "procmem"],
-    // 9: effects of the mount plan on an untrusted rootfs; taking lent memory
-    //    back from burstable slices (grant words, ending a burster)
-    &["rootfs", "burst"],
+    // 9: effects of the mount plan on an untrusted rootfs
+    &["rootfs"],
     // 10: a container's life: admit, setup, the one release
     &["lifecycle"],
+    // 11: taking lent memory back from burstable slices (grant words, what
+    //     the driver sees a waiter hold, ending a burster)
+    &["burst"],
 ];
 
 /// Module name -> source text of each of its files (src/NAME.rs, src/NAME/**).

@@ -32,6 +32,26 @@ impl Gpu {
         );
         let shared = h.path().join("gpu");
         std::fs::create_dir_all(&shared).unwrap();
+        // the host's fake NVML (the driver helper runs with an empty
+        // environment) reads the same registry: a private copy of the fake
+        // libraries with the registry beside them, as on a real host the
+        // driver knows every container's memory
+        let fake = repo().join("tests/fake/build");
+        let lib = h.path().join("fakelib");
+        std::fs::create_dir(&lib).unwrap();
+        for f in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+            std::fs::copy(fake.join(f), lib.join(f)).unwrap();
+        }
+        std::fs::write(shared.join("registry"), b"").unwrap();
+        std::os::unix::fs::symlink(shared.join("registry"), lib.join("fake-gpu-registry")).unwrap();
+        let cfg = std::fs::read_to_string(h.config()).unwrap();
+        let from = format!("lib_dirs = [\"{}\"]", fake.display());
+        assert!(cfg.contains(&from), "{cfg}");
+        std::fs::write(
+            h.config(),
+            cfg.replace(&from, &format!("lib_dirs = [\"{}\"]", lib.display())),
+        )
+        .unwrap();
         Gpu {
             h,
             template,

@@ -35,6 +35,12 @@ impl Look for Files<'_> {
     fn word(&self, r: &Reservation, uuid: &str) -> Option<u64> {
         grantfile::reclaim_word(&self.dir(r).join(grant::FILE_NAME), uuid).ok()
     }
+    fn driver_held(&self, r: &Reservation, uuid: &str) -> Option<u64> {
+        crate::lifecycle::held::held_on(self.cfg, &self.dir(r), r, uuid)
+            .driver
+            .ok()
+            .map(|d| d.bytes)
+    }
 }
 
 /// Why a container could not be ended.

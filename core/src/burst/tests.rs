@@ -12,6 +12,8 @@ struct Files {
     used: BTreeMap<String, u64>,
     want: BTreeMap<String, u64>,
     words: BTreeMap<String, u64>,
+    /// By the driver; absent: the container holds nothing there.
+    driver: BTreeMap<String, Option<u64>>,
 }
 
 impl Look for Files {
@@ -23,6 +25,9 @@ impl Look for Files {
     }
     fn word(&self, r: &Reservation, _uuid: &str) -> Option<u64> {
         Some(*self.words.get(&r.container_id).unwrap_or(&0))
+    }
+    fn driver_held(&self, r: &Reservation, _uuid: &str) -> Option<u64> {
+        *self.driver.get(&r.container_id).unwrap_or(&Some(0))
     }
 }
 
@@ -163,4 +168,40 @@ fn a_burster_cannot_lie_itself_out_of_the_order() {
     f.want.insert("a".into(), 50 * G);
     let r = plan(&d, 30_000, &f, &|_| false);
     assert_eq!(ids(&d, &r), ["liar"]);
+}
+
+/// A wait is believed only as far as the waiter's guarantee covers it by
+/// the driver's account: a container that says it waits for more than its
+/// guarantee leaves, or whose processes the driver cannot account, ends
+/// nobody. (Mutation: believing the usage file's want alone ends "b" in
+/// every case below.)
+#[test]
+fn a_wait_the_guarantee_does_not_cover_ends_nobody() {
+    let d = data(vec![
+        res("a", 60 * G, None, 1),
+        res("b", 10 * G, Some((120 * G, 0)), 2),
+    ]);
+    let mut f = Files::default();
+    f.used.insert("b".into(), 100 * G);
+    f.want.insert("a".into(), 50 * G);
+    f.driver.insert("a".into(), Some(20 * G));
+    assert!(
+        plan(&d, 30_000, &f, &|_| false).ends.is_empty(),
+        "20 held + 50 > 60"
+    );
+    f.want.insert("a".into(), 70 * G);
+    f.driver.insert("a".into(), Some(0));
+    assert!(
+        plan(&d, 30_000, &f, &|_| false).ends.is_empty(),
+        "more than the guarantee"
+    );
+    f.want.insert("a".into(), 50 * G);
+    f.driver.insert("a".into(), None);
+    assert!(
+        plan(&d, 30_000, &f, &|_| false).ends.is_empty(),
+        "the driver cannot tell"
+    );
+    // control: 10 held + 50 fit in 60
+    f.driver.insert("a".into(), Some(10 * G));
+    assert_eq!(ids(&d, &plan(&d, 30_000, &f, &|_| false)), ["b"]);
 }
