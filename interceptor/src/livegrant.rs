@@ -15,6 +15,8 @@ pub use grant::{Table, MAX_GPUS};
 pub struct LiveGrant {
     base: *const u8,
     pub table: Table,
+    /// Some entry has a burst limit (decided once: cuMemAlloc asks it).
+    bursts: bool,
 }
 
 unsafe impl Sync for LiveGrant {}
@@ -52,6 +54,7 @@ impl LiveGrant {
                 Some(table) => Some(LiveGrant {
                     base: p as *const u8,
                     table,
+                    bursts: table.gpus().iter().any(|g| g.burst.is_some()),
                 }),
                 None => {
                     libc::munmap(p, grant::SIZE);
@@ -79,8 +82,9 @@ impl LiveGrant {
     }
 
     /// Whether any entry has a burst limit.
+    #[inline]
     pub fn bursts(&self) -> bool {
-        self.table.gpus().iter().any(|g| g.burst.is_some())
+        self.bursts
     }
 
     /// How long an allocation within the guarantee of entry `e` that the
