@@ -38,10 +38,13 @@ use crate::{
     inventory::InventoryError,
     ledger::{ClaimEntry, LedgerError, Reservation},
     placement::{ContextCosts, PlacementError},
-    request::{GpuRef, GpuSelector, Origin, Request},
+    request::{BurstAsk, GpuRef, GpuSelector, Origin, Request},
     units::{human, Size},
 };
-use gpuquota_formats::{grant::SM_MAX, mps::PROCS_MAX};
+use gpuquota_formats::{
+    grant::{Burst, PRIORITY_MAX, SM_MAX},
+    mps::PROCS_MAX,
+};
 use std::path::PathBuf;
 
 /// What claims may take together on one GPU.
@@ -84,12 +87,21 @@ pub struct ClaimAlloc {
     /// container bound to the claim (the claim's opaque `smProcs`
     /// parameter, 1 when it names none); 0 without.
     pub sm_procs: u32,
+    /// A burst limit above `bytes` (the claim's opaque `memoryLimit`, the
+    /// most all its containers together may hold, guarantee included) and
+    /// its priority (the class's `burstPriority`, 0 when it names none);
+    /// `None`: a guaranteed claim. A limit equal to `bytes` lends nothing:
+    /// the claim is guaranteed (the placer leaves the slice's burst out).
+    /// Never with `sm`: refused at prepare.
+    pub burst: Option<Burst>,
 }
 
 impl ClaimAlloc {
-    /// What the claim asks of the placer: its bytes and share on its GPU.
+    /// What the claim asks of the placer: its bytes, share and burst on its
+    /// GPU. The placer checks the limit as a container's `vram-limit=`: at
+    /// least the bytes, at most what the GPU can ever give.
     pub fn request(&self) -> Request {
-        request(
+        let mut r = request(
             Origin::Claim {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
@@ -97,9 +109,28 @@ impl ClaimAlloc {
             &self.gpu_uuid,
             self.bytes,
             self.sm.map(|p| (p, self.sm_procs)),
-        )
+        );
+        r.burst = self.burst.map(|b| BurstAsk {
+            limit: Size::Bytes(b.limit_bytes),
+            priority: b.priority,
+            origin: Origin::ClaimParam {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                key: MEMORY_LIMIT,
+            },
+        });
+        r
+    }
+
+    /// The burst its slice records once placed: none where the limit lends
+    /// nothing (as the placer decides).
+    fn lent(&self) -> Option<Burst> {
+        self.burst.filter(|b| b.limit_bytes != self.bytes)
     }
 }
+
+/// The claim's opaque parameter that asks for a burst limit.
+const MEMORY_LIMIT: &str = "memoryLimit";
 
 /// The one place a claim's request is made, for its prepare and for the
 /// offers: `bytes` and the share `(percent, processes)`, if any, on the
@@ -174,6 +205,12 @@ pub enum ClaimError {
     WrongToken { var: String, claim: String },
     #[error("the container's environment carries two different claims ({first:?}, {second:?}); a container is bound to at most one claim: request one claim per container")]
     TwoClaims { first: String, second: String },
+    #[error("claim {claim} asks for memoryLimit={limit} beside a compute share of {sm}% of the SMs; a compute share is a reservation served through MPS, and memory lent under MPS is not measured: allocate the GPU's plain device (no compute capacity) for a burstable claim, or leave memoryLimit out for a share")]
+    BurstWithShare {
+        claim: String,
+        limit: String,
+        sm: u32,
+    },
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
@@ -191,7 +228,7 @@ pub fn reason_of(e: &ClaimError) -> &'static str {
         ClaimError::TwoClaims { .. } => "claim_two",
         ClaimError::InUse { .. } => "claim_bound",
         ClaimError::Refused { err, .. } => events::placement_reason(err),
-        ClaimError::Invalid { .. } => "invalid_request",
+        ClaimError::Invalid { .. } | ClaimError::BurstWithShare { .. } => "invalid_request",
         _ => "claim",
     }
 }
@@ -282,6 +319,24 @@ fn check(a: &ClaimAlloc) -> Result<(), ClaimError> {
         }
         Some(_) => {}
     }
+    if let Some(b) = a.burst {
+        if let Some(sm) = a.sm {
+            // even a limit that lends nothing: as a container's sm= beside
+            // vram-limit=, the two are not asked together
+            return Err(ClaimError::BurstWithShare {
+                claim: format!("{}/{}", a.namespace, a.name),
+                limit: human(b.limit_bytes),
+                sm,
+            });
+        }
+        if b.priority > PRIORITY_MAX {
+            return Err(bad(
+                "burstPriority",
+                &b.priority.to_string(),
+                "0 to 1000 (who gives lent memory back first: the lowest)",
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -293,10 +348,13 @@ fn label(c: &ClaimEntry) -> String {
     format!("{}/{} (uid {})", c.namespace, c.name, c.uid)
 }
 
-fn describe_alloc(gpu: &str, bytes: u64, sm: u32) -> String {
+fn describe_alloc(gpu: &str, bytes: u64, sm: u32, burst: Option<Burst>) -> String {
+    let limit = burst.map_or(String::new(), |b| {
+        format!(" (limit {}, priority {})", human(b.limit_bytes), b.priority)
+    });
     match sm {
-        0 => format!("{} on {gpu}", human(bytes)),
-        p => format!("{} and {p}% of the SMs on {gpu}", human(bytes)),
+        0 => format!("{}{limit} on {gpu}", human(bytes)),
+        p => format!("{}{limit} and {p}% of the SMs on {gpu}", human(bytes)),
     }
 }
 

@@ -79,6 +79,12 @@ pub enum Origin {
         namespace: String,
         name: String,
     },
+    /// One of a DRA claim's opaque parameters (`memoryLimit`).
+    ClaimParam {
+        namespace: String,
+        name: String,
+        key: &'static str,
+    },
 }
 
 impl std::fmt::Display for Origin {
@@ -87,6 +93,11 @@ impl std::fmt::Display for Origin {
             Origin::Annotation(k) => write!(f, "annotation {k}"),
             Origin::Env(k) => write!(f, "environment variable {k}"),
             Origin::Claim { namespace, name } => write!(f, "claim {namespace}/{name}"),
+            Origin::ClaimParam {
+                namespace,
+                name,
+                key,
+            } => write!(f, "claim {namespace}/{name} parameter {key}"),
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::node::{ClaimAlloc, Offer};
 use crate::params::{self, ParamsError};
 use crate::quantity::{self, QuantityError};
 use crate::slice::{self, Kind, COMPUTE, MEMORY};
+use gpuquota_core::formats::grant::Burst;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 /// The claim the kubelet names (namespace, name, uid).
@@ -254,6 +255,11 @@ pub fn map(
             bytes,
             sm,
             sm_procs,
+            // checked at prepare, beside the granted memory and the GPU
+            burst: params.memory_limit.map(|limit_bytes| Burst {
+                limit_bytes,
+                priority: params.burst_priority.unwrap_or(0),
+            }),
         },
         request_names: vec![r.request.clone()],
         pool_name: r.pool.clone(),
@@ -333,6 +339,7 @@ mod tests {
                 bytes: 8 * GI,
                 sm: None,
                 sm_procs: 0,
+                burst: None,
             }
         );
         assert_eq!(m.request_names, ["vram"]);
@@ -528,5 +535,50 @@ mod tests {
             map(&req(), &c, "node-a", &offers()),
             Err(Refusal::BadParams { .. })
         ));
+    }
+
+    /// The claim's memoryLimit and its class's burstPriority reach the
+    /// allocation prepare places; the guarantee stays the scheduler's grant.
+    #[test]
+    fn a_memory_limit_and_the_class_priority_reach_the_allocation() {
+        let mut v = serde_json::to_value(claim(
+            UID,
+            vec![result(DRIVER, "node-a", "gpu-1", Some("4Gi"))],
+        ))
+        .unwrap();
+        v["status"]["allocation"]["devices"]["config"] = json!([
+            {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"burstPriority": 200}}},
+            {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"memoryLimit": "16Gi"}}},
+        ]);
+        let m = map(
+            &req(),
+            &serde_json::from_value(v).unwrap(),
+            "node-a",
+            &offers(),
+        )
+        .unwrap();
+        assert_eq!(m.alloc.bytes, 4 * GI);
+        assert_eq!(
+            m.alloc.burst,
+            Some(Burst {
+                limit_bytes: 16 * GI,
+                priority: 200
+            })
+        );
+        let c = with_config(
+            vec![result(DRIVER, "node-a", "gpu-1", Some("4Gi"))],
+            json!({"memoryLimit": "8Gi", "burstPriority": 1}),
+        );
+        let e = map(&req(), &c, "node-a", &offers()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Refusal::BadParams {
+                    err: ParamsError::PriorityFromClaim(_),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }

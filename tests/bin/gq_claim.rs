@@ -34,6 +34,7 @@ fn main() {
                     Some(n) => num(n, "SM_PROCS: a number") as u32,
                     None => u32::from(sm.is_some()),
                 },
+                burst: None,
             };
             match claims::prepare(&cfg, &alloc) {
                 Ok(p) => p.cdi_device_ids.iter().for_each(|d| println!("{d}")),

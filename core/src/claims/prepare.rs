@@ -165,13 +165,14 @@ fn prepare_once(
                 && r.slices[0].vram_bytes == a.bytes
                 && r.slices[0].sm_percent == a.sm.unwrap_or(0)
                 && r.slices[0].sm_procs == a.sm_procs
+                && r.slices[0].burst == a.lent()
                 && c.namespace == a.namespace
                 && c.name == a.name;
             if !same {
                 let held = r
                     .slices
                     .first()
-                    .map(|s| describe_alloc(&s.uuid, s.vram_bytes, s.sm_percent))
+                    .map(|s| describe_alloc(&s.uuid, s.vram_bytes, s.sm_percent, s.burst))
                     .unwrap_or_default();
                 return Ok((
                     Err(ClaimError::Conflict {
@@ -181,7 +182,7 @@ fn prepare_once(
                             "{}/{} {}",
                             a.namespace,
                             a.name,
-                            describe_alloc(gpu, a.bytes, a.sm.unwrap_or(0))
+                            describe_alloc(gpu, a.bytes, a.sm.unwrap_or(0), a.lent())
                         ),
                     }),
                     false,
@@ -317,6 +318,7 @@ pub fn prepared(cfg: &Config) -> Result<Vec<ClaimAlloc>, ClaimError> {
                 bytes: s.vram_bytes,
                 sm: (s.sm_percent > 0).then_some(s.sm_percent),
                 sm_procs: s.sm_procs,
+                burst: s.burst,
             })
         })
         .collect())

@@ -50,6 +50,7 @@ fn alloc(uid: &str, gpu: &str, bytes: u64) -> ClaimAlloc {
         bytes,
         sm: None,
         sm_procs: 0,
+        burst: None,
     }
 }
 
@@ -105,6 +106,7 @@ fn presenting(uid: &str, token: &str) -> Presented {
 }
 
 mod bind;
+mod burst;
 mod cdi;
 mod compute;
 mod decision;
