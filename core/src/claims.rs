@@ -14,7 +14,10 @@
 //!   in the same critical section, into the claim's CDI spec (0600, atomic):
 //!   one device `vram.gpu-quota.io/claim=<uid>` whose only edit is the
 //!   variable `GPU_QUOTA_CLAIM_<uid, - as _>=<token>`. Idempotent for the
-//!   same uid, GPU and bytes (same token, the spec rewritten).
+//!   same uid, GPU, bytes, share and limit (same token, the spec
+//!   rewritten). A claim's burst limit (`ClaimAlloc::burst`, its
+//!   `memoryLimit`) is placed as a container's `vram-limit=` and kept in
+//!   its slice, so every container bound to it carries it too.
 //! * [`bind`] (called by `lifecycle` at the runtime's `create`): a
 //!   container presenting that variable gets exactly the claim's slice if
 //!   and only if the token matches (constant time). Every container the
