@@ -354,8 +354,11 @@ mod tests {
                 bytes,
                 sm: 0,
                 used,
+                burst: None,
             }],
             refusals: None,
+            reclaim_waits: None,
+            reclaim_last_ms: 0,
             workload: None,
         }
     }
