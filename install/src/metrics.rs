@@ -620,14 +620,16 @@ mod tests {
             reclaim_last_ms: 0,
             workload: None,
         };
-        let mut s = Snapshot::default();
-        s.gpus = vec![gpu(0, "GPU-0"), gpu(1, "GPU-1")];
-        s.containers = vec![
-            container("b", slice(4 * G, Some(7 * G), Some(16 * G))),
-            container("g", slice(8 * G, Some(G), None)),
-            // a burster before any CUDA process: its limit, nothing above
-            container("n", slice(G, None, Some(2 * G))),
-        ];
+        let mut s = Snapshot {
+            gpus: vec![gpu(0, "GPU-0"), gpu(1, "GPU-1")],
+            containers: vec![
+                container("b", slice(4 * G, Some(7 * G), Some(16 * G))),
+                container("g", slice(8 * G, Some(G), None)),
+                // a burster before any CUDA process: its limit, nothing above
+                container("n", slice(G, None, Some(2 * G))),
+            ],
+            ..Default::default()
+        };
         s.containers[1].reclaim_waits = Some(3);
         s.containers[1].reclaim_last_ms = 1520;
         s.counters.burst_ends.insert("GPU-0".into(), 2);
