@@ -2,8 +2,9 @@
 //!
 //! * `install ENGINE` / `uninstall ENGINE` register or remove the runtime in
 //!   docker, containerd, podman or CRI-O configuration (module `engines`).
-//! * `ls`, `gc`, `doctor`, `metrics` read and maintain the host ledger
-//!   (module `ops`); `metrics --listen` serves them (`metrics_server`).
+//! * `ls` lists the host ledger (module `ls`); `gc`, `doctor`, `metrics`
+//!   read and maintain it (module `ops`); `metrics --listen` serves them
+//!   (`metrics_server`).
 //! * `release ID` gives back one reservation by hand (`release`); `top` is
 //!   a live view (`top`); both read a `snapshot` of the host.
 //! * `mps-supervise` keeps the MPS daemons of GPUs with compute shares
@@ -15,6 +16,7 @@ mod burst;
 mod engines;
 mod fair;
 mod lookup;
+mod ls;
 mod metrics;
 mod metrics_server;
 mod ops;
@@ -43,7 +45,7 @@ enum Cmd {
     /// Remove exactly what `install` added (restores the engine configuration).
     Uninstall(engines::EngineArgs),
     /// List the reservations in the host ledger.
-    Ls(ops::LsArgs),
+    Ls(ls::LsArgs),
     /// Reclaim reservations whose container no longer exists.
     Gc(ops::GcArgs),
     /// Check the host: driver, NVML, device nodes, libraries, runc, ledger, engines.
@@ -67,7 +69,7 @@ fn main() {
     let r: Result<()> = match cli.cmd {
         Cmd::Install(a) => engines::install(&a),
         Cmd::Uninstall(a) => engines::uninstall(&a),
-        Cmd::Ls(a) => ops::ls(&a),
+        Cmd::Ls(a) => ls::ls(&a),
         Cmd::Gc(a) => ops::gc(&a),
         Cmd::Doctor(a) => ops::doctor(&a),
         Cmd::Metrics(a) => ops::metrics(&a),

@@ -250,6 +250,7 @@ pub fn render(s: &Snapshot) -> String {
             );
         }
     }
+    lending(&mut o, s);
 
     let k = &s.counters;
     o.family(
@@ -290,6 +291,91 @@ pub fn render(s: &Snapshot) -> String {
     o.sample("gpu_quota_resizes_total", &[], k.resizes);
     mps_daemons(&mut o, s);
     o.0
+}
+
+/// Burstable slices: each burster's limit and what it holds above its
+/// guarantee (lent memory), what each GPU lends, the bursters ended to give
+/// memory back, and the allocations within a guarantee that waited for it.
+fn lending(o: &mut Out, s: &Snapshot) {
+    type PerSlice = fn(&crate::snapshot::SliceView) -> Option<u64>;
+    let per_slice: [(&str, &str, PerSlice); 2] = [
+        (
+            "gpu_quota_container_limit_bytes",
+            "Burst limit of a container on a GPU (vram-limit=; its slice is then the guarantee); only burstable slices.",
+            |sl| sl.burst.map(|b| b.limit_bytes),
+        ),
+        (
+            "gpu_quota_container_above_guarantee_bytes",
+            "Memory a burstable container holds above its guarantee on a GPU, lent from memory nobody used (from the interceptor; absent before the container used CUDA).",
+            |sl| sl.above(),
+        ),
+    ];
+    for (name, help, value) in per_slice {
+        o.family(name, "gauge", help);
+        for c in &s.containers {
+            for sl in &c.slices {
+                if let Some(v) = value(sl) {
+                    let i = sl.index.to_string();
+                    let mut l = who(c);
+                    l.push(("gpu", &i));
+                    o.sample(name, &l, v);
+                }
+            }
+        }
+    }
+    o.family(
+        "gpu_quota_gpu_lent_bytes",
+        "gauge",
+        "Memory lent on the GPU: what its burstable containers hold above their guarantees.",
+    );
+    for g in &s.gpus {
+        let i = g.index.to_string();
+        let sim = g.simulated.to_string();
+        o.sample(
+            "gpu_quota_gpu_lent_bytes",
+            &[("gpu", &i), ("uuid", &g.uuid), ("simulated", &sim)],
+            crate::snapshot::lent_on(&s.containers, &g.uuid).unwrap_or(0),
+        );
+    }
+    o.family(
+        "gpu_quota_burst_ends_total",
+        "counter",
+        "Burstable containers ended to give lent memory back on the GPU (`gpu-quota burst-supervise`).",
+    );
+    for g in &s.gpus {
+        let i = g.index.to_string();
+        o.sample(
+            "gpu_quota_burst_ends_total",
+            &[("gpu", &i), ("uuid", &g.uuid)],
+            s.counters.burst_ends.get(&g.uuid).copied().unwrap_or(0),
+        );
+    }
+    o.family(
+        "gpu_quota_container_reclaim_waits_total",
+        "counter",
+        "Allocations within the container's guarantee that waited for burstable containers to give memory back, and got it.",
+    );
+    for c in &s.containers {
+        if let Some(n) = c.reclaim_waits {
+            o.sample(
+                "gpu_quota_container_reclaim_waits_total",
+                &[("container", &c.id)],
+                n,
+            );
+        }
+    }
+    o.family(
+        "gpu_quota_container_reclaim_wait_last_seconds",
+        "gauge",
+        "How long the container's last allocation that waited for a reclaim waited (absent before the first).",
+    );
+    for c in s.containers.iter().filter(|c| c.reclaim_waits > Some(0)) {
+        o.sample(
+            "gpu_quota_container_reclaim_wait_last_seconds",
+            &[("container", &c.id)],
+            c.reclaim_last_ms as f64 / 1000.0,
+        );
+    }
 }
 
 /// The MPS daemons of the GPUs with compute shares, as the supervisor
@@ -391,8 +477,11 @@ mod tests {
                 bytes: 40,
                 sm: 25,
                 used: None,
+                burst: None,
             }],
             refusals: None,
+            reclaim_waits: None,
+            reclaim_last_ms: 0,
             workload: None,
         });
         s.claims.push(crate::snapshot::ClaimView {
@@ -415,6 +504,7 @@ mod tests {
                 bytes: 8,
                 sm: 0,
                 used: None,
+                burst: None,
             }],
             ..s.containers[0].clone()
         });
@@ -488,5 +578,101 @@ mod tests {
         let t = render(&s);
         assert!(t.lines().any(|l| l == "gpu_quota_ledger_ok 0"));
         assert!(!t.contains("gpu_quota_gpu_used_bytes{"));
+    }
+
+    /// A burster beside a guaranteed container on GPU 0, nothing on GPU 1.
+    #[test]
+    fn burst_series() {
+        const G: u64 = 1 << 30;
+        let gpu = |index: u32, uuid: &str| GpuView {
+            index,
+            uuid: uuid.into(),
+            name: "H".into(),
+            simulated: false,
+            total: 100 * G,
+            reserve: 0,
+            capacity: 100 * G,
+            reserved: 12 * G,
+            holders: 2,
+            sm: 0,
+            used: None,
+        };
+        let slice = |bytes: u64, used: Option<u64>, limit: Option<u64>| SliceView {
+            index: 0,
+            uuid: "GPU-0".into(),
+            bytes,
+            sm: 0,
+            used,
+            burst: limit.map(|limit_bytes| gpuquota_core::formats::grant::Burst {
+                limit_bytes,
+                priority: 9,
+            }),
+        };
+        let container = |id: &str, sl: SliceView| ContainerView {
+            id: id.into(),
+            state: "running",
+            engine: "docker",
+            request: String::new(),
+            age_secs: 1,
+            slices: vec![sl],
+            refusals: Some(0),
+            reclaim_waits: Some(0),
+            reclaim_last_ms: 0,
+            workload: None,
+        };
+        let mut s = Snapshot {
+            gpus: vec![gpu(0, "GPU-0"), gpu(1, "GPU-1")],
+            containers: vec![
+                container("b", slice(4 * G, Some(7 * G), Some(16 * G))),
+                container("g", slice(8 * G, Some(G), None)),
+                // a burster before any CUDA process: its limit, nothing above
+                container("n", slice(G, None, Some(2 * G))),
+            ],
+            ..Default::default()
+        };
+        s.containers[1].reclaim_waits = Some(3);
+        s.containers[1].reclaim_last_ms = 1520;
+        s.counters.burst_ends.insert("GPU-0".into(), 2);
+        let t = render(&s);
+        let l = |c: &str| {
+            format!("container=\"{c}\",namespace=\"\",pod=\"\",pod_uid=\"\",container_name=\"\",gpu=\"0\"")
+        };
+        for line in [
+            "# TYPE gpu_quota_container_limit_bytes gauge".to_string(),
+            format!("gpu_quota_container_limit_bytes{{{}}} {}", l("b"), 16 * G),
+            format!("gpu_quota_container_limit_bytes{{{}}} {}", l("n"), 2 * G),
+            "# TYPE gpu_quota_container_above_guarantee_bytes gauge".into(),
+            format!(
+                "gpu_quota_container_above_guarantee_bytes{{{}}} {}",
+                l("b"),
+                3 * G
+            ),
+            "# TYPE gpu_quota_gpu_lent_bytes gauge".into(),
+            format!(
+                "gpu_quota_gpu_lent_bytes{{gpu=\"0\",uuid=\"GPU-0\",simulated=\"false\"}} {}",
+                3 * G
+            ),
+            "gpu_quota_gpu_lent_bytes{gpu=\"1\",uuid=\"GPU-1\",simulated=\"false\"} 0".into(),
+            "# TYPE gpu_quota_burst_ends_total counter".into(),
+            "gpu_quota_burst_ends_total{gpu=\"0\",uuid=\"GPU-0\"} 2".into(),
+            "gpu_quota_burst_ends_total{gpu=\"1\",uuid=\"GPU-1\"} 0".into(),
+            "# TYPE gpu_quota_container_reclaim_waits_total counter".into(),
+            "gpu_quota_container_reclaim_waits_total{container=\"g\"} 3".into(),
+            "gpu_quota_container_reclaim_waits_total{container=\"b\"} 0".into(),
+            "# TYPE gpu_quota_container_reclaim_wait_last_seconds gauge".into(),
+            "gpu_quota_container_reclaim_wait_last_seconds{container=\"g\"} 1.52".into(),
+        ] {
+            assert!(t.lines().any(|x| x == line), "{line} in\n{t}");
+        }
+        // a guaranteed slice has no limit and lends nothing; no wait, no
+        // last wait; a burster without a usage file: nothing above known
+        for absent in [
+            format!("gpu_quota_container_limit_bytes{{{}}}", l("g")),
+            format!("gpu_quota_container_above_guarantee_bytes{{{}}}", l("g")),
+            format!("gpu_quota_container_above_guarantee_bytes{{{}}}", l("n")),
+            "gpu_quota_container_reclaim_wait_last_seconds{container=\"b\"}".into(),
+        ] {
+            assert!(!t.contains(&absent), "{absent} in\n{t}");
+        }
     }
 }

@@ -1,16 +1,11 @@
-//! Operator commands over the host ledger: `ls`, `gc`, `doctor`, `metrics`.
+//! Operator commands over the host ledger: `gc`, `doctor`, `metrics` (`ls`
+//! is module `ls`).
 use anyhow::{Context, Result};
 use gpuquota_core::{
     config::Config, driver, fsutil, inventory::describe, ledger::LedgerData, ledger::Reservation,
-    lifecycle, paths, units::human, usage, Inventory, Ledger,
+    lifecycle, paths, units::human, Inventory, Ledger,
 };
 
-#[derive(clap::Args)]
-pub struct LsArgs {
-    /// Print the ledger and per-GPU totals as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
 #[derive(clap::Args)]
 pub struct GcArgs {
     /// Show what would be reclaimed, change nothing.
@@ -39,216 +34,11 @@ pub(crate) fn load() -> Result<(Config, Ledger)> {
 
 /// The ledger for a read-only command: nothing is created (no directory, no lock file)
 /// when there is no ledger yet; then it is empty. `None` in the second place: no file.
-fn read_only(ledger: &Ledger) -> Result<(LedgerData, bool)> {
+pub(crate) fn read_only(ledger: &Ledger) -> Result<(LedgerData, bool)> {
     if !ledger.exists() {
         return Ok((LedgerData::default(), false));
     }
     Ok((ledger.read()?, true))
-}
-
-struct GpuRow {
-    index: u32,
-    uuid: String,
-    name: String,
-    simulated: bool,
-    total: u64,
-    capacity: u64,
-    reserved: u64,
-    holders: usize,
-    /// Compute shares on the GPU (percent of its SMs).
-    sm: u32,
-}
-
-fn gpu_rows(cfg: &Config, inv: &Inventory, data: &LedgerData) -> Vec<GpuRow> {
-    let usage = data.usage();
-    let reserve = cfg.reserve_bytes().unwrap_or(0);
-    inv.gpus
-        .iter()
-        .map(|g| {
-            let u = usage.get(&g.uuid).copied().unwrap_or_default();
-            let (reserved, holders, sm) = (u.bytes, u.holders, u.sm);
-            GpuRow {
-                index: g.index,
-                uuid: g.uuid.clone(),
-                name: g.name.clone(),
-                simulated: g.simulated,
-                total: g.total_bytes,
-                capacity: gpuquota_core::placement::usable(g, reserve),
-                reserved,
-                holders,
-                sm,
-            }
-        })
-        .collect()
-}
-
-/// Bytes in use by a container (sum over its devices), from its usage file.
-fn container_used(cfg: &Config, r: &Reservation) -> Option<usage::Usage> {
-    usage::read(&gpuquota_core::state::usage_path(
-        &gpuquota_core::state::existing_dir(cfg, r),
-    ))
-}
-
-pub fn ls(a: &LsArgs) -> Result<()> {
-    let (cfg, ledger) = load()?;
-    let (data, _) = read_only(&ledger)?;
-    let inv = Inventory::load(&cfg).ok();
-    let now = fsutil::now_unix();
-    if a.json {
-        let gpus: Vec<_> = inv
-            .as_ref()
-            .map(|i| gpu_rows(&cfg, i, &data))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|g| serde_json::json!({"index": g.index, "uuid": g.uuid, "name": g.name, "simulated": g.simulated,
-                "total_bytes": g.total, "capacity_bytes": g.capacity, "reserved_bytes": g.reserved,
-                "free_bytes": g.capacity.saturating_sub(g.reserved), "containers": g.holders,
-                "sm_reserved_percent": g.sm}))
-            .collect();
-        let res: Vec<_> = data
-            .reservations
-            .iter()
-            .map(|r| {
-                let mut v = serde_json::to_value(r).unwrap_or_default();
-                // a claim's token is never printed
-                if let Some(c) = v.get_mut("claim").and_then(|c| c.as_object_mut()) {
-                    c.remove("token");
-                }
-                v["kind"] = serde_json::json!(if r.is_claim() { "claim" } else { "container" });
-                v["stale"] = serde_json::json!(ledger.is_stale(r, now));
-                if let Some(u) = container_used(&cfg, r) {
-                    v["used_bytes"] = serde_json::json!(u.used.iter().sum::<u64>());
-                }
-                v
-            })
-            .collect();
-        gpuquota_core::outln!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"gpus": gpus, "reservations": res}))?
-        );
-        return Ok(());
-    }
-    gpuquota_core::outln!(
-        "{:<20} {:<8} {:<6} {:>12} {:>12} {:>8} {:>8}  {:<16} WORKLOAD",
-        "CONTAINER",
-        "STATE",
-        "GPU",
-        "SLICE",
-        "USED",
-        "PID",
-        "AGE",
-        "REQUEST"
-    );
-    for r in data.reservations.iter().filter(|r| !r.is_claim()) {
-        let id: String = r.container_id.chars().take(20).collect();
-        let state = if ledger.is_stale(r, now) {
-            "stale".to_string()
-        } else if r.resizing.is_some() {
-            "resizing".to_string()
-        } else {
-            format!("{:?}", r.state).to_lowercase()
-        };
-        let used = container_used(&cfg, r)
-            .map(|u| human(u.used.iter().sum()))
-            .unwrap_or_else(|| "-".into());
-        let gpus = r
-            .slices
-            .iter()
-            .map(|s| s.index.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        // per GPU where the slices differ (a percentage of GPUs of two
-        // sizes, or one resized)
-        let mut sizes: Vec<String> = r
-            .slices
-            .iter()
-            .map(|s| match s.sm_percent {
-                0 => human(s.vram_bytes),
-                p => format!("{} {p}%", human(s.vram_bytes)),
-            })
-            .collect();
-        sizes.dedup();
-        let slice = sizes.join(",");
-        let pid = r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
-        let age = now.saturating_sub(r.created_unix);
-        gpuquota_core::outln!(
-            "{id:<20} {state:<8} {gpus:<6} {slice:>12} {used:>12} {pid:>8} {:>7}s  {:<16} {}",
-            age,
-            r.request,
-            r.workload.as_ref().map(|w| w.label()).unwrap_or_default()
-        );
-    }
-    for line in claim_lines(&data) {
-        gpuquota_core::outln!("{line}");
-    }
-    match inv {
-        Some(inv) => {
-            gpuquota_core::outln!();
-            gpuquota_core::outln!(
-                "{:<4} {:<42} {:>12} {:>12} {:>12} {:>4}  CONTAINERS",
-                "GPU",
-                "UUID",
-                "CAPACITY",
-                "RESERVED",
-                "FREE",
-                "SM"
-            );
-            for g in gpu_rows(&cfg, &inv, &data) {
-                gpuquota_core::outln!(
-                    "{:<4} {:<42} {:>12} {:>12} {:>12} {:>4}  {}{}",
-                    g.index,
-                    g.uuid,
-                    human(g.capacity),
-                    human(g.reserved),
-                    human(g.capacity.saturating_sub(g.reserved)),
-                    if g.sm > 0 {
-                        format!("{}%", g.sm)
-                    } else {
-                        "-".into()
-                    },
-                    g.holders,
-                    if g.simulated { "  (simulated)" } else { "" }
-                );
-            }
-        }
-        None => eprintln!("(no GPU inventory: run `gpu-quota doctor`)"),
-    }
-    Ok(())
-}
-
-/// One line per prepared DRA claim: its bytes on its GPU and
-/// the container bound to it, if any (that container's own row says
-/// `claim NS/NAME` and holds nothing of its own).
-fn claim_lines(data: &LedgerData) -> Vec<String> {
-    data.reservations
-        .iter()
-        .filter_map(|r| {
-            let c = r.claim.as_ref()?;
-            let bound: Vec<&str> = data
-                .reservations
-                .iter()
-                .filter(|b| b.bound_claim.as_deref() == Some(c.uid.as_str()))
-                .map(|b| b.container_id.as_str())
-                .collect();
-            let slices: Vec<String> = r
-                .slices
-                .iter()
-                .map(|s| format!("{} on {} (GPU {})", human(s.vram_bytes), s.uuid, s.index))
-                .collect();
-            Some(format!(
-                "claim {}/{} (uid {}) {}: {}",
-                c.namespace,
-                c.name,
-                c.uid,
-                slices.join(", "),
-                if bound.is_empty() {
-                    "no container bound".to_string()
-                } else {
-                    format!("bound to container {}", bound.join(", "))
-                }
-            ))
-        })
-        .collect()
 }
 
 pub fn gc(a: &GcArgs) -> Result<()> {

@@ -3,6 +3,7 @@
 //! containers holding slices (with their usage files) and the persistent
 //! event counters. Taking a snapshot never fails: what cannot be read is
 //! recorded as an error beside what could.
+use gpuquota_core::formats::grant::Burst;
 use gpuquota_core::{
     config::Config, counters, counters::Counters, events, fsutil, ledger::ResState, state, usage,
     Inventory, Ledger,
@@ -69,6 +70,37 @@ pub struct SliceView {
     /// In use by the container on this GPU (its usage file); None before
     /// any CUDA process ran.
     pub used: Option<u64>,
+    /// A burstable slice's limit and priority (`bytes` is then the
+    /// guarantee); None: a guaranteed slice.
+    pub burst: Option<Burst>,
+}
+
+impl SliceView {
+    /// What a burster holds above its guarantee on this GPU (lent memory);
+    /// None for a guaranteed slice or before any CUDA process ran.
+    pub fn above(&self) -> Option<u64> {
+        above_guarantee(self.bytes, self.burst, self.used)
+    }
+}
+
+/// `max(used − guarantee, 0)` for a burstable slice; None for a guaranteed
+/// one (it holds nothing lent) or where the use is unknown. Shown only:
+/// the figure comes from the container's own usage file.
+pub fn above_guarantee(guarantee: u64, burst: Option<Burst>, used: Option<u64>) -> Option<u64> {
+    burst?;
+    Some(used?.saturating_sub(guarantee))
+}
+
+/// Memory lent on GPU `uuid`: the sum of what its bursters hold above
+/// their guarantees. None where no burster holds a slice of it.
+pub fn lent_on(cs: &[ContainerView], uuid: &str) -> Option<u64> {
+    let mut bursters = cs
+        .iter()
+        .flat_map(|c| &c.slices)
+        .filter(|s| s.uuid == uuid && s.burst.is_some())
+        .peekable();
+    bursters.peek()?;
+    Some(bursters.filter_map(|s| s.above()).sum())
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +114,10 @@ pub struct ContainerView {
     pub slices: Vec<SliceView>,
     /// Allocations the interceptor refused in this container.
     pub refusals: Option<u64>,
+    /// Allocations within a guarantee that waited for bursters to give
+    /// memory back (None: no usage file yet), and the last one's wait.
+    pub reclaim_waits: Option<u64>,
+    pub reclaim_last_ms: u64,
     /// Who it is to its engine (pod, namespace, name), where known.
     pub workload: Option<gpuquota_core::workload::Workload>,
 }
@@ -225,9 +261,12 @@ pub fn take(cfg: &Config, physical: &dyn Physical) -> Snapshot {
                         bytes: sl.vram_bytes,
                         sm: sl.sm_percent,
                         used: u.as_ref().map(|u| u.used.get(i).copied().unwrap_or(0)),
+                        burst: sl.burst,
                     })
                     .collect(),
                 refusals: u.as_ref().map(|u| u.refusals),
+                reclaim_waits: u.as_ref().map(|u| u.reclaim_waits),
+                reclaim_last_ms: u.as_ref().map_or(0, |u| u.reclaim_last_ms),
                 workload: r.workload.clone(),
             }
         })

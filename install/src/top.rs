@@ -1,6 +1,7 @@
 //! `gpu-quota top`: a live view of each GPU as a bar of the slices handed
-//! out (one colour per container) with the memory physically in use below
-//! it, and the containers holding them; refreshed every second. `q`, Esc
+//! out (one colour per container; what a burstable slice holds above its
+//! guarantee, lent memory, in a lighter glyph after it) with the memory
+//! physically in use below it, and the containers holding them; refreshed every second. `q`, Esc
 //! or Ctrl-C leave it and restore the terminal. When stdout is not a
 //! terminal (or with `--once`) it prints one plain-text frame instead.
 use crate::snapshot::{self, ContainerView, GpuView, Snapshot};
@@ -61,10 +62,13 @@ pub fn top(a: &TopArgs) -> Result<()> {
 
 /// Which container holds each of `width` cells of a GPU's bar: cells are
 /// given to slices in proportion to the GPU's total memory (every slice
-/// gets at least one), then to the reserve (`Reserve`), the rest is free.
+/// gets at least one), each followed by what it holds above its guarantee
+/// (`Lent`, a burstable slice's), then to the reserve (`Reserve`), the
+/// rest is free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cell {
     Slice(usize),
+    Lent(usize),
     Reserve,
     Free,
 }
@@ -77,6 +81,12 @@ pub fn bar(g: &GpuView, cs: &[ContainerView], width: usize) -> Vec<Cell> {
         for s in c.slices.iter().filter(|s| s.uuid == g.uuid) {
             let n = cells(s.bytes).min(width - out.len());
             out.extend(std::iter::repeat_n(Cell::Slice(i), n));
+            // lent memory may be others' unused guarantees: past the end
+            // of the bar it is cut, never drawn over another slice
+            if let Some(a) = s.above().filter(|a| *a > 0) {
+                let n = cells(a).min(width - out.len());
+                out.extend(std::iter::repeat_n(Cell::Lent(i), n));
+            }
         }
     }
     let reserve = if g.reserve == 0 { 0 } else { cells(g.reserve) };
@@ -118,10 +128,25 @@ const PALETTE: [Color; 6] = [
     Color::Red,
 ];
 const GLYPHS: [char; 6] = ['#', '=', '%', '@', '&', '*'];
+/// The lighter glyph of each of `GLYPHS`: what a burster holds above its
+/// guarantee.
+const LIGHT: [char; 6] = ['+', '-', ':', 'o', '~', ','];
 
-fn gpu_title(g: &GpuView) -> String {
+/// A cell of the bar as one character (plain frames; the live view adds
+/// colour).
+fn glyph(c: Cell) -> char {
+    match c {
+        Cell::Slice(i) => GLYPHS[i % GLYPHS.len()],
+        Cell::Lent(i) => LIGHT[i % LIGHT.len()],
+        Cell::Reserve => 'r',
+        Cell::Free => '.',
+    }
+}
+
+/// A GPU's line; where bursters hold slices of it, how much it lends.
+fn gpu_title(g: &GpuView, cs: &[ContainerView]) -> String {
     format!(
-        "GPU {} {}{}: {} reserved of {} ({} containers){}",
+        "GPU {} {}{}: {} reserved of {} ({} containers){}{}",
         g.index,
         g.name,
         if g.simulated { " (simulated)" } else { "" },
@@ -132,7 +157,10 @@ fn gpu_title(g: &GpuView) -> String {
             format!(", {}% of the SMs shared through MPS", g.sm)
         } else {
             String::new()
-        }
+        },
+        snapshot::lent_on(cs, &g.uuid)
+            .map(|l| format!(", {} lent above guarantees", human(l)))
+            .unwrap_or_default()
     )
 }
 
@@ -169,14 +197,14 @@ fn draw(f: &mut ratatui::Frame, s: &Snapshot) {
         let width = area.width.saturating_sub(9 + 26).max(10) as usize;
         let mut spans = vec![Span::raw("slices   ")];
         for c in bar(g, &s.containers, width) {
-            spans.push(match c {
-                Cell::Slice(i) => Span::styled(
-                    GLYPHS[i % GLYPHS.len()].to_string(),
-                    Style::default().fg(PALETTE[i % PALETTE.len()]),
-                ),
-                Cell::Reserve => Span::styled("r", Style::default().fg(Color::DarkGray)),
-                Cell::Free => Span::styled(".", Style::default().fg(Color::DarkGray)),
-            });
+            let style = match c {
+                Cell::Slice(i) => Style::default().fg(PALETTE[i % PALETTE.len()]),
+                Cell::Lent(i) => Style::default()
+                    .fg(PALETTE[i % PALETTE.len()])
+                    .add_modifier(Modifier::DIM),
+                Cell::Reserve | Cell::Free => Style::default().fg(Color::DarkGray),
+            };
+            spans.push(Span::styled(glyph(c).to_string(), style));
         }
         let (used, what) = physical(g, &s.containers);
         let n = filled(used, g.total, width);
@@ -186,8 +214,11 @@ fn draw(f: &mut ratatui::Frame, s: &Snapshot) {
             Span::styled(".".repeat(width - n), Style::default().fg(Color::DarkGray)),
             Span::raw(format!(" {} {what}", human(used))),
         ]);
-        let p = Paragraph::new(vec![Line::from(spans), used_line])
-            .block(Block::default().borders(Borders::TOP).title(gpu_title(g)));
+        let p = Paragraph::new(vec![Line::from(spans), used_line]).block(
+            Block::default()
+                .borders(Borders::TOP)
+                .title(gpu_title(g, &s.containers)),
+        );
         f.render_widget(p, *area);
     }
     let header = Row::new([
@@ -228,7 +259,7 @@ fn draw(f: &mut ratatui::Frame, s: &Snapshot) {
             Constraint::Length(8),
             Constraint::Length(10),
             Constraint::Length(6),
-            Constraint::Length(12),
+            Constraint::Length(19),
             Constraint::Length(12),
             Constraint::Length(8),
         ],
@@ -249,7 +280,14 @@ fn container_cols(c: &ContainerView) -> (String, String, String) {
         .map(|s| s.index.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let slice = c.slices.first().map(|s| human(s.bytes)).unwrap_or_default();
+    let slice = c
+        .slices
+        .first()
+        .map(|s| match s.burst {
+            Some(b) => format!("{}..{}", human(s.bytes), human(b.limit_bytes)),
+            None => human(s.bytes),
+        })
+        .unwrap_or_default();
     let used = if c.slices.iter().any(|s| s.used.is_some()) {
         human(c.slices.iter().filter_map(|s| s.used).sum())
     } else {
@@ -277,15 +315,8 @@ pub fn plain(s: &Snapshot) -> String {
     }
     const W: usize = 50;
     for g in &s.gpus {
-        let _ = writeln!(o, "{}", gpu_title(g));
-        let b: String = bar(g, &s.containers, W)
-            .into_iter()
-            .map(|c| match c {
-                Cell::Slice(i) => GLYPHS[i % GLYPHS.len()],
-                Cell::Reserve => 'r',
-                Cell::Free => '.',
-            })
-            .collect();
+        let _ = writeln!(o, "{}", gpu_title(g, &s.containers));
+        let b: String = bar(g, &s.containers, W).into_iter().map(glyph).collect();
         let _ = writeln!(o, "  slices [{b}]");
         let (used, what) = physical(g, &s.containers);
         let n = filled(used, g.total, W);
@@ -297,16 +328,18 @@ pub fn plain(s: &Snapshot) -> String {
             human(used)
         );
     }
+    let cols: Vec<_> = s.containers.iter().map(container_cols).collect();
+    // SLICE widens to a burster's `guarantee..limit`
+    let w = cols.iter().map(|c| c.1.len()).max().unwrap_or(0).max(11);
     let _ = writeln!(
         o,
-        "\n   {:<24} {:<8} {:<10} {:<5} {:>11} {:>11} {:>7}",
+        "\n   {:<24} {:<8} {:<10} {:<5} {:>w$} {:>11} {:>7}",
         "CONTAINER", "STATE", "ENGINE", "GPU", "SLICE", "USED", "AGE"
     );
-    for (i, c) in s.containers.iter().enumerate() {
-        let (gpu, slice, used) = container_cols(c);
+    for (i, (c, (gpu, slice, used))) in s.containers.iter().zip(cols).enumerate() {
         let _ = writeln!(
             o,
-            "{}  {:<24} {:<8} {:<10} {:<5} {:>11} {:>11} {:>7}",
+            "{}  {:<24} {:<8} {:<10} {:<5} {:>w$} {:>11} {:>7}",
             GLYPHS[i % GLYPHS.len()],
             c.display_name(),
             c.state,
@@ -354,8 +387,11 @@ mod tests {
                 bytes,
                 sm: 0,
                 used,
+                burst: None,
             }],
             refusals: None,
+            reclaim_waits: None,
+            reclaim_last_ms: 0,
             workload: None,
         }
     }
@@ -406,5 +442,47 @@ mod tests {
             "{alpha}"
         );
         assert!(!t.contains('\x1b'), "no escape sequences");
+    }
+
+    /// A burster holding 6 GiB of a 4 GiB guarantee (limit 16 GiB) beside
+    /// a guaranteed 8 GiB slice.
+    #[test]
+    fn a_bursters_lent_memory_is_drawn_lighter_and_the_gpu_says_how_much_it_lends() {
+        let mut b = c("burst", 4 * G, Some(6 * G));
+        b.slices[0].burst = Some(gpuquota_core::formats::grant::Burst {
+            limit_bytes: 16 * G,
+            priority: 0,
+        });
+        let cs = [b, c("plain", 8 * G, Some(9 * G))];
+        let bar16 = bar(&gpu(0), &cs, 16);
+        let count = |x: Cell| bar16.iter().filter(|y| **y == x).count();
+        assert_eq!(
+            (count(Cell::Slice(0)), count(Cell::Lent(0))),
+            (4, 2),
+            "{bar16:?}"
+        );
+        assert_eq!(
+            &bar16[4..6],
+            &[Cell::Lent(0), Cell::Lent(0)],
+            "after its guarantee"
+        );
+        assert_eq!(count(Cell::Lent(1)), 0, "a guaranteed slice lends nothing");
+        let t = plain(&Snapshot {
+            gpus: vec![gpu(0)],
+            containers: cs.to_vec(),
+            ..Default::default()
+        });
+        assert!(t.contains(", 2.00 GiB lent above guarantees"), "{t}");
+        let slices = t.lines().find(|l| l.contains("slices [")).unwrap();
+        assert_eq!(slices.matches('+').count(), 7, "{slices}"); // 2/16 of 50, rounded up
+        let row = t.lines().find(|l| l.contains("burst")).unwrap();
+        assert!(row.contains("4.00 GiB..16.00 GiB"), "{row}");
+        // no burster on the GPU: nothing said of lending
+        let t = plain(&Snapshot {
+            gpus: vec![gpu(0)],
+            containers: vec![c("plain", 8 * G, None)],
+            ..Default::default()
+        });
+        assert!(!t.contains("lent"), "{t}");
     }
 }
