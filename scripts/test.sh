@@ -4,8 +4,8 @@
 #      are installed when missing and we are root on Debian/Ubuntu;
 #   2. cargo unit tests + e2e tests against real runc (GPU_QUOTA_E2E=1: an
 #      e2e test that cannot run fails instead of skipping);
-#   3. the interceptor suite against the fake driver, and the fake MPS
-#      control daemon's own checks;
+#   3. the interceptor suite against the fake driver, the fake MPS control
+#      daemon's own checks and the fake driver's managed memory checks;
 #   4. real-engine tests (Debian 12: docker 20.10, containerd 1.6, podman 4.3;
 #      Debian 13, downloaded into a private prefix: docker 26, compose 2.26,
 #      containerd 1.7; ctr and CRI on both containerds), which start and stop
@@ -109,6 +109,11 @@ echo "== the fake MPS control daemon and the fake driver's MPS client (tests/fak
 make -s -C tests/fake test-mps 2>&1 | tee "$LOG/fake-mps.log" | grep -vE '^ok '
 count fake-mps "$LOG/fake-mps.log" "${PIPESTATUS[0]}"
 step "fake MPS"
+
+echo "== the fake driver's managed memory and its eviction across processes (tests/fake test-managed)"
+make -s -C tests/fake test-managed 2>&1 | tee "$LOG/fake-managed.log" | grep -vE '^ok '
+count fake-managed "$LOG/fake-managed.log" "${PIPESTATUS[0]}"
+step "fake managed memory"
 
 if [ -f tests/engines/run.sh ]; then
   echo "== engines (real docker 20.10 + 26, compose, containerd 1.6 + 1.7 with ctr and CRI, podman)"

@@ -29,7 +29,7 @@ int my_proc = -1, my_proc_pid = 0;
 static uint32_t g_pidns;
 /* whether slot i's pid is one of this process's namespace (a slot of another
    namespace is judged there: its pid means another process here) */
-static int same_ns(int i) {
+int same_ns(int i) {
   uint32_t ns = __atomic_load_n(&S->procs[i].pidns, __ATOMIC_SEQ_CST);
   return ns == 0 || g_pidns == 0 || ns == g_pidns;
 }
@@ -58,7 +58,8 @@ void fake_init(void) {
       if (m != MAP_FAILED && ((struct fake_shared *)m)->magic != FAKE_SHARED_MAGIC)
         ((struct fake_shared *)m)->magic = FAKE_SHARED_MAGIC;
       flock(fd, LOCK_UN);
-      close(fd);
+      if (m != MAP_FAILED) managed_keep_fd(fd); /* the managed lock (fake_managed.c) */
+      else close(fd);
     }
   }
   if (m == MAP_FAILED)
@@ -72,11 +73,7 @@ void fake_init(void) {
     int pid = getpid();
     if (!same_ns(i)) continue;
     if (!__atomic_compare_exchange_n(&S->procs[i].pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
-    for (int d = 0; d < FAKE_MAX_DEV; d++) {
-      u64 u = __atomic_exchange_n(&S->procs[i].used[d], 0, __ATOMIC_SEQ_CST);
-      __atomic_fetch_sub(&S->in_use[d], u, __ATOMIC_SEQ_CST);
-    }
-    __atomic_store_n(&S->procs[i].pid, 0, __ATOMIC_SEQ_CST);
+    reap_slot(i);
   }
 }
 
@@ -89,6 +86,17 @@ int proc_gone(int pid) {
   ssize_t n = read(fd, buf, sizeof buf - 1); close(fd); if (n <= 0) return 0; buf[n] = 0;
   char *p = strrchr(buf, ')'); return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
+/* free what slot i's process held (its pid set to -1 by the caller, which
+   won it), then the slot: ordinary bytes, and its managed allocations,
+   resident and on the host (fake_managed.c) */
+void reap_slot(int i) {
+  for (int d = 0; d < FAKE_MAX_DEV; d++) {
+    u64 u = __atomic_exchange_n(&S->procs[i].used[d], 0, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&S->in_use[d], u, __ATOMIC_SEQ_CST);
+  }
+  managed_release_slot(i);
+  __atomic_store_n(&S->procs[i].pid, 0, __ATOMIC_SEQ_CST);
+}
 /* reclaim the shared records of dead processes (their memory is gone) */
 void reap_dead(void) {
   for (int i = 0; i < FAKE_MAX_PROCS; i++) {
@@ -96,11 +104,7 @@ void reap_dead(void) {
     if (pid <= 0 || pid == getpid() || !same_ns(i)) continue;
     if (!proc_gone(pid)) continue;
     if (!__atomic_compare_exchange_n(&S->procs[i].pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
-    for (int d = 0; d < FAKE_MAX_DEV; d++) {
-      u64 u = __atomic_exchange_n(&S->procs[i].used[d], 0, __ATOMIC_SEQ_CST);
-      __atomic_fetch_sub(&S->in_use[d], u, __ATOMIC_SEQ_CST);
-    }
-    __atomic_store_n(&S->procs[i].pid, 0, __ATOMIC_SEQ_CST);
+    reap_slot(i);
   }
 }
 
@@ -143,15 +147,20 @@ struct ctx ctxs[MAXCTX];
 int primary_of[FAKE_MAX_DEV] = {-1, -1, -1, -1, -1, -1, -1, -1};
 __thread int ctx_stack[16]; __thread int ctx_top = -1; /* index into ctxs, -1 none */
 
-/* charge n bytes on dev; OOM when the device is full */
+/* charge n bytes on dev; OOM when the device is full and no resident
+   managed memory can be evicted to make room (every ordinary path charges
+   here: allocations, pitch, arrays, pool growth, VMM, contexts, heap) */
 int dev_charge(int dev, u64 n) {
   reap_dead();
   int p = proc_slot();
   u64 now = __atomic_add_fetch(&S->in_use[dev], n, __ATOMIC_SEQ_CST);
   if (now + __atomic_load_n(&S->external[dev], __ATOMIC_SEQ_CST) > g_mem_of[dev]) {
     __atomic_fetch_sub(&S->in_use[dev], n, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&S->refused, 1, __ATOMIC_SEQ_CST);
-    return OOM;
+    /* without resident managed memory on the device: refused, as always */
+    if (!__atomic_load_n(&S->managed_resident[dev], __ATOMIC_SEQ_CST) || managed_make_room(dev, n, &now) != OK) {
+      __atomic_fetch_add(&S->refused, 1, __ATOMIC_SEQ_CST);
+      return OOM;
+    }
   }
   if (p >= 0) __atomic_fetch_add(&S->procs[p].used[dev], n, __ATOMIC_SEQ_CST);
   u64 pk = __atomic_load_n(&S->peak[dev], __ATOMIC_SEQ_CST);
@@ -245,6 +254,7 @@ void fake_env(void) {
   if ((e = getenv("FAKE_CUDA_CTX_BYTES"))) g_ctx_bytes = strtoull(e, 0, 0);
   if ((e = getenv("FAKE_CUDA_POOL_GRAN")) && strtoull(e, 0, 0)) g_pool_gran = strtoull(e, 0, 0);
   if ((e = getenv("FAKE_CUDA_PITCH_ALIGN")) && strtoull(e, 0, 0)) g_pitch_align = strtoull(e, 0, 0);
+  managed_env();
   /* VMM handle values: a driver may hand out any 64-bit value */
   if ((e = getenv("FAKE_CUDA_HANDLE_BASE")) && next_handle == 0x50000000ull) next_handle = strtoull(e, 0, 0);
 }
@@ -435,11 +445,16 @@ CUresult i_cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
   pthread_mutex_lock(&mu);
   for (size_t i = 0; i < nrec; i++) {
     struct rec *r = &recs[i];
-    if ((r->kind == K_PTR || r->kind == K_POOL) && p >= r->key && p < r->key + (r->size ? r->size : 1)) {
-      u64 start = r->key; int dev = r->dev;
+    if ((r->kind == K_PTR || r->kind == K_POOL || r->kind == K_MANAGED) && p >= r->key && p < r->key + (r->size ? r->size : 1)) {
+      u64 start = r->key; int dev = r->dev, managed = r->kind == K_MANAGED;
       pthread_mutex_unlock(&mu);
       if (attr == 11) { *(u64 *)data = start; return OK; }      /* RANGE_START_ADDR */
       if (attr == 9) { *(int *)data = dev; return OK; }          /* DEVICE_ORDINAL */
+      if (attr == 8) { *(int *)data = managed; return OK; }      /* IS_MANAGED */
+      /* MEMORY_TYPE: CU_MEMORYTYPE_DEVICE, managed memory too wherever its
+         pages are (the runtime's documentation: managed memory may report
+         device or host regardless of its physical location) */
+      if (attr == 2) { *(unsigned *)data = 2; return OK; }
       return INVALID_VALUE;
     }
   }
@@ -477,7 +492,6 @@ CUresult i_cuMemAllocPitch(unsigned *p, unsigned *pitch, unsigned w, unsigned h,
 }
 CUresult i_cuMemFree_v2(CUdeviceptr p) { CHECK_INIT(); UNSAFE_CALL(); return untrack(K_PTR, p); }
 CUresult i_cuMemFree(unsigned p) { ST.calls_legacy++; CHECK_INIT(); UNSAFE_CALL(); return untrack(K_PTR, p); }
-CUresult i_cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { if (f != 1 && f != 2) return INVALID_VALUE; /* CU_MEM_ATTACH_GLOBAL / _HOST */ return i_cuMemAlloc_v2(p, n); }
 u64 fmt_bytes(unsigned f) { switch (f) { case 1: case 8: return 1; case 2: case 9: case 0x10: return 2; default: return 4; } }
 CUresult arr_make(u64 bytes, void **h, int kind) {
   CHECK_INIT(); if (need_ctx()) return INVALID_CONTEXT; if (!h) return INVALID_VALUE; UNSAFE_CALL();

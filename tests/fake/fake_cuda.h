@@ -6,6 +6,8 @@
 
 #define FAKE_MAX_DEV 8
 #define FAKE_MAX_PROCS 256
+#define FAKE_EVICT_RING 64
+#define FAKE_MAX_MANAGED 4096
 
 /* Shared across processes through the registry file (fake_registry_open):
    the one FAKE_CUDA_PEAK_FILE names, else fake-gpu-registry beside the
@@ -25,6 +27,27 @@ struct fake_shared {
      claimed or reclaimed. pidns: the low 32 bits of that namespace's inode
      (fake_pidns), 0 when not known (a record of an older fake). */
   struct { int32_t pid; uint32_t pidns; uint64_t used[FAKE_MAX_DEV]; } procs[FAKE_MAX_PROCS];
+  /* appended: managed memory (fake_managed.c). An allocation of
+     cuMemAllocManaged holds device memory only where resident (placed by a
+     prefetch to the device); ordinary allocations that do not fit evict
+     resident managed bytes of any process, earliest placed first, to the
+     host. Changed only under the registry's managed lock (fake_managed.c);
+     read without it. procs[].used never counts managed bytes (NVML's
+     per-process figure excludes them, as on the H200); in_use[] does. */
+  uint64_t managed_seq;                       /* the last placement's sequence number */
+  uint64_t managed_resident[FAKE_MAX_DEV];    /* resident managed bytes, all processes (in in_use) */
+  uint64_t managed_host;                      /* managed bytes moved to the host, all processes */
+  uint64_t evictions;                         /* eviction records ever written (evict[] holds the last FAKE_EVICT_RING) */
+  uint64_t evicted_bytes;                     /* bytes ever evicted */
+  struct { uint64_t resident[FAKE_MAX_DEV]; uint64_t host; } mprocs[FAKE_MAX_PROCS]; /* per slot of procs[] */
+  /* record i lies at evict[i % FAKE_EVICT_RING] */
+  struct fake_evict { int32_t victim_pid; uint32_t victim_pidns; int32_t evictor_pid; uint32_t evictor_pidns;
+                      int32_t dev; int32_t pad; uint64_t bytes; } evict[FAKE_EVICT_RING];
+  /* live managed allocations. slot: the owner's procs[] index (-1 none);
+     dev: where its resident bytes are (-1: none placed yet); pref: the
+     preferred location of cuMemAdvise (-1 host, -2 none); seq: when its
+     resident bytes were last placed (managed_seq) */
+  struct fake_managed { int32_t live, slot, dev, pref; uint64_t va, size, resident, host, seq; } managed[FAKE_MAX_MANAGED];
 };
 #define FAKE_SHARED_MAGIC 0x4b41464541445543ull
 

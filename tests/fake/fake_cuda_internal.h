@@ -30,7 +30,7 @@ typedef unsigned long long u64;
 #define FAKE_MAX_PITCH 2147483647ull
 enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INIT = 3, INVALID_DEVICE = 101,
        INVALID_CONTEXT = 201, NOT_FOUND = 500 };
-enum { K_PTR = 1, K_ARRAY = 3, K_MIPMAP = 4, K_POOL = 8, K_GRAPH = 9 }; /* K_GRAPH: a graph allocation left live by a launch (pool = its exec) */
+enum { K_PTR = 1, K_ARRAY = 3, K_MIPMAP = 4, K_POOL = 8, K_GRAPH = 9, K_MANAGED = 10 }; /* K_GRAPH: a graph allocation left live by a launch (pool = its exec); K_MANAGED: pool = its index in the registry's managed[] */
 struct rec { u64 key; u64 size; int dev; int kind; int ctx; int pool; };
 #define MAXCTX 64
 struct ctx { int live, dev, primary, refs; u64 heap, stack; };
@@ -109,6 +109,8 @@ extern int nmaps;
 /* the model's helpers and the i_* implementations (the exports call these) */
 void fake_init(void);
 int proc_gone(int pid);
+int same_ns(int i);
+void reap_slot(int i);
 void reap_dead(void);
 int proc_slot(void);
 int dev_charge(int dev, u64 n);
@@ -169,6 +171,19 @@ CUresult i_cuMemAllocPitch(unsigned *p, unsigned *pitch, unsigned w, unsigned h,
 CUresult i_cuMemFree_v2(CUdeviceptr p);
 CUresult i_cuMemFree(unsigned p);
 CUresult i_cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f);
+/* managed memory (fake_managed.c) */
+struct mem_loc { int type, id; }; /* CUmemLocation */
+void managed_env(void);
+void managed_keep_fd(int fd);
+void managed_lock(void);
+void managed_unlock(void);
+int managed_make_room(int dev, u64 n, u64 *now);
+void managed_release_slot(int slot);
+void managed_drop(int idx, u64 va);
+CUresult i_cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d);
+CUresult i_cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, struct mem_loc loc);
+CUresult i_cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s);
+CUresult i_cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, struct mem_loc loc, unsigned flags, CUstream s);
 u64 fmt_bytes(unsigned f);
 CUresult arr_make(u64 bytes, void **h, int kind);
 CUresult i_cuArrayCreate_v2(void **h, const struct adesc *d);

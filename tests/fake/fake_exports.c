@@ -86,6 +86,12 @@ E0(cuMemAllocPitch, (unsigned *p, unsigned *pt, unsigned w, unsigned h, unsigned
 E0(cuMemFree_v2, (CUdeviceptr p), (p))
 E0(cuMemFree, (unsigned p), (p))
 E0(cuMemAllocManaged, (CUdeviceptr *p, size_t n, unsigned f), (p, n, f))
+E0(cuMemAdvise, (CUdeviceptr p, size_t n, int a, CUdevice d), (p, n, a, d))
+E0(cuMemAdvise_v2, (CUdeviceptr p, size_t n, int a, struct mem_loc l), (p, n, a, l))
+E0(cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice d, CUstream s), (p, n, d, s))
+E0(cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, struct mem_loc l, unsigned f, CUstream s), (p, n, l, f, s))
+CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice d, CUstream s) { ST.calls_ptsz++; return i_cuMemPrefetchAsync(p, n, d, s); }
+CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, struct mem_loc l, unsigned f, CUstream s) { ST.calls_ptsz++; return i_cuMemPrefetchAsync_v2(p, n, l, f, s); }
 E0(cuMemAllocAsync, (CUdeviceptr *p, size_t n, CUstream s), (p, n, s))
 E0(cuMemAllocAsync_ptsz, (CUdeviceptr *p, size_t n, CUstream s), (p, n, s))
 E0(cuMemAllocFromPoolAsync, (CUdeviceptr *p, size_t n, void *pool, CUstream s), (p, n, pool, s))
@@ -159,6 +165,9 @@ static const struct gpa_ent GPA[] = {
   G("cuMemAllocPitch", 2000, 0, cuMemAllocPitch), G("cuMemAllocPitch", 3020, 0, cuMemAllocPitch_v2),
   G("cuMemFree", 2000, 0, cuMemFree), G("cuMemFree", 3020, 0, cuMemFree_v2),
   G("cuMemAllocManaged", 6000, 0, cuMemAllocManaged),
+  G("cuMemAdvise", 8000, 0, cuMemAdvise), G("cuMemAdvise", 12020, 0, cuMemAdvise_v2),
+  G("cuMemPrefetchAsync", 8000, 0, cuMemPrefetchAsync), { "cuMemPrefetchAsync", 8000, 1, (void *)cuMemPrefetchAsync_ptsz, (void *)cuMemPrefetchAsync_ptsz },
+  G("cuMemPrefetchAsync", 12020, 0, cuMemPrefetchAsync_v2), { "cuMemPrefetchAsync", 12020, 1, (void *)cuMemPrefetchAsync_v2_ptsz, (void *)cuMemPrefetchAsync_v2_ptsz },
   G("cuMemAllocAsync", 11020, 0, cuMemAllocAsync), G("cuMemAllocAsync", 11020, 1, cuMemAllocAsync_ptsz),
   G("cuMemAllocFromPoolAsync", 11020, 0, cuMemAllocFromPoolAsync), G("cuMemAllocFromPoolAsync", 11020, 1, cuMemAllocFromPoolAsync_ptsz),
   G("cuMemFreeAsync", 11020, 0, cuMemFreeAsync), G("cuMemFreeAsync", 11020, 1, cuMemFreeAsync_ptsz),

@@ -119,6 +119,9 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned len) {
 }
 nvmlReturn_t nvmlDeviceGetMigMode(void *d, unsigned *cur, unsigned *pend) { (void)d; (void)cur; (void)pend; return 3; /* NOT_SUPPORTED: no MIG */ }
 
+/* Device memory used (nvmlDeviceGetMemoryInfo) is the registry's in_use:
+   resident managed memory included (fake_managed.c); the per-process figure
+   below is ordinary memory only. */
 /* A process's CUDA context costs memory that only NVML's per-process view
    shows (as on a real driver): FAKE_NVML_CTX_BYTES, default 300 MiB, for
    every process that holds memory on the device. With a shared registry
@@ -196,7 +199,11 @@ static nvmlReturn_t running(void *d, unsigned *count, nvmlProcessInfo_t *infos) 
     int pid = __atomic_load_n(&S->procs[i].pid, __ATOMIC_SEQ_CST);
     unsigned ns = __atomic_load_n(&S->procs[i].pidns, __ATOMIC_SEQ_CST);
     unsigned long long u = __atomic_load_n(&S->procs[i].used[dev], __ATOMIC_SEQ_CST);
-    if (pid <= 0 || u == 0) continue;
+    /* used[] leaves managed memory out, as the H200's NVML does (it lists a
+       process holding 100 GiB of managed memory at its context's size): a
+       process with only resident managed memory is listed at its context */
+    unsigned long long m = __atomic_load_n(&S->mprocs[i].resident[dev], __ATOMIC_SEQ_CST);
+    if (pid <= 0 || (u == 0 && m == 0)) continue;
     if (!(pid = caller_pid_of(pid, ns)) || gone(pid)) continue;
     tmp[n].pid = pid; tmp[n].usedGpuMemory = mode == 2 ? ~0ull : u + ctx_bytes(); tmp[n].gpuInstanceId = tmp[n].computeInstanceId = ~0u; n++;
   }

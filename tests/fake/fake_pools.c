@@ -52,6 +52,8 @@ void drop_rec(size_t i) {
     p->used -= r->size;
     if (p->destroyed) pool_shrink(p, 0);
     if (p->destroyed && p->used == 0) p->live = 0;
+  } else if (r->kind == K_MANAGED) {
+    managed_drop(r->pool, r->key); /* its resident and host bytes */
   } else {
     dev_uncharge(r->dev, r->size);
   }
@@ -62,7 +64,7 @@ void drop_rec(size_t i) {
 int untrack(int kind, u64 key) {
   pthread_mutex_lock(&mu);
   for (size_t i = 0; i < nrec; i++) {
-    if (recs[i].key == key && (recs[i].kind == kind || (kind == K_PTR && (recs[i].kind == K_POOL || recs[i].kind == K_GRAPH)))) {
+    if (recs[i].key == key && (recs[i].kind == kind || (kind == K_PTR && (recs[i].kind == K_POOL || recs[i].kind == K_GRAPH || recs[i].kind == K_MANAGED)))) {
       if (g_fail_next_free) { g_fail_next_free = 0; pthread_mutex_unlock(&mu); return 700; /* ILLEGAL_ADDRESS */ }
       drop_rec(i);
       pthread_mutex_unlock(&mu);
