@@ -87,6 +87,8 @@ pub struct End {
 pub struct Round {
     pub words: Vec<WordChange>,
     pub ends: Vec<End>,
+    /// Waits not believed: (container, GPU uuid, why), for the operator.
+    pub doubted: Vec<(usize, String, String)>,
 }
 
 /// The slice a container holds on GPU `uuid`.
@@ -144,20 +146,31 @@ pub fn plan(
             continue;
         }
         // a want the waiter's guarantee covers, by the driver's account
-        let waiter = on
-            .iter()
-            .copied()
-            .filter_map(|i| {
-                let r = &data.reservations[i];
-                let want = look.reading(r, uuid)?.want;
-                let guarantee = slice_on(r, uuid)?.vram_bytes;
-                if want == 0 || want > guarantee {
-                    return None;
+        let mut waiter = None;
+        for &i in &on {
+            let r = &data.reservations[i];
+            let Some(want) = look.reading(r, uuid).map(|x| x.want).filter(|w| *w > 0) else {
+                continue;
+            };
+            let guarantee = slice_on(r, uuid).map_or(0, |s| s.vram_bytes);
+            let doubt = match look.driver_held(r, uuid) {
+                None => Some("the driver cannot tell what it holds there".to_string()),
+                Some(held) if held.saturating_add(want) > guarantee => Some(format!(
+                    "it waits for {} and the driver sees it hold {}, more than its guarantee of {}",
+                    crate::units::human(want),
+                    crate::units::human(held),
+                    crate::units::human(guarantee)
+                )),
+                Some(_) => None,
+            };
+            match doubt {
+                Some(why) => round.doubted.push((i, uuid.to_string(), why)),
+                None => {
+                    waiter = Some((i, want));
+                    break;
                 }
-                let held = look.driver_held(r, uuid)?;
-                (held.saturating_add(want) <= guarantee).then_some((i, want))
-            })
-            .next();
+            }
+        }
         let Some((waiter, want)) = waiter else {
             continue;
         };

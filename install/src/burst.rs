@@ -40,6 +40,8 @@ pub fn run(a: &BurstArgs) -> Result<()> {
     let files = end::Files { cfg: &cfg };
     let mut ended: BTreeMap<String, Instant> = BTreeMap::new();
     let mut said = String::new();
+    // each doubted wait said once
+    let mut doubts: Vec<String> = vec![];
     loop {
         let data = if ledger.exists() {
             ledger.read()
@@ -55,6 +57,16 @@ pub fn run(a: &BurstArgs) -> Result<()> {
                     let r = &d.reservations[w.container];
                     // a container that ended meanwhile has no grant to set
                     let _ = files.set_word(r, &w.uuid, w.word);
+                }
+                for (i, uuid, why) in &round.doubted {
+                    let line = format!(
+                        "a wait by container {} on {uuid} is not believed: {why}",
+                        d.reservations[*i].container_id
+                    );
+                    if !doubts.contains(&line) {
+                        eprintln!("gpu-quota burst-supervise: {line}");
+                        doubts.push(line);
+                    }
                 }
                 for e in &round.ends {
                     let (v, w) = (&d.reservations[e.victim], &d.reservations[e.waiter]);

