@@ -462,8 +462,8 @@ def b_summary(d, rounds):
 
 def fmt_b(s):
     if s.get("before_gbps") is None and not s.get("rounds"):
-        return f"{s['dir']}: base {s.get('base_gbps')} GB/s, {s.get('passes')} passes, no round"
-    return (f"{s['dir']}: before {s.get('before_gbps')} GB/s; during slowest {s.get('during_min_gbps')}, "
+        return f"{s['dir']} ({s.get('got_gib')} GiB): base {s.get('base_gbps')} GB/s, {s.get('passes')} passes, no round"
+    return (f"{s['dir']} ({s.get('got_gib')} GiB): before {s.get('before_gbps')} GB/s; during slowest {s.get('during_min_gbps')}, "
             f"mean {s.get('during_mean_gbps')} (median over rounds); after: >= 90 % again within "
             f"{s.get('recover_max_s')} s (not in {s.get('not_recovered')} rounds), then {s.get('after_gbps')} GB/s")
 
@@ -493,11 +493,14 @@ def recovered(dirs, since, secs):
 
 
 def wait_seq(path, seq, secs):
+    """A's answer to round seq, or None after secs or once A's container has ended"""
     end = now() + secs
     while now() < end:
         j = get(path)
         if j and j.get("seq") == seq:
             return j
+        if ended(os.path.dirname(path)):
+            return get(path) if (get(path) or {}).get("seq") == seq else None
         time.sleep(0.01)
     return None
 
@@ -527,7 +530,8 @@ def h_drive(a):
         # decides only whether another begins
         done = wait_seq(d + "/done.json", last, a.cap)
         if done is None:
-            rounds.append(dict(seq=last, t_go=t_go, error=f"A did not answer within {a.cap:.0f} s"))
+            why = "A's container ended" if ended(d) else f"A did not answer within {a.cap:.0f} s"
+            rounds.append(dict(seq=last, t_go=t_go, error=why))
             note = "A did not answer"
             break
         freed = wait_seq(d + "/freed.json", last, a.hold + 30)
