@@ -149,9 +149,10 @@ class Torch:
 
 
 class Fake:
-    """A GPU of sleeps: 40 ms per pass, an allocation of g GiB 10 ms + BURST_FAKE_ALLOC_S."""
+    """A GPU of sleeps: a start of BURST_FAKE_START_S (0.2), 40 ms per pass,
+    an allocation 10 ms + BURST_FAKE_ALLOC_S per 50 GiB."""
     def __init__(self):
-        time.sleep(0.2)
+        time.sleep(float(os.environ.get("BURST_FAKE_START_S", "0.2")))
 
     def meminfo(self):
         return 20 * GIB, 120 * GIB
@@ -160,7 +161,7 @@ class Fake:
         return [fill]
 
     def raw(self, nbytes):
-        time.sleep(0.01 + float(os.environ.get("BURST_FAKE_ALLOC_S", "0")))
+        time.sleep(0.01 + float(os.environ.get("BURST_FAKE_ALLOC_S", "0")) * nbytes / (50 * GIB))
         return [nbytes]
 
     def touch(self, xs):
