@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Write an OCI config.json for the H200 suite.
 bundle.py DIR --rootfs PATH [--ann k=v]... [--env K=V]... [--bind SRC:DST[:ro]]...
-          [--plain-gpu N] [--user UID] -- CMD ARGS...
+          [--plain-gpu N] [--user UID] [--memory SIZE] -- CMD ARGS...
 /out inside the container is DIR/out on the host. --plain-gpu N adds, by hand
 (for the no-gpu-quota baseline under plain runc), /dev/nvidiaN, nvidiactl,
-nvidia-uvm(-tools) with their cgroup rules and the host's /usr/local/nvidia."""
+nvidia-uvm(-tools) with their cgroup rules and the host's /usr/local/nvidia.
+--memory SIZE (bytes, or with k/m/g): the container's memory limit (cgroup
+memory.max) and no swap beside it (runc writes memory.swap.max 0 where the
+kernel has it)."""
 import argparse, json, os, sys
 
 p = argparse.ArgumentParser()
@@ -12,6 +15,14 @@ p.add_argument("dir"); p.add_argument("--rootfs", required=True)
 p.add_argument("--ann", action="append", default=[]); p.add_argument("--env", action="append", default=[])
 p.add_argument("--bind", action="append", default=[]); p.add_argument("--plain-gpu")
 p.add_argument("--user", type=int, default=0)  # uid and gid of the process; /out made writable for it
+p.add_argument("--memory")
+
+
+def size(v):
+    u = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(v[-1:].lower())
+    return int(float(v[:-1]) * u) if u else int(v)
+
+
 argv = sys.argv[1:]
 cut = argv.index("--") if "--" in argv else len(argv)
 a = p.parse_args(argv[:cut])
@@ -58,6 +69,8 @@ cfg = {
               "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
               "maskedPaths": ["/proc/kcore"], "readonlyPaths": ["/proc/sys"]},
 }
+if a.memory:
+    cfg["linux"]["resources"]["memory"] = {"limit": size(a.memory), "swap": size(a.memory)}
 if ann:
     cfg["annotations"] = ann
 json.dump(cfg, open(os.path.join(a.dir, "config.json"), "w"), indent=1)

@@ -12,7 +12,7 @@
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 SUITE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/suite
-PARTS="probe admission standalone keepalive resize mps mpsshare mpsbench graphs bench"
+PARTS="probe admission standalone keepalive resize mps mpsshare mpsbench graphs bench burst"
 for PART in $PARTS; do
   [ -f "$SUITE/$PART.sh" ] || { echo "missing $SUITE/$PART.sh: the suite's sections sit in suite/ beside run-suite.sh (make gpu-carry copies them)" >&2; exit 1; }
 done
@@ -37,7 +37,7 @@ rget() { rjson "$1" | $PY -c "import json,sys; d=json.load(sys.stdin); print($2)
 wait_for() { local f=$1 s=$2 i; for ((i = 0; i < s * 10; i++)); do [ -e "$f" ] && return 0; sleep 0.1; done; return 1; }
 left() { echo $((BUDGET - SECONDS)); }
 # SECTIONS="probe small seed gpu2 standalone mp i9 resize mps graphs bench" is the default; mpsfault,
-# mpslock, mpsuser, mpsshare and mpsbench run only when named (SECTIONS=graphs: the CUDA-graph
+# mpslock, mpsuser, mpsshare, mpsbench and burst run only when named (SECTIONS=graphs: the CUDA-graph
 # checks alone, < 6 min). Which file holds which section: the list where they are sourced, below.
 # PROBE_LIGHT=1: probe runs only the nvidia-smi parts.
 # I9_PROCS="1 4" I9_SCEN="fill vmm ..." narrow section i9 (what the driver keeps alive stays in
@@ -106,12 +106,12 @@ mkroot() { # DIR overlay|busybox
     cp $B/busybox $d/rootfs/bin/busybox
     for a in sh true ls cat sleep echo touch; do ln -sf busybox $d/rootfs/bin/$a; done
   fi; }
-bundle() { # ID HOST KIND ANN... -- CMD (KIND overlay|busybox|plain-overlay|plain-busybox)
+bundle() { # ID HOST KIND ANN... -- CMD (KIND overlay|busybox|plain-overlay|plain-busybox; BMEM=SIZE: memory.max)
   local id=$1 kind=$2; shift 2; local anns=() extra=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do anns+=(--ann "$1"); shift; done; shift
   case $kind in plain-*) extra=(--plain-gpu 0); kind=${kind#plain-};; esac
   mkroot $W/b/$id $kind || return 1
-  $PY $BUNDLE $W/b/$id --rootfs $W/b/$id/rootfs "${anns[@]}" "${extra[@]}" ${BUSER:+--user $BUSER} $PYBINDS --bind $REPO/tests/gpu:/gq:ro -- "$@"; }
+  $PY $BUNDLE $W/b/$id --rootfs $W/b/$id/rootfs "${anns[@]}" "${extra[@]}" ${BUSER:+--user $BUSER} ${BMEM:+--memory $BMEM} $PYBINDS --bind $REPO/tests/gpu:/gq:ro -- "$@"; }
 clog() { { echo "----- $1"; for f in $W/b/$1/out/* $W/b/$1/*.err $W/b/$1/*.out; do [ -f "$f" ] && { echo "--- $(basename $f)"; head -c 3000 "$f"; echo; }; done; } >> "$CLOG" 2>/dev/null; }
 ledger() { $PY $REPO/tests/ledger_view.py $W/$1/ledger 2>/dev/null; }
 nres() { ledger $1 | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["reservations"]))' 2>/dev/null || echo 0; }
@@ -142,7 +142,7 @@ fi
 #   probe.sh: probe small        admission.sh: seed gpu2      standalone.sh: standalone mp
 #   keepalive.sh: i9             resize.sh: resize            mps.sh: mps mpsfault mpslock mpsuser
 #   mpsshare.sh: mpsshare        mpsbench.sh: mpsbench        graphs.sh: graphs
-#   bench.sh: bench
+#   bench.sh: bench              burst.sh: burst
 # Each file asks want() itself: some print their header, or set up what a
 # later section uses (mps.sh's MPS host), whether or not they are chosen.
 # Sourced at the top level (not in a function), so they share this script's
