@@ -38,30 +38,23 @@ pub fn finish<const N: usize>(mut b: Buf<N>) {
 
 /// The slice line: `n` bytes refused on a device with `used` in use.
 pub fn refused(api: &[u8], n: u64, slice: u64, ordinal: i32, used: u64) {
-    let Some(mut b) = gate::<256>() else { return };
-    b.push(b"gpu-quota: ");
-    b.push(api);
-    b.push(b" of ");
-    b.push_size(n);
-    b.push(b" refused: slice ");
-    b.push_size(slice);
-    b.push(b" on GPU ");
-    b.push_i64(ordinal as i64);
-    b.push(b", ");
-    b.push_size(used);
-    b.push(b" in use by this container");
-    finish(b);
+    refused_past(api, n, b"slice ", slice, ordinal, used);
 }
 
 /// The limit line of a burstable slice: `n` bytes refused past its limit.
 pub fn refused_limit(api: &[u8], n: u64, limit: u64, ordinal: i32, used: u64) {
+    refused_past(api, n, b"burst limit ", limit, ordinal, used);
+}
+
+fn refused_past(api: &[u8], n: u64, what: &[u8], bound: u64, ordinal: i32, used: u64) {
     let Some(mut b) = gate::<256>() else { return };
     b.push(b"gpu-quota: ");
     b.push(api);
     b.push(b" of ");
     b.push_size(n);
-    b.push(b" refused: burst limit ");
-    b.push_size(limit);
+    b.push(b" refused: ");
+    b.push(what);
+    b.push_size(bound);
     b.push(b" on GPU ");
     b.push_i64(ordinal as i64);
     b.push(b", ");

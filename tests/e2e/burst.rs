@@ -32,26 +32,8 @@ impl Gpu {
         );
         let shared = h.path().join("gpu");
         std::fs::create_dir_all(&shared).unwrap();
-        // the host's fake NVML (the driver helper runs with an empty
-        // environment) reads the same registry: a private copy of the fake
-        // libraries with the registry beside them, as on a real host the
-        // driver knows every container's memory
-        let fake = repo().join("tests/fake/build");
-        let lib = h.path().join("fakelib");
-        std::fs::create_dir(&lib).unwrap();
-        for f in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-            std::fs::copy(fake.join(f), lib.join(f)).unwrap();
-        }
-        std::fs::write(shared.join("registry"), b"").unwrap();
-        std::os::unix::fs::symlink(shared.join("registry"), lib.join("fake-gpu-registry")).unwrap();
-        let cfg = std::fs::read_to_string(h.config()).unwrap();
-        let from = format!("lib_dirs = [\"{}\"]", fake.display());
-        assert!(cfg.contains(&from), "{cfg}");
-        std::fs::write(
-            h.config(),
-            cfg.replace(&from, &format!("lib_dirs = [\"{}\"]", lib.display())),
-        )
-        .unwrap();
+        // the host's fake NVML sees the containers' registry
+        private_fake_driver(&h, &shared.join("registry"));
         Gpu {
             h,
             template,
@@ -247,12 +229,14 @@ fn a_burst_is_lent_within_free_memory_and_the_limit() {
     let b = g.bundle(
         "b",
         &[("vram", "2g"), ("vram-limit", "12g"), ("gpu", "0")],
-        "cuda_probe keep 2 /out/k > /out/log 2>&1 & sleep 1; cuda_probe alloc 7 2 > /out/burst 2>&1; touch /out/done; sleep 600",
+        "cuda_probe keep 2 /out/k > /out/log 2>&1 & sleep 1; cuda_probe hold 7 2 600 > /out/burst 2>&1 & sleep 600",
         &[],
     );
     std::fs::create_dir_all(b.out.join("k")).unwrap();
     let mut cb = g.run(&b, "b");
-    b.wait_out("done", 20).expect("b bursts");
+    wait_until(20, "b's burst", || {
+        std::fs::read_to_string(b.out.join("burst")).is_ok_and(|l| l.contains("alloc 2 GiB rc="))
+    });
     let burst = b.wait_out("burst", 1).unwrap();
     assert!(
         burst.contains("alloc 7 GiB rc=0\n") && burst.contains("alloc 2 GiB rc=2"),
@@ -272,6 +256,12 @@ fn a_burst_is_lent_within_free_memory_and_the_limit() {
         let _ = ch.wait();
         g.h.runtime(&["delete", "--force", id]);
     }
+    // the driver frees a killed container's memory (the reaper, here)
+    wait_until(10, "a and b's memory freed", || {
+        fake_dump(&g.registry())
+            .lines()
+            .any(|l| l.starts_with("dev 0 ") && l.contains(" in_use=0 "))
+    });
     // past the limit, on an empty GPU: refused with the limit in the line
     let c = g.bundle(
         "c",

@@ -332,25 +332,10 @@ fn a_running_process_sees_a_grow_and_a_shrink_waits_until_it_fits() {
 /// "unattributed"), or none. The bundle's processes see a 16 GiB GPU 0.
 fn driver_host(name: &str, processes: Option<&str>) -> (Host, Bundle) {
     let (h, b, _) = cuda_host(name, "context_overhead = \"0\"");
-    let fake = repo().join("tests/fake/build");
-    let lib = h.path().join("fakelib");
-    std::fs::create_dir(&lib).unwrap();
-    for f in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-        std::fs::copy(fake.join(f), lib.join(f)).unwrap();
-    }
-    std::fs::write(b.out.join("fake-gpu"), b"").unwrap();
-    std::os::unix::fs::symlink(b.out.join("fake-gpu"), lib.join("fake-gpu-registry")).unwrap();
+    let lib = private_fake_driver(&h, &b.out.join("fake-gpu"));
     if let Some(p) = processes {
         std::fs::write(lib.join("fake-nvml-processes"), p).unwrap();
     }
-    let cfg = std::fs::read_to_string(h.config()).unwrap();
-    let from = format!("lib_dirs = [\"{}\"]", fake.display());
-    assert!(cfg.contains(&from), "{cfg}");
-    std::fs::write(
-        h.config(),
-        cfg.replace(&from, &format!("lib_dirs = [\"{}\"]", lib.display())),
-    )
-    .unwrap();
     (h, b)
 }
 

@@ -111,4 +111,36 @@ static inline int fake_registry_open(const void *sym) {
   if (!fake_beside(sym, "fake-gpu-registry", p, sizeof p)) return -1;
   return open(p, O_RDWR | O_CLOEXEC);
 }
+#include <dirent.h>
+/* The pid, in the caller's pid namespace, of the process whose pid is `pid`
+   in namespace `ns` (fake_pidns); 0 when no process the caller can see is
+   that one (gone, or outside the caller's namespace). By each visible
+   process's pid-namespace inode and the last field of its NSpid line (its
+   pid in its own, innermost namespace). */
+static inline int fake_caller_pid_of(int pid, unsigned ns) {
+  if (ns == 0 || ns == fake_pidns()) return pid;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent *e; int found = 0;
+  while (!found && (e = readdir(d))) {
+    char *end; long hp = strtol(e->d_name, &end, 10);
+    if (*end || hp <= 0) continue;
+    char p[64], line[512]; struct stat st;
+    snprintf(p, sizeof p, "/proc/%ld/ns/pid", hp);
+    if (stat(p, &st) != 0 || (unsigned)st.st_ino != ns) continue;
+    snprintf(p, sizeof p, "/proc/%ld/status", hp);
+    FILE *f = fopen(p, "r");
+    if (!f) continue;
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "NSpid:", 6)) continue;
+      char *last = 0, *tok = strtok(line + 6, " \t\n");
+      while (tok) { last = tok; tok = strtok(0, " \t\n"); }
+      if (last && atoi(last) == pid) found = (int)hp;
+      break;
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return found;
+}
 #endif

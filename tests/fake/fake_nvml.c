@@ -147,36 +147,7 @@ static int processes_mode(void) { /* 0 normal, 1 not supported, 2 unattributed *
   }
   return !strcmp(w, "not-supported") ? 1 : !strcmp(w, "unattributed") ? 2 : 0;
 }
-/* The pid, in the caller's pid namespace, of the process whose pid is `pid`
-   in namespace `ns` (fake_pidns); 0 when no process the caller can see is
-   that one (gone, or outside the caller's namespace). */
-static int caller_pid_of(int pid, unsigned ns) {
-  if (ns == 0 || ns == fake_pidns()) return pid;
-  DIR *d = opendir("/proc");
-  if (!d) return 0;
-  struct dirent *e; int found = 0;
-  while (!found && (e = readdir(d))) {
-    char *end; long hp = strtol(e->d_name, &end, 10);
-    if (*end || hp <= 0) continue;
-    char p[64], line[512]; struct stat st;
-    snprintf(p, sizeof p, "/proc/%ld/ns/pid", hp);
-    if (stat(p, &st) != 0 || (unsigned)st.st_ino != ns) continue;
-    snprintf(p, sizeof p, "/proc/%ld/status", hp);
-    FILE *f = fopen(p, "r");
-    if (!f) continue;
-    while (fgets(line, sizeof line, f)) {
-      if (strncmp(line, "NSpid:", 6)) continue;
-      /* the last field: its pid in its own (innermost) namespace */
-      char *last = 0, *tok = strtok(line + 6, " \t\n");
-      while (tok) { last = tok; tok = strtok(0, " \t\n"); }
-      if (last && atoi(last) == pid) found = (int)hp;
-      break;
-    }
-    fclose(f);
-  }
-  closedir(d);
-  return found;
-}
+static int caller_pid_of(int pid, unsigned ns) { return fake_caller_pid_of(pid, ns); }
 /* a process that exited (or is a zombie) holds no device memory */
 static int gone(int pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return 1;

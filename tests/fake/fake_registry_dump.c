@@ -32,28 +32,7 @@
    `pid` in namespace `ns`; 0 when none this program can see */
 static int seen_pid(int pid, unsigned ns) {
   if (ns == 0 || ns == fake_pidns()) return proc_gone(pid) ? 0 : pid;
-  DIR *d = opendir("/proc");
-  if (!d) return 0;
-  struct dirent *e; int found = 0;
-  while (!found && (e = readdir(d))) {
-    char *end; long hp = strtol(e->d_name, &end, 10);
-    if (*end || hp <= 0) continue;
-    char p[64], line[512]; struct stat st;
-    snprintf(p, sizeof p, "/proc/%ld/ns/pid", hp);
-    if (stat(p, &st) != 0 || (unsigned)st.st_ino != ns) continue;
-    snprintf(p, sizeof p, "/proc/%ld/status", hp);
-    FILE *f = fopen(p, "r");
-    if (!f) continue;
-    while (fgets(line, sizeof line, f)) {
-      if (strncmp(line, "NSpid:", 6)) continue;
-      char *last = 0, *tok = strtok(line + 6, " \t\n");
-      while (tok) { last = tok; tok = strtok(0, " \t\n"); }
-      if (last && atoi(last) == pid) found = (int)hp;
-      break;
-    }
-    fclose(f);
-  }
-  closedir(d);
+  int found = fake_caller_pid_of(pid, ns);
   return found && !proc_gone(found) ? found : 0;
 }
 

@@ -77,3 +77,30 @@ pub fn cuda_host(name: &str, extra_config: &str) -> (Host, Bundle, Vec<PathBuf>)
     }
     (h, b, libs)
 }
+
+/// Give host `h` (from [`cuda_host`]) a private copy of the fake driver's
+/// libraries with the fake GPU's registry beside them (fake-gpu-registry,
+/// a link to `registry`, created empty), and point its config there: the
+/// host's own tools (the driver helper runs with an empty environment)
+/// then see the same device memory as the containers that write
+/// `registry`, as on a real host the driver knows every process. Returns
+/// the libraries' directory.
+pub fn private_fake_driver(h: &Host, registry: &Path) -> PathBuf {
+    let fake = repo().join("tests/fake/build");
+    let lib = h.path().join("fakelib");
+    std::fs::create_dir(&lib).unwrap();
+    for f in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        std::fs::copy(fake.join(f), lib.join(f)).unwrap();
+    }
+    std::fs::write(registry, b"").unwrap();
+    std::os::unix::fs::symlink(registry, lib.join("fake-gpu-registry")).unwrap();
+    let cfg = std::fs::read_to_string(h.config()).unwrap();
+    let from = format!("lib_dirs = [\"{}\"]", fake.display());
+    assert!(cfg.contains(&from), "{cfg}");
+    std::fs::write(
+        h.config(),
+        cfg.replace(&from, &format!("lib_dirs = [\"{}\"]", lib.display())),
+    )
+    .unwrap();
+    lib
+}
