@@ -151,6 +151,31 @@ impl Drop for Reaper {
     }
 }
 
+/// `gpu-quota burst-supervise`, stopped however the test ends (a failed
+/// assertion must not leave it running on the host).
+struct Supervisor(Child);
+
+impl Supervisor {
+    /// Stop it; what it said.
+    fn stop(&mut self) -> String {
+        use std::io::Read;
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let mut s = String::new();
+        if let Some(e) = self.0.stderr.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The fake registry's account: (evictions of `pid`'s managed bytes, its
 /// resident managed bytes), from tests/fake's dump.
 fn fake_dump(reg: &Path) -> String {
@@ -332,19 +357,21 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     // one byte of host memory for evicted pages: the driver can move none
     let host_full = ["FAKE_CUDA_HOST_BYTES=1"];
     let _reaper = Reaper::start(g.registry());
-    let mut sup = Command::new(bin("gpu-quota"))
-        .env("GPU_QUOTA_CONFIG", g.h.config())
-        .args([
-            "burst-supervise",
-            "--interval-ms",
-            "50",
-            "--settle-ms",
-            "300",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut sup = Supervisor(
+        Command::new(bin("gpu-quota"))
+            .env("GPU_QUOTA_CONFIG", g.h.config())
+            .args([
+                "burst-supervise",
+                "--interval-ms",
+                "50",
+                "--settle-ms",
+                "300",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut bursters = vec![];
     for (id, prio) in [("old", "0"), ("new", "0"), ("hi", "100")] {
         let b = g.bundle(
@@ -379,9 +406,7 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     let st = ca.wait().unwrap();
     let log = std::fs::read_to_string(a.out.join("log")).unwrap();
     if !log.contains("alloc 4 GiB rc=0") {
-        let _ = sup.kill();
-        let o = sup.wait_with_output().unwrap();
-        panic!("{log}\nsupervisor: {}", String::from_utf8_lossy(&o.stderr));
+        panic!("{log}\nsupervisor: {}", sup.stop());
     }
     assert!(st.success(), "the guaranteed container ends well: {log}");
     assert!(log.contains("alloc 5 GiB rc=0\nalloc 4 GiB rc=0"), "{log}");
@@ -432,7 +457,6 @@ fn where_the_driver_cannot_the_supervisor_ends_bursters_in_order() {
     );
     let m = String::from_utf8_lossy(&g.gq(&["metrics"]).stdout).into_owned();
     assert!(m.contains("gpu_quota_burst_ends_total"), "{m}");
-    let _ = sup.kill();
-    let _ = sup.wait();
+    sup.stop();
     g.h.runtime(&["delete", "--force", "a"]);
 }
