@@ -71,10 +71,16 @@ unsafe fn slice_of(dev: *mut c_void, real_total: u64, real_free: u64) -> Option<
     };
     Some(match idx {
         Some(i) => account::shown(i, limit, used, real_total, real_free),
-        None => (
-            limit.min(real_total),
-            limit.saturating_sub(used).min(real_free),
-        ),
+        // before any CUDA process of the container named the GPU: a
+        // burstable slice still shows its limit as the total
+        None => {
+            let total = uuid
+                .and_then(|u| c.burst_of_uuid(&u))
+                .filter(|b| *b > limit)
+                .unwrap_or(limit)
+                .min(real_total);
+            (total, total.saturating_sub(used).min(real_free))
+        }
     })
 }
 

@@ -57,6 +57,16 @@ impl Config {
     /// without asking the driver: a container's live grant entry (0 for a
     /// GPU the grant lacks, and for every GPU without a valid grant), a
     /// standalone byte size. None: a percentage (of a total to ask for).
+    /// A burstable slice's limit on a GPU named by UUID (None: guaranteed,
+    /// standalone, or not one of the grant's GPUs).
+    pub fn burst_of_uuid(&self, uuid: &[u8; 16]) -> Option<u64> {
+        if !self.from_grant() {
+            return None;
+        }
+        let g = self.grant.as_ref()?;
+        g.burst_limit(g.entry_of(uuid)?).map(|l| l.min(self.cap))
+    }
+
     #[inline]
     pub fn slice_of_uuid(&self, uuid: &[u8; 16]) -> Option<u64> {
         if self.from_grant() {

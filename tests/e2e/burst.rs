@@ -219,7 +219,7 @@ fn admission_sums_guarantees_and_a_burster_allocates_past_its_guarantee() {
     let b = g.bundle(
         "solo",
         &burst,
-        "cuda_probe info > /out/info 2>&1; cuda_probe alloc 4 8 > /out/log 2>&1; touch /out/done",
+        "nvidia-smi > /out/smi 2>&1; cuda_probe info > /out/info 2>&1; cuda_probe alloc 4 8 > /out/log 2>&1; touch /out/done",
         &[],
     );
     assert_ok(
@@ -228,6 +228,11 @@ fn admission_sums_guarantees_and_a_burster_allocates_past_its_guarantee() {
     );
     let log = b.wait_out("log", 5).unwrap();
     assert!(log.contains("alloc 4 GiB rc=0\nalloc 8 GiB rc=0"), "{log}");
+    let smi = b.wait_out("smi", 5).unwrap();
+    assert!(
+        smi.contains("16384 MiB, the container's burst limit over a guarantee of 4096 MiB"),
+        "{smi}"
+    );
     let info = b.wait_out("info", 5).unwrap();
     assert!(info.contains(&format!("total={}", 16 * GIB)), "{info}");
 }

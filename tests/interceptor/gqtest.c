@@ -185,6 +185,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "peer") && argc >= 3) return t_peer(atoi(argv[2]), argc > 3 ? argv[3] : 0, argc > 4 ? argv[4] : 0);
   if (!strcmp(cmd, "foreign")) return t_foreign();
   if (!strcmp(cmd, "pergpu")) return t_pergpu();
+  if (!strcmp(cmd, "burst")) return t_burst();
   if (!strcmp(cmd, "live") && argc >= 4) return t_live(argv[2], argv[3]);
   if (!strcmp(cmd, "pool")) return t_pool();
   if (!strcmp(cmd, "graphmem")) return t_graphmem();

@@ -156,5 +156,6 @@ int t_refuse(void);
 int t_peer(int rank, const char *ready, const char *stop);
 int t_foreign(void);
 int t_pergpu(void);
+int t_burst(void);
 int t_live(const char *ready, const char *changed);
 #endif

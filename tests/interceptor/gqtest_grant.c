@@ -59,3 +59,29 @@ int t_live(const char *ready, const char *changed) {
   A.cuMemFree(p);
   return failures ? 1 : 0;
 }
+
+/* A burstable slice (GQ_SLICE the guarantee, GQ_LIMIT the limit; a
+   version-3 grant): NVML shows the limit even before any CUDA call names
+   the GPU; cuMemGetInfo too; within the guarantee an allocation is device
+   memory, past it managed memory (lent), past the limit refused; a VMM
+   allocation past the guarantee is refused (not evictable). */
+int t_burst(void) {
+  u64 g = envu("GQ_SLICE", 0), l = envu("GQ_LIMIT", 0);
+  CHECK(nvml_total(0) == l, "NVML total before CUDA %llu, want the limit %llu", (unsigned long long)nvml_total(0), (unsigned long long)l);
+  ctx_on(0);
+  size_t f = 0, t = 0;
+  CHECK(A.cuMemGetInfo(&f, &t) == 0 && t == l, "cuMemGetInfo total %zu, want %llu", t, (unsigned long long)l);
+  int (*attr)(void *, int, u64) = dlsym(cuda_h, "cuPointerGetAttribute");
+  REQUIRE(attr, "cuPointerGetAttribute");
+  u64 p, q, r;
+  CHECK(A.cuMemAlloc(&p, g) == 0, "the guarantee refused");
+  unsigned managed = 9;
+  CHECK(attr(&managed, 8, p) == 0 && managed == 0, "within the guarantee: managed=%u, want device memory", managed);
+  CHECK(A.cuMemAlloc(&q, l - g) == 0, "the burst up to the limit refused");
+  managed = 9;
+  CHECK(attr(&managed, 8, q) == 0 && managed == 1, "past the guarantee: managed=%u, want managed (lent)", managed);
+  CHECK(A.cuMemAlloc(&r, MiB) == 2, "past the limit not refused");
+  A.cuMemFree(q);
+  A.cuMemFree(p);
+  return failures ? 1 : 0;
+}

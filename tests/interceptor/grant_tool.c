@@ -1,7 +1,10 @@
 /* The host's side of the grant file (formats/src/grant.rs), for the
    interceptor tests:
-     grant_tool write FILE DEV:BYTES...  a grant of the fake's GPUs DEV (their
-                                         UUIDs as tests/fake computes them)
+     grant_tool write FILE DEV:BYTES[:LIMIT[:PRIORITY]]...
+                                         a grant of the fake's GPUs DEV (their
+                                         UUIDs as tests/fake computes them); a
+                                         LIMIT makes the file version 3, that
+                                         entry a burstable slice
      grant_tool set FILE ENTRY BYTES     change entry ENTRY's live vram_bytes
                                          with one atomic store through a
                                          shared mapping, as the host does */
@@ -25,9 +28,15 @@ int main(int argc, char **argv) {
     memcpy(b, &magic, 8); memcpy(b + 8, &version, 4); memcpy(b + 12, &n, 4);
     for (unsigned i = 0; i < n && i < MAXG; i++) {
       int dev = atoi(argv[3 + i]); const char *c = strchr(argv[3 + i], ':');
-      unsigned long long v = c ? strtoull(c + 1, 0, 0) : 0; unsigned idx = dev;
+      char *rest = 0;
+      unsigned long long v = c ? strtoull(c + 1, &rest, 0) : 0; unsigned idx = dev;
       unsigned char *e = b + HEADER + i * ENTRY;
       uuid_of(dev, e); memcpy(e + 16, &idx, 4); memcpy(e + 24, &v, 8);
+      if (rest && *rest == ':') {
+        unsigned long long limit = strtoull(rest + 1, &rest, 0);
+        unsigned prio = (rest && *rest == ':') ? (unsigned)strtoul(rest + 1, 0, 0) : 0, v3 = 3;
+        memcpy(e + 44, &prio, 4); memcpy(e + 48, &limit, 8); memcpy(b + 8, &v3, 4);
+      }
     }
     FILE *f = fopen(argv[2], "w"); if (!f) return 1;
     fwrite(b, 1, sizeof b, f); return fclose(f) != 0;

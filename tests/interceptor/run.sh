@@ -230,6 +230,13 @@ container() {
   [ "$(stat -c %s "$T/st1/usage")" = 266240 ] || { echo "usage file size"; return 1; }
 }
 t container_limits container
+# a burstable slice (a version-3 grant): the limit shown, lent memory managed
+cont_burst() {
+  mkstate "$T/stb" $((64 * MiB))
+  "$B/grant_tool" write "$T/stb/grant" 0:$((64 * MiB)):$((256 * MiB)):5 1:$((64 * MiB)) || return 1
+  env GPU_QUOTA_STATE_DIR="$T/stb" GQ_SLICE=$((64 * MiB)) GQ_LIMIT=$((256 * MiB)) LD_PRELOAD="$SO" "$B/gqtest_dl" burst
+}
+t container_burstable_slice cont_burst
 cont_broken() {
   mkdir -p "$T/st2"; echo "version=1" >"$T/st2/limits"; : >"$T/st2/usage"
   env GPU_QUOTA_STATE_DIR="$T/st2" GPU_QUOTA_VRAM=1g LD_PRELOAD="$SO" "$B/gqtest_dl" refuse
