@@ -58,6 +58,11 @@ ctr_run_rm() {
   has "$out" "grant0=$((2 * GIB))" || return 1
   wait_ledger 0 5
 }
+ctr_burst() {
+  local out; out=$(ctr_run --rm --annotation vram=2g --annotation vram-limit=6g "$CIMG" gq-c4 gq-limits) || { echo "$out"; return 1; }
+  has "$out" "grant0=$((2 * GIB))" && has "$out" "limit0=$((6 * GIB))" || return 1
+  wait_ledger 0 5
+}
 # `ctr run --gpus 1`: ctr writes containerd's own `oci-hook` running the
 # nvidia-container-cli it finds on its PATH, here tests/toolkit/nvidia-container-cli (a stand-in
 # that makes the nodes and cgroup-v1 rules --device names, and logs each run). ctr's --gpus takes
@@ -88,5 +93,6 @@ ctr_cases() {
   check "$CTD: ctr run --annotation vram=2g --annotation sm=25% of an image whose user is 1000 is an MPS client of its GPU's daemon; removing it stops the daemon" ctr_share
   check "$CTD: ctr task kill keeps, task delete releases, container rm removes" ctr_release
   check "$CTD: ctr run --rm --annotation gpu-quota.io/vram=2g sees 2 GiB and releases" ctr_run_rm
+  check "$CTD: ctr run --rm --annotation vram=2g --annotation vram-limit=6g: the grant holds the guarantee and the burst limit" ctr_burst
   check "$CTD: ctr run --gpus 1 (containerd's oci-hook + a stand-in nvidia-container-cli) with vram=2g: the slice is GPU 1, its node only, the hook never ran; without vram the hook gave GPU 1" ctr_gpus
 }

@@ -68,6 +68,14 @@ docker_rm() {
   D rm -f gq-d1 >/dev/null || return 1
   wait_ledger 0 5 && no_state_dirs
 }
+docker_burst() {
+  # a burstable slice: the guarantee and the limit reach the grant
+  local req=(--annotation vram=2g --annotation vram-limit=6g) out
+  [ "${DV%%.*}" -ge 24 ] || req=(-e GPU_QUOTA_VRAM=2g -e GPU_QUOTA_VRAM_LIMIT=6g)
+  out=$(D "${DRUN[@]}" --rm "${req[@]}" "$IMG" gq-limits) || { echo "$out"; return 1; }
+  has "$out" "grant0=$((2 * GIB))" && has "$out" "limit0=$((6 * GIB))" || return 1
+  wait_ledger 0 5
+}
 docker_run_rm() {
   local out; out=$(D "${DRUN[@]}" --rm $(dreq 2g) "$IMG" gq-limits) || { echo "$out"; return 1; }
   has "$out" "grant0=$((2 * GIB))" || return 1
@@ -148,6 +156,7 @@ docker_cases() {
   fi
   check "$DK: rm -f releases the slice (ledger empty, state dir gone)" docker_rm
   check "$DK: run --rm sees 2 GiB and releases on exit" docker_run_rm
+  check "$DK: run --rm with vram=2g and vram-limit=6g: the grant holds the guarantee and the burst limit; released on exit" docker_burst
   check "$DK: stop releases the slice, start admits it again, rm -f releases" docker_stop_start
   check "$DK: container without a request passes through untouched" docker_plain
   if [ "${DV%%.*}" -ge 24 ]; then

@@ -39,6 +39,11 @@ podman_run_rm() {  # RUNTIME
   has "$out" "grant0=$((2 * GIB))" || return 1
   wait_ledger 0 5
 }
+podman_burst() {  # RUNTIME
+  local out; out=$(P run "${PODMAN_RUN[@]}" --rm --runtime "$1" --annotation vram=2g --annotation vram-limit=6g "$IMG" gq-limits) || { echo "$out"; return 1; }
+  has "$out" "grant0=$((2 * GIB))" && has "$out" "limit0=$((6 * GIB))" || return 1
+  wait_ledger 0 5
+}
 podman_stop_start() {  # RUNTIME
   P run "${PODMAN_RUN[@]}" -d --name gq-p5 --runtime "$1" --annotation vram=3g "$IMG" sleep 600 >/dev/null || return 1
   expect_ledger 1 "after run -d" || return 1
@@ -78,5 +83,6 @@ podman_cases() {
   check "$PV: (name) a request that does not fit fails with the gpu-quota message, one prefix" podman_refusal gpu-quota gq-p4
   check "$PV: (name) rm -f releases the slice" podman_rm gq-p3
   check "$PV: (name) run --rm sees 2 GiB and releases" podman_run_rm gpu-quota
+  check "$PV: (name) run --rm with vram=2g and vram-limit=6g: the grant holds the guarantee and the burst limit" podman_burst gpu-quota
   check "$PV: (name) stop releases the slice, start admits it again, rm -f releases" podman_stop_start gpu-quota
 }

@@ -303,10 +303,11 @@ setup_host() {
   mkdir -p "$r"/{bin,etc,proc,sys,dev,tmp,run,root} && cp "$BB" "$r/bin/busybox" || return 1
   for a in $("$r/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"; done
   echo 'root:x:0:0:root:/root:/bin/sh' >"$r/etc/passwd"; echo 'root:x:0:' >"$r/etc/group"
-  # gq-limits: what gpu-quota gave the container, as it reads it: the limits file, then the
+  # gq-limits: what gpu-quota gave the container, as it reads it (limit0: the first GPU's
+  # burst limit, 0 for a guaranteed slice): the limits file, then the
   # live slice of its first GPU from its grant (formats::grant: a 64-byte header, 64-byte
   # entries, vram_bytes at +24 of the entry: byte 88) as grant0=BYTES
-  printf '#!/bin/sh\ncat /run/gpu-quota/limits || exit 1\necho "grant0=$(od -An -tu8 -j88 -N8 /run/gpu-quota/grant | tr -d " ")"\n' >"$r/bin/gq-limits"
+  printf '#!/bin/sh\ncat /run/gpu-quota/limits || exit 1\necho "grant0=$(od -An -tu8 -j88 -N8 /run/gpu-quota/grant | tr -d " ")"\necho "limit0=$(od -An -tu8 -j112 -N8 /run/gpu-quota/grant | tr -d " ")"\n' >"$r/bin/gq-limits"
   chmod 0755 "$r/bin/gq-limits"
   oci_image "$r" "$T/bb.tar" "$CIMG" null '["PATH=/bin"]' || return 1
   oci_image "$r" "$T/bbu.tar" "$CIMG_U" null '["PATH=/bin"]' 1000 || return 1
