@@ -139,7 +139,9 @@ unsafe fn wait_for_reclaim(
     let Some(region) = state::region() else {
         return first;
     };
-    if wait == 0 {
+    // during a stream capture the driver may be asked nothing more than the
+    // program asked: the refusal stands
+    if wait == 0 || crate::capture::any() {
         return first;
     }
     let start = crate::sys::monotonic_ns() / 1_000_000;
