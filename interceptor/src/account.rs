@@ -252,15 +252,10 @@ impl Acct {
         dev: Dev,
         n: u64,
     ) -> Result<Option<(Charge, Tier)>, Refused> {
-        let Some(r) = enforced_region(dev) else {
-            return if state::failed_closed() {
-                Err(Refused)
-            } else {
-                Ok(None)
-            };
-        };
-        match self.budget(r) {
+        match enforced_region(dev).and_then(|r| self.budget(r)) {
             Some(b) => b.admit_tiered(api, dev, n),
+            // no usable region or no slot: `admit` says what (refused,
+            // fail-closed, or not enforced)
             None => Ok(self.admit(api, dev, n)?.map(|c| (c, Tier::Guaranteed))),
         }
     }

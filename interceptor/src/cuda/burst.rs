@@ -101,12 +101,8 @@ unsafe fn lend(dptr: *mut CUdeviceptr, size: usize, dev: Dev) -> CUresult {
             prefetch(p, size, dev.ordinal, core::ptr::null_mut());
         }
     }
-    BURST_ALLOCS.fetch_add(1, Relaxed);
     CUDA_SUCCESS
 }
-
-/// Lent allocations made by this process (for tests and debugging).
-pub static BURST_ALLOCS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// Call an allocation within the guarantee; when the driver refuses it and
 /// the host says bursters share the GPU (the grant's reclaim word), mark
